@@ -1,0 +1,34 @@
+#pragma once
+// Workspace: the arena that holds every activation and scratch buffer of a forward/backward pass.
+//
+// It is planned once per shape: plan(fn) runs fn twice, first counting what fn takes, then handing out
+// real memory from one allocation. Layers keep the spans they took, so the training loop itself never
+// allocates; a new (larger) shape means one new plan.
+#include <cstddef>
+#include <functional>
+
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+class Workspace {
+ public:
+  // fn(*this) calls take() for every buffer it needs and stores the spans it gets.
+  void plan(const std::function<void(Workspace&)>& fn);
+
+  // A zero-filled span of n floats, aligned to 64 bytes. Only valid inside plan(); during the counting
+  // pass it returns an empty span.
+  Span take(size_t n);
+
+  size_t size_floats() const { return capacity_; }
+  size_t size_bytes() const { return capacity_ * sizeof(float); }
+
+ private:
+  AlignedFloats buffer_;
+  size_t capacity_ = 0;
+  size_t offset_ = 0;
+  bool counting_ = false;
+  bool planning_ = false;
+};
+
+}  // namespace qkv

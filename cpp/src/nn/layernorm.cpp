@@ -1,0 +1,23 @@
+#include "nn/layernorm.h"
+
+#include "kernels/kernels.h"
+
+namespace qkv::nn {
+
+LayerNorm::LayerNorm(Parameters& params, const std::string& prefix, int C)
+    : C_(C), w_(params.add(prefix + ".weight", {C}, Init::Ones)), b_(params.add(prefix + ".bias", {C}, Init::Zeros)) {}
+
+void LayerNorm::plan(Workspace& ws, int rows) {
+  mean_ = ws.take(static_cast<size_t>(rows));
+  rstd_ = ws.take(static_cast<size_t>(rows));
+}
+
+void LayerNorm::forward(Span y, CSpan x, int rows) {
+  kernels::layernorm_forward(y, mean_, rstd_, x, w_.value, b_.value, rows, C_);
+}
+
+void LayerNorm::backward(Span dx, CSpan dy, CSpan x, int rows) {
+  kernels::layernorm_backward(dx, w_.grad, b_.grad, dy, x, w_.value, mean_, rstd_, rows, C_);
+}
+
+}  // namespace qkv::nn

@@ -1,0 +1,39 @@
+#include "qkv/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "qkv/error.h"
+
+namespace qkv {
+
+void AlignedDeleter::operator()(float* p) const noexcept { std::free(p); }
+
+AlignedFloats allocate_floats(size_t count) {
+  if (count == 0) return nullptr;
+  const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes);
+  check(p != nullptr, "out of memory: could not allocate ", bytes, " bytes");
+  std::memset(p, 0, bytes);
+  return AlignedFloats(static_cast<float*>(p));
+}
+
+Tensor::Tensor(std::vector<int64_t> shape, Device device) : shape_(std::move(shape)), device_(device) {
+  check(device == Device::CPU, "Tensor device: only Device::CPU is available in this build");
+  size_t n = 1;
+  for (int64_t d : shape_) {
+    check(d >= 0, "Tensor shape ", shape_string(), ": dimensions must be >= 0");
+    n *= static_cast<size_t>(d);
+  }
+  numel_ = n;
+  data_ = allocate_floats(n);
+}
+
+std::string Tensor::shape_string() const {
+  std::string s = "(";
+  for (size_t i = 0; i < shape_.size(); ++i) s += (i ? ", " : "") + std::to_string(shape_[i]);
+  return s + ")";
+}
+
+}  // namespace qkv

@@ -1,0 +1,167 @@
+// LanguageModel: it learns, it is deterministic, and bad input is refused with a clear qkv::Error that
+// leaves the model usable.
+#include "qkv/language_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "qkv/error.h"
+#include "qkv/thread_pool.h"
+
+namespace qkv {
+namespace {
+
+LanguageModelConfig small_config() {
+  LanguageModelConfig c;
+  c.vocab_size = 8;
+  c.context = 16;
+  c.d_model = 32;
+  c.heads = 4;
+  c.layers = 2;
+  return c;
+}
+
+// (batch, context) windows of the repeating pattern 0 1 2 ... 7 0 1 ..., each starting at offset b.
+void pattern_batch(std::vector<int32_t>& in, std::vector<int32_t>& tg, int B, int T, int V, int step) {
+  in.resize(static_cast<size_t>(B) * T);
+  tg.resize(in.size());
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      in[b * T + t] = (b + step + t) % V;
+      tg[b * T + t] = (b + step + t + 1) % V;
+    }
+}
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no qkv::Error thrown)";
+}
+
+TEST(LanguageModel, LossFallsOnARepeatingPatternAndGreedyContinuesIt) {
+  AdamWConfig opt;
+  opt.lr = 3e-3f;
+  LanguageModel lm(small_config(), opt);
+  std::vector<int32_t> in, tg;
+  const int B = 4, T = 16;
+  pattern_batch(in, tg, B, T, 8, 0);
+  const float first = lm.train_step(in, tg, B, T);
+  EXPECT_NEAR(first, std::log(8.f), 0.3f);  // an untrained model is near uniform
+  float last = first;
+  for (int s = 1; s < 150; ++s) {
+    pattern_batch(in, tg, B, T, 8, s);
+    last = lm.train_step(in, tg, B, T);
+  }
+  EXPECT_LT(last, 0.05f) << "first loss " << first;
+  EXPECT_EQ(lm.step(), 150);
+  const std::vector<int32_t> prompt = {3, 4, 5};
+  const auto out = lm.generate(prompt, 20, 0.f, 1);  // 20 tokens: the window slides past context 16
+  ASSERT_EQ(out.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(out[i], (6 + i) % 8) << "token " << i;
+}
+
+TEST(LanguageModel, SameSeedSameResultAndThreadCountDoesNotChangeIt) {
+  std::vector<int32_t> in, tg;
+  pattern_batch(in, tg, 3, 12, 8, 1);
+  std::vector<float> losses[2];
+  for (int run = 0; run < 2; ++run) {
+    set_num_threads(run == 0 ? 1 : std::min(2, max_threads()));
+    LanguageModel lm(small_config());
+    for (int s = 0; s < 5; ++s) losses[run].push_back(lm.train_step(in, tg, 3, 12));
+  }
+  for (int s = 0; s < 5; ++s) EXPECT_EQ(losses[0][s], losses[1][s]) << "step " << s;
+}
+
+TEST(LanguageModel, SamplingIsReproducibleFromTheSeed) {
+  LanguageModel lm(small_config());
+  const std::vector<int32_t> prompt = {1};
+  const auto a = lm.generate(prompt, 30, 1.f, 42), b = lm.generate(prompt, 30, 1.f, 42);
+  const auto c = lm.generate(prompt, 30, 1.f, 43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  for (int32_t t : a) EXPECT_TRUE(t >= 0 && t < 8);
+  EXPECT_TRUE(lm.generate(prompt, 0, 1.f, 1).empty());
+}
+
+TEST(LanguageModel, RejectsBadConfigsNamingTheField) {
+  auto make = [](auto edit) {
+    return message_of([&] {
+      auto c = small_config();
+      edit(c);
+      LanguageModel lm(c);
+    });
+  };
+  EXPECT_NE(make([](auto& c) { c.d_model = 30; }).find("d_model = 30 must be divisible by heads = 4"),
+            std::string::npos);
+  EXPECT_NE(make([](auto& c) { c.vocab_size = 0; }).find("vocab_size = 0"), std::string::npos);
+  EXPECT_NE(make([](auto& c) { c.context = -1; }).find("context = -1"), std::string::npos);
+  EXPECT_NE(make([](auto& c) { c.layers = 0; }).find("layers = 0"), std::string::npos);
+  EXPECT_NE(make([](auto& c) { c.heads = 0; }).find("heads = 0"), std::string::npos);
+  AdamWConfig bad;
+  bad.lr = -1.f;
+  EXPECT_NE(message_of([&] { LanguageModel lm(small_config(), bad); }).find("lr = -1"), std::string::npos);
+}
+
+TEST(LanguageModel, RejectsBadBatchesAndStaysUsable) {
+  LanguageModel lm(small_config());
+  std::vector<int32_t> in, tg;
+  pattern_batch(in, tg, 2, 8, 8, 0);
+  const float before = lm.evaluate(in, tg, 2, 8);
+
+  auto bad_in = in;
+  bad_in[3] = 99;
+  EXPECT_NE(message_of([&] {
+              lm.train_step(bad_in, tg, 2, 8);
+            }).find("inputs[3] = 99 is out of range: expected a token id in [0, 8)"),
+            std::string::npos);
+  auto bad_tg = tg;
+  bad_tg[0] = -1;
+  EXPECT_NE(message_of([&] { lm.train_step(in, bad_tg, 2, 8); }).find("targets[0] = -1"), std::string::npos);
+  EXPECT_NE(message_of([&] { lm.train_step(in, tg, 0, 8); }).find("batch = 0"), std::string::npos);
+  EXPECT_NE(message_of([&] { lm.train_step(in, tg, 1, 17); }).find("seq = 17"), std::string::npos);
+  EXPECT_NE(message_of([&] { lm.train_step(in, tg, 4, 8); }).find("inputs has 16 tokens"), std::string::npos);
+  EXPECT_NE(message_of([&] { lm.generate({}, 5, 1.f, 1); }).find("prompt is empty"), std::string::npos);
+  const std::vector<int32_t> p = {1};
+  EXPECT_NE(message_of([&] { lm.generate(p, -2, 1.f, 1); }).find("max_tokens = -2"), std::string::npos);
+  EXPECT_NE(message_of([&] { lm.generate(p, 2, NAN, 1); }).find("temperature"), std::string::npos);
+
+  EXPECT_EQ(lm.step(), 0);  // nothing was applied
+  EXPECT_EQ(lm.evaluate(in, tg, 2, 8), before);
+  EXPECT_TRUE(std::isfinite(lm.train_step(in, tg, 2, 8)));
+}
+
+TEST(LanguageModel, NonFiniteLossStopsTheStepAndKeepsTheWeights) {
+  LanguageModel lm(small_config());
+  std::vector<int32_t> in, tg;
+  pattern_batch(in, tg, 2, 8, 8, 0);
+  auto params = lm.parameters();
+  params[0].value[0] = INFINITY;  // a poisoned embedding row
+  std::vector<float> snapshot;
+  for (auto& p : params) snapshot.insert(snapshot.end(), p.value.begin(), p.value.end());
+  EXPECT_NE(message_of([&] { lm.train_step(in, tg, 2, 8); }).find("is not finite"), std::string::npos);
+  size_t k = 0;
+  for (auto& p : params)
+    for (float v : p.value) {
+      const float s = snapshot[k++];
+      ASSERT_TRUE(v == s || (std::isnan(v) && std::isnan(s)));
+    }
+  EXPECT_EQ(lm.step(), 0);
+}
+
+TEST(LanguageModel, ParameterCountAndNames) {
+  const auto c = small_config();
+  LanguageModel lm(c);
+  const size_t C = 32, F = 128, per_layer = 2 * (2 * C) + (3 * C * C + 3 * C) + (C * C + C) + (F * C + F) + (C * F + C);
+  EXPECT_EQ(lm.num_parameters(), 8 * C + 16 * C + 2 * per_layer + 2 * C);
+  EXPECT_STREQ(lm.parameters()[0].name, "tok_emb.weight");
+  EXPECT_STREQ(lm.parameters()[4].name, "layers.0.self_attn.in_proj_weight");
+  EXPECT_STREQ(lm.parameters().back().name, "norm.bias");
+}
+
+}  // namespace
+}  // namespace qkv

@@ -1,0 +1,30 @@
+#pragma once
+// Shared helpers for the native tests: seeded random data and instruction-set sweeps.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "qkv/cpu.h"
+#include "runtime/random.h"
+
+namespace qkv::test {
+
+inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
+  Rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = static_cast<float>(rng.normal()) * scale;
+  return v;
+}
+
+// Runs fn once per instruction set available here (scalar included), then restores the best one.
+template <class F>
+void for_each_isa(F&& fn) {
+  const auto isas = available_isas();
+  for (const auto& isa : isas) {
+    force_isa(isa);
+    fn(isa);
+  }
+  force_isa(isas.front());
+}
+
+}  // namespace qkv::test
