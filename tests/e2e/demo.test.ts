@@ -1,0 +1,147 @@
+// Opens the built demo in headless Chromium: the page must be cross-origin isolated, train threaded, and the
+// loss must fall below LOSS_THRESHOLD within TRAIN_TIMEOUT_MS; a sample must appear; no console errors.
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { preview, type PreviewServer } from "vite";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const artifacts = path.join(root, "tests/e2e/artifacts");
+const CHROMIUM = "/usr/bin/chromium";
+/** ln(vocab) of the demo text is about 4.1; a char model that has learned letters and words is well below. */
+const LOSS_THRESHOLD = Number(process.env.QKV_E2E_LOSS ?? 2.5);
+const TRAIN_TIMEOUT_MS = 120_000;
+
+interface DemoState {
+  state: string;
+  crossOriginIsolated: boolean;
+  threaded: boolean | null;
+  threads: number | null;
+  simd: string | null;
+  step: number;
+  lastLoss: number | null;
+  firstLoss: number | null;
+  sampleStep: number;
+  sample: string;
+  error: string | null;
+}
+declare global {
+  interface Window {
+    __qkv?: DemoState;
+  }
+}
+
+let server: PreviewServer;
+let context: BrowserContext;
+let page: Page;
+let userDataDir: string;
+const consoleErrors: string[] = [];
+
+beforeAll(async () => {
+  if (!existsSync(path.join(root, "demo/dist/index.html"))) {
+    throw new Error("demo/dist is missing: run `npm run build:web && npm run build:demo` first");
+  }
+  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium`);
+  server = await preview({
+    configFile: path.join(root, "demo/vite.config.ts"),
+    logLevel: "warn",
+    preview: { host: "127.0.0.1", port: 0, strictPort: false, open: false },
+  });
+  userDataDir = mkdtempSync(path.join(os.tmpdir(), "qkv-e2e-"));
+  context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: { width: 1000, height: 1000 },
+  });
+  page = context.pages()[0] ?? (await context.newPage());
+  page.on("console", (m) => {
+    if (m.type() === "error") consoleErrors.push(`${m.text()} (${m.location().url})`);
+  });
+  page.on("pageerror", (e) => consoleErrors.push(`pageerror: ${e.message}`));
+});
+
+afterAll(async () => {
+  await context?.close();
+  await server?.close();
+  if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
+});
+
+/** Awaits a page wait; on failure saves a screenshot and reports the demo's state. */
+async function until(wait: Promise<unknown>, what: string): Promise<void> {
+  try {
+    await wait;
+  } catch (e) {
+    mkdirSync(artifacts, { recursive: true });
+    await page.screenshot({ path: path.join(artifacts, "demo-failed.png"), fullPage: true }).catch(() => {});
+    const state = await page.evaluate(() => window.__qkv).catch(() => undefined);
+    throw new Error(`waiting for ${what}: ${(e as Error).message}\ndemo state: ${JSON.stringify(state)}\nconsole errors: ${JSON.stringify(consoleErrors)}`);
+  }
+}
+
+describe("demo in headless Chromium", () => {
+  it("is cross-origin isolated, trains threaded, the loss falls and a sample appears", async () => {
+    const url = server.resolvedUrls?.local[0];
+    expect(url, "vite preview reported no local URL").toBeTruthy();
+    const response = await page.goto(url!);
+    expect(response?.status()).toBe(200);
+    expect(response?.headers()["cross-origin-opener-policy"]).toBe("same-origin");
+    expect(response?.headers()["cross-origin-embedder-policy"]).toBe("require-corp");
+    expect(await page.evaluate(() => globalThis.crossOriginIsolated)).toBe(true);
+
+    await page.waitForFunction(() => window.__qkv?.threaded != null || window.__qkv?.state === "error", null, {
+      timeout: 30_000,
+    });
+    const loaded = (await page.evaluate(() => window.__qkv))!;
+    expect(loaded.error).toBeNull();
+    expect(loaded.crossOriginIsolated).toBe(true);
+    expect(loaded.threaded).toBe(true);
+    expect(loaded.threads).toBeGreaterThan(1);
+    expect(loaded.simd).toBeTruthy();
+    await expect
+      .poll(() => page.textContent("#status"))
+      .toMatch(new RegExp(`threaded: ${loaded.threads} threads`));
+
+    const t0 = Date.now();
+    await until(page.waitForFunction(
+      (threshold) => {
+        const s = window.__qkv;
+        return s?.state === "error" || (s?.lastLoss != null && s.step >= 10 && s.lastLoss < threshold);
+      },
+      LOSS_THRESHOLD,
+      { timeout: TRAIN_TIMEOUT_MS, polling: 250 },
+    ), `the loss to fall below ${LOSS_THRESHOLD}`);
+    const trained = (await page.evaluate(() => window.__qkv))!;
+    expect(trained.error).toBeNull();
+    console.log(
+      `e2e: ${trained.threads} threads, SIMD ${trained.simd}: loss ${trained.firstLoss?.toFixed(3)} -> ` +
+        `${trained.lastLoss?.toFixed(3)} (< ${LOSS_THRESHOLD}) at step ${trained.step}, ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+    );
+    expect(trained.firstLoss!).toBeGreaterThan(LOSS_THRESHOLD + 1);
+    expect(trained.lastLoss!).toBeLessThan(LOSS_THRESHOLD);
+    // The status element mirrors the state for non-JS readers.
+    const dataLoss = Number(await page.getAttribute("#status", "data-loss"));
+    expect(dataLoss).toBeLessThan(LOSS_THRESHOLD + 0.5);
+
+    await until(page.waitForFunction(() => (window.__qkv?.sampleStep ?? 0) > 0, null, { timeout: 60_000 }), "a sample");
+    const sample = (await page.evaluate(() => window.__qkv!.sample))!;
+    expect(sample.length).toBeGreaterThan(50);
+    expect(await page.textContent("#sample")).toBe(sample);
+
+    mkdirSync(artifacts, { recursive: true });
+    await page.screenshot({ path: path.join(artifacts, "demo.png"), fullPage: true });
+    expect(consoleErrors).toEqual([]);
+  });
+});

@@ -1,0 +1,14 @@
+import { fileURLToPath } from "node:url";
+import { defineConfig } from "vitest/config";
+
+// The built demo (demo/dist) in Debian's headless Chromium. Builds nothing: run build:web and build:demo first.
+export default defineConfig({
+  root: fileURLToPath(new URL("../..", import.meta.url)),
+  test: {
+    include: ["tests/e2e/**/*.test.ts"],
+    environment: "node",
+    pool: "forks",
+    testTimeout: 240_000,
+    hookTimeout: 60_000,
+  },
+});

@@ -1,0 +1,29 @@
+// Loading: a wrong wasmPath fails clearly and can be retried; the single-threaded build also trains in Node.
+import { describe, expect, it } from "vitest";
+import { CharTokenizer, init, LanguageModel } from "../../web/dist/node.js";
+import { PATTERN_TEXT, rng, sampleBatch } from "./helpers.js";
+
+describe("init", () => {
+  it("names the file it could not read and how to fix it, then loads on retry", async () => {
+    await expect(init({ wasmPath: "/nonexistent/qkv-build" })).rejects.toThrow(
+      /cannot read \/nonexistent\/qkv-build\/qkv\.wasm.*init\(\{ wasmPath \}\)/,
+    );
+    await expect(init({ threads: 0, threaded: false })).rejects.toThrow(/threads must be a positive integer, got 0/);
+    const info = await init({ threaded: false, threads: 4 });
+    expect(info).toMatchObject({ threaded: false, threads: 1 });
+  });
+
+  it("the single-threaded build trains", async () => {
+    const tok = CharTokenizer.fromText(PATTERN_TEXT);
+    const data = tok.encode(PATTERN_TEXT);
+    using model = await LanguageModel.create({ vocabSize: tok.size, context: 16, dModel: 32, heads: 4, layers: 1, lr: 1e-2 });
+    const random = rng(5);
+    const losses: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const { inputs, targets } = sampleBatch(data, 4, 16, random);
+      losses.push((await model.trainStep(inputs, targets, { batch: 4 })).loss);
+    }
+    expect(losses.at(-1)!).toBeLessThan(0.75 * losses[0]!);
+    await expect(model.trainStep(Int32Array.of(0, 99), Int32Array.of(0, 1))).rejects.toThrow(/inputs\[1\] = 99 is out of range/);
+  });
+});

@@ -1,0 +1,51 @@
+// The package as a consumer sees it: Node resolves "qkv" through the exports map to the Node entry, and the
+// browser entry's module graph imports no Node built-in.
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { describeCore, type QkvCore } from "../../web/dist/core.js";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+
+describe("package", () => {
+  it('`import "qkv"` in Node loads the threaded core and trains', () => {
+    const script = `
+      import { init, LanguageModel } from "qkv";
+      const info = await init({ threads: 2 });
+      const m = await LanguageModel.create({ vocabSize: 5, context: 4, dModel: 8, heads: 2, layers: 1 });
+      const { loss } = await m.trainStep(Int32Array.of(0, 1, 2, 3), Int32Array.of(1, 2, 3, 4));
+      m.dispose();
+      console.log(JSON.stringify({ ...info, loss }));
+      process.exit(0);`;
+    const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { cwd: root, encoding: "utf8", timeout: 60_000 });
+    const r = JSON.parse(out.trim().split("\n").at(-1)!) as { threaded: boolean; threads: number; loss: number };
+    expect(r.threaded).toBe(true);
+    expect(r.threads).toBe(2);
+    expect(Math.abs(r.loss - Math.log(5))).toBeLessThan(0.5);
+  });
+
+  it("the browser entry imports no Node module", () => {
+    const seen = new Set<string>();
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      const src = readFileSync(file, "utf8");
+      for (const m of src.matchAll(/(?:import|export)[^"']*?from\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/g)) {
+        const spec = (m[1] ?? m[2])!;
+        expect(spec.startsWith(".") ? spec : `bare import ${spec} in ${file}`).toMatch(/^\./);
+        visit(path.resolve(path.dirname(file), spec));
+      }
+      expect(src).not.toMatch(/\brequire\(|node:/);
+    };
+    visit(path.join(root, "web/dist/browser.js"));
+    expect(seen.size).toBeGreaterThan(3);
+    expect([...seen].map((f) => path.basename(f))).not.toContain("node.js");
+  });
+
+  it("the package version is checked against the core's", () => {
+    const fake = { version: () => "9.9.9", threaded: () => true, numThreads: () => 1, simd: () => "x" } as unknown as QkvCore;
+    expect(() => describeCore(fake, 1)).toThrow(/the loaded \.wasm is version 9\.9\.9 but this package is 0\.1\.0/);
+  });
+});

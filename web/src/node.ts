@@ -1,0 +1,63 @@
+// Node entry: the core runs on the caller's thread (its pthreads on worker_threads); the .wasm is read from disk.
+
+import { readFile } from "node:fs/promises";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { Engine, describeCore, toError, type CoreFactory } from "./core.js";
+import { MAX_DEFAULT_THREADS, setPlatform, type Backend } from "./platform.js";
+
+const require = createRequire(import.meta.url);
+
+function wasmDir(wasmPath: string | URL | undefined): string {
+  if (wasmPath === undefined) return fileURLToPath(new URL("./wasm/", import.meta.url));
+  if (wasmPath instanceof URL || wasmPath.startsWith("file:")) return fileURLToPath(wasmPath);
+  if (typeof wasmPath !== "string") throw new Error(`wasmPath must be a folder path or file: URL, got ${typeof wasmPath}`);
+  return path.resolve(wasmPath);
+}
+
+setPlatform({
+  defaultThreads() {
+    const n = typeof os.availableParallelism === "function" ? os.availableParallelism() : os.cpus().length;
+    return Math.max(1, Math.min(MAX_DEFAULT_THREADS, n));
+  },
+
+  async load(options) {
+    const threaded = options.threaded ?? true;
+    const dir = wasmDir(options.wasmPath);
+    const stem = threaded ? "qkv" : "qkv-st";
+    const gluePath = path.join(dir, `${stem}.js`);
+    const wasmPath = path.join(dir, `${stem}.wasm`);
+    const howToFix = 'run "npm run build:web", or point init({ wasmPath }) at the folder holding the qkv build';
+    let factory: CoreFactory;
+    let wasmBinary: Uint8Array;
+    try {
+      wasmBinary = await readFile(wasmPath);
+    } catch (e) {
+      throw new Error(`qkv: cannot read ${wasmPath} (${toError(e).message}); ${howToFix}`);
+    }
+    try {
+      factory = require(gluePath) as CoreFactory;
+    } catch (e) {
+      throw new Error(`qkv: cannot load ${gluePath} (${toError(e).message}); ${howToFix}`);
+    }
+    const threads = threaded ? options.threads : 1;
+    const core = await factory({ wasmBinary, qkvThreads: threads });
+    const info = describeCore(core, threads);
+    const engine = new Engine(core);
+    const backend: Backend = {
+      async call(type, input) {
+        try {
+          // The request union is keyed by type; the cast pairs them up again.
+          return engine.handle({ type, id: 0, in: input } as Parameters<Engine["handle"]>[0]) as never;
+        } catch (e) {
+          throw toError(e);
+        }
+      },
+    };
+    return { backend, info };
+  },
+});
+
+export * from "./index.js";

@@ -1,0 +1,57 @@
+// The browser Worker that hosts the core (a classic worker: bundled to one plain script, no imports at run
+// time). It loads the Emscripten glue with importScripts and serves requests with the direct API of core.ts.
+
+import { Engine, describeCore, toError, type CoreFactory } from "./core.js";
+import type { LoadPlan, Request, Response } from "./protocol.js";
+import type { RuntimeInfo } from "./types.js";
+
+const scope = self as unknown as DedicatedWorkerGlobalScope & { createQkvCore?: CoreFactory };
+let engine: Engine | undefined;
+
+async function load(p: LoadPlan): Promise<RuntimeInfo> {
+  const override = "point init({ wasmPath }) at the folder holding qkv.js and qkv.wasm";
+  let wasmBinary: Uint8Array;
+  try {
+    const res = await fetch(p.wasmUrl);
+    if (!res.ok) throw new Error(`HTTP ${res.status} ${res.statusText}`);
+    wasmBinary = new Uint8Array(await res.arrayBuffer());
+  } catch (e) {
+    throw new Error(`qkv: cannot load ${p.wasmUrl} (${toError(e).message}); ${override}`);
+  }
+  try {
+    scope.importScripts(p.glueUrl);
+  } catch (e) {
+    throw new Error(`qkv: cannot load ${p.glueUrl} (${toError(e).message}); ${override}`);
+  }
+  const factory = scope.createQkvCore;
+  if (typeof factory !== "function") throw new Error(`qkv: ${p.glueUrl} did not define createQkvCore; ${override}`);
+  const core = await factory({
+    wasmBinary,
+    // Emscripten asks for its files by name; the bundler may have renamed them.
+    locateFile: (file) => (file.endsWith(".worker.js") ? p.pthreadWorkerUrl ?? file : file.endsWith(".wasm") ? p.wasmUrl : file),
+    // pthread workers load the glue from here (inside a worker Emscripten would pick this worker's own URL).
+    mainScriptUrlOrBlob: p.glueUrl,
+    qkvThreads: p.threads,
+  });
+  engine = new Engine(core);
+  return describeCore(core, p.threads);
+}
+
+async function serve(req: Request): Promise<Response> {
+  try {
+    if (req.type === "init") return { id: req.id, out: await load(req.in) };
+    if (!engine) throw new Error("qkv: the core is not loaded yet (init() first)");
+    return { id: req.id, out: engine.handle(req) };
+  } catch (e) {
+    const err = toError(e);
+    return { id: req.id, err: { name: err.name, message: err.message } };
+  }
+}
+
+scope.onmessage = (e: MessageEvent<Request>) => {
+  void serve(e.data).then((r) => {
+    const out = "out" in r ? r.out : null;
+    const transfer = out !== null && "tokens" in out ? [out.tokens.buffer] : [];
+    scope.postMessage(r, transfer);
+  });
+};
