@@ -25,8 +25,6 @@ export default defineConfig({
     outDir: "dist",
     emptyOutDir: true,
     target: "es2022",
-    // Never inline the wasm glue or workers as data: URLs; workers must be same-origin files.
-    assetsInlineLimit: 0,
   },
   server: { headers: isolationHeaders, host: "127.0.0.1", port: DEMO_PORT, strictPort: true },
   preview: { headers: isolationHeaders, host: "127.0.0.1", port: DEMO_PORT, strictPort: true },

@@ -144,4 +144,44 @@ describe("demo in headless Chromium", () => {
     await page.screenshot({ path: path.join(artifacts, "demo.png"), fullPage: true });
     expect(consoleErrors).toEqual([]);
   });
+
+  it("without COOP/COEP falls back to the single-threaded build, warns once naming the headers, and trains", async () => {
+    // The same build served with no isolation headers (no config file: nothing to merge them from).
+    const plain = await preview({
+      configFile: false,
+      root: path.join(root, "demo"),
+      base: "./",
+      logLevel: "warn",
+      build: { outDir: "dist" },
+      preview: { host: "127.0.0.1", port: 0, strictPort: false, open: false },
+    });
+    const p = await context.newPage();
+    const warnings: string[] = [];
+    const errors: string[] = [];
+    p.on("console", (m) => {
+      if (m.type() === "warning") warnings.push(m.text());
+      if (m.type() === "error") errors.push(m.text());
+    });
+    try {
+      const response = await p.goto(plain.resolvedUrls!.local[0]!);
+      expect(response?.headers()["cross-origin-opener-policy"]).toBeUndefined();
+      expect(await p.evaluate(() => globalThis.crossOriginIsolated)).toBe(false);
+      await p.waitForFunction(() => window.__qkv?.state === "error" || (window.__qkv?.step ?? 0) >= 5, null, {
+        timeout: 60_000,
+      });
+      const s = (await p.evaluate(() => window.__qkv))!;
+      expect(s.error).toBeNull();
+      expect(s).toMatchObject({ crossOriginIsolated: false, threaded: false, threads: 1 });
+      expect(s.lastLoss).toBeGreaterThan(0);
+      expect(await p.textContent("#status")).toMatch(/single-threaded/);
+      const fallback = warnings.filter((w) => w.includes("not cross-origin isolated"));
+      expect(fallback).toHaveLength(1);
+      expect(fallback[0]).toContain("Cross-Origin-Opener-Policy: same-origin");
+      expect(fallback[0]).toContain("Cross-Origin-Embedder-Policy: require-corp");
+      expect(errors).toEqual([]);
+    } finally {
+      await p.close();
+      await plain.close();
+    }
+  });
 });

@@ -117,7 +117,7 @@ describe("bad input rejects with an Error naming the argument, and the model sta
     await rejects(model.trainStep(inputs, targets, { batch: "4" as unknown as number, seq: SEQ }), /batch must be a positive integer.*"4"/);
     await rejects(model.generate("ab" as unknown as Int32Array, { maxTokens: 3 }), /prompt must be an Int32Array/);
     await rejects(model.generate(tok.encode("a"), { maxTokens: 2.5 }), /options.maxTokens must be a positive integer.*2.5/);
-    await rejects(model.generate(tok.encode("a"), { maxTokens: 2, temperature: Number.NaN }), /options.temperature must be a finite number > 0.*NaN/);
+    await rejects(model.generate(tok.encode("a"), { maxTokens: 2, temperature: Number.NaN }), /options.temperature must be a finite number >= 0.*NaN/);
     await rejects(LanguageModel.create({ ...CONFIG, vocabSize: "65" as unknown as number }), /config.vocabSize must be a positive integer.*"65"/);
     await rejects(LanguageModel.create({ ...CONFIG, dModle: 8 } as unknown as typeof CONFIG), /config.dModle is not a LanguageModel option/);
   });

@@ -36,7 +36,8 @@ function plan(threaded: boolean, threads: number, wasmPath: string | URL | undef
         threads,
         glueUrl: new URL("./wasm/qkv.js", import.meta.url).href,
         wasmUrl: new URL("./wasm/qkv.wasm", import.meta.url).href,
-        pthreadWorkerUrl: new URL("./wasm/qkv.worker.js", import.meta.url).href,
+        // ?no-inline: Vite would otherwise inline this small script as a data: URL, which cannot host a pthread.
+        pthreadWorkerUrl: new URL("./wasm/qkv.worker.js?no-inline", import.meta.url).href,
       }
     : {
         threaded,

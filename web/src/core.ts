@@ -10,6 +10,7 @@ export interface CoreLanguageModel {
   trainStep(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): number;
   evaluate(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): number;
   generate(prompt: Int32Array, maxTokens: number, temperature: number, seed: number): Int32Array;
+  setLearningRate(lr: number): void;
   numParameters(): number;
   delete(): void;
 }
@@ -91,6 +92,9 @@ export class Engine {
         const tokens = Int32Array.from(this.get(model).generate(prompt, maxTokens, temperature, seed));
         return { tokens };
       }
+      case "setLearningRate":
+        this.get(req.in.model).setLearningRate(req.in.lr);
+        return null;
       case "dispose": {
         const m = this.models.get(req.in.model);
         if (m) {

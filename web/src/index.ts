@@ -10,7 +10,7 @@ import type {
   RuntimeInfo,
   StepResult,
 } from "./types.js";
-import { checkBatch, checkConfig, checkGenerate, describe, positiveInt } from "./validate.js";
+import { checkBatch, checkConfig, checkGenerate, describe, positiveFinite, positiveInt } from "./validate.js";
 
 export type { BatchShape, GenerateOptions, InitOptions, LanguageModelConfig, RuntimeInfo, StepResult } from "./types.js";
 export { CharTokenizer } from "./tokenizer.js";
@@ -118,6 +118,12 @@ export class LanguageModel {
     this.#alive("generate");
     const { tokens } = await this.#backend.call("generate", { model: this.#id, ...checkGenerate(prompt, options) });
     return tokens;
+  }
+
+  /** Sets the AdamW learning rate of the following steps (for a schedule: warm-up, cosine decay). */
+  async setLearningRate(lr: number): Promise<void> {
+    this.#alive("setLearningRate");
+    await this.#backend.call("setLearningRate", { model: this.#id, lr: positiveFinite("lr", lr) });
   }
 
   /** Frees the model's wasm memory. Later calls reject; calling it twice is harmless. */

@@ -25,6 +25,7 @@ export interface Calls {
     in: { model: number; prompt: Int32Array; maxTokens: number; temperature: number; seed: number };
     out: { tokens: Int32Array };
   };
+  setLearningRate: { in: { model: number; lr: number }; out: null };
   dispose: { in: { model: number }; out: null };
 }
 

@@ -59,6 +59,8 @@ export interface LanguageModelConfig {
   eps?: number;
   /** AdamW decoupled weight decay. Default 0.1. */
   weightDecay?: number;
+  /** Clip the global gradient norm to this value before each update (0: no clipping). Default 1. */
+  gradClip?: number;
 }
 
 /**
@@ -80,7 +82,7 @@ export interface StepResult {
 export interface GenerateOptions {
   /** Number of new tokens to sample. */
   maxTokens: number;
-  /** Softmax temperature, > 0. Default 1. */
+  /** Softmax temperature, >= 0; 0 picks the most likely token (greedy). Default 1. */
   temperature?: number;
   /** Seed of the sampler (an integer in [0, 2^32)). Default: a random seed. */
   seed?: number;

@@ -65,10 +65,16 @@ export function checkConfig(config: unknown): LanguageModelConfig {
   if (c.seed !== undefined) out.seed = nonNegativeInt("config.seed", c.seed, 0xffffffff);
   if (c.lr !== undefined) out.lr = positiveFinite("config.lr", c.lr);
   if (c.eps !== undefined) out.eps = positiveFinite("config.eps", c.eps);
+  if (c.gradClip !== undefined) {
+    if (typeof c.gradClip !== "number" || !Number.isFinite(c.gradClip) || c.gradClip < 0) {
+      throw new Error(`config.gradClip must be a finite number >= 0, got ${describe(c.gradClip)}`);
+    }
+    out.gradClip = c.gradClip;
+  }
   for (const k of ["beta1", "beta2", "weightDecay"] as const) {
     if (c[k] !== undefined) out[k] = finiteNumber(`config.${k}`, c[k]);
   }
-  const known = new Set<string>([...CONFIG_INTS, "dFF", "seed", "lr", "eps", "beta1", "beta2", "weightDecay"]);
+  const known = new Set<string>([...CONFIG_INTS, "dFF", "seed", "lr", "eps", "beta1", "beta2", "weightDecay", "gradClip"]);
   for (const k of Object.keys(c)) {
     if (!known.has(k)) throw new Error(`config.${k} is not a LanguageModel option (known: ${[...known].join(", ")})`);
   }
@@ -119,7 +125,13 @@ export function checkGenerate(
   }
   const o = options as GenerateOptions;
   const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
-  const temperature = o.temperature === undefined ? 1 : positiveFinite("options.temperature", o.temperature);
+  let temperature = 1;
+  if (o.temperature !== undefined) {
+    if (typeof o.temperature !== "number" || !Number.isFinite(o.temperature) || o.temperature < 0) {
+      throw new Error(`options.temperature must be a finite number >= 0 (0: greedy), got ${describe(o.temperature)}`);
+    }
+    temperature = o.temperature;
+  }
   const seed =
     o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed, 0xffffffff);
   return { prompt: p, maxTokens, temperature, seed };
