@@ -1,5 +1,6 @@
 #pragma once
 // Everything a C++ user of qkv includes.
+#include "qkv/cpu.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 #include "qkv/tensor.h"

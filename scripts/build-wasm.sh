@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the two WebAssembly variants of the core: build/wasm (SIMD128 + pthreads) and build/wasm-st
+# (SIMD128, single-threaded fallback).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NODE_PATH=/usr/share/nodejs  # Emscripten's JS optimizer needs Debian's acorn (TOOLCHAIN.md)
+jobs=$(nproc)
+for preset in wasm wasm-st; do
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+done
+ls -l build/wasm/qkv.js build/wasm/qkv.wasm build/wasm/qkv.worker.js build/wasm-st/qkv-st.js build/wasm-st/qkv-st.wasm
