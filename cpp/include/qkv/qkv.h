@@ -1,6 +1,7 @@
 #pragma once
 // Everything a C++ user of qkv includes.
 #include "qkv/cpu.h"
+#include "qkv/device.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 #include "qkv/tensor.h"

@@ -1,0 +1,13 @@
+#pragma once
+// Which compute devices this build can use. CUDA is compiled in when the build found nvcc (the native
+// preset's AUTO mode); cuda_device_count() is 0 when it was not, or when no GPU is present.
+#include <string>
+
+namespace qkv {
+
+bool cuda_built();
+int cuda_device_count();
+// A one-line description for logs and `--help`, e.g. "cpu (avx512, 2 threads); cuda: not built".
+std::string device_summary();
+
+}  // namespace qkv
