@@ -11,8 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const artifacts = path.join(root, "tests/e2e/artifacts");
 const CHROMIUM = "/usr/bin/chromium";
-/** ln(vocab) of the demo text is about 4.1; a char model that has learned letters and words is well below. */
-const LOSS_THRESHOLD = Number(process.env.QKV_E2E_LOSS ?? 2.5);
+/**
+ * ln(vocab) of the demo text is ln 58 = 4.06. Measured here (2 cores, headless Chromium 156): the mean of the
+ * last 10 losses passes 2.5 at ~6 s (step ~140), 2.2 at ~22 s (step ~500), 1.9 at ~45 s; 120 s is a wide bound.
+ */
+const LOSS_THRESHOLD = 2.2;
 const TRAIN_TIMEOUT_MS = 120_000;
 
 interface DemoState {

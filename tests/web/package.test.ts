@@ -10,7 +10,7 @@ import { describeCore, type QkvCore } from "../../web/dist/core.js";
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
 describe("package", () => {
-  it('`import "qkv"` in Node loads the threaded core and trains', () => {
+  it(`import "qkv" in Node loads the threaded core, trains, and lets the process exit`, () => {
     const script = `
       import { init, LanguageModel } from "qkv";
       const info = await init({ threads: 2 });
@@ -18,7 +18,7 @@ describe("package", () => {
       const { loss } = await m.trainStep(Int32Array.of(0, 1, 2, 3), Int32Array.of(1, 2, 3, 4));
       m.dispose();
       console.log(JSON.stringify({ ...info, loss }));
-      process.exit(0);`;
+      // No process.exit(): the process must end by itself (the pthread pool must not hold it open).`;
     const out = execFileSync(process.execPath, ["--input-type=module", "-e", script], { cwd: root, encoding: "utf8", timeout: 60_000 });
     const r = JSON.parse(out.trim().split("\n").at(-1)!) as { threaded: boolean; threads: number; loss: number };
     expect(r.threaded).toBe(true);
@@ -47,5 +47,18 @@ describe("package", () => {
   it("the package version is checked against the core's", () => {
     const fake = { version: () => "9.9.9", threaded: () => true, numThreads: () => 1, simd: () => "x" } as unknown as QkvCore;
     expect(() => describeCore(fake, 1)).toThrow(/the loaded \.wasm is version 9\.9\.9 but this package is 0\.1\.0/);
+  });
+});
+
+describe("types", () => {
+  it("the published .d.ts type-checks a consumer under --strict with lib ESNext + WebWorker", () => {
+    const tsc = path.join(root, "node_modules/typescript/bin/tsc");
+    let errors = "";
+    try {
+      execFileSync(process.execPath, [tsc, "-p", "tests/web/consumer/tsconfig.json"], { cwd: root, encoding: "utf8" });
+    } catch (e) {
+      errors = String((e as { stdout?: string }).stdout) || String(e);
+    }
+    expect(errors).toBe("");
   });
 });

@@ -17,6 +17,16 @@ function wasmDir(wasmPath: string | URL | undefined): string {
   return path.resolve(wasmPath);
 }
 
+/**
+ * Lets Node exit while the core is loaded: the pthread pool's worker_threads would otherwise keep the
+ * process alive forever. They only work while a call from this thread runs, so nothing is cut short.
+ */
+function allowExit(core: object): void {
+  type NodeWorker = { unref?: () => void };
+  const pthread = (core as { PThread?: { unusedWorkers?: NodeWorker[]; runningWorkers?: NodeWorker[] } }).PThread;
+  for (const w of [...(pthread?.unusedWorkers ?? []), ...(pthread?.runningWorkers ?? [])]) w.unref?.();
+}
+
 setPlatform({
   defaultThreads() {
     const n = typeof os.availableParallelism === "function" ? os.availableParallelism() : os.cpus().length;
@@ -45,6 +55,7 @@ setPlatform({
     const threads = threaded ? options.threads : 1;
     const core = await factory({ wasmBinary, qkvThreads: threads });
     const info = describeCore(core, threads);
+    allowExit(core);
     const engine = new Engine(core);
     const backend: Backend = {
       async call(type, input) {
