@@ -121,7 +121,8 @@ describe("demo in headless Chromium", () => {
     await until(page.waitForFunction(
       (threshold) => {
         const s = window.__qkv;
-        return s?.state === "error" || (s?.lastLoss != null && s.step >= 10 && s.lastLoss < threshold);
+        if (s?.state === "error" || s?.state === "done") return true; // the asserts below say what went wrong
+        return s?.lastLoss != null && s.step >= 10 && s.lastLoss < threshold;
       },
       LOSS_THRESHOLD,
       { timeout: TRAIN_TIMEOUT_MS, polling: 250 },
