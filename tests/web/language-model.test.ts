@@ -77,6 +77,27 @@ describe("LanguageModel", () => {
     m.dispose();
   });
 
+  it("setLearningRate changes the step size: ~0 leaves the loss as it was, a large one lowers it", async () => {
+    const m = await LanguageModel.create({ ...CONFIG, seed: 12, weightDecay: 0 });
+    const { inputs, targets } = sampleBatch(data, BATCH, SEQ, rng(9));
+    const before = (await m.evaluate(inputs, targets, { batch: BATCH })).loss;
+    await m.setLearningRate(1e-12);
+    await m.trainStep(inputs, targets, { batch: BATCH });
+    const tiny = (await m.evaluate(inputs, targets, { batch: BATCH })).loss;
+    expect(Math.abs(tiny - before)).toBeLessThan(1e-4);
+    await m.setLearningRate(1e-2);
+    for (let i = 0; i < 3; i++) await m.trainStep(inputs, targets, { batch: BATCH });
+    const after = (await m.evaluate(inputs, targets, { batch: BATCH })).loss;
+    expect(after).toBeLessThan(before - 0.1);
+    await expect(m.setLearningRate(-1)).rejects.toThrow(/lr must be a finite number > 0, got -1/);
+    if (typeof Symbol.dispose === "symbol") {
+      m[Symbol.dispose]();
+      expect(m.disposed).toBe(true);
+    } else {
+      m.dispose();
+    }
+  });
+
   it("derives the batch shape from the array length", async () => {
     const { inputs, targets } = sampleBatch(data, 2, SEQ, random);
     const a = await model.evaluate(inputs, targets, { batch: 2 });
