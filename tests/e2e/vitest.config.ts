@@ -8,6 +8,8 @@ export default defineConfig({
     include: ["tests/e2e/**/*.test.ts"],
     environment: "node",
     pool: "forks",
+    // One browser at a time: the demo's timing must not share the 2 cores with another test file.
+    fileParallelism: false,
     testTimeout: 240_000,
     hookTimeout: 60_000,
   },

@@ -15,6 +15,11 @@ async function load(p: LoadPlan): Promise<RuntimeInfo> {
     const res = await fetch(p.wasmUrl);
     if (!res.ok) throw new Error(`HTTP ${res.status} ${res.statusText}`);
     wasmBinary = new Uint8Array(await res.arrayBuffer());
+    // "\0asm": a server's HTML fallback page (HTTP 200) is not a module.
+    const magic = [0x00, 0x61, 0x73, 0x6d];
+    if (!magic.every((b, i) => wasmBinary[i] === b)) {
+      throw new Error(`not a WebAssembly module: got ${res.headers.get("content-type") ?? "no content type"}`);
+    }
   } catch (e) {
     throw new Error(`qkv: cannot load ${p.wasmUrl} (${toError(e).message}); ${override}`);
   }

@@ -1,0 +1,112 @@
+// The browser entry without a bundler: web/dist served as plain ES modules, the build files loaded from
+// another folder through init({ wasmPath }) (as from a CDN), errors crossing the Worker as Errors.
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium, type BrowserContext } from "playwright-core";
+import { preview, type PreviewServer } from "vite";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+
+const root = fileURLToPath(new URL("../..", import.meta.url));
+const CHROMIUM = "/usr/bin/chromium";
+const ARGS = [
+  "--headless",
+  "--no-sandbox",
+  "--disable-gpu",
+  "--disable-quic",
+  "--no-first-run",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+];
+
+const PAGE = `<!doctype html>
+<meta charset="utf-8">
+<link rel="icon" href="data:,">
+<script type="module">
+  import { init, LanguageModel } from "./pkg/browser.js";
+  const result = {};
+  try {
+    // vite preview answers a missing file with its index.html (HTTP 200), as many static hosts do.
+    await init({ wasmPath: "./missing/" }).catch((e) => { result.badPath = e.message; });
+    result.info = await init({ wasmPath: new URL("./cdn/", location.href) });
+    const m = await LanguageModel.create({ vocabSize: 5, context: 4, dModel: 8, heads: 2, layers: 1, lr: 1e-2 });
+    const x = Int32Array.of(0, 1, 2, 3), y = Int32Array.of(1, 2, 3, 4);
+    result.losses = [];
+    for (let i = 0; i < 20; i++) result.losses.push((await m.trainStep(x, y)).loss);
+    result.outOfRange = await m.trainStep(Int32Array.of(0, 9), Int32Array.of(1, 2)).then(() => "resolved", (e) => e instanceof Error && e.message);
+    result.wrongType = await m.trainStep("ab", y).then(() => "resolved", (e) => e instanceof Error && e.message);
+    result.generated = Array.from(await m.generate(Int32Array.of(0), { maxTokens: 6, temperature: 0 }));
+    m.dispose();
+    result.disposed = await m.evaluate(x, y).then(() => "resolved", (e) => e.message);
+  } catch (e) {
+    result.error = String(e && e.stack || e);
+  }
+  window.__result = result;
+</script>`;
+
+let server: PreviewServer;
+let context: BrowserContext;
+let dir: string;
+
+beforeAll(async () => {
+  if (!existsSync(path.join(root, "web/dist/browser.js"))) throw new Error("web/dist is missing: run `npm run build:web` first");
+  dir = mkdtempSync(path.join(os.tmpdir(), "qkv-pkg-"));
+  cpSync(path.join(root, "web/dist"), path.join(dir, "site/pkg"), { recursive: true });
+  // The build files only under cdn/: the default location (pkg/wasm/) is removed, so only wasmPath can work.
+  cpSync(path.join(dir, "site/pkg/wasm"), path.join(dir, "site/cdn"), { recursive: true });
+  rmSync(path.join(dir, "site/pkg/wasm"), { recursive: true });
+  writeFileSync(path.join(dir, "site/index.html"), PAGE);
+  server = await preview({
+    configFile: false,
+    root: dir,
+    logLevel: "warn",
+    build: { outDir: "site" },
+    preview: {
+      host: "127.0.0.1",
+      port: 0,
+      headers: { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" },
+    },
+  });
+  mkdirSync(path.join(dir, "profile"));
+  context = await chromium.launchPersistentContext(path.join(dir, "profile"), { executablePath: CHROMIUM, headless: true, args: ARGS });
+});
+
+afterAll(async () => {
+  await context?.close();
+  await server?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+describe("browser entry without a bundler", () => {
+  it("loads from wasmPath in a Worker, trains, and rejects bad input with the core's Error", async () => {
+    const page = context.pages()[0] ?? (await context.newPage());
+    const errors: string[] = [];
+    page.on("pageerror", (e) => errors.push(e.message));
+    await page.goto(server.resolvedUrls!.local[0]!);
+    await page.waitForFunction(() => "__result" in window, null, { timeout: 60_000 });
+    const r = (await page.evaluate(() => (window as unknown as { __result: Record<string, unknown> }).__result)) as {
+      error?: string;
+      badPath: string;
+      info: { threaded: boolean; threads: number };
+      losses: number[];
+      outOfRange: string;
+      wrongType: string;
+      generated: number[];
+      disposed: string;
+    };
+    expect(r.error).toBeUndefined();
+    expect(r.badPath).toMatch(/cannot load http:\/\/127\.0\.0\.1:\d+\/missing\/qkv\.wasm \(not a WebAssembly module: got text\/html.*init\(\{ wasmPath \}\)/);
+    expect(r.info.threaded).toBe(true);
+    expect(r.info.threads).toBeGreaterThan(1);
+    expect(r.losses[0]!).toBeGreaterThan(1.2); // ~ln 5
+    expect(r.losses.at(-1)!).toBeLessThan(0.5 * r.losses[0]!);
+    expect(r.outOfRange).toMatch(/inputs\[1\] = 9 is out of range: expected a token id in \[0, 5\)/);
+    expect(r.wrongType).toMatch(/inputs must be an Int32Array.*"ab"/);
+    expect(r.generated).toHaveLength(6);
+    expect(r.generated.every((t) => t >= 0 && t < 5)).toBe(true);
+    expect(r.disposed).toMatch(/evaluate\(\) was called after dispose\(\)/);
+    expect(errors).toEqual([]);
+  });
+});
