@@ -16,6 +16,8 @@ cmake --build --preset native-asan -j "$(nproc)"
 ctest --preset native-asan -j "$(nproc)"
 
 echo "== web tests (Vitest, Node)"
+# The native loss trajectory the wasm parity test compares against.
+./build/native/tests/cpp/qkv_lm_trace > build/native/native-trace.json
 npm run --silent test:web
 
 echo "== end-to-end (headless Chromium)"
