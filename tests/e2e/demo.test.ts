@@ -4,13 +4,14 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import type { DemoState } from "../../demo/src/main.js";
+import { launch } from "./chromium.js";
 import { preview, type PreviewServer } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const artifacts = path.join(root, "tests/e2e/artifacts");
-const CHROMIUM = "/usr/bin/chromium";
 /**
  * ln(vocab) of the demo text is ln 58 = 4.06. Measured here (2 cores, headless Chromium 156): the mean of the
  * last 10 losses passes 2.5 at ~6 s (step ~140), 2.2 at ~22 s (step ~500), 1.9 at ~45 s; 120 s is a wide bound.
@@ -18,19 +19,6 @@ const CHROMIUM = "/usr/bin/chromium";
 const LOSS_THRESHOLD = 2.2;
 const TRAIN_TIMEOUT_MS = 120_000;
 
-interface DemoState {
-  state: string;
-  crossOriginIsolated: boolean;
-  threaded: boolean | null;
-  threads: number | null;
-  simd: string | null;
-  step: number;
-  lastLoss: number | null;
-  firstLoss: number | null;
-  sampleStep: number;
-  sample: string;
-  error: string | null;
-}
 declare global {
   interface Window {
     __qkv?: DemoState;
@@ -47,28 +35,13 @@ beforeAll(async () => {
   if (!existsSync(path.join(root, "demo/dist/index.html"))) {
     throw new Error("demo/dist is missing: run `npm run build:web && npm run build:demo` first");
   }
-  if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium`);
   server = await preview({
     configFile: path.join(root, "demo/vite.config.ts"),
     logLevel: "warn",
     preview: { host: "127.0.0.1", port: 0, strictPort: false, open: false },
   });
   userDataDir = mkdtempSync(path.join(os.tmpdir(), "qkv-e2e-"));
-  context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    viewport: { width: 1000, height: 1000 },
-  });
+  context = await launch(userDataDir, { width: 1000, height: 1000 });
   page = context.pages()[0] ?? (await context.newPage());
   page.on("console", (m) => {
     if (m.type() === "error") consoleErrors.push(`${m.text()} (${m.location().url})`);

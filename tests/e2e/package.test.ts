@@ -4,22 +4,12 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } fro
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { chromium, type BrowserContext } from "playwright-core";
+import type { BrowserContext } from "playwright-core";
+import { launch } from "./chromium.js";
 import { preview, type PreviewServer } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
-const CHROMIUM = "/usr/bin/chromium";
-const ARGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 
 const PAGE = `<!doctype html>
 <meta charset="utf-8">
@@ -70,7 +60,7 @@ beforeAll(async () => {
     },
   });
   mkdirSync(path.join(dir, "profile"));
-  context = await chromium.launchPersistentContext(path.join(dir, "profile"), { executablePath: CHROMIUM, headless: true, args: ARGS });
+  context = await launch(path.join(dir, "profile"));
 });
 
 afterAll(async () => {
