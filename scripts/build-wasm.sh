@@ -4,6 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NODE_PATH=/usr/share/nodejs  # Emscripten's JS optimizer needs Debian's acorn (TOOLCHAIN.md)
+# Emscripten builds its system libraries into its cache on first use; Debian's cache is root-owned, so
+# a non-root user gets a cache of their own.
+if [ -z "${EM_CACHE:-}" ] && [ ! -w /usr/share/emscripten/cache ]; then
+  export EM_CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/qkv-emscripten"
+fi
 jobs=$(nproc)
 for preset in wasm wasm-st; do
   cmake --preset "$preset" >/dev/null
