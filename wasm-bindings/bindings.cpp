@@ -73,7 +73,7 @@ class JsLanguageModel {
     if (type_of(config) != "object" || config.isNull())
       throw_type_error("config must be an object, got " + type_of(config));
     qkv::LanguageModelConfig c;
-    qkv::AdamWConfig o;
+    qkv::OptimizerConfig o;
     read_number(config, "vocabSize", &c.vocab_size);
     read_number(config, "context", &c.context);
     read_number(config, "dModel", &c.d_model);
@@ -100,7 +100,7 @@ class JsLanguageModel {
 
   float evaluate(val inputs, val targets, int batch, int seq) {
     const auto in = int32_array(inputs, "inputs"), tg = int32_array(targets, "targets");
-    return guarded([&] { return lm_->evaluate(in, tg, batch, seq); });
+    return guarded([&] { return static_cast<float>(lm_->evaluate(in, tg, batch, seq).loss); });
   }
 
   val generate(val prompt, int max_tokens, float temperature, double seed) {

@@ -31,26 +31,60 @@ void layernorm_backward(Span dx, Span dw, Span db, CSpan dy, CSpan x, CSpan w, C
 void gelu_forward(Span y, CSpan x);
 void gelu_backward(Span dx, CSpan dy, CSpan x);
 
-// Causal multi-head self-attention core (no projections).
-// qkv: (B,T,3C) holding q | k | v, head h in columns [h*hs, (h+1)*hs) of each; out: (B,T,C);
-// att: (B,H,T,T) softmax(q k^T / sqrt(hs)) with the causal mask (zeros above the diagonal), saved.
-// datt: (B,H,T,T) scratch for the backward; dqkv (B,T,3C) is overwritten.
-void attention_forward(Span out, Span att, CSpan qkv, int B, int T, int C, int H);
-void attention_backward(Span dqkv, Span datt, CSpan dout, CSpan qkv, CSpan att, int B, int T, int C, int H);
+// reference: https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html
+void relu_forward(Span y, CSpan x);
+void relu_backward(Span dx, CSpan dy, CSpan x);
 
-// x (B,T,C) = wte[tokens] (V,C) + wpe[t] (T_max,C). Token ids must already be validated.
-void embedding_forward(Span x, const int32_t* tokens, CSpan wte, CSpan wpe, int B, int T, int C);
-void embedding_backward(Span dwte, Span dwpe, CSpan dx, const int32_t* tokens, int B, int T, int C);
+// Inverted dropout with a counter-based mask: element i is kept when hash(seed, i) >= p * 2^32, and kept
+// values are scaled by 1/(1-p). The backward recomputes the mask from (seed, i): nothing is stored.
+// y and x may alias; so may dx and dy.
+void dropout_forward(Span y, CSpan x, float p, uint64_t seed);
+void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed);
+
+// Multi-head scaled dot-product attention (no projections).
+// reference: https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
+// q rows (B,Tq) with stride ldq, k and v rows (B,Tk) with stride ldkv; head h uses columns [h*hs, (h+1)*hs).
+// Masks (either, both or none): key_pad (B,Tk), nonzero = padding, never attended to; causal: query t
+// attends to keys s <= t. A query whose keys are all masked gets weights 0 and output 0 (PyTorch: NaN).
+// att (B,H,Tq,Tk) = softmax(q k^T / sqrt(hs)) saved; with dropout p > 0, att_drop (B,H,Tq,Tk) holds the
+// dropped weights (mask from `seed`) and out = att_drop v, else out = att v. out: (B,Tq,C), stride C.
+struct AttentionShape {
+  int B, Tq, Tk, C, H;
+  int ldq, ldkv;
+  const uint8_t* key_pad;
+  bool causal;
+  float dropout;
+  uint64_t seed;
+};
+void attention_forward(Span out, Span att, Span att_drop, const float* q, const float* k, const float* v,
+                       const AttentionShape& s);
+// dq (stride ldq), dk and dv (stride ldkv) are overwritten in the heads' columns; datt: (B,H,Tq,Tk) scratch.
+void attention_backward(float* dq, float* dk, float* dv, Span datt, CSpan dout, const float* q, const float* k,
+                        const float* v, CSpan att, CSpan att_drop, const AttentionShape& s);
+
+// x (B,T,C) = scale * wte[tokens] (V,C) + pos[t] (T_max,C). Token ids must already be validated.
+// The backward adds scale * dx into dwte rows and, when dpos is not empty, dx into dpos rows.
+void embedding_forward(Span x, const int32_t* tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C);
+void embedding_backward(Span dwte, Span dpos, CSpan dx, const int32_t* tokens, float scale, int B, int T, int C);
+
+// The fixed sinusoidal table of "Attention Is All You Need", computed in float32 as the PyTorch tutorials do:
+// pe[t, 2i] = sin(t * den_i), pe[t, 2i+1] = cos(t * den_i), den_i = exp(-(2i) * ln(10000) / C). pe: (T,C).
+void sinusoidal_positions(Span pe, int T, int C);
 
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html
-// logits, probs: (rows, V); losses: (rows) = -log softmax(logits)[target]. probs saved for the backward.
-// dlogits = scale * (probs - onehot(target)); scale is d(loss)/d(loss_row), 1/rows for a mean.
-void crossentropy_forward(Span losses, Span probs, CSpan logits, const int32_t* targets, int rows, int V);
-void crossentropy_backward(Span dlogits, CSpan probs, const int32_t* targets, float scale, int rows, int V);
+// logits, probs: (rows, V); losses: (rows). With label smoothing e:
+//   loss = (1-e) * -log p[target] + e/V * sum_c -log p[c]
+// Rows whose target equals ignore_index get loss 0 and gradient 0 (the caller excludes them from the mean).
+// dlogits = scale * (probs - (1-e) * onehot(target) - e/V).
+void crossentropy_forward(Span losses, Span probs, CSpan logits, const int32_t* targets, int rows, int V,
+                          int ignore_index, float smoothing);
+void crossentropy_backward(Span dlogits, CSpan probs, const int32_t* targets, float scale, int rows, int V,
+                           int ignore_index, float smoothing);
 
-// reference: https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
-// One AdamW update of a parameter tensor p with gradient g and moments m, v; t is the 1-based step.
-void adamw_step(Span p, Span m, Span v, CSpan g, float lr, float beta1, float beta2, float eps, float weight_decay,
-                int t);
+// reference: https://pytorch.org/docs/stable/generated/torch.optim.Adam.html and .../torch.optim.AdamW.html
+// One Adam(W) update of a parameter tensor p with gradient g and moments m, v; t is the 1-based step.
+// decoupled (AdamW): p -= lr * wd * p before the update; otherwise (Adam) g += wd * p (L2 in the gradient).
+void adam_step(Span p, Span m, Span v, CSpan g, float lr, float beta1, float beta2, float eps, float weight_decay,
+               bool decoupled, int t);
 
 }  // namespace qkv::kernels

@@ -8,13 +8,12 @@
 #include <string>
 
 #include "kernels/kernels.h"
-#include "nn/block.h"
+#include "models/model_core.h"
+#include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/layernorm.h"
-#include "qkv/error.h"
-#include "qkv/workspace.h"
+#include "nn/transformer_layer.h"
 #include "runtime/random.h"
-#include "train/optimizer.h"
 
 namespace qkv {
 namespace {
@@ -27,76 +26,62 @@ const LanguageModelConfig& validated(const LanguageModelConfig& c) {
   check(c.layers >= 1, "layers = ", c.layers, " is invalid: expected an integer >= 1");
   check(c.d_ff >= 0, "d_ff = ", c.d_ff, " is invalid: expected an integer >= 1 (or 0 for 4 * d_model)");
   check(c.d_model % c.heads == 0, "d_model = ", c.d_model, " must be divisible by heads = ", c.heads);
-  // Keep every buffer index within 32-bit ints in the kernels: (B*T) rows x max(V, 4C) columns.
+  check(c.dropout >= 0.f && c.dropout < 1.f, "dropout = ", c.dropout, " is invalid: expected 0 <= dropout < 1");
+  // Keep every buffer index within 32-bit ints in the kernels.
   check(static_cast<int64_t>(c.vocab_size) * c.d_model < (int64_t{1} << 31),
         "vocab_size * d_model = ", static_cast<int64_t>(c.vocab_size) * c.d_model, " is too large: expected < 2^31");
   return c;
-}
-
-const AdamWConfig& validated(const AdamWConfig& o) {
-  check(std::isfinite(o.lr) && o.lr >= 0.f, "lr = ", o.lr, " is invalid: expected a finite number >= 0");
-  check(o.beta1 >= 0.f && o.beta1 < 1.f, "beta1 = ", o.beta1, " is invalid: expected 0 <= beta1 < 1");
-  check(o.beta2 >= 0.f && o.beta2 < 1.f, "beta2 = ", o.beta2, " is invalid: expected 0 <= beta2 < 1");
-  check(std::isfinite(o.eps) && o.eps > 0.f, "eps = ", o.eps, " is invalid: expected a finite number > 0");
-  check(std::isfinite(o.weight_decay) && o.weight_decay >= 0.f, "weight_decay = ", o.weight_decay,
-        " is invalid: expected a finite number >= 0");
-  check(std::isfinite(o.grad_clip) && o.grad_clip >= 0.f, "grad_clip = ", o.grad_clip,
-        " is invalid: expected a finite number >= 0 (0 turns clipping off)");
-  return o;
 }
 
 }  // namespace
 
 struct LanguageModel::Impl {
   LanguageModelConfig config;
-  AdamWConfig optimizer;
   int C, V, L, F;
-  nn::Parameters params;
+  models::ModelCore core;
   nn::Embedding embedding;
-  std::vector<std::unique_ptr<nn::Block>> blocks;
-  nn::LayerNorm ln_f;
-  int t = 0;  // optimizer steps taken
+  std::vector<std::unique_ptr<nn::EncoderLayer>> layers;
+  std::unique_ptr<nn::LayerNorm> ln_f;
+  nn::Param* lm_head = nullptr;  // untied head (V, C)
 
-  // The workspace and the model-level buffers in it, planned for (B_cap, T_cap).
-  Workspace ws;
+  // The workspace's model-level buffers, planned for (B_cap, T_cap).
   int B_cap = 0, T_cap = 0;
-  std::vector<Span> xs;  // residual stream before each block and after the last: L+1 of (B,T,C)
+  std::vector<Span> xs;  // residual stream before each layer and after the last: L+1 of (B,T,C)
   Span ln_f_out, logits, probs, losses, d_res_a, d_res_b, d_ln_f;
   std::vector<int32_t> tokens, targets;  // copies of the current batch, (B,T)
+  nn::Dropout drop;                      // of the last forward
 
-  Impl(const LanguageModelConfig& c, const AdamWConfig& o)
+  Impl(const LanguageModelConfig& c, const OptimizerConfig& o)
       : config(validated(c)),
-        optimizer(validated(o)),
         C(c.d_model),
         V(c.vocab_size),
         L(c.layers),
         F(c.d_ff > 0 ? c.d_ff : 4 * c.d_model),
-        embedding(params, V, c.context, C, 0.02f),
-        blocks(make_blocks()),
-        ln_f(params, "norm", C) {
-    params.finalize(c.seed);
+        core(o, c.seed, c.dropout),
+        embedding(core.params, "tok_emb.weight", "pos_emb.weight", V, c.context, C, c.scale_embedding, c.positions,
+                  0.02f) {
+    // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
+    const nn::LayerOptions lo{C, c.heads, F, c.activation, c.norm, c.bias, 0.02f, 0.02f / std::sqrt(2.f * L)};
+    for (int l = 0; l < L; ++l)
+      layers.push_back(std::make_unique<nn::EncoderLayer>(core.params, "layers." + std::to_string(l) + ".", lo));
+    if (c.final_norm) ln_f = std::make_unique<nn::LayerNorm>(core.params, "norm", C);
+    if (!c.tie_head) lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
+    core.params.finalize(c.seed);
   }
 
-  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
-  std::vector<std::unique_ptr<nn::Block>> make_blocks() {
-    const float out_std = 0.02f / std::sqrt(2.f * L);
-    std::vector<std::unique_ptr<nn::Block>> out;
-    for (int l = 0; l < L; ++l)
-      out.push_back(
-          std::make_unique<nn::Block>(params, "layers." + std::to_string(l) + ".", C, config.heads, F, 0.02f, out_std));
-    return out;
-  }
+  const float* head_weight() const { return lm_head ? lm_head->value.data() : embedding.token_weight().value.data(); }
+  float* head_grad() { return lm_head ? lm_head->grad.data() : embedding.token_weight().grad.data(); }
 
   void ensure_capacity(int B, int T) {
     if (B <= B_cap && T <= T_cap) return;
     B_cap = std::max(B, B_cap);
     T_cap = std::max(T, T_cap);
-    ws.plan([&](Workspace& w) {
+    core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
       xs.assign(static_cast<size_t>(L) + 1, Span{});
       for (auto& x : xs) x = w.take(rows * C);
-      for (auto& b : blocks) b->plan(w, B_cap, T_cap);
-      ln_f.plan(w, static_cast<int>(rows));
+      for (auto& layer : layers) layer->plan(w, B_cap, T_cap);
+      if (ln_f) ln_f->plan(w, static_cast<int>(rows));
       ln_f_out = w.take(rows * C);
       logits = w.take(rows * V);
       probs = w.take(rows * V);
@@ -109,125 +94,132 @@ struct LanguageModel::Impl {
     targets.reserve(static_cast<size_t>(B_cap) * T_cap);
   }
 
-  void check_ids(std::span<const int32_t> ids, const char* what) const {
-    for (size_t i = 0; i < ids.size(); ++i)
-      check(ids[i] >= 0 && ids[i] < V, what, "[", i, "] = ", ids[i], " is out of range: expected a token id in [0, ", V,
-            ")");
+  void check_batch(std::span<const int32_t> in, const std::span<const int32_t>* tg, int B, int T) const {
+    models::check_dims(B, T, config.context, "seq", "context");
+    models::check_shape(in, "inputs", B, T, "batch", "seq");
+    models::check_ids(in, "inputs", V);
+    if (tg) {
+      models::check_shape(*tg, "targets", B, T, "batch", "seq");
+      models::check_ids(*tg, "targets", V);
+    }
   }
 
-  void check_batch(std::span<const int32_t> inputs, const std::span<const int32_t>* targets_in, int B, int T) const {
-    check(B >= 1, "batch = ", B, " is invalid: expected an integer >= 1");
-    check(T >= 1 && T <= config.context, "seq = ", T, " is invalid: expected 1 <= seq <= context = ", config.context);
-    const size_t n = static_cast<size_t>(B) * T;
-    check(inputs.size() == n, "inputs has ", inputs.size(), " tokens: expected batch * seq = ", B, " * ", T, " = ", n);
-    check_ids(inputs, "inputs");
-    if (targets_in) {
-      check(targets_in->size() == n, "targets has ", targets_in->size(), " tokens: expected batch * seq = ", B, " * ",
-            T, " = ", n);
-      check_ids(*targets_in, "targets");
-    }
+  void load_batch(std::span<const int32_t> in, const std::span<const int32_t>* tg, int B, int T) {
+    check_batch(in, tg, B, T);
+    ensure_capacity(B, T);
+    tokens.assign(in.begin(), in.end());
+    if (tg) targets.assign(tg->begin(), tg->end());
   }
 
   // tokens (B,T) -> logits (B,T,V)
-  void forward(int B, int T) {
+  void forward(int B, int T, bool train_pass) {
     const int rows = B * T;
-    embedding.forward(xs[0], tokens.data(), B, T);
-    for (int l = 0; l < L; ++l) blocks[l]->forward(xs[l + 1], xs[l], B, T);
-    ln_f.forward(ln_f_out, xs[L], rows);
-    // LM head tied to the token embedding: logits = ln_f_out (rows,C) wte^T (C,V)
-    const float* wte = embedding.token_weight().value.data();
-    kernels::gemm(false, true, rows, V, C, 1.f, ln_f_out.data(), C, wte, C, 0.f, logits.data(), V);
+    drop = core.next_dropout(train_pass);
+    const nn::AttentionMask causal{nullptr, true};
+    embedding.forward(xs[0], tokens.data(), B, T, drop);
+    for (int l = 0; l < L; ++l) layers[l]->forward(xs[l + 1], xs[l], causal, B, T, drop);
+    const Span top = ln_f ? ln_f_out : xs[L];
+    if (ln_f) ln_f->forward(ln_f_out, xs[L], rows);
+    // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
+    kernels::gemm(false, true, rows, V, C, 1.f, top.data(), C, head_weight(), C, 0.f, logits.data(), V);
   }
 
-  // Mean cross-entropy of logits against targets; probs saved for the backward.
-  float loss(int rows) {
-    kernels::crossentropy_forward(losses, probs, logits, targets.data(), rows, V);
-    double sum = 0.0;
-    for (int r = 0; r < rows; ++r) sum += losses[r];
-    return static_cast<float>(sum / rows);
+  models::LossSum loss(int rows) {
+    return models::cross_entropy(losses, probs, logits, targets.data(), rows, V, INT32_MIN, 0.f);
   }
 
-  // Gradients of the mean loss into params' grads (which accumulate; the caller zeroes them).
-  void backward(int B, int T) {
+  // Adds weight * d(mean loss) to the parameters' gradients.
+  void backward(int B, int T, float weight) {
     const int rows = B * T;
     const size_t n = static_cast<size_t>(rows) * C;
     Span dlogits = logits;  // the logits are no longer needed: reuse their buffer
-    kernels::crossentropy_backward(dlogits, probs, targets.data(), 1.f / rows, rows, V);
-    nn::Param& wte = embedding.token_weight();
-    // d ln_f_out (rows,C) = dlogits (rows,V) wte (V,C);  d wte (V,C) += dlogits^T ln_f_out
-    kernels::gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, wte.value.data(), C, 0.f, d_ln_f.data(), C);
-    kernels::gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, ln_f_out.data(), C, 1.f, wte.grad.data(), C);
-    std::fill_n(d_res_a.begin(), n, 0.f);
-    ln_f.backward(d_res_a, d_ln_f, xs[L], rows);
+    kernels::crossentropy_backward(dlogits, probs, targets.data(), weight / rows, rows, V, INT32_MIN, 0.f);
+    const Span top = ln_f ? ln_f_out : xs[L];
+    // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top
+    kernels::gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_ln_f.data(), C);
+    kernels::gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, top.data(), C, 1.f, head_grad(), C);
+    if (ln_f) {
+      std::fill_n(d_res_a.begin(), n, 0.f);
+      ln_f->backward(d_res_a, d_ln_f, xs[L], rows);
+    } else {
+      std::copy_n(d_ln_f.begin(), n, d_res_a.begin());
+    }
     Span d_out = d_res_a, d_in = d_res_b;
+    const nn::AttentionMask causal{nullptr, true};
     for (int l = L - 1; l >= 0; --l) {
-      blocks[l]->backward(d_in, d_out, xs[l], B, T);
+      layers[l]->backward(d_in, d_out, xs[l], causal, B, T, drop);
       std::swap(d_in, d_out);
     }
-    embedding.backward(d_out, tokens.data(), B, T);
+    embedding.backward(d_out, tokens.data(), B, T, drop);
   }
 
-  float forward_backward(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T) {
-    check_batch(in, &tg, B, T);
-    ensure_capacity(B, T);
-    tokens.assign(in.begin(), in.end());
-    targets.assign(tg.begin(), tg.end());
-    forward(B, T);
-    const float l = loss(B * T);
-    params.zero_grad();
-    backward(B, T);
+  float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
+    load_batch(in, &tg, B, T);
+    forward(B, T, true);
+    const models::LossSum s = loss(B * T);
+    const float l = static_cast<float>(s.loss / s.count);
+    check(std::isfinite(l), "the loss is not finite (", l,
+          "); no gradient was accumulated and the weights are unchanged (try a lower lr)");
+    backward(B, T, weight);
     return l;
   }
 };
 
-LanguageModel::LanguageModel(const LanguageModelConfig& config, const AdamWConfig& optimizer)
+LanguageModel::LanguageModel(const LanguageModelConfig& config, const OptimizerConfig& optimizer)
     : impl_(std::make_unique<Impl>(config, optimizer)) {}
 
 LanguageModel::~LanguageModel() = default;
 
 float LanguageModel::forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch,
                                       int seq) {
-  return impl_->forward_backward(inputs, targets, batch, seq);
+  impl_->core.params.zero_grad();
+  return impl_->accumulate(inputs, targets, batch, seq, 1.f);
 }
 
 float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
-  Impl& m = *impl_;
-  const float loss = m.forward_backward(inputs, targets, batch, seq);
-  const double norm = train::grad_norm(m.params);
-  // A non-finite loss or gradient must not reach the weights: stop here, weights unchanged.
-  check(std::isfinite(loss) && std::isfinite(norm), "train_step: the loss (", loss, ") or gradient norm (", norm,
-        ") is not finite; the step was skipped and the weights are unchanged (try a lower lr)");
-  if (m.optimizer.grad_clip > 0.f) train::clip_grad_norm(m.params, norm, m.optimizer.grad_clip);
-  ++m.t;
-  train::adamw_update(m.params, m.optimizer, m.t);
-  return loss;
+  return impl_->core.train_step([&] { return impl_->accumulate(inputs, targets, batch, seq, 1.f); });
 }
 
-float LanguageModel::evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
+void LanguageModel::zero_grad() { impl_->core.params.zero_grad(); }
+
+float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
+                                float weight) {
+  check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
+  return impl_->accumulate(inputs, targets, batch, seq, weight);
+}
+
+void LanguageModel::apply_gradients() { impl_->core.optimizer.step(impl_->core.params); }
+
+Metrics LanguageModel::evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
   Impl& m = *impl_;
-  m.check_batch(inputs, &targets, batch, seq);
-  m.ensure_capacity(batch, seq);
-  m.tokens.assign(inputs.begin(), inputs.end());
-  m.targets.assign(targets.begin(), targets.end());
-  m.forward(batch, seq);
-  return m.loss(batch * seq);
+  m.load_batch(inputs, &targets, batch, seq);
+  m.forward(batch, seq, false);
+  return m.loss(batch * seq).metrics();
 }
 
 std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int batch, int seq) {
   Impl& m = *impl_;
-  m.check_batch(inputs, nullptr, batch, seq);
-  m.ensure_capacity(batch, seq);
-  m.tokens.assign(inputs.begin(), inputs.end());
-  m.forward(batch, seq);
+  m.load_batch(inputs, nullptr, batch, seq);
+  m.forward(batch, seq, false);
   const size_t n = static_cast<size_t>(batch) * seq * m.V;
   return {m.logits.begin(), m.logits.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
+std::vector<float> LanguageModel::attention(int layer) const {
+  const Impl& m = *impl_;
+  check(layer >= 0 && layer < m.L, "layer = ", layer, " is out of range: expected 0 <= layer < ", m.L);
+  const nn::MultiHeadAttention& a = m.layers[layer]->self_attention();
+  check(a.last_tq() > 0, "attention(", layer, "): no forward pass has run yet");
+  const CSpan w = a.weights();
+  const size_t n = static_cast<size_t>(m.tokens.size()) * m.config.heads * a.last_tk();
+  return {w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n)};
 }
 
 std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, int max_tokens, float temperature,
                                              uint64_t seed) {
   Impl& m = *impl_;
   check(!prompt.empty(), "prompt is empty: expected at least one token id");
-  m.check_ids(prompt, "prompt");
+  models::check_ids(prompt, "prompt", m.V);
   check(max_tokens >= 0, "max_tokens = ", max_tokens, " is invalid: expected an integer >= 0");
   check(std::isfinite(temperature) && temperature >= 0.f, "temperature = ", temperature,
         " is invalid: expected a finite number >= 0 (0 = greedy)");
@@ -240,7 +232,7 @@ std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, in
     // No KV cache yet: each token re-runs the (sliding) context window.
     const int T = std::min<int>(static_cast<int>(context.size()), m.config.context);
     m.tokens.assign(context.end() - T, context.end());
-    m.forward(1, T);
+    m.forward(1, T, false);
     const float* z = m.logits.data() + static_cast<size_t>(T - 1) * m.V;
     int32_t next = 0;
     if (temperature == 0.f) {
@@ -266,24 +258,11 @@ std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, in
 }
 
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
-const AdamWConfig& LanguageModel::optimizer() const { return impl_->optimizer; }
-int LanguageModel::step() const { return impl_->t; }
-
-void LanguageModel::set_learning_rate(float lr) {
-  check(std::isfinite(lr) && lr >= 0.f, "lr = ", lr, " is invalid: expected a finite number >= 0");
-  impl_->optimizer.lr = lr;
-}
-
-size_t LanguageModel::num_parameters() const {
-  size_t n = 0;
-  for (const nn::Param& p : impl_->params.all()) n += p.numel;
-  return n;
-}
-
-std::vector<LanguageModel::ParameterView> LanguageModel::parameters() {
-  std::vector<ParameterView> out;
-  for (nn::Param& p : impl_->params.all()) out.push_back({p.name.c_str(), p.value, p.grad});
-  return out;
-}
+const OptimizerConfig& LanguageModel::optimizer() const { return impl_->core.optimizer.config(); }
+int LanguageModel::step() const { return impl_->core.optimizer.steps(); }
+void LanguageModel::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
+void LanguageModel::set_training(bool training) { impl_->core.training = training; }
+size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters(); }
+std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params); }
 
 }  // namespace qkv

@@ -1,36 +1,81 @@
+// Projections around the attention kernel:
+//   q = xq W_q^T + b_q (B,Tq,C);  [k | v] = xkv [W_k | W_v]^T + [b_k | b_v] (B,Tk,2C)
+//   y = attention(q, k, v) (B,Tq,C);  out = y W_o^T + b_o
+// Backward: the out projection, the kernel, then dW_q += dq^T xq, dW_kv += dkv^T xkv, and
+// dxq = dq W_q, dxkv += dkv W_kv.
 #include "nn/attention.h"
-
-#include "kernels/kernels.h"
 
 namespace qkv::nn {
 
-CausalSelfAttention::CausalSelfAttention(Parameters& params, const std::string& prefix, int C, int H, float init_std,
-                                         float out_init_std)
+MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& prefix, int C, int H, bool bias,
+                                       float init_std, float out_init_std)
     : C_(C),
       H_(H),
-      in_proj_(params, prefix + ".in_proj_weight", prefix + ".in_proj_bias", C, 3 * C, init_std),
-      out_proj_(params, prefix + ".out_proj.weight", prefix + ".out_proj.bias", C, C, out_init_std) {}
+      stream_(params.new_stream()),
+      w_in_(params.add(prefix + ".in_proj_weight", {3 * C, C}, Init::Normal, init_std)),
+      b_in_(bias ? &params.add(prefix + ".in_proj_bias", {3 * C}, Init::Zeros) : nullptr),
+      out_proj_(params, prefix + ".out_proj.weight", bias ? prefix + ".out_proj.bias" : "", C, C, out_init_std) {}
 
-void CausalSelfAttention::plan(Workspace& ws, int B, int T) {
-  const size_t rows = static_cast<size_t>(B) * T, tt = static_cast<size_t>(B) * H_ * T * T;
-  qkv_ = ws.take(rows * 3 * C_);
+void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
+  const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
+  const size_t tt = static_cast<size_t>(B) * H_ * Tq * Tk;
+  q_ = ws.take(rq * C_);
+  kv_ = ws.take(rk * 2 * C_);
   att_ = ws.take(tt);
-  y_ = ws.take(rows * C_);
-  dqkv_ = ws.take(rows * 3 * C_);
+  att_drop_ = ws.take(tt);
+  y_ = ws.take(rq * C_);
+  dq_ = ws.take(rq * C_);
+  dkv_ = ws.take(rk * 2 * C_);
   datt_ = ws.take(tt);
-  dy_ = ws.take(rows * C_);
+  dy_ = ws.take(rq * C_);
 }
 
-void CausalSelfAttention::forward(Span out, CSpan x, int B, int T) {
-  in_proj_.forward(qkv_, x, B * T);
-  kernels::attention_forward(y_, att_, qkv_, B, T, C_, H_);
-  out_proj_.forward(out, y_, B * T);
+kernels::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int B, int Tq, int Tk,
+                                                  const Dropout& drop) const {
+  return {B, Tq, Tk, C_, H_, C_, 2 * C_, mask.key_pad, mask.causal, drop.p, drop.seed_for(stream_)};
 }
 
-void CausalSelfAttention::backward(Span dx, CSpan dout, CSpan x, int B, int T) {
-  out_proj_.backward(dy_, dout, y_, B * T);
-  kernels::attention_backward(dqkv_, datt_, dy_, qkv_, att_, B, T, C_, H_);
-  in_proj_.backward(dx, dqkv_, x, B * T);
+void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
+                                 const Dropout& drop) {
+  const int rq = B * Tq, rk = B * Tk, C = C_;
+  const float* w = w_in_.value.data();
+  kernels::gemm(false, true, rq, C, C, 1.f, xq.data(), C, w, C, 0.f, q_.data(), C);
+  kernels::gemm(false, true, rk, 2 * C, C, 1.f, xkv.data(), C, w + static_cast<size_t>(C) * C, C, 0.f, kv_.data(),
+                2 * C);
+  if (b_in_) {
+    const float* b = b_in_->value.data();
+    for (int r = 0; r < rq; ++r)
+      for (int i = 0; i < C; ++i) q_[static_cast<size_t>(r) * C + i] += b[i];
+    for (int r = 0; r < rk; ++r)
+      for (int i = 0; i < 2 * C; ++i) kv_[static_cast<size_t>(r) * 2 * C + i] += b[C + i];
+  }
+  kernels::attention_forward(y_, att_, att_drop_, q_.data(), kv_.data(), kv_.data() + C, shape(mask, B, Tq, Tk, drop));
+  out_proj_.forward(out, y_, rq);
+  tq_ = Tq;
+  tk_ = Tk;
+}
+
+void MultiHeadAttention::backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask,
+                                  int B, int Tq, int Tk, const Dropout& drop) {
+  const int rq = B * Tq, rk = B * Tk, C = C_;
+  out_proj_.backward(dy_, dout, y_, rq);
+  kernels::attention_backward(dq_.data(), dkv_.data(), dkv_.data() + C, datt_, dy_, q_.data(), kv_.data(),
+                              kv_.data() + C, att_, att_drop_, shape(mask, B, Tq, Tk, drop));
+  float* dw = w_in_.grad.data();
+  const float* w = w_in_.value.data();
+  kernels::gemm(true, false, C, C, rq, 1.f, dq_.data(), C, xq.data(), C, 1.f, dw, C);
+  kernels::gemm(true, false, 2 * C, C, rk, 1.f, dkv_.data(), 2 * C, xkv.data(), C, 1.f, dw + static_cast<size_t>(C) * C,
+                C);
+  if (b_in_) {
+    float* db = b_in_->grad.data();
+    for (int r = 0; r < rq; ++r)
+      for (int i = 0; i < C; ++i) db[i] += dq_[static_cast<size_t>(r) * C + i];
+    for (int r = 0; r < rk; ++r)
+      for (int i = 0; i < 2 * C; ++i) db[C + i] += dkv_[static_cast<size_t>(r) * 2 * C + i];
+  }
+  kernels::gemm(false, false, rq, C, C, 1.f, dq_.data(), C, w, C, 0.f, dxq.data(), C);
+  kernels::gemm(false, false, rk, C, 2 * C, 1.f, dkv_.data(), 2 * C, w + static_cast<size_t>(C) * C, C, 1.f,
+                dxkv.data(), C);
 }
 
 }  // namespace qkv::nn

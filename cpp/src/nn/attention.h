@@ -1,31 +1,50 @@
 #pragma once
-// Causal multi-head self-attention with torch.nn.MultiheadAttention's parameters:
-// in_proj (3C, C) + bias giving q | k | v, and out_proj (C, C) + bias.
+// Multi-head attention with torch.nn.MultiheadAttention's parameters and names: in_proj_weight (3C, C)
+// holding W_q | W_k | W_v, in_proj_bias (3C), out_proj (C, C) + bias; biases optional.
+// Self-attention passes the same input as query and key/value; cross-attention passes the encoder memory.
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
 #include <string>
 
+#include "kernels/kernels.h"
+#include "nn/dropout.h"
 #include "nn/linear.h"
 #include "qkv/workspace.h"
 
 namespace qkv::nn {
 
-class CausalSelfAttention {
- public:
-  CausalSelfAttention(Parameters& params, const std::string& prefix, int C, int H, float init_std, float out_init_std);
-  void plan(Workspace& ws, int B, int T);
-  // x, out: (B,T,C)
-  void forward(Span out, CSpan x, int B, int T);
-  // dx (B,T,C) is overwritten.
-  void backward(Span dx, CSpan dout, CSpan x, int B, int T);
+struct AttentionMask {
+  const uint8_t* key_pad = nullptr;  // (B, Tk), nonzero = padding
+  bool causal = false;
+};
 
-  // The attention weights (B,H,T,T) of the last forward.
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(Parameters& params, const std::string& prefix, int C, int H, bool bias, float init_std,
+                     float out_init_std);
+  void plan(Workspace& ws, int B, int Tq, int Tk);
+  // xq (B,Tq,C), xkv (B,Tk,C) -> out (B,Tq,C). Attention dropout from `drop`.
+  void forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop);
+  // dxq (B,Tq,C) is overwritten, then dxkv (B,Tk,C) ACCUMULATES (+=): for self-attention pass the same span
+  // twice; for cross-attention dxkv is the memory's gradient, summed over decoder layers.
+  void backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
+                const Dropout& drop);
+
+  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout).
   CSpan weights() const { return att_; }
+  int last_tq() const { return tq_; }
+  int last_tk() const { return tk_; }
 
  private:
+  kernels::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
+
   int C_, H_;
-  Linear in_proj_, out_proj_;
-  Span qkv_, att_, y_;     // forward: (B,T,3C), (B,H,T,T), (B,T,C)
-  Span dqkv_, datt_, dy_;  // backward scratch, same shapes
+  uint64_t stream_;
+  Param& w_in_;
+  Param* b_in_;
+  Linear out_proj_;
+  int tq_ = 0, tk_ = 0;
+  Span q_, kv_, att_, att_drop_, y_;  // (B,Tq,C), (B,Tk,2C), (B,H,Tq,Tk) x2, (B,Tq,C)
+  Span dq_, dkv_, datt_, dy_;         // backward scratch, same shapes
 };
 
 }  // namespace qkv::nn

@@ -1,26 +1,31 @@
 #pragma once
-// Position-wise feed-forward: linear1 (C -> F) -> GELU -> linear2 (F -> C), named as in
-// torch.nn.TransformerEncoderLayer.
+// Position-wise feed-forward, as in torch.nn.TransformerEncoderLayer:
+//   y = linear2(dropout(activation(linear1(x))))     linear1: C -> F, linear2: F -> C
 #include <string>
 
+#include "nn/dropout.h"
 #include "nn/linear.h"
+#include "qkv/options.h"
 #include "qkv/workspace.h"
 
 namespace qkv::nn {
 
 class FeedForward {
  public:
-  FeedForward(Parameters& params, const std::string& prefix, int C, int F, float init_std, float out_init_std);
+  FeedForward(Parameters& params, const std::string& prefix, int C, int F, Activation activation, bool bias,
+              float init_std, float out_init_std);
   void plan(Workspace& ws, int rows);
   // x, y: (rows, C)
-  void forward(Span y, CSpan x, int rows);
+  void forward(Span y, CSpan x, int rows, const Dropout& drop);
   // dx (rows, C) is overwritten.
-  void backward(Span dx, CSpan dy, CSpan x, int rows);
+  void backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& drop);
 
  private:
   int F_;
+  Activation activation_;
+  uint64_t stream_;
   Linear linear1_, linear2_;
-  Span h_, a_, da_;  // (rows, F): pre-activation, GELU output, gradient scratch
+  Span h_, a_, da_;  // (rows, F): pre-activation, activation output (after dropout), gradient scratch
 };
 
 }  // namespace qkv::nn

@@ -29,6 +29,8 @@ class Parameters {
   // Allocates value/grad/m/v and draws Normal inits from Rng(seed) in registration order.
   void finalize(uint64_t seed);
   void zero_grad();
+  // A fresh dropout stream number for a module (see nn/dropout.h).
+  uint64_t new_stream() { return ++streams_; }
 
   std::deque<Param>& all() { return params_; }
   size_t count() const { return total_; }
@@ -37,6 +39,7 @@ class Parameters {
  private:
   std::deque<Param> params_;  // a deque keeps references stable while layers register
   size_t total_ = 0;
+  uint64_t streams_ = 0;
   Tensor values_, grads_, m_, v_;
 };
 

@@ -1,15 +1,31 @@
 #pragma once
-// Gradient clipping and the AdamW step over a model's Parameters.
+// The optimizer state machine over a model's Parameters: gradient norm, the non-finite check, clipping,
+// the schedule and the Adam(W) update of every tensor.
 #include "nn/parameters.h"
-#include "qkv/language_model.h"
+#include "qkv/optimizer.h"
 
 namespace qkv::train {
 
-// The global L2 norm of all gradients (computed in double).
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerConfig& config);
+
+  // Applies the accumulated gradients. Throws qkv::Error, leaving the weights unchanged, when the gradient
+  // norm is not finite. Returns the norm before clipping.
+  double step(nn::Parameters& params);
+
+  const OptimizerConfig& config() const { return config_; }
+  void set_learning_rate(float lr);
+  int steps() const { return t_; }
+  void set_steps(int t) { t_ = t; }
+  float current_lr() const { return learning_rate_at(config_, t_ + 1); }
+
+ private:
+  OptimizerConfig config_;
+  int t_ = 0;
+};
+
+// The global L2 norm of all gradients (in double).
 double grad_norm(nn::Parameters& params);
-// Scales all gradients so their global norm is at most max_norm (torch.nn.utils.clip_grad_norm_).
-void clip_grad_norm(nn::Parameters& params, double norm, float max_norm);
-// One AdamW step; t is the 1-based step count. Weight decay only where Param::decay.
-void adamw_update(nn::Parameters& params, const AdamWConfig& config, int t);
 
 }  // namespace qkv::train

@@ -47,81 +47,155 @@ TEST(Gelu, MatchesErfFormulaAndDerivative) {
   }
 }
 
-TEST(CrossEntropy, MatchesLogSoftmaxEvenForHugeLogits) {
-  const int rows = 4;
-  for (int V : {1, 2, 5, 65, 300}) {
-    auto z = test::randn(static_cast<size_t>(rows) * V, V, 4.f);
-    z[0] = 1e4f;  // a huge logit: naive exp would overflow
-    std::vector<int32_t> t(rows);
-    for (int r = 0; r < rows; ++r) t[r] = (r * 7) % V;
-    std::vector<float> loss(rows), p(z.size()), d(z.size());
-    kernels::crossentropy_forward(loss, p, z, t.data(), rows, V);
-    kernels::crossentropy_backward(d, p, t.data(), 0.5f, rows, V);
-    for (int r = 0; r < rows; ++r) {
-      double mx = -1e30, s = 0;
-      for (int i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(z[r * V + i]));
-      for (int i = 0; i < V; ++i) s += std::exp(z[r * V + i] - mx);
-      const double ref = std::log(s) + mx - z[r * V + t[r]];
-      ASSERT_TRUE(std::isfinite(loss[r]));
-      EXPECT_NEAR(loss[r], ref, 1e-4 * std::max(1.0, std::abs(ref)));
-      for (int i = 0; i < V; ++i) {
-        const double pr = std::exp(z[r * V + i] - mx) / s;
-        EXPECT_NEAR(p[r * V + i], pr, 1e-6);
-        EXPECT_NEAR(d[r * V + i], 0.5 * (pr - (i == t[r])), 1e-6);
+TEST(CrossEntropy, MatchesLogSoftmaxWithSmoothingAndIgnoredRows) {
+  const int rows = 4, ignore = -100;
+  for (float eps : {0.f, 0.1f})
+    for (int V : {1, 2, 5, 65, 300}) {
+      auto z = test::randn(static_cast<size_t>(rows) * V, V, 4.f);
+      z[0] = 1e4f;  // a huge logit: naive exp would overflow
+      std::vector<int32_t> t(rows);
+      for (int r = 0; r < rows; ++r) t[r] = (r * 7) % V;
+      t[2] = ignore;
+      std::vector<float> loss(rows), p(z.size()), d(z.size());
+      kernels::crossentropy_forward(loss, p, z, t.data(), rows, V, ignore, eps);
+      kernels::crossentropy_backward(d, p, t.data(), 0.5f, rows, V, ignore, eps);
+      for (int r = 0; r < rows; ++r) {
+        double mx = -1e30, s = 0;
+        for (int i = 0; i < V; ++i) mx = std::max(mx, static_cast<double>(z[r * V + i]));
+        for (int i = 0; i < V; ++i) s += std::exp(z[r * V + i] - mx);
+        const double lse = std::log(s) + mx;
+        if (t[r] == ignore) {
+          EXPECT_EQ(loss[r], 0.f);
+          for (int i = 0; i < V; ++i) EXPECT_EQ(d[r * V + i], 0.f);
+          continue;
+        }
+        double all = 0;
+        for (int i = 0; i < V; ++i) all += lse - z[r * V + i];
+        const double ref = (1 - eps) * (lse - z[r * V + t[r]]) + eps / V * all;
+        ASSERT_TRUE(std::isfinite(loss[r]));
+        EXPECT_NEAR(loss[r], ref, 1e-4 * std::max(1.0, std::abs(ref))) << "V=" << V << " eps=" << eps;
+        for (int i = 0; i < V; ++i) {
+          const double pr = std::exp(z[r * V + i] - mx) / s;
+          EXPECT_NEAR(p[r * V + i], pr, 1e-6);
+          EXPECT_NEAR(d[r * V + i], 0.5 * (pr - (1 - eps) * (i == t[r]) - eps / V), 1e-6);
+        }
       }
     }
-  }
 }
 
-TEST(Attention, ForwardMatchesDoubleReferenceWithCausalMask) {
+// Self-attention (q, k, v interleaved in one (B,T,3C) buffer) and cross-attention (Tq != Tk), with the causal
+// mask, key padding (including a fully padded row of keys), both, or none.
+TEST(Attention, ForwardMatchesDoubleReferenceWithMasks) {
   const int B = 2, H = 3, hs = 5, C = H * hs;
-  for (int T : {1, 2, 7, 17}) {
-    auto qkv = test::randn(static_cast<size_t>(B) * T * 3 * C, T);
-    std::vector<float> out(static_cast<size_t>(B) * T * C), att(static_cast<size_t>(B) * H * T * T);
-    kernels::attention_forward(out, att, qkv, B, T, C, H);
+  struct Case {
+    int Tq, Tk;
+    bool causal, pad;
+  };
+  const Case cases[] = {{1, 1, true, false}, {7, 7, true, false},  {17, 17, true, true},
+                        {5, 9, false, true}, {6, 3, false, false}, {4, 4, false, true}};
+  for (const Case& c : cases) {
+    auto q = test::randn(static_cast<size_t>(B) * c.Tq * C, c.Tq);
+    auto kv = test::randn(static_cast<size_t>(B) * c.Tk * 2 * C, c.Tk + 1);
+    std::vector<uint8_t> pad(static_cast<size_t>(B) * c.Tk, 0);
+    if (c.pad) {
+      for (int s = c.Tk / 2; s < c.Tk; ++s) pad[s] = 1;  // batch 0: second half padded
+      if (!c.causal)
+        for (int s = 0; s < c.Tk; ++s) pad[c.Tk + s] = 1;  // batch 1: every key padded
+    }
+    std::vector<float> out(static_cast<size_t>(B) * c.Tq * C), att(static_cast<size_t>(B) * H * c.Tq * c.Tk);
+    const kernels::AttentionShape shape{B, c.Tq, c.Tk, C, H, C, 2 * C, c.pad ? pad.data() : nullptr, c.causal, 0.f, 0};
+    kernels::attention_forward(out, att, {}, q.data(), kv.data(), kv.data() + C, shape);
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < H; ++h)
-        for (int t = 0; t < T; ++t) {
-          auto at = [&](int tt, int part, int i) {
-            return static_cast<double>(qkv[((b * T + tt) * 3 + part) * C + h * hs + i]);
+        for (int t = 0; t < c.Tq; ++t) {
+          auto qa = [&](int i) { return static_cast<double>(q[(b * c.Tq + t) * C + h * hs + i]); };
+          auto ka = [&](int u, int part, int i) {
+            return static_cast<double>(kv[(b * c.Tk + u) * 2 * C + part * C + h * hs + i]);
           };
-          std::vector<double> s(T, 0.0);
+          auto seen = [&](int u) { return !(c.causal && u > t) && !(c.pad && pad[b * c.Tk + u]); };
+          std::vector<double> s(c.Tk, 0.0);
           double mx = -1e30, sum = 0;
-          for (int u = 0; u <= t; ++u) {
-            for (int i = 0; i < hs; ++i) s[u] += at(t, 0, i) * at(u, 1, i);
+          for (int u = 0; u < c.Tk; ++u) {
+            if (!seen(u)) continue;
+            for (int i = 0; i < hs; ++i) s[u] += qa(i) * ka(u, 0, i);
             s[u] /= std::sqrt(static_cast<double>(hs));
             mx = std::max(mx, s[u]);
           }
-          for (int u = 0; u <= t; ++u) sum += s[u] = std::exp(s[u] - mx);
-          for (int u = 0; u < T; ++u) {
-            const double p = u <= t ? s[u] / sum : 0.0;
-            ASSERT_NEAR(att[((static_cast<size_t>(b) * H + h) * T + t) * T + u], p, 1e-6);
+          for (int u = 0; u < c.Tk; ++u) sum += s[u] = seen(u) ? std::exp(s[u] - mx) : 0.0;
+          for (int u = 0; u < c.Tk; ++u) {
+            const double p = sum > 0 ? s[u] / sum : 0.0;  // all keys masked: zero weights, zero output
+            ASSERT_NEAR(att[((static_cast<size_t>(b) * H + h) * c.Tq + t) * c.Tk + u], p, 1e-6)
+                << "Tq=" << c.Tq << " Tk=" << c.Tk << " causal=" << c.causal << " pad=" << c.pad;
           }
           for (int i = 0; i < hs; ++i) {
             double o = 0;
-            for (int u = 0; u <= t; ++u) o += s[u] / sum * at(u, 2, i);
-            ASSERT_NEAR(out[(static_cast<size_t>(b) * T + t) * C + h * hs + i], o, 1e-5);
+            for (int u = 0; u < c.Tk; ++u) o += (sum > 0 ? s[u] / sum : 0.0) * ka(u, 1, i);
+            ASSERT_NEAR(out[(static_cast<size_t>(b) * c.Tq + t) * C + h * hs + i], o, 1e-5);
           }
         }
   }
 }
 
-TEST(AdamW, MatchesTorchFormulaOverSteps) {
-  const size_t n = 37;
-  auto p = test::randn(n, 1), g = test::randn(n, 2);
-  std::vector<float> m(n), v(n);
-  std::vector<double> pd(p.begin(), p.end()), md(n), vd(n);
-  const double lr = 1e-2, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1;
-  for (int t = 1; t <= 5; ++t) {
-    kernels::adamw_step(p, m, v, g, float(lr), float(b1), float(b2), float(eps), float(wd), t);
-    for (size_t i = 0; i < n; ++i) {
-      pd[i] -= lr * wd * pd[i];
-      md[i] = b1 * md[i] + (1 - b1) * g[i];
-      vd[i] = b2 * vd[i] + (1 - b2) * double(g[i]) * g[i];
-      pd[i] -= lr * (md[i] / (1 - std::pow(b1, t))) / (std::sqrt(vd[i] / (1 - std::pow(b2, t))) + eps);
-    }
+TEST(Dropout, KeepsAboutOneMinusPScalesAndReplaysTheMask) {
+  const size_t n = 20000;
+  std::vector<float> x(n, 1.f), y(n), dx(n);
+  kernels::dropout_forward(y, x, 0.25f, 99);
+  size_t kept = 0;
+  for (float v : y) {
+    ASSERT_TRUE(v == 0.f || std::abs(v - 1.f / 0.75f) < 1e-6f);
+    kept += v != 0.f;
   }
-  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pd[i], 1e-5);
+  EXPECT_NEAR(static_cast<double>(kept) / n, 0.75, 0.01);
+  kernels::dropout_backward(dx, x, 0.25f, 99);  // the same mask from the same seed
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(dx[i], y[i]);
+  kernels::dropout_forward(dx, x, 0.25f, 100);  // another seed, another mask
+  size_t same = 0;
+  for (size_t i = 0; i < n; ++i) same += (dx[i] == 0.f) == (y[i] == 0.f);
+  EXPECT_LT(same, n * 0.7);
+}
+
+TEST(Relu, ForwardAndBackward) {
+  const std::vector<float> x = {-2.f, -0.f, 0.f, 0.5f, 3.f};
+  std::vector<float> y(x.size()), dx(x.size()), dy(x.size(), 2.f);
+  kernels::relu_forward(y, x);
+  kernels::relu_backward(dx, dy, x);
+  EXPECT_EQ(y, (std::vector<float>{0.f, 0.f, 0.f, 0.5f, 3.f}));
+  EXPECT_EQ(dx, (std::vector<float>{0.f, 0.f, 0.f, 2.f, 2.f}));
+}
+
+TEST(Sinusoidal, MatchesThePaperFormula) {
+  const int T = 50, C = 12;
+  std::vector<float> pe(T * C);
+  kernels::sinusoidal_positions(pe, T, C);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < C; ++i) {
+      const double a = t / std::pow(10000.0, (i / 2 * 2) / static_cast<double>(C));
+      EXPECT_NEAR(pe[t * C + i], i % 2 == 0 ? std::sin(a) : std::cos(a), 2e-5) << "t=" << t << " i=" << i;
+    }
+}
+
+TEST(Adam, MatchesTorchFormulasOverStepsForAdamAndAdamW) {
+  for (bool decoupled : {true, false}) {
+    const size_t n = 37;
+    auto p = test::randn(n, 1), g = test::randn(n, 2);
+    std::vector<float> m(n), v(n);
+    std::vector<double> pd(p.begin(), p.end()), md(n), vd(n);
+    const double lr = 1e-2, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1;
+    for (int t = 1; t <= 5; ++t) {
+      kernels::adam_step(p, m, v, g, float(lr), float(b1), float(b2), float(eps), float(wd), decoupled, t);
+      for (size_t i = 0; i < n; ++i) {
+        double gi = g[i];
+        if (decoupled)
+          pd[i] -= lr * wd * pd[i];
+        else
+          gi += wd * pd[i];
+        md[i] = b1 * md[i] + (1 - b1) * gi;
+        vd[i] = b2 * vd[i] + (1 - b2) * gi * gi;
+        pd[i] -= lr * (md[i] / (1 - std::pow(b1, t))) / (std::sqrt(vd[i] / (1 - std::pow(b2, t))) + eps);
+      }
+    }
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(p[i], pd[i], 1e-5) << (decoupled ? "AdamW" : "Adam");
+  }
 }
 
 TEST(Embedding, ForwardAddsRowsAndBackwardScatters) {
@@ -129,12 +203,12 @@ TEST(Embedding, ForwardAddsRowsAndBackwardScatters) {
   auto wte = test::randn(V * C, 1), wpe = test::randn(T * C, 2);
   const int32_t tok[] = {4, 0, 4, 1, 1, 2};
   std::vector<float> x(B * T * C), dwte(V * C), dwpe(T * C);
-  kernels::embedding_forward(x, tok, wte, wpe, B, T, C);
+  kernels::embedding_forward(x, tok, wte, wpe, 2.f, B, T, C);
   for (int r = 0; r < B * T; ++r)
-    for (int i = 0; i < C; ++i) EXPECT_FLOAT_EQ(x[r * C + i], wte[tok[r] * C + i] + wpe[(r % T) * C + i]);
+    for (int i = 0; i < C; ++i) EXPECT_FLOAT_EQ(x[r * C + i], 2.f * wte[tok[r] * C + i] + wpe[(r % T) * C + i]);
   std::vector<float> dx(B * T * C, 1.f);
-  kernels::embedding_backward(dwte, dwpe, dx, tok, B, T, C);
-  EXPECT_FLOAT_EQ(dwte[4 * C], 2.f);  // token 4 appears twice
+  kernels::embedding_backward(dwte, dwpe, dx, tok, 2.f, B, T, C);
+  EXPECT_FLOAT_EQ(dwte[4 * C], 4.f);  // token 4 appears twice, scale 2
   EXPECT_FLOAT_EQ(dwte[3 * C], 0.f);  // token 3 never
   EXPECT_FLOAT_EQ(dwpe[0], 2.f);      // position 0 in both rows
 }

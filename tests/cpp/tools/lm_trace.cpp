@@ -10,7 +10,7 @@
 int main() {
   const qkv::LanguageModelConfig cfg{
       .vocab_size = 11, .context = 12, .d_model = 24, .heads = 3, .layers = 2, .d_ff = 40, .seed = 7};
-  qkv::AdamWConfig opt;
+  qkv::OptimizerConfig opt;
   opt.lr = 2e-3f;
   const int B = 3, T = 12, steps = 20;
   std::vector<int32_t> in(B * T), tg(B * T);

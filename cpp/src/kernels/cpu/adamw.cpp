@@ -1,5 +1,7 @@
-// AdamW, as torch.optim.AdamW does it. reference: https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
-//   p -= lr * wd * p                      (decoupled weight decay, before the moment update)
+// Adam and AdamW, as torch.optim does them.
+// reference: https://pytorch.org/docs/stable/generated/torch.optim.Adam.html
+// reference: https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
+//   AdamW: p *= 1 - lr * wd (decoupled, before the update);  Adam: g += wd * p (L2 in the gradient)
 //   m = b1 m + (1-b1) g,  v = b2 v + (1-b2) g^2
 //   p -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)
 #include <cmath>
@@ -9,18 +11,22 @@
 
 namespace qkv::kernels {
 
-void adamw_step(Span p, Span m, Span v, CSpan g, float lr, float beta1, float beta2, float eps, float weight_decay,
-                int t) {
-  const float bc1 = 1.f - std::pow(beta1, static_cast<float>(t));
-  const float bc2 = 1.f - std::pow(beta2, static_cast<float>(t));
-  const float step = lr / bc1, inv_sqrt_bc2 = 1.f / std::sqrt(bc2);
+void adam_step(Span p, Span m, Span v, CSpan g, float lr, float beta1, float beta2, float eps, float weight_decay,
+               bool decoupled, int t) {
+  // The scalars in double, then float, as torch computes them in Python before the tensor ops.
+  const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), t);
+  const float step = static_cast<float>(lr / bc1), sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+  const float l2 = decoupled ? 0.f : weight_decay;
+  const float shrink = static_cast<float>(1.0 - (decoupled ? static_cast<double>(lr) * weight_decay : 0.0));
   parallel_for(static_cast<int64_t>(p.size()) / 4096 + 1, [&](int64_t c0, int64_t c1) {
     const size_t end = std::min(p.size(), static_cast<size_t>(c1) * 4096);
     for (size_t i = static_cast<size_t>(c0) * 4096; i < end; ++i) {
-      p[i] -= lr * weight_decay * p[i];
-      m[i] = beta1 * m[i] + (1.f - beta1) * g[i];
-      v[i] = beta2 * v[i] + (1.f - beta2) * g[i] * g[i];
-      p[i] -= step * m[i] / (std::sqrt(v[i]) * inv_sqrt_bc2 + eps);
+      const float gi = g[i] + l2 * p[i];
+      p[i] *= shrink;
+      m[i] = beta1 * m[i] + (1.f - beta1) * gi;
+      v[i] = beta2 * v[i] + (1.f - beta2) * gi * gi;
+      p[i] -= step * (m[i] / (std::sqrt(v[i]) / sqrt_bc2 + eps));
     }
   });
 }

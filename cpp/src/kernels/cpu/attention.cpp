@@ -1,72 +1,104 @@
-// Causal multi-head attention core, one (batch, head) pair per task.
-//   S = q k^T / sqrt(hs)          (T,T), masked above the diagonal
-//   P = softmax(S) row-wise        saved as att
-//   out = P v                      (T,hs) into the head's columns of (B,T,C)
-// Backward (dP from dout, then the softmax Jacobian, then the two products of S):
-//   dP = dout v^T,   dv = P^T dout
-//   dS = P * (dP - rowsum(dP * P)),  masked entries stay 0
+// Multi-head attention core, one (batch, head) pair per task.
+//   S = q k^T / sqrt(hs)            (Tq,Tk), masked entries excluded
+//   P = softmax(S) row-wise          saved as att
+//   Pd = dropout(P)                  saved as att_drop when p > 0
+//   out = Pd v                       (Tq,hs) into the head's columns of (B,Tq,C)
+// Backward (the products of the forward, transposed, and the softmax Jacobian):
+//   dPd = dout v^T,  dv = Pd^T dout,  dP = dropout_backward(dPd)
+//   dS = P * (dP - rowsum(dP * P))   masked entries have P = 0, so dS = 0 there
 //   dq = dS k / sqrt(hs),  dk = dS^T q / sqrt(hs)
-// The full T x T matrix is materialised here; the fused (online-softmax) kernel is a later step.
+// The full Tq x Tk matrix is materialised; the fused (online-softmax) kernel is a later step.
 #include <cmath>
 
+#include "kernels/cpu/dropout.h"
 #include "kernels/kernels.h"
 #include "qkv/thread_pool.h"
 
 namespace qkv::kernels {
+namespace {
 
-void attention_forward(Span out, Span att, CSpan qkv, int B, int T, int C, int H) {
-  const int hs = C / H, C3 = 3 * C;
+// Whether key s is visible to query t in batch b.
+bool visible(const AttentionShape& s, int b, int t, int key) {
+  if (s.causal && key > t) return false;
+  return !(s.key_pad && s.key_pad[static_cast<size_t>(b) * s.Tk + key]);
+}
+
+}  // namespace
+
+void attention_forward(Span out, Span att, Span att_drop, const float* q, const float* k, const float* v,
+                       const AttentionShape& s) {
+  const int hs = s.C / s.H, Tq = s.Tq, Tk = s.Tk;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  parallel_for(static_cast<int64_t>(B) * H, [&](int64_t p0, int64_t p1) {
+  const bool drop = s.dropout > 0.f;
+  const uint32_t threshold = dropout_threshold(s.dropout);
+  const float keep_scale = drop ? 1.f / (1.f - s.dropout) : 1.f;
+  parallel_for(static_cast<int64_t>(s.B) * s.H, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      const int b = static_cast<int>(p / H), h = static_cast<int>(p % H);
-      const float* q = qkv.data() + static_cast<size_t>(b) * T * C3 + h * hs;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* P = att.data() + static_cast<size_t>(p) * T * T;
-      gemm(false, true, T, T, hs, scale, q, C3, k, C3, 0.f, P, T);
-      for (int t = 0; t < T; ++t) {
-        float* row = P + static_cast<size_t>(t) * T;
-        float mx = row[0];
-        for (int s = 1; s <= t; ++s) mx = std::max(mx, row[s]);
+      const int b = static_cast<int>(p / s.H), h = static_cast<int>(p % s.H);
+      const float* qh = q + static_cast<size_t>(b) * Tq * s.ldq + h * hs;
+      const float* kh = k + static_cast<size_t>(b) * Tk * s.ldkv + h * hs;
+      const float* vh = v + static_cast<size_t>(b) * Tk * s.ldkv + h * hs;
+      const size_t off = static_cast<size_t>(p) * Tq * Tk;
+      float* P = att.data() + off;
+      gemm(false, true, Tq, Tk, hs, scale, qh, s.ldq, kh, s.ldkv, 0.f, P, Tk);
+      for (int t = 0; t < Tq; ++t) {
+        float* row = P + static_cast<size_t>(t) * Tk;
+        float mx = -INFINITY;
+        for (int j = 0; j < Tk; ++j)
+          if (visible(s, b, t, j)) mx = std::max(mx, row[j]);
         float sum = 0.f;
-        for (int s = 0; s <= t; ++s) {
-          row[s] = std::exp(row[s] - mx);
-          sum += row[s];
+        for (int j = 0; j < Tk; ++j) {
+          row[j] = visible(s, b, t, j) ? std::exp(row[j] - mx) : 0.f;
+          sum += row[j];
         }
-        const float inv = 1.f / sum;
-        for (int s = 0; s <= t; ++s) row[s] *= inv;
-        for (int s = t + 1; s < T; ++s) row[s] = 0.f;
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;  // all keys masked: zero weights
+        for (int j = 0; j < Tk; ++j) row[j] *= inv;
       }
-      gemm(false, false, T, hs, T, 1.f, P, T, v, C3, 0.f, out.data() + static_cast<size_t>(b) * T * C + h * hs, C);
+      const float* Pv = P;
+      if (drop) {
+        float* D = att_drop.data() + off;
+        for (size_t i = 0; i < static_cast<size_t>(Tq) * Tk; ++i)
+          D[i] = dropout_hash(s.seed, off + i) >= threshold ? P[i] * keep_scale : 0.f;
+        Pv = D;
+      }
+      gemm(false, false, Tq, hs, Tk, 1.f, Pv, Tk, vh, s.ldkv, 0.f,
+           out.data() + static_cast<size_t>(b) * Tq * s.C + h * hs, s.C);
     }
   });
 }
 
-void attention_backward(Span dqkv, Span datt, CSpan dout, CSpan qkv, CSpan att, int B, int T, int C, int H) {
-  const int hs = C / H, C3 = 3 * C;
+void attention_backward(float* dq, float* dk, float* dv, Span datt, CSpan dout, const float* q, const float* k,
+                        const float* v, CSpan att, CSpan att_drop, const AttentionShape& s) {
+  const int hs = s.C / s.H, Tq = s.Tq, Tk = s.Tk;
   const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-  parallel_for(static_cast<int64_t>(B) * H, [&](int64_t p0, int64_t p1) {
+  const bool drop = s.dropout > 0.f;
+  const uint32_t threshold = dropout_threshold(s.dropout);
+  const float keep_scale = drop ? 1.f / (1.f - s.dropout) : 1.f;
+  parallel_for(static_cast<int64_t>(s.B) * s.H, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
-      const int b = static_cast<int>(p / H), h = static_cast<int>(p % H);
-      const size_t off = static_cast<size_t>(b) * T * C3 + h * hs;
-      const float *q = qkv.data() + off, *k = q + C, *v = q + 2 * C;
-      float *dq = dqkv.data() + off, *dk = dq + C, *dv = dq + 2 * C;
-      const float* P = att.data() + static_cast<size_t>(p) * T * T;
-      float* dP = datt.data() + static_cast<size_t>(p) * T * T;
-      const float* dO = dout.data() + static_cast<size_t>(b) * T * C + h * hs;
-      gemm(false, true, T, T, hs, 1.f, dO, C, v, C3, 0.f, dP, T);
-      gemm(true, false, T, hs, T, 1.f, P, T, dO, C, 0.f, dv, C3);
-      for (int t = 0; t < T; ++t) {
-        const float* prow = P + static_cast<size_t>(t) * T;
-        float* drow = dP + static_cast<size_t>(t) * T;
-        float dot = 0.f;
-        for (int s = 0; s <= t; ++s) dot += prow[s] * drow[s];
-        for (int s = 0; s <= t; ++s) drow[s] = prow[s] * (drow[s] - dot);
-        for (int s = t + 1; s < T; ++s) drow[s] = 0.f;
+      const int b = static_cast<int>(p / s.H), h = static_cast<int>(p % s.H);
+      const size_t qo = static_cast<size_t>(b) * Tq * s.ldq + h * hs;
+      const size_t ko = static_cast<size_t>(b) * Tk * s.ldkv + h * hs;
+      const size_t off = static_cast<size_t>(p) * Tq * Tk;
+      const float* P = att.data() + off;
+      const float* Pv = drop ? att_drop.data() + off : P;
+      float* dP = datt.data() + off;
+      const float* dO = dout.data() + static_cast<size_t>(b) * Tq * s.C + h * hs;
+      gemm(false, true, Tq, Tk, hs, 1.f, dO, s.C, v + ko, s.ldkv, 0.f, dP, Tk);
+      gemm(true, false, Tk, hs, Tq, 1.f, Pv, Tk, dO, s.C, 0.f, dv + ko, s.ldkv);
+      if (drop) {
+        for (size_t i = 0; i < static_cast<size_t>(Tq) * Tk; ++i)
+          dP[i] = dropout_hash(s.seed, off + i) >= threshold ? dP[i] * keep_scale : 0.f;
       }
-      gemm(false, false, T, hs, T, scale, dP, T, k, C3, 0.f, dq, C3);
-      gemm(true, false, T, hs, T, scale, dP, T, q, C3, 0.f, dk, C3);
+      for (int t = 0; t < Tq; ++t) {
+        const float* prow = P + static_cast<size_t>(t) * Tk;
+        float* drow = dP + static_cast<size_t>(t) * Tk;
+        float dot = 0.f;
+        for (int j = 0; j < Tk; ++j) dot += prow[j] * drow[j];
+        for (int j = 0; j < Tk; ++j) drow[j] = prow[j] * (drow[j] - dot);
+      }
+      gemm(false, false, Tq, hs, Tk, scale, dP, Tk, k + ko, s.ldkv, 0.f, dq + qo, s.ldq);
+      gemm(true, false, Tk, hs, Tq, scale, dP, Tk, q + qo, s.ldq, 0.f, dk + ko, s.ldkv);
     }
   });
 }

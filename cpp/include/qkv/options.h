@@ -1,0 +1,26 @@
+#pragma once
+// The choices shared by every model of the family (DESIGN.md, "The model family").
+#include <string>
+
+namespace qkv {
+
+enum class Activation { ReLU, GELU };
+// Post: x = LN(x + sublayer(x)) (the paper, the tutorials). Pre: x = x + sublayer(LN(x)) (GPT-2, stabler).
+enum class NormPosition { Post, Pre };
+enum class Positions { Sinusoidal, Learned };
+enum class Pooling { First, Mean };         // classifier: the first ([CLS]) token, or the mean over non-pad tokens
+enum class ClassifierHead { Linear, MLP };  // Linear(d, classes) or Linear(d, d/2) -> ReLU -> dropout -> Linear
+
+// Names as they appear in JSON configs; parse_* throw qkv::Error naming the field and the accepted values.
+std::string to_string(Activation a);
+std::string to_string(NormPosition n);
+std::string to_string(Positions p);
+std::string to_string(Pooling p);
+std::string to_string(ClassifierHead h);
+Activation parse_activation(const std::string& s, const char* field = "activation");
+NormPosition parse_norm(const std::string& s, const char* field = "norm");
+Positions parse_positions(const std::string& s, const char* field = "positions");
+Pooling parse_pooling(const std::string& s, const char* field = "pooling");
+ClassifierHead parse_head(const std::string& s, const char* field = "head");
+
+}  // namespace qkv

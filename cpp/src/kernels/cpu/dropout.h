@@ -1,0 +1,21 @@
+#pragma once
+// The counter-based keep decision shared by the dropout kernels (elementwise and attention weights).
+#include <cstdint>
+
+namespace qkv::kernels {
+
+// splitmix64 finaliser of (seed, i): a different, reproducible stream per seed.
+inline uint32_t dropout_hash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
+}
+
+// Elements with hash >= threshold are kept; threshold = p * 2^32.
+inline uint32_t dropout_threshold(float p) {
+  const double t = static_cast<double>(p) * 4294967296.0;
+  return t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(t);
+}
+
+}  // namespace qkv::kernels

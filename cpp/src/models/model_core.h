@@ -1,0 +1,119 @@
+#pragma once
+// What the three models share: parameters, the optimizer, the workspace, dropout seeding and the steps of
+// a training call (zero the gradients, forward, loss, backward, check, update). Each model supplies its
+// forward/backward; this keeps the order of a step and its error behaviour in one place.
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "nn/dropout.h"
+#include "nn/parameters.h"
+#include "qkv/error.h"
+#include "qkv/optimizer.h"
+#include "qkv/workspace.h"
+#include "train/optimizer.h"
+
+namespace qkv::models {
+
+struct ModelCore {
+  nn::Parameters params;
+  train::Optimizer optimizer;
+  Workspace ws;
+  uint64_t seed;
+  float dropout;
+  bool training = true;
+  uint64_t passes = 0;  // forward passes run: each gets its own dropout seed
+
+  ModelCore(const OptimizerConfig& o, uint64_t seed_, float dropout_) : optimizer(o), seed(seed_), dropout(dropout_) {}
+
+  // The dropout of the next forward pass: off in eval mode.
+  nn::Dropout next_dropout(bool train_pass) {
+    ++passes;
+    return {train_pass && training ? dropout : 0.f, seed * 0x9E3779B97F4A7C15ull + passes};
+  }
+
+  // forward_backward() returns the loss after accumulating gradients. A non-finite loss or gradient throws
+  // and leaves the weights untouched.
+  template <class F>
+  float train_step(F&& forward_backward) {
+    params.zero_grad();
+    const float loss = forward_backward();
+    check(std::isfinite(loss), "train_step: the loss is not finite (", loss,
+          "); the step was skipped and the weights are unchanged (try a lower lr)");
+    optimizer.step(params);
+    return loss;
+  }
+
+  size_t num_parameters() {
+    size_t n = 0;
+    for (const nn::Param& p : params.all()) n += p.numel;
+    return n;
+  }
+};
+
+// Token ids must lie in [0, V); ids equal to `allowed` (e.g. an ignore index) pass too.
+inline void check_ids(std::span<const int32_t> ids, const char* what, int V, int allowed = INT32_MIN) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    check((ids[i] >= 0 && ids[i] < V) || ids[i] == allowed, what, "[", i, "] = ", ids[i],
+          " is out of range: expected a token id in [0, ", V, ")");
+}
+
+inline void check_shape(std::span<const int32_t> ids, const char* what, int B, int T, const char* bname,
+                        const char* tname) {
+  const size_t n = static_cast<size_t>(B) * T;
+  check(ids.size() == n, what, " has ", ids.size(), " tokens: expected ", bname, " * ", tname, " = ", B, " * ", T,
+        " = ", n);
+}
+
+inline void check_dims(int B, int T, int T_max, const char* tname, const char* max_name) {
+  check(B >= 1, "batch = ", B, " is invalid: expected an integer >= 1");
+  check(T >= 1 && T <= T_max, tname, " = ", T, " is invalid: expected 1 <= ", tname, " <= ", max_name, " = ", T_max);
+}
+
+// (B,T) padding flags from token ids: 1 where the id is pad_id.
+inline void pad_flags(std::vector<uint8_t>& out, std::span<const int32_t> ids, int pad_id) {
+  out.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) out[i] = ids[i] == pad_id ? 1 : 0;
+}
+
+}  // namespace qkv::models
+
+#include "kernels/kernels.h"
+
+namespace qkv::models {
+
+// Sums of a cross-entropy evaluation: loss over counted rows, argmax hits, rows counted (not ignored).
+struct LossSum {
+  double loss = 0.0;
+  long long correct = 0, count = 0;
+
+  Metrics metrics() const {
+    Metrics m;
+    m.count = count;
+    m.loss = count ? loss / static_cast<double>(count) : 0.0;
+    m.accuracy = count ? static_cast<double>(correct) / static_cast<double>(count) : 0.0;
+    m.perplexity = std::exp(m.loss);
+    return m;
+  }
+};
+
+// Cross-entropy of logits (rows, V) against targets; probs saved for crossentropy_backward.
+inline LossSum cross_entropy(Span losses, Span probs, CSpan logits, const int32_t* targets, int rows, int V,
+                             int ignore_index, float smoothing) {
+  kernels::crossentropy_forward(losses, probs, logits, targets, rows, V, ignore_index, smoothing);
+  LossSum s;
+  for (int r = 0; r < rows; ++r) {
+    if (targets[r] == ignore_index) continue;
+    s.loss += losses[r];
+    ++s.count;
+    const float* z = logits.data() + static_cast<size_t>(r) * V;
+    int best = 0;
+    for (int v = 1; v < V; ++v)
+      if (z[v] > z[best]) best = v;
+    s.correct += best == targets[r];
+  }
+  return s;
+}
+
+}  // namespace qkv::models

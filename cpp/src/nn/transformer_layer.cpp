@@ -1,0 +1,80 @@
+#include "nn/transformer_layer.h"
+
+namespace qkv::nn {
+
+EncoderLayer::EncoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o)
+    : C_(o.C),
+      attn_(params, prefix + "self_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
+      ffn_(params, prefix, o.C, o.F, o.activation, o.bias, o.init_std, o.out_init_std),
+      attn_res_(params, prefix + "norm1", o.C, o.norm),
+      ffn_res_(params, prefix + "norm2", o.C, o.norm) {}
+
+void EncoderLayer::plan(Workspace& ws, int B, int T) {
+  const int rows = B * T;
+  attn_.plan(ws, B, T, T);
+  ffn_.plan(ws, rows);
+  attn_res_.plan(ws, rows);
+  ffn_res_.plan(ws, rows);
+  x1_ = ws.take(static_cast<size_t>(rows) * C_);
+  dx1_ = ws.take(static_cast<size_t>(rows) * C_);
+}
+
+void EncoderLayer::forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop) {
+  const int rows = B * T;
+  attn_res_.forward(x1_, x, rows, drop, [&](Span out, CSpan in) { attn_.forward(out, in, in, mask, B, T, T, drop); });
+  ffn_res_.forward(y, x1_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); });
+}
+
+void EncoderLayer::backward(Span dx, CSpan dy, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop) {
+  const int rows = B * T;
+  ffn_res_.backward(dx1_, dy, x1_, rows, drop,
+                    [&](Span din, CSpan dout, CSpan in) { ffn_.backward(din, dout, in, rows, drop); });
+  attn_res_.backward(dx, dx1_, x, rows, drop, [&](Span din, CSpan dout, CSpan in) {
+    attn_.backward(din, din, dout, in, in, mask, B, T, T, drop);
+  });
+}
+
+DecoderLayer::DecoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o)
+    : C_(o.C),
+      self_attn_(params, prefix + "self_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
+      cross_attn_(params, prefix + "multihead_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
+      ffn_(params, prefix, o.C, o.F, o.activation, o.bias, o.init_std, o.out_init_std),
+      self_res_(params, prefix + "norm1", o.C, o.norm),
+      cross_res_(params, prefix + "norm2", o.C, o.norm),
+      ffn_res_(params, prefix + "norm3", o.C, o.norm) {}
+
+void DecoderLayer::plan(Workspace& ws, int B, int T, int S) {
+  const int rows = B * T;
+  self_attn_.plan(ws, B, T, T);
+  cross_attn_.plan(ws, B, T, S);
+  ffn_.plan(ws, rows);
+  self_res_.plan(ws, rows);
+  cross_res_.plan(ws, rows);
+  ffn_res_.plan(ws, rows);
+  for (Span* s : {&x1_, &x2_, &dx1_, &dx2_}) *s = ws.take(static_cast<size_t>(rows) * C_);
+}
+
+void DecoderLayer::forward(Span y, CSpan x, CSpan memory, const AttentionMask& self_mask,
+                           const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop) {
+  const int rows = B * T;
+  self_res_.forward(x1_, x, rows, drop,
+                    [&](Span out, CSpan in) { self_attn_.forward(out, in, in, self_mask, B, T, T, drop); });
+  cross_res_.forward(x2_, x1_, rows, drop,
+                     [&](Span out, CSpan in) { cross_attn_.forward(out, in, memory, memory_mask, B, T, S, drop); });
+  ffn_res_.forward(y, x2_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); });
+}
+
+void DecoderLayer::backward(Span dx, Span dmemory, CSpan dy, CSpan x, CSpan memory, const AttentionMask& self_mask,
+                            const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop) {
+  const int rows = B * T;
+  ffn_res_.backward(dx2_, dy, x2_, rows, drop,
+                    [&](Span din, CSpan dout, CSpan in) { ffn_.backward(din, dout, in, rows, drop); });
+  cross_res_.backward(dx1_, dx2_, x1_, rows, drop, [&](Span din, CSpan dout, CSpan in) {
+    cross_attn_.backward(din, dmemory, dout, in, memory, memory_mask, B, T, S, drop);
+  });
+  self_res_.backward(dx, dx1_, x, rows, drop, [&](Span din, CSpan dout, CSpan in) {
+    self_attn_.backward(din, din, dout, in, in, self_mask, B, T, T, drop);
+  });
+}
+
+}  // namespace qkv::nn
