@@ -11,8 +11,7 @@
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
-#include "nn/layernorm.h"
-#include "nn/transformer_layer.h"
+#include "nn/stack.h"
 #include "runtime/random.h"
 
 namespace qkv {
@@ -40,17 +39,16 @@ struct LanguageModel::Impl {
   int C, V, L, F;
   models::ModelCore core;
   nn::Embedding embedding;
-  std::vector<std::unique_ptr<nn::EncoderLayer>> layers;
-  std::unique_ptr<nn::LayerNorm> ln_f;
+  nn::EncoderStack stack;        // causal self-attention layers "layers.N." and the final "norm"
   nn::Param* lm_head = nullptr;  // untied head (V, C)
 
   // The workspace's model-level buffers, planned for (B_cap, T_cap).
   int B_cap = 0, T_cap = 0;
-  std::vector<Span> xs;  // residual stream before each layer and after the last: L+1 of (B,T,C)
-  Span ln_f_out, logits, probs, losses, d_res_a, d_res_b, d_ln_f;
+  Span logits, probs, losses, d_top;
   std::vector<int32_t> tokens, targets;  // copies of the current batch, (B,T)
   nn::Dropout drop;                      // of the last forward
 
+  // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
   Impl(const LanguageModelConfig& c, const OptimizerConfig& o)
       : config(validated(c)),
         C(c.d_model),
@@ -59,12 +57,10 @@ struct LanguageModel::Impl {
         F(c.d_ff > 0 ? c.d_ff : 4 * c.d_model),
         core(o, c.seed, c.dropout),
         embedding(core.params, "tok_emb.weight", "pos_emb.weight", V, c.context, C, c.scale_embedding, c.positions,
-                  0.02f) {
-    // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
-    const nn::LayerOptions lo{C, c.heads, F, c.activation, c.norm, c.bias, 0.02f, 0.02f / std::sqrt(2.f * L)};
-    for (int l = 0; l < L; ++l)
-      layers.push_back(std::make_unique<nn::EncoderLayer>(core.params, "layers." + std::to_string(l) + ".", lo));
-    if (c.final_norm) ln_f = std::make_unique<nn::LayerNorm>(core.params, "norm", C);
+                  0.02f),
+        stack(core.params, "", L,
+              {C, c.heads, F, c.activation, c.norm, c.bias, 0.02f, 0.02f / std::sqrt(2.f * c.layers)}, c.final_norm,
+              "norm") {
     if (!c.tie_head) lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
     core.params.finalize(c.seed);
   }
@@ -78,17 +74,11 @@ struct LanguageModel::Impl {
     T_cap = std::max(T, T_cap);
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
-      xs.assign(static_cast<size_t>(L) + 1, Span{});
-      for (auto& x : xs) x = w.take(rows * C);
-      for (auto& layer : layers) layer->plan(w, B_cap, T_cap);
-      if (ln_f) ln_f->plan(w, static_cast<int>(rows));
-      ln_f_out = w.take(rows * C);
+      stack.plan(w, B_cap, T_cap);
       logits = w.take(rows * V);
       probs = w.take(rows * V);
       losses = w.take(rows);
-      d_res_a = w.take(rows * C);
-      d_res_b = w.take(rows * C);
-      d_ln_f = w.take(rows * C);
+      d_top = w.take(rows * C);
     });
     tokens.reserve(static_cast<size_t>(B_cap) * T_cap);
     targets.reserve(static_cast<size_t>(B_cap) * T_cap);
@@ -113,15 +103,11 @@ struct LanguageModel::Impl {
 
   // tokens (B,T) -> logits (B,T,V)
   void forward(int B, int T, bool train_pass) {
-    const int rows = B * T;
     drop = core.next_dropout(train_pass);
-    const nn::AttentionMask causal{nullptr, true};
-    embedding.forward(xs[0], tokens.data(), B, T, drop);
-    for (int l = 0; l < L; ++l) layers[l]->forward(xs[l + 1], xs[l], causal, B, T, drop);
-    const Span top = ln_f ? ln_f_out : xs[L];
-    if (ln_f) ln_f->forward(ln_f_out, xs[L], rows);
+    embedding.forward(stack.input(), tokens.data(), B, T, drop);
+    stack.forward({nullptr, true}, B, T, drop);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
-    kernels::gemm(false, true, rows, V, C, 1.f, top.data(), C, head_weight(), C, 0.f, logits.data(), V);
+    kernels::gemm(false, true, B * T, V, C, 1.f, stack.output().data(), C, head_weight(), C, 0.f, logits.data(), V);
   }
 
   models::LossSum loss(int rows) {
@@ -131,26 +117,13 @@ struct LanguageModel::Impl {
   // Adds weight * d(mean loss) to the parameters' gradients.
   void backward(int B, int T, float weight) {
     const int rows = B * T;
-    const size_t n = static_cast<size_t>(rows) * C;
     Span dlogits = logits;  // the logits are no longer needed: reuse their buffer
     kernels::crossentropy_backward(dlogits, probs, targets.data(), weight / rows, rows, V, INT32_MIN, 0.f);
-    const Span top = ln_f ? ln_f_out : xs[L];
     // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top
-    kernels::gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_ln_f.data(), C);
-    kernels::gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, top.data(), C, 1.f, head_grad(), C);
-    if (ln_f) {
-      std::fill_n(d_res_a.begin(), n, 0.f);
-      ln_f->backward(d_res_a, d_ln_f, xs[L], rows);
-    } else {
-      std::copy_n(d_ln_f.begin(), n, d_res_a.begin());
-    }
-    Span d_out = d_res_a, d_in = d_res_b;
-    const nn::AttentionMask causal{nullptr, true};
-    for (int l = L - 1; l >= 0; --l) {
-      layers[l]->backward(d_in, d_out, xs[l], causal, B, T, drop);
-      std::swap(d_in, d_out);
-    }
-    embedding.backward(d_out, tokens.data(), B, T, drop);
+    kernels::gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_top.data(), C);
+    kernels::gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
+    const Span d_emb = stack.backward(d_top, {nullptr, true}, B, T, drop);
+    embedding.backward(d_emb, tokens.data(), B, T, drop);
   }
 
   float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
@@ -208,11 +181,10 @@ std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int ba
 std::vector<float> LanguageModel::attention(int layer) const {
   const Impl& m = *impl_;
   check(layer >= 0 && layer < m.L, "layer = ", layer, " is out of range: expected 0 <= layer < ", m.L);
-  const nn::MultiHeadAttention& a = m.layers[layer]->self_attention();
-  check(a.last_tq() > 0, "attention(", layer, "): no forward pass has run yet");
+  const nn::MultiHeadAttention& a = m.stack.layer(layer).self_attention();
   const CSpan w = a.weights();
-  const size_t n = static_cast<size_t>(m.tokens.size()) * m.config.heads * a.last_tk();
-  return {w.begin(), w.begin() + static_cast<std::ptrdiff_t>(n)};
+  check(!w.empty(), "attention(", layer, "): no forward pass has run yet");
+  return {w.begin(), w.end()};
 }
 
 std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, int max_tokens, float temperature,

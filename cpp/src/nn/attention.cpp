@@ -51,8 +51,7 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
   }
   kernels::attention_forward(y_, att_, att_drop_, q_.data(), kv_.data(), kv_.data() + C, shape(mask, B, Tq, Tk, drop));
   out_proj_.forward(out, y_, rq);
-  tq_ = Tq;
-  tk_ = Tk;
+  last_size_ = static_cast<size_t>(B) * H_ * Tq * Tk;
 }
 
 void MultiHeadAttention::backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask,

@@ -29,10 +29,8 @@ class MultiHeadAttention {
   void backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
                 const Dropout& drop);
 
-  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout).
-  CSpan weights() const { return att_; }
-  int last_tq() const { return tq_; }
-  int last_tk() const { return tk_; }
+  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout); empty before the first.
+  CSpan weights() const { return CSpan(att_).first(last_size_); }
 
  private:
   kernels::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
@@ -42,7 +40,7 @@ class MultiHeadAttention {
   Param& w_in_;
   Param* b_in_;
   Linear out_proj_;
-  int tq_ = 0, tk_ = 0;
+  size_t last_size_ = 0;
   Span q_, kv_, att_, att_drop_, y_;  // (B,Tq,C), (B,Tk,2C), (B,H,Tq,Tk) x2, (B,Tq,C)
   Span dq_, dkv_, datt_, dy_;         // backward scratch, same shapes
 };

@@ -1,0 +1,70 @@
+#pragma once
+// Classifier: a Transformer encoder with a classification head, as the PyTorch text-classification
+// tutorials build it.
+//
+//   tokens (B,T) -> token embedding (x sqrt(C) optional) + positions -> encoder layers (padding mask)
+//     -> encoder.norm (optional) -> pool: the first ([CLS]) token, or the mean over non-pad tokens
+//     -> head: Linear(C, classes), or Linear(C, C/2) -> ReLU -> dropout -> Linear(C/2, classes)
+//   loss: cross-entropy against the labels
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "qkv/optimizer.h"
+#include "qkv/options.h"
+#include "qkv/parameter.h"
+
+namespace qkv {
+
+struct ClassifierConfig {
+  int vocab_size = 0;
+  int context = 0;
+  int d_model = 0;
+  int heads = 0;
+  int layers = 0;
+  int d_ff = 0;  // 0 means 4 * d_model
+  int classes = 0;
+  uint64_t seed = 1337;
+  Activation activation = Activation::ReLU;
+  NormPosition norm = NormPosition::Post;
+  bool bias = true;
+  float dropout = 0.f;
+  Positions positions = Positions::Sinusoidal;
+  bool scale_embedding = true;
+  bool final_norm = true;
+  Pooling pooling = Pooling::First;
+  ClassifierHead head = ClassifierHead::MLP;
+  int pad_id = 0;
+};
+
+class Classifier {
+ public:
+  explicit Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer = {});
+  ~Classifier();
+  Classifier(const Classifier&) = delete;
+  Classifier& operator=(const Classifier&) = delete;
+
+  // tokens (batch, seq); labels (batch) in [0, classes). Returns the mean loss before the update.
+  float train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
+  float forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
+  Metrics evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
+  // Logits (batch, classes).
+  std::vector<float> logits(std::span<const int32_t> tokens, int batch, int seq);
+  // Attention weights (B, H, T, T) of one encoder layer from the last forward.
+  std::vector<float> attention(int layer) const;
+
+  const ClassifierConfig& config() const;
+  const OptimizerConfig& optimizer() const;
+  void set_training(bool training);
+  void set_learning_rate(float lr);
+  size_t num_parameters() const;
+  int step() const;
+  std::vector<ParameterView> parameters();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qkv

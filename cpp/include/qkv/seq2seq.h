@@ -1,0 +1,81 @@
+#pragma once
+// Seq2Seq: the encoder-decoder Transformer of "Attention Is All You Need" and the PyTorch translation
+// tutorial, with torch.nn.Transformer's parameter names (encoder.layers.N..., encoder.norm, decoder...).
+//
+//   src (B,S) -> src embedding (x sqrt(C)) + positions -> encoder layers (source padding mask)
+//     -> encoder.norm -> memory (B,S,C)
+//   tgt_in (B,T) -> tgt embedding + positions -> decoder layers (causal + target padding mask on self-
+//     attention; source padding on cross-attention) -> decoder.norm -> generator -> logits (B,T,V_tgt)
+//   loss: cross-entropy against tgt_out, ignoring pad_id, with optional label smoothing
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "qkv/optimizer.h"
+#include "qkv/options.h"
+#include "qkv/parameter.h"
+
+namespace qkv {
+
+struct Seq2SeqConfig {
+  int src_vocab = 0;
+  int tgt_vocab = 0;
+  int context = 0;  // the longest source or target sequence (the position table's length)
+  int d_model = 0;
+  int heads = 0;
+  int encoder_layers = 0;
+  int decoder_layers = 0;
+  int d_ff = 0;  // 0 means 4 * d_model
+  uint64_t seed = 1337;
+  Activation activation = Activation::ReLU;
+  NormPosition norm = NormPosition::Post;
+  bool bias = true;
+  float dropout = 0.f;
+  Positions positions = Positions::Sinusoidal;
+  bool scale_embedding = true;
+  bool final_norm = true;  // encoder.norm and decoder.norm, as nn.Transformer has them
+  int pad_id = 0;          // padding in src and tgt: masked in attention, ignored by the loss
+  float label_smoothing = 0.f;
+};
+
+enum class AttentionKind { EncoderSelf, DecoderSelf, Cross };
+
+class Seq2Seq {
+ public:
+  explicit Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer = {});
+  ~Seq2Seq();
+  Seq2Seq(const Seq2Seq&) = delete;
+  Seq2Seq& operator=(const Seq2Seq&) = delete;
+
+  // src (batch, src_len); tgt_in and tgt_out (batch, tgt_len): the target shifted right (starting with bos)
+  // and the target itself. Returns the mean loss over non-pad target positions, before the update.
+  float train_step(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
+                   int batch, int src_len, int tgt_len);
+  float forward_backward(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
+                         std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len);
+  Metrics evaluate(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
+                   int batch, int src_len, int tgt_len);
+  // Logits (batch, tgt_len, tgt_vocab).
+  std::vector<float> logits(std::span<const int32_t> src, std::span<const int32_t> tgt_in, int batch, int src_len,
+                            int tgt_len);
+  // Greedy decoding: for each source row, start from bos and append the argmax token until eos or max_len
+  // tokens. Returns (batch, max_len) ids, pad_id after eos. The encoder runs once.
+  std::vector<int32_t> greedy(std::span<const int32_t> src, int batch, int src_len, int bos, int eos, int max_len);
+  // Attention weights (B, H, Tq, Tk) of one layer from the last forward.
+  std::vector<float> attention(AttentionKind kind, int layer) const;
+
+  const Seq2SeqConfig& config() const;
+  const OptimizerConfig& optimizer() const;
+  void set_training(bool training);
+  void set_learning_rate(float lr);
+  size_t num_parameters() const;
+  int step() const;
+  std::vector<ParameterView> parameters();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace qkv

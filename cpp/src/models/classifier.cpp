@@ -1,0 +1,236 @@
+// Classifier: the encoder stack, pooling (first token or mean over non-pad tokens) and the head.
+// Legend: B batch, T sequence, C d_model, K classes.
+#include "qkv/classifier.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/kernels.h"
+#include "models/model_core.h"
+#include "models/parameter_views.h"
+#include "nn/embedding.h"
+#include "nn/linear.h"
+#include "nn/stack.h"
+
+namespace qkv {
+namespace {
+
+const ClassifierConfig& validated(const ClassifierConfig& c) {
+  check(c.vocab_size >= 1, "vocab_size = ", c.vocab_size, " is invalid: expected an integer >= 1");
+  check(c.context >= 1, "context = ", c.context, " is invalid: expected an integer >= 1");
+  check(c.d_model >= 1, "d_model = ", c.d_model, " is invalid: expected an integer >= 1");
+  check(c.heads >= 1, "heads = ", c.heads, " is invalid: expected an integer >= 1");
+  check(c.d_model % c.heads == 0, "d_model = ", c.d_model, " must be divisible by heads = ", c.heads);
+  check(c.layers >= 1, "layers = ", c.layers, " is invalid: expected an integer >= 1");
+  check(c.d_ff >= 0, "d_ff = ", c.d_ff, " is invalid: expected an integer >= 1 (or 0 for 4 * d_model)");
+  check(c.classes >= 2, "classes = ", c.classes, " is invalid: expected an integer >= 2");
+  check(c.dropout >= 0.f && c.dropout < 1.f, "dropout = ", c.dropout, " is invalid: expected 0 <= dropout < 1");
+  check(c.pad_id >= 0 && c.pad_id < c.vocab_size, "pad_id = ", c.pad_id, " is invalid: expected a token id in [0, ",
+        c.vocab_size, ")");
+  check(c.head != ClassifierHead::MLP || c.d_model >= 2, "d_model = ", c.d_model,
+        " is too small for the MLP head: expected d_model >= 2 (its hidden width is d_model / 2)");
+  return c;
+}
+
+}  // namespace
+
+struct Classifier::Impl {
+  ClassifierConfig config;
+  int C, K, H2;  // H2: the MLP head's hidden width, C/2
+  models::ModelCore core;
+  nn::Embedding embedding;
+  nn::EncoderStack encoder;
+  std::unique_ptr<nn::Linear> fc1, fc2;  // MLP: classifier.0 and classifier.3; Linear: fc2 = classifier
+  uint64_t head_stream;
+
+  int B_cap = 0, T_cap = 0;
+  Span pooled, hidden, hidden_act, logits, probs, losses, d_pooled, d_hidden, d_top;
+  std::vector<int32_t> tokens, labels;
+  std::vector<uint8_t> pad;
+  nn::Dropout drop;
+
+  Impl(const ClassifierConfig& c, const OptimizerConfig& o)
+      : config(validated(c)),
+        C(c.d_model),
+        K(c.classes),
+        H2(c.d_model / 2),
+        core(o, c.seed, c.dropout),
+        embedding(core.params, "tok_emb.weight", "pos_emb.weight", c.vocab_size, c.context, C, c.scale_embedding,
+                  c.positions, 0.02f),
+        encoder(core.params, "encoder.", c.layers,
+                {C, c.heads, c.d_ff > 0 ? c.d_ff : 4 * C, c.activation, c.norm, c.bias, 0.02f, 0.02f}, c.final_norm,
+                "encoder.norm"),
+        head_stream(core.params.new_stream()) {
+    if (c.head == ClassifierHead::MLP) {
+      fc1 = std::make_unique<nn::Linear>(core.params, "classifier.0.weight", "classifier.0.bias", C, H2, 0.02f);
+      fc2 = std::make_unique<nn::Linear>(core.params, "classifier.3.weight", "classifier.3.bias", H2, K, 0.02f);
+    } else {
+      fc2 = std::make_unique<nn::Linear>(core.params, "classifier.weight", "classifier.bias", C, K, 0.02f);
+    }
+    core.params.finalize(c.seed);
+  }
+
+  void ensure_capacity(int B, int T) {
+    if (B <= B_cap && T <= T_cap) return;
+    B_cap = std::max(B, B_cap);
+    T_cap = std::max(T, T_cap);
+    core.ws.plan([&](Workspace& w) {
+      const size_t b = static_cast<size_t>(B_cap);
+      encoder.plan(w, B_cap, T_cap);
+      pooled = w.take(b * C);
+      hidden = w.take(b * H2);
+      hidden_act = w.take(b * H2);
+      logits = w.take(b * K);
+      probs = w.take(b * K);
+      losses = w.take(b);
+      d_pooled = w.take(b * C);
+      d_hidden = w.take(b * H2);
+      d_top = w.take(b * T_cap * C);
+    });
+  }
+
+  void load(std::span<const int32_t> in, const std::span<const int32_t>* lb, int B, int T) {
+    models::check_dims(B, T, config.context, "seq", "context");
+    models::check_shape(in, "tokens", B, T, "batch", "seq");
+    models::check_ids(in, "tokens", config.vocab_size);
+    if (lb) {
+      check(lb->size() == static_cast<size_t>(B), "labels has ", lb->size(), " entries: expected batch = ", B);
+      for (size_t i = 0; i < lb->size(); ++i)
+        check((*lb)[i] >= 0 && (*lb)[i] < K, "labels[", i, "] = ", (*lb)[i],
+              " is out of range: expected a class in [0, ", K, ")");
+      labels.assign(lb->begin(), lb->end());
+    }
+    ensure_capacity(B, T);
+    tokens.assign(in.begin(), in.end());
+    models::pad_flags(pad, tokens, config.pad_id);
+  }
+
+  nn::AttentionMask mask() const { return {pad.data(), false}; }
+
+  // Non-pad positions of row b (mean pooling divides by it; a row of only padding averages nothing).
+  int count_tokens(int b, int T) const {
+    int n = 0;
+    for (int t = 0; t < T; ++t) n += pad[static_cast<size_t>(b) * T + t] == 0;
+    return n;
+  }
+
+  void forward(int B, int T, bool train_pass) {
+    drop = core.next_dropout(train_pass);
+    embedding.forward(encoder.input(), tokens.data(), B, T, drop);
+    encoder.forward(mask(), B, T, drop);
+    const CSpan top = encoder.output();
+    for (int b = 0; b < B; ++b) {
+      float* p = pooled.data() + static_cast<size_t>(b) * C;
+      const float* row = top.data() + static_cast<size_t>(b) * T * C;
+      if (config.pooling == Pooling::First) {
+        std::copy_n(row, C, p);
+      } else {
+        std::fill_n(p, C, 0.f);
+        const int n = count_tokens(b, T);
+        for (int t = 0; t < T; ++t)
+          if (!pad[static_cast<size_t>(b) * T + t])
+            for (int i = 0; i < C; ++i) p[i] += row[static_cast<size_t>(t) * C + i];
+        const float inv = n ? 1.f / static_cast<float>(n) : 0.f;
+        for (int i = 0; i < C; ++i) p[i] *= inv;
+      }
+    }
+    if (fc1) {
+      const size_t n = static_cast<size_t>(B) * H2;
+      fc1->forward(hidden, pooled, B);
+      kernels::relu_forward(hidden_act.first(n), hidden.first(n));
+      if (drop.active())
+        kernels::dropout_forward(hidden_act.first(n), hidden_act.first(n), drop.p, drop.seed_for(head_stream));
+      fc2->forward(logits, hidden_act, B);
+    } else {
+      fc2->forward(logits, pooled, B);
+    }
+  }
+
+  models::LossSum loss(int B) {
+    return models::cross_entropy(losses, probs, logits, labels.data(), B, K, INT32_MIN, 0.f);
+  }
+
+  float forward_backward(int B, int T) {
+    forward(B, T, true);
+    const models::LossSum l = loss(B);
+    const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
+    check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
+    Span dlogits = logits;
+    kernels::crossentropy_backward(dlogits, probs, labels.data(), 1.f / static_cast<float>(B), B, K, INT32_MIN, 0.f);
+    if (fc1) {
+      const size_t n = static_cast<size_t>(B) * H2;
+      fc2->backward(d_hidden, dlogits, hidden_act, B);
+      if (drop.active())
+        kernels::dropout_backward(d_hidden.first(n), d_hidden.first(n), drop.p, drop.seed_for(head_stream));
+      kernels::relu_backward(d_hidden.first(n), d_hidden.first(n), hidden.first(n));
+      fc1->backward(d_pooled, d_hidden, pooled, B);
+    } else {
+      fc2->backward(d_pooled, dlogits, pooled, B);
+    }
+    // Pooling's backward: the first token gets all of d pooled, or each non-pad token an equal share.
+    std::fill_n(d_top.begin(), static_cast<size_t>(B) * T * C, 0.f);
+    for (int b = 0; b < B; ++b) {
+      const float* dp = d_pooled.data() + static_cast<size_t>(b) * C;
+      float* row = d_top.data() + static_cast<size_t>(b) * T * C;
+      if (config.pooling == Pooling::First) {
+        std::copy_n(dp, C, row);
+      } else {
+        const int n = count_tokens(b, T);
+        const float inv = n ? 1.f / static_cast<float>(n) : 0.f;
+        for (int t = 0; t < T; ++t)
+          if (!pad[static_cast<size_t>(b) * T + t])
+            for (int i = 0; i < C; ++i) row[static_cast<size_t>(t) * C + i] = dp[i] * inv;
+      }
+    }
+    const Span d_emb = encoder.backward(d_top, mask(), B, T, drop);
+    embedding.backward(d_emb, tokens.data(), B, T, drop);
+    return mean;
+  }
+};
+
+Classifier::Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer)
+    : impl_(std::make_unique<Impl>(config, optimizer)) {}
+Classifier::~Classifier() = default;
+
+float Classifier::forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch,
+                                   int seq) {
+  impl_->load(tokens, &labels, batch, seq);
+  impl_->core.params.zero_grad();
+  return impl_->forward_backward(batch, seq);
+}
+
+float Classifier::train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq) {
+  impl_->load(tokens, &labels, batch, seq);
+  return impl_->core.train_step([&] { return impl_->forward_backward(batch, seq); });
+}
+
+Metrics Classifier::evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq) {
+  impl_->load(tokens, &labels, batch, seq);
+  impl_->forward(batch, seq, false);
+  return impl_->loss(batch).metrics();
+}
+
+std::vector<float> Classifier::logits(std::span<const int32_t> tokens, int batch, int seq) {
+  impl_->load(tokens, nullptr, batch, seq);
+  impl_->forward(batch, seq, false);
+  return {impl_->logits.begin(), impl_->logits.begin() + static_cast<std::ptrdiff_t>(batch) * impl_->K};
+}
+
+std::vector<float> Classifier::attention(int layer) const {
+  const Impl& m = *impl_;
+  check(layer >= 0 && layer < m.encoder.size(), "layer = ", layer, " is out of range: expected 0 <= layer < ",
+        m.encoder.size());
+  const CSpan w = m.encoder.layer(layer).self_attention().weights();
+  check(!w.empty(), "attention: no forward pass has run yet");
+  return {w.begin(), w.end()};
+}
+
+const ClassifierConfig& Classifier::config() const { return impl_->config; }
+const OptimizerConfig& Classifier::optimizer() const { return impl_->core.optimizer.config(); }
+void Classifier::set_training(bool training) { impl_->core.training = training; }
+void Classifier::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
+size_t Classifier::num_parameters() const { return impl_->core.num_parameters(); }
+int Classifier::step() const { return impl_->core.optimizer.steps(); }
+std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params); }
+
+}  // namespace qkv

@@ -1,0 +1,91 @@
+#include "nn/stack.h"
+
+#include <algorithm>
+
+namespace qkv::nn {
+namespace {
+
+// The final norm's backward into d_a (zeroed: LayerNorm accumulates), or a copy when there is no norm.
+void final_norm_backward(LayerNorm* norm, Span d_a, CSpan d_output, CSpan top, int rows, int C) {
+  const size_t n = static_cast<size_t>(rows) * C;
+  if (norm) {
+    std::fill_n(d_a.begin(), n, 0.f);
+    norm->backward(d_a, d_output, top, rows);
+  } else {
+    std::copy_n(d_output.begin(), n, d_a.begin());
+  }
+}
+
+void plan_buffers(Workspace& ws, std::vector<Span>& xs, Span& out, Span& d_a, Span& d_b, size_t layers, size_t n) {
+  xs.assign(layers + 1, Span{});
+  for (auto& x : xs) x = ws.take(n);
+  out = ws.take(n);
+  d_a = ws.take(n);
+  d_b = ws.take(n);
+}
+
+}  // namespace
+
+EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
+                           bool final_norm, const std::string& norm_name)
+    : C_(o.C) {
+  for (int l = 0; l < layers; ++l)
+    layers_.push_back(std::make_unique<EncoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
+  if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
+}
+
+void EncoderStack::plan(Workspace& ws, int B, int T) {
+  for (auto& l : layers_) l->plan(ws, B, T);
+  if (norm_) norm_->plan(ws, B * T);
+  plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_);
+}
+
+void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropout& drop) {
+  for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop);
+  if (norm_) norm_->forward(out_, xs_.back(), B * T);
+}
+
+Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop) {
+  final_norm_backward(norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
+  Span d_out = d_a_, d_in = d_b_;
+  for (int l = size() - 1; l >= 0; --l) {
+    layers_[static_cast<size_t>(l)]->backward(d_in, d_out, xs_[static_cast<size_t>(l)], mask, B, T, drop);
+    std::swap(d_in, d_out);
+  }
+  return d_out;
+}
+
+DecoderStack::DecoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
+                           bool final_norm, const std::string& norm_name)
+    : C_(o.C) {
+  for (int l = 0; l < layers; ++l)
+    layers_.push_back(std::make_unique<DecoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
+  if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
+}
+
+void DecoderStack::plan(Workspace& ws, int B, int T, int S) {
+  for (auto& l : layers_) l->plan(ws, B, T, S);
+  if (norm_) norm_->plan(ws, B * T);
+  plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_);
+}
+
+void DecoderStack::forward(CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B, int T,
+                           int S, const Dropout& drop) {
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->forward(xs_[l + 1], xs_[l], memory, self_mask, memory_mask, B, T, S, drop);
+  if (norm_) norm_->forward(out_, xs_.back(), B * T);
+}
+
+Span DecoderStack::backward(CSpan d_output, Span dmemory, CSpan memory, const AttentionMask& self_mask,
+                            const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop) {
+  final_norm_backward(norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
+  Span d_out = d_a_, d_in = d_b_;
+  for (int l = size() - 1; l >= 0; --l) {
+    layers_[static_cast<size_t>(l)]->backward(d_in, dmemory, d_out, xs_[static_cast<size_t>(l)], memory, self_mask,
+                                              memory_mask, B, T, S, drop);
+    std::swap(d_in, d_out);
+  }
+  return d_out;
+}
+
+}  // namespace qkv::nn
