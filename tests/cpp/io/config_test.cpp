@@ -1,0 +1,101 @@
+#include "qkv/config.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "qkv/error.h"
+
+namespace qkv {
+namespace {
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no qkv::Error thrown)";
+}
+
+TEST(ConfigJson, LanguageModelRoundTripsEveryField) {
+  LanguageModelConfig c{
+      .vocab_size = 65, .context = 64, .d_model = 128, .heads = 4, .layers = 4, .d_ff = 300, .seed = 99};
+  c.activation = Activation::ReLU;
+  c.norm = NormPosition::Post;
+  c.bias = false;
+  c.dropout = 0.25f;
+  c.positions = Positions::Sinusoidal;
+  c.scale_embedding = true;
+  c.final_norm = false;
+  c.tie_head = false;
+  const auto back = language_model_config_from_json(to_json(c));
+  EXPECT_EQ(to_json(back), to_json(c));
+  EXPECT_EQ(back.d_ff, 300);
+  EXPECT_EQ(back.activation, Activation::ReLU);
+  EXPECT_FALSE(back.tie_head);
+  EXPECT_FLOAT_EQ(back.dropout, 0.25f);
+}
+
+TEST(ConfigJson, DefaultsFillOptionalFields) {
+  const auto c =
+      language_model_config_from_json(R"({"vocab_size": 10, "context": 8, "d_model": 16, "heads": 2, "layers": 1})");
+  const LanguageModelConfig d;
+  EXPECT_EQ(c.activation, d.activation);
+  EXPECT_EQ(c.norm, d.norm);
+  EXPECT_EQ(c.tie_head, d.tie_head);
+  EXPECT_EQ(c.seed, d.seed);
+  const auto s = seq2seq_config_from_json(
+      R"({"src_vocab": 5000, "tgt_vocab": 5000, "context": 100, "d_model": 512, "heads": 8,
+          "encoder_layers": 6, "decoder_layers": 6, "d_ff": 2048, "dropout": 0.1})");
+  EXPECT_EQ(s.norm, NormPosition::Post);
+  EXPECT_EQ(s.positions, Positions::Sinusoidal);
+  EXPECT_TRUE(s.scale_embedding);
+  EXPECT_EQ(seq2seq_config_from_json(to_json(s)).d_ff, 2048);
+  const auto k = classifier_config_from_json(
+      R"({"vocab_size": 5000, "context": 20, "d_model": 64, "heads": 8, "layers": 2, "d_ff": 128, "classes": 2})");
+  EXPECT_EQ(k.pooling, Pooling::First);
+  EXPECT_EQ(k.head, ClassifierHead::MLP);
+  EXPECT_EQ(to_json(classifier_config_from_json(to_json(k))), to_json(k));
+}
+
+TEST(ConfigJson, OptimizerRoundTripsAndIsValidated) {
+  OptimizerConfig o;
+  o.kind = OptimizerKind::Adam;
+  o.schedule = Schedule::InverseSqrt;
+  o.warmup_steps = 4000;
+  o.beta2 = 0.98f;
+  EXPECT_EQ(to_json(optimizer_config_from_json(to_json(o))), to_json(o));
+  EXPECT_NE(message_of([] { optimizer_config_from_json(R"({"lr": -1})"); }).find("lr = -1"), std::string::npos);
+  EXPECT_NE(message_of([] {
+              optimizer_config_from_json(R"({"schedule": "cosine", "total_steps": 0})");
+            }).find("total_steps = 0"),
+            std::string::npos);
+}
+
+TEST(ConfigJson, BadInputNamesTheField) {
+  const std::string base = R"("context": 8, "d_model": 16, "heads": 2, "layers": 1)";
+  auto lm = [&](const std::string& extra) {
+    return message_of([&] { language_model_config_from_json("{" + base + extra + "}"); });
+  };
+  EXPECT_NE(lm("").find("config.vocab_size is missing"), std::string::npos) << lm("");
+  EXPECT_NE(lm(R"(, "vocab_size": "65")").find("config.vocab_size must be an integer, got string"), std::string::npos);
+  EXPECT_NE(lm(R"(, "vocab_size": 6.5)").find("config.vocab_size must be an integer"), std::string::npos);
+  EXPECT_NE(lm(R"(, "vocab_size": 65, "activation": "swish")").find("config.activation = \"swish\" is unknown"),
+            std::string::npos);
+  EXPECT_NE(lm(R"(, "vocab_size": 65, "dmodel": 3)").find("unknown field \"dmodel\""), std::string::npos);
+  EXPECT_NE(lm(R"(, "vocab_size": 65, "bias": 1)").find("config.bias must be true or false"), std::string::npos);
+  EXPECT_NE(message_of([] { language_model_config_from_json("{\"vocab_size\": 6"); }).find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { language_model_config_from_json("[1, 2]"); }).find("must be an object"), std::string::npos);
+}
+
+TEST(ConfigJson, ModelRejectsValuesTheJsonAllows) {
+  const auto c =
+      language_model_config_from_json(R"({"vocab_size": 10, "context": 8, "d_model": 30, "heads": 4, "layers": 1})");
+  EXPECT_NE(message_of([&] { LanguageModel lm(c); }).find("d_model = 30 must be divisible by heads = 4"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace qkv
