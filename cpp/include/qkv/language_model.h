@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "qkv/optimizer.h"
@@ -80,6 +81,17 @@ class LanguageModel {
 
   // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name.
   std::vector<ParameterView> parameters();
+
+  // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
+  // and, with_optimizer, the Adam moments and step count so training resumes exactly. save_file writes a
+  // temporary file and renames it into place: a failed save never damages an existing file.
+  std::vector<uint8_t> save(bool with_optimizer = true);
+  void save_file(const std::string& path, bool with_optimizer = true);
+  static std::unique_ptr<LanguageModel> load(std::span<const uint8_t> bytes);
+  static std::unique_ptr<LanguageModel> load_file(const std::string& path);
+  // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
+  // naming the field) and nothing changes on error.
+  void load_state(std::span<const uint8_t> bytes);
   // Forward + backward without the optimizer step (gradients are zeroed first); returns the loss.
   float forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
 

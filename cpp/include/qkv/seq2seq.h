@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "qkv/optimizer.h"
@@ -72,6 +73,17 @@ class Seq2Seq {
   size_t num_parameters() const;
   int step() const;
   std::vector<ParameterView> parameters();
+
+  // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
+  // and, with_optimizer, the Adam moments and step count so training resumes exactly. save_file writes a
+  // temporary file and renames it into place: a failed save never damages an existing file.
+  std::vector<uint8_t> save(bool with_optimizer = true);
+  void save_file(const std::string& path, bool with_optimizer = true);
+  static std::unique_ptr<Seq2Seq> load(std::span<const uint8_t> bytes);
+  static std::unique_ptr<Seq2Seq> load_file(const std::string& path);
+  // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
+  // naming the field) and nothing changes on error.
+  void load_state(std::span<const uint8_t> bytes);
 
  private:
   struct Impl;

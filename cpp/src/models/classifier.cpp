@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "io/checkpoint.h"
 #include "kernels/kernels.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/stack.h"
+#include "qkv/config.h"
 
 namespace qkv {
 namespace {
@@ -232,5 +234,26 @@ void Classifier::set_learning_rate(float lr) { impl_->core.optimizer.set_learnin
 size_t Classifier::num_parameters() const { return impl_->core.num_parameters(); }
 int Classifier::step() const { return impl_->core.optimizer.steps(); }
 std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params); }
+
+std::vector<uint8_t> Classifier::save(bool with_optimizer) {
+  return io::save_checkpoint(impl_->core, "classifier", to_json(impl_->config), with_optimizer);
+}
+void Classifier::save_file(const std::string& path, bool with_optimizer) {
+  io::with_path(path, [&] { io::save_file(path, save(with_optimizer)); });
+}
+std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
+  const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
+  auto m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
+  io::restore_checkpoint(m->impl_->core, c);
+  return m;
+}
+std::unique_ptr<Classifier> Classifier::load_file(const std::string& path) {
+  return io::with_path(path, [&] { return load(io::read_file(path)); });
+}
+void Classifier::load_state(std::span<const uint8_t> bytes) {
+  const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
+  io::check_same_config(to_json(impl_->config), c.config_json);
+  io::restore_checkpoint(impl_->core, c);
+}
 
 }  // namespace qkv

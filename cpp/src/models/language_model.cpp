@@ -7,11 +7,13 @@
 #include <memory>
 #include <string>
 
+#include "io/checkpoint.h"
 #include "kernels/kernels.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/stack.h"
+#include "qkv/config.h"
 #include "runtime/random.h"
 
 namespace qkv {
@@ -236,5 +238,26 @@ void LanguageModel::set_learning_rate(float lr) { impl_->core.optimizer.set_lear
 void LanguageModel::set_training(bool training) { impl_->core.training = training; }
 size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters(); }
 std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params); }
+
+std::vector<uint8_t> LanguageModel::save(bool with_optimizer) {
+  return io::save_checkpoint(impl_->core, "language_model", to_json(impl_->config), with_optimizer);
+}
+void LanguageModel::save_file(const std::string& path, bool with_optimizer) {
+  io::with_path(path, [&] { io::save_file(path, save(with_optimizer)); });
+}
+std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> bytes) {
+  const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
+  auto m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
+  io::restore_checkpoint(m->impl_->core, c);
+  return m;
+}
+std::unique_ptr<LanguageModel> LanguageModel::load_file(const std::string& path) {
+  return io::with_path(path, [&] { return load(io::read_file(path)); });
+}
+void LanguageModel::load_state(std::span<const uint8_t> bytes) {
+  const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
+  io::check_same_config(to_json(impl_->config), c.config_json);
+  io::restore_checkpoint(impl_->core, c);
+}
 
 }  // namespace qkv

@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "io/checkpoint.h"
 #include "kernels/kernels.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
 #include "nn/stack.h"
+#include "qkv/config.h"
 
 namespace qkv {
 namespace {
@@ -240,5 +242,26 @@ void Seq2Seq::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_r
 size_t Seq2Seq::num_parameters() const { return impl_->core.num_parameters(); }
 int Seq2Seq::step() const { return impl_->core.optimizer.steps(); }
 std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params); }
+
+std::vector<uint8_t> Seq2Seq::save(bool with_optimizer) {
+  return io::save_checkpoint(impl_->core, "seq2seq", to_json(impl_->config), with_optimizer);
+}
+void Seq2Seq::save_file(const std::string& path, bool with_optimizer) {
+  io::with_path(path, [&] { io::save_file(path, save(with_optimizer)); });
+}
+std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
+  const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
+  auto m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+  io::restore_checkpoint(m->impl_->core, c);
+  return m;
+}
+std::unique_ptr<Seq2Seq> Seq2Seq::load_file(const std::string& path) {
+  return io::with_path(path, [&] { return load(io::read_file(path)); });
+}
+void Seq2Seq::load_state(std::span<const uint8_t> bytes) {
+  const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
+  io::check_same_config(to_json(impl_->config), c.config_json);
+  io::restore_checkpoint(impl_->core, c);
+}
 
 }  // namespace qkv

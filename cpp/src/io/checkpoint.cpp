@@ -1,0 +1,123 @@
+#include "io/checkpoint.h"
+
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "qkv/config.h"
+#include "qkv/error.h"
+
+namespace qkv::io {
+namespace {
+
+const char* const kM = "optimizer.m.";
+const char* const kV = "optimizer.v.";
+
+std::string shape_text(std::span<const int64_t> s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + ")";
+}
+
+}  // namespace
+
+std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
+                                     bool with_optimizer) {
+  std::vector<TensorRef> refs;
+  std::vector<std::string> names;
+  for (nn::Param& p : core.params.all()) {
+    refs.emplace_back(p.name, p.shape, CSpan(p.value));
+    if (with_optimizer) {
+      refs.emplace_back(kM + p.name, p.shape, CSpan(p.m));
+      refs.emplace_back(kV + p.name, p.shape, CSpan(p.v));
+    }
+  }
+  const std::map<std::string, std::string> meta = {
+      {"qkv.model", kind},
+      {"qkv.config", config_json},
+      {"qkv.optimizer", to_json(core.optimizer.config())},
+      {"qkv.step", std::to_string(core.optimizer.steps())},
+      {"qkv.passes", std::to_string(core.passes)},
+      {"qkv.optimizer_state", with_optimizer ? "true" : "false"},
+      {"qkv.version", QKV_VERSION},
+      {"format", "pt"},
+  };
+  return serialize_safetensors(refs, meta);
+}
+
+Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
+  Checkpoint c;
+  c.file = parse_safetensors(bytes);
+  const auto& meta = c.file.metadata;
+  const auto it = meta.find("qkv.model");
+  check(it != meta.end(), "checkpoint: the file has no \"qkv.model\" metadata: expected a qkv checkpoint of a ", kind,
+        " (a plain safetensors file of weights can be loaded with load_weights)");
+  check(it->second == kind, "checkpoint: the file holds a ", it->second, ", expected a ", kind);
+  for (const char* key : {"qkv.config", "qkv.optimizer", "qkv.step"})
+    check(meta.count(key), "checkpoint: the metadata has no \"", key, "\"");
+  c.config_json = meta.at("qkv.config");
+  c.optimizer = optimizer_config_from_json(meta.at("qkv.optimizer"));
+  try {
+    c.step = std::stoi(meta.at("qkv.step"));
+    c.passes = meta.count("qkv.passes") ? std::stoull(meta.at("qkv.passes")) : 0;
+  } catch (const std::exception&) {
+    throw Error("checkpoint: \"qkv.step\" = \"" + meta.at("qkv.step") + "\" is not a step count");
+  }
+  check(c.step >= 0, "checkpoint: \"qkv.step\" = ", c.step, " is invalid: expected >= 0");
+  c.has_optimizer_state = meta.count("qkv.optimizer_state") && meta.at("qkv.optimizer_state") == "true";
+  return c;
+}
+
+void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
+  // Check everything first, then copy: a bad file changes nothing.
+  std::set<std::string> expected;
+  for (nn::Param& p : core.params.all()) {
+    std::vector<std::string> keys = {p.name};
+    if (c.has_optimizer_state) keys.insert(keys.end(), {kM + p.name, kV + p.name});
+    for (const auto& key : keys) {
+      check(c.file.contains(key), "checkpoint: tensor \"", key, "\" is missing");
+      const TensorEntry& t = c.file.at(key);
+      check(t.shape == p.shape, "checkpoint: tensor \"", key, "\" has shape ", shape_text(t.shape), ", expected ",
+            shape_text(p.shape), " (the checkpoint's config does not match this model)");
+      check(t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64", "checkpoint: tensor \"", key,
+            "\" has dtype ", t.dtype, ", expected a floating-point dtype (F32, F16, BF16 or F64)");
+      expected.insert(key);
+    }
+  }
+  for (const auto& t : c.file.tensors)
+    check(expected.count(t.name), "checkpoint: tensor \"", t.name, "\" is not a parameter of this model");
+  for (nn::Param& p : core.params.all()) {
+    const auto copy = [&](const std::string& key, Span dst) {
+      const auto v = c.file.floats(key);
+      std::copy(v.begin(), v.end(), dst.begin());
+    };
+    copy(p.name, p.value);
+    if (c.has_optimizer_state) {
+      copy(kM + p.name, p.m);
+      copy(kV + p.name, p.v);
+    }
+  }
+  core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
+  core.passes = c.passes;
+}
+
+void check_same_config(const std::string& model_json, const std::string& checkpoint_json) {
+  const auto a = nlohmann::json::parse(model_json), b = nlohmann::json::parse(checkpoint_json);
+  for (const auto& [key, value] : a.items()) {
+    if (key == "seed" || key == "dropout") continue;  // neither changes the weights' meaning
+    check(b.contains(key) && b.at(key) == value, "checkpoint: config field \"", key, "\" is ",
+          b.contains(key) ? b.at(key).dump() : std::string("missing"), " in the checkpoint but ", value.dump(),
+          " in this model");
+  }
+}
+
+void save_file(const std::string& path, const std::vector<uint8_t>& bytes) { write_safetensors_atomic(path, bytes); }
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "cannot open \"", path, "\" for reading");
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace qkv::io

@@ -1,0 +1,50 @@
+#pragma once
+// Checkpoints: safetensors files holding a model's weights under their PyTorch-style names, and in
+// __metadata__ the model kind ("qkv.model"), its config JSON ("qkv.config"), the optimizer config
+// ("qkv.optimizer"), the steps taken ("qkv.step"), the dropout pass counter ("qkv.passes") and the qkv
+// version. With the optimizer state, the Adam moments are stored too ("optimizer.m.<name>",
+// "optimizer.v.<name>"), so that training resumes exactly where it stopped.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "models/model_core.h"
+#include "qkv/safetensors.h"
+
+namespace qkv::io {
+
+struct Checkpoint {
+  SafetensorsFile file;
+  std::string config_json;
+  OptimizerConfig optimizer;
+  int step = 0;
+  uint64_t passes = 0;
+  bool has_optimizer_state = false;
+};
+
+std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
+                                     bool with_optimizer);
+// Parses and checks the header: a qkv checkpoint of this kind. qkv::Error otherwise (naming what it is).
+Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind);
+// Copies the weights (and, when present, the moments and step counts) into the model. Every parameter
+// must be present with its shape and no unknown tensor may be left over; on any error nothing is changed.
+void restore_checkpoint(models::ModelCore& core, const Checkpoint& checkpoint);
+
+// qkv::Error naming the first field where a checkpoint's config differs from the model's.
+void check_same_config(const std::string& model_json, const std::string& checkpoint_json);
+
+std::vector<uint8_t> read_file(const std::string& path);
+
+// The file-based forms of a model's save/load, with the path in every error message.
+void save_file(const std::string& path, const std::vector<uint8_t>& bytes);
+template <class F>
+auto with_path(const std::string& path, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+}  // namespace qkv::io

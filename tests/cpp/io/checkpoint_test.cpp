@@ -1,0 +1,133 @@
+// Checkpoints: save -> load gives the same outputs; with the optimizer state, training resumes on exactly
+// the same trajectory; truncated, foreign and mismatched files raise qkv::Error and change nothing; a
+// failed save leaves the previous file intact.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "qkv/classifier.h"
+#include "qkv/error.h"
+#include "qkv/language_model.h"
+#include "qkv/safetensors.h"
+#include "qkv/seq2seq.h"
+
+namespace qkv {
+namespace {
+
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no qkv::Error thrown)";
+}
+
+LanguageModelConfig lm_config() {
+  LanguageModelConfig c{.vocab_size = 9, .context = 8, .d_model = 16, .heads = 2, .layers = 2};
+  c.tie_head = false;
+  return c;
+}
+
+struct Batch {
+  std::vector<int32_t> in, tg;
+};
+Batch batch(int k) {
+  Batch b{std::vector<int32_t>(16), std::vector<int32_t>(16)};
+  for (int i = 0; i < 16; ++i) {
+    b.in[i] = (i * 3 + k) % 9;
+    b.tg[i] = (i * 5 + k + 1) % 9;
+  }
+  return b;
+}
+
+TEST(Checkpoint, SaveLoadGivesIdenticalLogits) {
+  LanguageModel a(lm_config());
+  const auto b0 = batch(0);
+  a.train_step(b0.in, b0.tg, 2, 8);
+  const auto bytes = a.save(false);
+  const auto b = LanguageModel::load(bytes);
+  EXPECT_EQ(a.logits(b0.in, 2, 8), b->logits(b0.in, 2, 8));
+  EXPECT_EQ(b->config().tie_head, false);
+  EXPECT_EQ(b->step(), 0);  // weights only: a fresh optimizer
+  const auto file = parse_safetensors(bytes);
+  EXPECT_EQ(file.metadata.at("qkv.model"), "language_model");
+  EXPECT_TRUE(file.contains("lm_head.weight"));
+  EXPECT_TRUE(file.contains("layers.1.self_attn.in_proj_weight"));
+  EXPECT_FALSE(file.contains("optimizer.m.lm_head.weight"));
+}
+
+TEST(Checkpoint, TrainingResumesOnExactlyTheSameTrajectory) {
+  auto c = lm_config();
+  c.dropout = 0.1f;  // the dropout stream must resume too
+  LanguageModel a(c);
+  for (int s = 0; s < 5; ++s) a.train_step(batch(s).in, batch(s).tg, 2, 8);
+  const auto saved = a.save(true);
+  const auto b = LanguageModel::load(saved);
+  EXPECT_EQ(b->step(), 5);
+  for (int s = 5; s < 10; ++s) {
+    const auto x = batch(s);
+    EXPECT_EQ(a.train_step(x.in, x.tg, 2, 8), b->train_step(x.in, x.tg, 2, 8)) << "step " << s;
+  }
+}
+
+TEST(Checkpoint, Seq2SeqAndClassifierRoundTrip) {
+  Seq2SeqConfig sc{
+      .src_vocab = 7, .tgt_vocab = 8, .context = 6, .d_model = 8, .heads = 2, .encoder_layers = 1, .decoder_layers = 1};
+  Seq2Seq s(sc);
+  const std::vector<int32_t> src = {1, 2, 3, 0}, ti = {1, 4, 5}, to = {4, 5, 2};
+  s.train_step(src, ti, to, 1, 4, 3);
+  const auto s2 = Seq2Seq::load(s.save());
+  EXPECT_EQ(s.logits(src, ti, 1, 4, 3), s2->logits(src, ti, 1, 4, 3));
+  ClassifierConfig cc{.vocab_size = 7, .context = 5, .d_model = 8, .heads = 2, .layers = 1, .classes = 3};
+  Classifier k(cc);
+  const std::vector<int32_t> tok = {1, 2, 3, 0, 0}, lab = {2};
+  k.train_step(tok, lab, 1, 5);
+  const auto k2 = Classifier::load(k.save());
+  EXPECT_EQ(k.logits(tok, 1, 5), k2->logits(tok, 1, 5));
+  // A classifier checkpoint is not a language model.
+  EXPECT_NE(message_of([&] { LanguageModel::load(k.save()); }).find("holds a classifier, expected a language_model"),
+            std::string::npos);
+}
+
+TEST(Checkpoint, TruncatedForeignAndMismatchedFilesAreRefusedAndChangeNothing) {
+  LanguageModel a(lm_config());
+  const auto bytes = a.save();
+  for (size_t cut : {size_t{0}, size_t{7}, size_t{100}, bytes.size() / 2, bytes.size() - 1})
+    EXPECT_THROW(LanguageModel::load(std::span(bytes).first(cut)), Error) << "cut at " << cut;
+  // A plain safetensors file that is not a qkv checkpoint.
+  const std::vector<float> w(4, 1.f);
+  const auto foreign = serialize_safetensors({TensorRef("weight", {2, 2}, std::span<const float>(w))}, {});
+  EXPECT_NE(message_of([&] { LanguageModel::load(foreign); }).find("no \"qkv.model\" metadata"), std::string::npos);
+  // A checkpoint of another shape loaded into this model.
+  auto other = lm_config();
+  other.d_model = 32;
+  LanguageModel b(other);
+  const auto before = a.logits(batch(0).in, 2, 8);
+  EXPECT_NE(message_of([&] { a.load_state(b.save()); }).find("config field \"d_model\" is 32 in the checkpoint but 16"),
+            std::string::npos);
+  EXPECT_EQ(a.logits(batch(0).in, 2, 8), before);
+}
+
+TEST(Checkpoint, AFailedSaveLeavesThePreviousFileIntact) {
+  const auto dir = std::filesystem::temp_directory_path() / "qkv_checkpoint_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.safetensors").string();
+  LanguageModel a(lm_config());
+  a.save_file(path);
+  const auto first = LanguageModel::load_file(path);
+  EXPECT_EQ(first->logits(batch(1).in, 2, 8), a.logits(batch(1).in, 2, 8));
+  // Saving into a directory that does not exist fails with the path in the message.
+  const std::string bad = (dir / "missing" / "model.safetensors").string();
+  EXPECT_NE(message_of([&] { a.save_file(bad); }).find(bad), std::string::npos);
+  EXPECT_NE(message_of([&] { LanguageModel::load_file(bad); }).find(bad), std::string::npos);
+  // The good file still loads.
+  EXPECT_NO_THROW(LanguageModel::load_file(path));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qkv

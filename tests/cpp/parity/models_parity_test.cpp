@@ -1,0 +1,161 @@
+// The three models against PyTorch (tests/fixtures): logits to 1e-5, every parameter's gradient to 1e-4,
+// and the 50-step loss trajectory (same init, same batch, no dropout) within 1e-4 relative at every step.
+#include "parity/parity_util.h"
+#include "qkv/classifier.h"
+#include "qkv/language_model.h"
+#include "qkv/seq2seq.h"
+
+namespace qkv {
+namespace {
+
+constexpr double kOutputTol = 1e-5, kGradTol = 1e-4, kLossTol = 1e-4;
+
+OptimizerConfig optimizer_of(const SafetensorsFile& f) {
+  const auto o = test::meta_json(f, "optimizer");
+  OptimizerConfig c;
+  c.kind = parse_optimizer_kind(o.at("kind").get<std::string>());
+  c.lr = o.at("lr").get<float>();
+  c.beta1 = o.at("betas")[0].get<float>();
+  c.beta2 = o.at("betas")[1].get<float>();
+  c.eps = o.at("eps").get<float>();
+  c.weight_decay = o.at("weight_decay").get<float>();
+  c.decay_matrices_only = o.at("decay").get<std::string>() == "matrices";
+  c.grad_clip = o.at("grad_clip").is_null() ? 0.f : o.at("grad_clip").get<float>();
+  return c;
+}
+
+std::vector<double> losses_of(const SafetensorsFile& f) {
+  return test::meta_json(f, "losses").get<std::vector<double>>();
+}
+
+void expect_trajectory(const std::vector<double>& want, const std::function<float()>& step) {
+  for (size_t s = 0; s < want.size(); ++s) {
+    const double got = step();
+    ASSERT_LE(std::abs(got - want[s]) / std::abs(want[s]), kLossTol)
+        << "step " << s << ": qkv " << got << ", PyTorch " << want[s];
+  }
+}
+
+// Model parity in three parts: logits, loss and gradients at the stored weights; then a fresh model from
+// the same weights follows PyTorch's 50 optimizer steps.
+template <class Model, class Config, class Logits, class ForwardBackward, class Step>
+void run_model_case(const std::string& name, const Config& config, Logits logits, ForwardBackward fb, Step step) {
+  SCOPED_TRACE(name);
+  const auto f = test::fixture(name);
+  const OptimizerConfig opt = optimizer_of(f);
+  {
+    Model m(config, opt);
+    test::load_params(m.parameters(), f);
+    test::expect_close("output.logits", logits(m, f), f.floats("output.logits"), kOutputTol);
+    const float loss = fb(m, f);
+    const double want = std::stod(f.metadata.at("loss"));
+    EXPECT_LE(std::abs(loss - want) / std::abs(want), kOutputTol) << "loss: qkv " << loss << ", PyTorch " << want;
+    test::expect_grads(m.parameters(), f, kGradTol);
+  }
+  Model m(config, opt);
+  test::load_params(m.parameters(), f);
+  expect_trajectory(losses_of(f), [&] { return step(m, f); });
+}
+
+TEST(ParityModels, LanguageModelGptStyle) {
+  LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 64};
+  c.activation = Activation::GELU;
+  c.norm = NormPosition::Pre;
+  c.positions = Positions::Learned;
+  c.tie_head = true;
+  const auto shape = [](const SafetensorsFile& f) { return f.at("input.ids").shape; };
+  run_model_case<LanguageModel>(
+      "lm_gpt", c,
+      [&](LanguageModel& m, const SafetensorsFile& f) {
+        return m.logits(test::ids(f, "input.ids"), int(shape(f)[0]), int(shape(f)[1]));
+      },
+      [&](LanguageModel& m, const SafetensorsFile& f) {
+        return m.forward_backward(test::ids(f, "input.ids"), test::ids(f, "input.targets"), int(shape(f)[0]),
+                                  int(shape(f)[1]));
+      },
+      [&](LanguageModel& m, const SafetensorsFile& f) {
+        return m.train_step(test::ids(f, "input.ids"), test::ids(f, "input.targets"), int(shape(f)[0]),
+                            int(shape(f)[1]));
+      });
+}
+
+TEST(ParityModels, Seq2SeqTranslationTutorial) {
+  Seq2SeqConfig c{.src_vocab = 11,
+                  .tgt_vocab = 12,
+                  .context = 16,
+                  .d_model = 32,
+                  .heads = 4,
+                  .encoder_layers = 2,
+                  .decoder_layers = 2,
+                  .d_ff = 48};
+  c.activation = Activation::ReLU;
+  c.norm = NormPosition::Post;
+  c.positions = Positions::Sinusoidal;
+  c.scale_embedding = true;
+  c.pad_id = 0;
+  c.label_smoothing = 0.1f;
+  struct Batch {
+    std::vector<int32_t> src, in, out;
+    int B, S, T;
+  };
+  const auto batch = [](const SafetensorsFile& f) {
+    return Batch{test::ids(f, "input.src"),       test::ids(f, "input.tgt_in"),    test::ids(f, "input.tgt_out"),
+                 int(f.at("input.src").shape[0]), int(f.at("input.src").shape[1]), int(f.at("input.tgt_in").shape[1])};
+  };
+  run_model_case<Seq2Seq>(
+      "seq2seq", c,
+      [&](Seq2Seq& m, const SafetensorsFile& f) {
+        const Batch b = batch(f);
+        return m.logits(b.src, b.in, b.B, b.S, b.T);
+      },
+      [&](Seq2Seq& m, const SafetensorsFile& f) {
+        const Batch b = batch(f);
+        return m.forward_backward(b.src, b.in, b.out, b.B, b.S, b.T);
+      },
+      [&](Seq2Seq& m, const SafetensorsFile& f) {
+        const Batch b = batch(f);
+        return m.train_step(b.src, b.in, b.out, b.B, b.S, b.T);
+      });
+}
+
+void run_classifier_case(const std::string& name, const ClassifierConfig& c) {
+  const auto shape = [](const SafetensorsFile& f) { return f.at("input.ids").shape; };
+  run_model_case<Classifier>(
+      name, c,
+      [&](Classifier& m, const SafetensorsFile& f) {
+        return m.logits(test::ids(f, "input.ids"), int(shape(f)[0]), int(shape(f)[1]));
+      },
+      [&](Classifier& m, const SafetensorsFile& f) {
+        return m.forward_backward(test::ids(f, "input.ids"), test::ids(f, "input.labels"), int(shape(f)[0]),
+                                  int(shape(f)[1]));
+      },
+      [&](Classifier& m, const SafetensorsFile& f) {
+        return m.train_step(test::ids(f, "input.ids"), test::ids(f, "input.labels"), int(shape(f)[0]),
+                            int(shape(f)[1]));
+      });
+}
+
+TEST(ParityModels, ClassifierFirstTokenMlpHeadPostLn) {
+  ClassifierConfig c{.vocab_size = 20, .context = 12, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 3};
+  c.activation = Activation::ReLU;
+  c.norm = NormPosition::Post;
+  c.positions = Positions::Sinusoidal;
+  c.scale_embedding = true;
+  c.pooling = Pooling::First;
+  c.head = ClassifierHead::MLP;
+  run_classifier_case("classifier_first_mlp", c);
+}
+
+TEST(ParityModels, ClassifierMeanPoolLinearHeadPreLn) {
+  ClassifierConfig c{.vocab_size = 20, .context = 12, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 3};
+  c.activation = Activation::GELU;
+  c.norm = NormPosition::Pre;
+  c.positions = Positions::Learned;
+  c.scale_embedding = false;
+  c.pooling = Pooling::Mean;
+  c.head = ClassifierHead::Linear;
+  run_classifier_case("classifier_mean_linear", c);
+}
+
+}  // namespace
+}  // namespace qkv
