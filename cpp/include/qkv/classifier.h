@@ -73,6 +73,9 @@ class Classifier {
   // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
   // naming the field) and nothing changes on error.
   void load_state(std::span<const uint8_t> bytes);
+  // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
+  // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.
+  void load_weights(std::span<const uint8_t> bytes);
 
  private:
   struct Impl;

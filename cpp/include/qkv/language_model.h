@@ -92,6 +92,9 @@ class LanguageModel {
   // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
   // naming the field) and nothing changes on error.
   void load_state(std::span<const uint8_t> bytes);
+  // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
+  // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.
+  void load_weights(std::span<const uint8_t> bytes);
   // Forward + backward without the optimizer step (gradients are zeroed first); returns the loss.
   float forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
 

@@ -69,15 +69,18 @@ Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
   return c;
 }
 
-void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
-  // Check everything first, then copy: a bad file changes nothing.
+namespace {
+
+// Checks everything first, then copies: a bad file changes nothing. with_moments: the file must hold the
+// Adam moments too, and they are restored.
+void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_moments) {
   std::set<std::string> expected;
   for (nn::Param& p : core.params.all()) {
     std::vector<std::string> keys = {p.name};
-    if (c.has_optimizer_state) keys.insert(keys.end(), {kM + p.name, kV + p.name});
+    if (with_moments) keys.insert(keys.end(), {kM + p.name, kV + p.name});
     for (const auto& key : keys) {
-      check(c.file.contains(key), "checkpoint: tensor \"", key, "\" is missing");
-      const TensorEntry& t = c.file.at(key);
+      check(file.contains(key), "checkpoint: tensor \"", key, "\" is missing");
+      const TensorEntry& t = file.at(key);
       check(t.shape == p.shape, "checkpoint: tensor \"", key, "\" has shape ", shape_text(t.shape), ", expected ",
             shape_text(p.shape), " (the checkpoint's config does not match this model)");
       check(t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64", "checkpoint: tensor \"", key,
@@ -85,21 +88,34 @@ void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
       expected.insert(key);
     }
   }
-  for (const auto& t : c.file.tensors)
-    check(expected.count(t.name), "checkpoint: tensor \"", t.name, "\" is not a parameter of this model");
+  for (const auto& t : file.tensors) {
+    const bool moment = t.name.rfind(kM, 0) == 0 || t.name.rfind(kV, 0) == 0;
+    check(expected.count(t.name) || (moment && !with_moments), "checkpoint: tensor \"", t.name,
+          "\" is not a parameter of this model");
+  }
   for (nn::Param& p : core.params.all()) {
     const auto copy = [&](const std::string& key, Span dst) {
-      const auto v = c.file.floats(key);
+      const auto v = file.floats(key);
       std::copy(v.begin(), v.end(), dst.begin());
     };
     copy(p.name, p.value);
-    if (c.has_optimizer_state) {
+    if (with_moments) {
       copy(kM + p.name, p.m);
       copy(kV + p.name, p.v);
     }
   }
+}
+
+}  // namespace
+
+void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
+  restore(core, c.file, c.has_optimizer_state);
   core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
   core.passes = c.passes;
+}
+
+void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes) {
+  restore(core, parse_safetensors(bytes), false);
 }
 
 void check_same_config(const std::string& model_json, const std::string& checkpoint_json) {

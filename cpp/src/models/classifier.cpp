@@ -256,4 +256,6 @@ void Classifier::load_state(std::span<const uint8_t> bytes) {
   io::restore_checkpoint(impl_->core, c);
 }
 
+void Classifier::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
+
 }  // namespace qkv

@@ -260,4 +260,6 @@ void LanguageModel::load_state(std::span<const uint8_t> bytes) {
   io::restore_checkpoint(impl_->core, c);
 }
 
+void LanguageModel::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
+
 }  // namespace qkv

@@ -264,4 +264,6 @@ void Seq2Seq::load_state(std::span<const uint8_t> bytes) {
   io::restore_checkpoint(impl_->core, c);
 }
 
+void Seq2Seq::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
+
 }  // namespace qkv

@@ -3,6 +3,7 @@
 // failed save leaves the previous file intact.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -127,6 +128,39 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFileIntact) {
   // The good file still loads.
   EXPECT_NO_THROW(LanguageModel::load_file(path));
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace qkv
+
+namespace qkv {
+namespace {
+
+// A PyTorch state dict saved with qkv's names (here: the lm_gpt fixture's initial weights, written by the
+// fixture script) loads by name, and the logits then match PyTorch's.
+TEST(Checkpoint, LoadWeightsFromAPyTorchFile) {
+  const auto f = read_safetensors(std::string(QKV_FIXTURES_DIR) + "/lm_gpt.safetensors");
+  std::vector<TensorRef> refs;
+  std::vector<std::vector<float>> keep;
+  for (const auto& t : f.tensors) {
+    if (t.name.rfind("param.", 0) != 0) continue;
+    keep.push_back(f.floats(t.name));
+    refs.emplace_back(t.name.substr(6), t.shape, std::span<const float>(keep.back()));
+  }
+  const auto bytes = serialize_safetensors(refs, {});
+  LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 64};
+  LanguageModel lm(c);
+  lm.load_weights(bytes);
+  const auto ids = f.ints("input.ids");
+  const std::vector<int32_t> in(ids.begin(), ids.end());
+  const auto got = lm.logits(in, 4, 10), want = f.floats("output.logits");
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+  EXPECT_LT(worst, 1e-4);
+  // One tensor short: refused, nothing changed.
+  refs.pop_back();
+  EXPECT_THROW(lm.load_weights(serialize_safetensors(refs, {})), Error);
+  EXPECT_EQ(lm.logits(in, 4, 10), got);
 }
 
 }  // namespace
