@@ -1,10 +1,12 @@
 #pragma once
 // Shared helpers for the native tests: seeded random data and instruction-set sweeps.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "qkv/cpu.h"
+#include "qkv/error.h"
 #include "runtime/random.h"
 
 namespace qkv::test {
@@ -25,6 +27,16 @@ void for_each_isa(F&& fn) {
     fn(isa);
   }
   force_isa(isas.front());
+}
+
+// The message of the qkv::Error that fn throws, or a marker that fails every find() of a real message.
+inline std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no qkv::Error thrown)";
 }
 
 }  // namespace qkv::test

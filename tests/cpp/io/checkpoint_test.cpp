@@ -14,18 +14,12 @@
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no qkv::Error thrown)";
-}
+using test::message_of;
 
 LanguageModelConfig lm_config() {
   LanguageModelConfig c{.vocab_size = 9, .context = 8, .d_model = 16, .heads = 2, .layers = 2};

@@ -5,18 +5,12 @@
 #include <string>
 
 #include "qkv/error.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no qkv::Error thrown)";
-}
+using test::message_of;
 
 TEST(ConfigJson, LanguageModelRoundTripsEveryField) {
   LanguageModelConfig c{

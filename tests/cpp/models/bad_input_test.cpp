@@ -8,18 +8,12 @@
 #include "qkv/classifier.h"
 #include "qkv/error.h"
 #include "qkv/seq2seq.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no qkv::Error thrown)";
-}
+using test::message_of;
 
 #define EXPECT_ERROR(expr, text) \
   EXPECT_NE(message_of([&] { expr; }).find(text), std::string::npos) << message_of([&] { expr; })

@@ -9,6 +9,7 @@
 
 #include "qkv/error.h"
 #include "qkv/thread_pool.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
@@ -34,14 +35,7 @@ void pattern_batch(std::vector<int32_t>& in, std::vector<int32_t>& tg, int B, in
     }
 }
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no qkv::Error thrown)";
-}
+using test::message_of;
 
 TEST(LanguageModel, LossFallsOnARepeatingPatternAndGreedyContinuesIt) {
   OptimizerConfig opt;
