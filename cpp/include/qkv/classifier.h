@@ -49,6 +49,12 @@ class Classifier {
   // tokens (batch, seq); labels (batch) in [0, classes). Returns the mean loss before the update.
   float train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   float forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
+  // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then
+  // apply_gradients() takes one optimizer step.
+  void zero_grad();
+  float accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,
+                   float weight = 1.f);
+  void apply_gradients();
   Metrics evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   // Logits (batch, classes).
   std::vector<float> logits(std::span<const int32_t> tokens, int batch, int seq);

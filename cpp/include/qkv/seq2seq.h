@@ -55,6 +55,12 @@ class Seq2Seq {
                    int batch, int src_len, int tgt_len);
   float forward_backward(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                          std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len);
+  // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then
+  // apply_gradients() takes one optimizer step.
+  void zero_grad();
+  float accumulate(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
+                   int batch, int src_len, int tgt_len, float weight = 1.f);
+  void apply_gradients();
   Metrics evaluate(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
                    int batch, int src_len, int tgt_len);
   // Logits (batch, tgt_len, tgt_vocab).

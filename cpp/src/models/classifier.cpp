@@ -152,13 +152,14 @@ struct Classifier::Impl {
     return models::cross_entropy(losses, probs, logits, labels.data(), B, K, INT32_MIN, 0.f);
   }
 
-  float forward_backward(int B, int T) {
+  // Adds weight * d(mean loss) to the gradients; returns the mean loss.
+  float forward_backward(int B, int T, float weight = 1.f) {
     forward(B, T, true);
     const models::LossSum l = loss(B);
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
     check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
     Span dlogits = logits;
-    kernels::crossentropy_backward(dlogits, probs, labels.data(), 1.f / static_cast<float>(B), B, K, INT32_MIN, 0.f);
+    kernels::crossentropy_backward(dlogits, probs, labels.data(), weight / static_cast<float>(B), B, K, INT32_MIN, 0.f);
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
       fc2->backward(d_hidden, dlogits, hidden_act, B);
@@ -257,5 +258,14 @@ void Classifier::load_state(std::span<const uint8_t> bytes) {
 }
 
 void Classifier::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
+
+void Classifier::zero_grad() { impl_->core.params.zero_grad(); }
+float Classifier::accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,
+                             float weight) {
+  check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
+  impl_->load(tokens, &labels, batch, seq);
+  return impl_->forward_backward(batch, seq, weight);
+}
+void Classifier::apply_gradients() { impl_->core.optimizer.step(impl_->core.params); }
 
 }  // namespace qkv

@@ -132,7 +132,8 @@ struct Seq2Seq::Impl {
     return models::cross_entropy(losses, probs, logits, tgt_out.data(), rows, V, config.pad_id, config.label_smoothing);
   }
 
-  float forward_backward(int B, int S, int T) {
+  // Adds weight * d(mean loss) to the gradients; returns the mean loss.
+  float forward_backward(int B, int S, int T, float weight = 1.f) {
     forward(B, S, T, true);
     const models::LossSum l = loss(B * T);
     check(l.count > 0, "tgt_out holds only pad_id = ", config.pad_id, ": expected at least one target token");
@@ -140,7 +141,7 @@ struct Seq2Seq::Impl {
     check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
     const int rows = B * T;
     Span dlogits = logits;
-    kernels::crossentropy_backward(dlogits, probs, tgt_out.data(), 1.f / static_cast<float>(l.count), rows, V,
+    kernels::crossentropy_backward(dlogits, probs, tgt_out.data(), weight / static_cast<float>(l.count), rows, V,
                                    config.pad_id, config.label_smoothing);
     generator.backward(d_top, dlogits, decoder.output(), rows);
     const size_t nm = static_cast<size_t>(B) * S * C;
@@ -265,5 +266,14 @@ void Seq2Seq::load_state(std::span<const uint8_t> bytes) {
 }
 
 void Seq2Seq::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
+
+void Seq2Seq::zero_grad() { impl_->core.params.zero_grad(); }
+float Seq2Seq::accumulate(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
+                          std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len, float weight) {
+  check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
+  impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
+  return impl_->forward_backward(batch, src_len, tgt_len, weight);
+}
+void Seq2Seq::apply_gradients() { impl_->core.optimizer.step(impl_->core.params); }
 
 }  // namespace qkv

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "qkv/classifier.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 
@@ -72,6 +73,21 @@ TEST(GradientAccumulation, EqualsOneBigBatch) {
       ASSERT_NEAR(pp[k].grad[i], pw[k].grad[i], 1e-6 + 1e-5 * std::abs(pw[k].grad[i])) << pw[k].name << "[" << i << "]";
   parts.apply_gradients();
   EXPECT_EQ(parts.step(), 1);
+}
+
+TEST(GradientAccumulation, ClassifierEqualsOneBigBatch) {
+  ClassifierConfig c{.vocab_size = 7, .context = 5, .d_model = 8, .heads = 2, .layers = 1, .classes = 3};
+  c.pooling = Pooling::Mean;
+  Classifier whole(c), parts(c);
+  const std::vector<int32_t> tok = {1, 2, 3, 0, 0, 4, 5, 6, 1, 0}, lab = {2, 0};
+  whole.forward_backward(tok, lab, 2, 5);
+  parts.zero_grad();
+  parts.accumulate(std::span(tok).first(5), std::span(lab).first(1), 1, 5, 0.5f);
+  parts.accumulate(std::span(tok).last(5), std::span(lab).last(1), 1, 5, 0.5f);
+  auto pw = whole.parameters(), pp = parts.parameters();
+  for (size_t k = 0; k < pw.size(); ++k)
+    for (size_t i = 0; i < pw[k].grad.size(); ++i)
+      ASSERT_NEAR(pp[k].grad[i], pw[k].grad[i], 1e-6 + 1e-5 * std::abs(pw[k].grad[i])) << pw[k].name << "[" << i << "]";
 }
 
 }  // namespace
