@@ -19,14 +19,9 @@ namespace {
 
 const ClassifierConfig& validated(const ClassifierConfig& c) {
   check(c.vocab_size >= 1, "vocab_size = ", c.vocab_size, " is invalid: expected an integer >= 1");
-  check(c.context >= 1, "context = ", c.context, " is invalid: expected an integer >= 1");
-  check(c.d_model >= 1, "d_model = ", c.d_model, " is invalid: expected an integer >= 1");
-  check(c.heads >= 1, "heads = ", c.heads, " is invalid: expected an integer >= 1");
-  check(c.d_model % c.heads == 0, "d_model = ", c.d_model, " must be divisible by heads = ", c.heads);
+  models::check_stack(c);
   check(c.layers >= 1, "layers = ", c.layers, " is invalid: expected an integer >= 1");
-  check(c.d_ff >= 0, "d_ff = ", c.d_ff, " is invalid: expected an integer >= 1 (or 0 for 4 * d_model)");
   check(c.classes >= 2, "classes = ", c.classes, " is invalid: expected an integer >= 2");
-  check(c.dropout >= 0.f && c.dropout < 1.f, "dropout = ", c.dropout, " is invalid: expected 0 <= dropout < 1");
   check(c.pad_id >= 0 && c.pad_id < c.vocab_size, "pad_id = ", c.pad_id, " is invalid: expected a token id in [0, ",
         c.vocab_size, ")");
   check(c.head != ClassifierHead::MLP || c.d_model >= 2, "d_model = ", c.d_model,

@@ -21,13 +21,8 @@ namespace {
 
 const LanguageModelConfig& validated(const LanguageModelConfig& c) {
   check(c.vocab_size >= 1, "vocab_size = ", c.vocab_size, " is invalid: expected an integer >= 1");
-  check(c.context >= 1, "context = ", c.context, " is invalid: expected an integer >= 1");
-  check(c.d_model >= 1, "d_model = ", c.d_model, " is invalid: expected an integer >= 1");
-  check(c.heads >= 1, "heads = ", c.heads, " is invalid: expected an integer >= 1");
+  models::check_stack(c);
   check(c.layers >= 1, "layers = ", c.layers, " is invalid: expected an integer >= 1");
-  check(c.d_ff >= 0, "d_ff = ", c.d_ff, " is invalid: expected an integer >= 1 (or 0 for 4 * d_model)");
-  check(c.d_model % c.heads == 0, "d_model = ", c.d_model, " must be divisible by heads = ", c.heads);
-  check(c.dropout >= 0.f && c.dropout < 1.f, "dropout = ", c.dropout, " is invalid: expected 0 <= dropout < 1");
   // Keep every buffer index within 32-bit ints in the kernels.
   check(static_cast<int64_t>(c.vocab_size) * c.d_model < (int64_t{1} << 31),
         "vocab_size * d_model = ", static_cast<int64_t>(c.vocab_size) * c.d_model, " is too large: expected < 2^31");

@@ -52,6 +52,21 @@ struct ModelCore {
   }
 };
 
+inline void check_positive(int value, const char* name) {
+  check(value >= 1, name, " = ", value, " is invalid: expected an integer >= 1");
+}
+
+// The checks every model's config shares: the stack's shape and the dropout rate.
+template <class Config>
+void check_stack(const Config& c) {
+  check_positive(c.context, "context");
+  check_positive(c.d_model, "d_model");
+  check_positive(c.heads, "heads");
+  check(c.d_model % c.heads == 0, "d_model = ", c.d_model, " must be divisible by heads = ", c.heads);
+  check(c.d_ff >= 0, "d_ff = ", c.d_ff, " is invalid: expected an integer >= 1 (or 0 for 4 * d_model)");
+  check(c.dropout >= 0.f && c.dropout < 1.f, "dropout = ", c.dropout, " is invalid: expected 0 <= dropout < 1");
+}
+
 // Token ids must lie in [0, V); ids equal to `allowed` (e.g. an ignore index) pass too.
 inline void check_ids(std::span<const int32_t> ids, const char* what, int V, int allowed = INT32_MIN) {
   for (size_t i = 0; i < ids.size(); ++i)

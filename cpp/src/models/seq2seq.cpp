@@ -20,14 +20,9 @@ namespace {
 const Seq2SeqConfig& validated(const Seq2SeqConfig& c) {
   check(c.src_vocab >= 1, "src_vocab = ", c.src_vocab, " is invalid: expected an integer >= 1");
   check(c.tgt_vocab >= 1, "tgt_vocab = ", c.tgt_vocab, " is invalid: expected an integer >= 1");
-  check(c.context >= 1, "context = ", c.context, " is invalid: expected an integer >= 1");
-  check(c.d_model >= 1, "d_model = ", c.d_model, " is invalid: expected an integer >= 1");
-  check(c.heads >= 1, "heads = ", c.heads, " is invalid: expected an integer >= 1");
-  check(c.d_model % c.heads == 0, "d_model = ", c.d_model, " must be divisible by heads = ", c.heads);
+  models::check_stack(c);
   check(c.encoder_layers >= 1, "encoder_layers = ", c.encoder_layers, " is invalid: expected an integer >= 1");
   check(c.decoder_layers >= 1, "decoder_layers = ", c.decoder_layers, " is invalid: expected an integer >= 1");
-  check(c.d_ff >= 0, "d_ff = ", c.d_ff, " is invalid: expected an integer >= 1 (or 0 for 4 * d_model)");
-  check(c.dropout >= 0.f && c.dropout < 1.f, "dropout = ", c.dropout, " is invalid: expected 0 <= dropout < 1");
   check(c.pad_id >= 0 && c.pad_id < std::min(c.src_vocab, c.tgt_vocab), "pad_id = ", c.pad_id,
         " is invalid: expected a token id in both vocabularies, [0, ", std::min(c.src_vocab, c.tgt_vocab), ")");
   check(c.label_smoothing >= 0.f && c.label_smoothing < 1.f, "label_smoothing = ", c.label_smoothing,
