@@ -24,40 +24,71 @@ void gemm_rows(const GemmArgs& g, int i0, int i1) {
   }
 
   if (!g.trans_b) {
-    // C[i,:] += alpha * A(i,k) * B[k,:]: broadcast one A value, stream a row of B. Four rows of C at a
-    // time share each load of B; N is cut into blocks so the four C row blocks stay in L1.
+    // C[i,:] += alpha * sum_k A(i,k) * B[k,:]. Register tile: 4 rows x 2 vectors of C held in 8 accumulators
+    // over the whole K loop (C is read and written once per tile, not once per k); each B load serves 4
+    // rows and each broadcast A value 2 vectors. Column tails use 1 vector, then scalars.
     auto a_at = [&](int i, int k) {
       return g.trans_a ? g.A[static_cast<size_t>(k) * g.lda + i] : g.A[static_cast<size_t>(i) * g.lda + k];
     };
-    constexpr int NB = 512;
+    const V alpha(g.alpha);
     int i = i0;
     for (; i + 4 <= i1; i += 4) {
       float* c0 = g.C + static_cast<size_t>(i) * g.ldc;
       float* c1 = c0 + g.ldc;
       float* c2 = c1 + g.ldc;
       float* c3 = c2 + g.ldc;
-      for (int j0 = 0; j0 < N; j0 += NB) {
-        const int j1 = j0 + NB < N ? j0 + NB : N;
+      int j = 0;
+      for (; j + 2 * W <= N; j += 2 * W) {
+        V s00(0.f), s01(0.f), s10(0.f), s11(0.f), s20(0.f), s21(0.f), s30(0.f), s31(0.f);
         for (int k = 0; k < K; ++k) {
-          const float a0 = g.alpha * a_at(i, k), a1 = g.alpha * a_at(i + 1, k);
-          const float a2 = g.alpha * a_at(i + 2, k), a3 = g.alpha * a_at(i + 3, k);
-          const V va0(a0), va1(a1), va2(a2), va3(a3);
-          const float* b = g.B + static_cast<size_t>(k) * g.ldb;
-          int j = j0;
-          for (; j + W <= j1; j += W) {
-            const V vb = V::load_unaligned(b + j);
-            xsimd::fma(va0, vb, V::load_unaligned(c0 + j)).store_unaligned(c0 + j);
-            xsimd::fma(va1, vb, V::load_unaligned(c1 + j)).store_unaligned(c1 + j);
-            xsimd::fma(va2, vb, V::load_unaligned(c2 + j)).store_unaligned(c2 + j);
-            xsimd::fma(va3, vb, V::load_unaligned(c3 + j)).store_unaligned(c3 + j);
-          }
-          for (; j < j1; ++j) {
-            c0[j] += a0 * b[j];
-            c1[j] += a1 * b[j];
-            c2[j] += a2 * b[j];
-            c3[j] += a3 * b[j];
-          }
+          const float* b = g.B + static_cast<size_t>(k) * g.ldb + j;
+          const V b0 = V::load_unaligned(b), b1 = V::load_unaligned(b + W);
+          const V a0(a_at(i, k)), a1(a_at(i + 1, k)), a2(a_at(i + 2, k)), a3(a_at(i + 3, k));
+          s00 = xsimd::fma(a0, b0, s00);
+          s01 = xsimd::fma(a0, b1, s01);
+          s10 = xsimd::fma(a1, b0, s10);
+          s11 = xsimd::fma(a1, b1, s11);
+          s20 = xsimd::fma(a2, b0, s20);
+          s21 = xsimd::fma(a2, b1, s21);
+          s30 = xsimd::fma(a3, b0, s30);
+          s31 = xsimd::fma(a3, b1, s31);
         }
+        xsimd::fma(alpha, s00, V::load_unaligned(c0 + j)).store_unaligned(c0 + j);
+        xsimd::fma(alpha, s01, V::load_unaligned(c0 + j + W)).store_unaligned(c0 + j + W);
+        xsimd::fma(alpha, s10, V::load_unaligned(c1 + j)).store_unaligned(c1 + j);
+        xsimd::fma(alpha, s11, V::load_unaligned(c1 + j + W)).store_unaligned(c1 + j + W);
+        xsimd::fma(alpha, s20, V::load_unaligned(c2 + j)).store_unaligned(c2 + j);
+        xsimd::fma(alpha, s21, V::load_unaligned(c2 + j + W)).store_unaligned(c2 + j + W);
+        xsimd::fma(alpha, s30, V::load_unaligned(c3 + j)).store_unaligned(c3 + j);
+        xsimd::fma(alpha, s31, V::load_unaligned(c3 + j + W)).store_unaligned(c3 + j + W);
+      }
+      for (; j + W <= N; j += W) {
+        V s0(0.f), s1(0.f), s2(0.f), s3(0.f);
+        for (int k = 0; k < K; ++k) {
+          const V b0 = V::load_unaligned(g.B + static_cast<size_t>(k) * g.ldb + j);
+          s0 = xsimd::fma(V(a_at(i, k)), b0, s0);
+          s1 = xsimd::fma(V(a_at(i + 1, k)), b0, s1);
+          s2 = xsimd::fma(V(a_at(i + 2, k)), b0, s2);
+          s3 = xsimd::fma(V(a_at(i + 3, k)), b0, s3);
+        }
+        xsimd::fma(alpha, s0, V::load_unaligned(c0 + j)).store_unaligned(c0 + j);
+        xsimd::fma(alpha, s1, V::load_unaligned(c1 + j)).store_unaligned(c1 + j);
+        xsimd::fma(alpha, s2, V::load_unaligned(c2 + j)).store_unaligned(c2 + j);
+        xsimd::fma(alpha, s3, V::load_unaligned(c3 + j)).store_unaligned(c3 + j);
+      }
+      for (; j < N; ++j) {
+        float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+        for (int k = 0; k < K; ++k) {
+          const float b = g.B[static_cast<size_t>(k) * g.ldb + j];
+          s0 += a_at(i, k) * b;
+          s1 += a_at(i + 1, k) * b;
+          s2 += a_at(i + 2, k) * b;
+          s3 += a_at(i + 3, k) * b;
+        }
+        c0[j] += g.alpha * s0;
+        c1[j] += g.alpha * s1;
+        c2[j] += g.alpha * s2;
+        c3[j] += g.alpha * s3;
       }
     }
     for (; i < i1; ++i) {
