@@ -12,8 +12,9 @@
 namespace qkv::kernels {
 
 // C (M,N) = alpha * op(A) (M,K) * op(B) (K,N) + beta * C, row-major with leading dimensions.
-// op(A) = A (M,K) or, with trans_a, A^T where A is (K,M); likewise for B. trans_a && trans_b is not
-// supported (no layer needs it). Threaded over rows of C; SIMD per the active instruction set.
+// op(A) = A (M,K) or, with trans_a, A^T where A is (K,M); likewise for B; all four combinations work.
+// beta == 0 overwrites C without reading it. C must not overlap A or B. Packed and cache-blocked with a
+// register-tiled micro-kernel per instruction set (kernels/cpu/gemm.cpp), threaded over tiles of C.
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);
 // The naive oracle: three loops, float accumulation, no threads.

@@ -1,8 +1,19 @@
-// Matrix product: the selection table (best instruction set first, scalar last), the threading over rows
-// of C, and the naive reference that every variant is tested against.
+// Matrix product, the BLIS / GotoBLAS scheme:
+//   1. pack op(A) into panels of MR rows (k-major: column k of the MR rows is MR contiguous floats, zero
+//      rows past M), and op(B) into panels of NR columns (row k of the panel is NR contiguous floats, zero
+//      columns past N). Packing absorbs every transposition, so one micro-kernel serves all four variants.
+//   2. C is cut into tiles of MC x NC; threads take whole tiles (no two write the same C element). Inside a
+//      tile, K is cut into blocks of KC: for each block, each B panel (KC x NR, kept in L1) is swept by every
+//      A panel of the tile (MC x KC, kept in L2), and the MR x NR register tile of C is updated once per block.
+// A row-major op(B) (no trans_b) is read in place when there are too few rows of A to repay packing it;
+// its last panel is packed anyway when N is not a multiple of NR, so the micro-kernel never reads past N.
+// Packed panels live in a per-thread buffer that grows to the largest product seen and is then reused: a
+// training loop with fixed shapes allocates nothing after its first step.
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
-#include "kernels/cpu/gemm_rows.h"
+#include "kernels/cpu/gemm_kernel.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/kernels.h"
 #include "qkv/error.h"
@@ -11,38 +22,112 @@
 namespace qkv::kernels {
 namespace {
 
-using GemmRowsFn = void (*)(const GemmArgs&, int, int);
+constexpr int kKC = 256;  // K block: a KC x NR panel of B is 32 KB at NR = 32, inside a 48 KB L1
+constexpr int kMC = 192;  // rows per tile (rounded down to a multiple of MR): MC x KC of A is <= 192 KB of L2
+constexpr int kNC = 512;  // columns per tile (a multiple of every NR)
 
-void gemm_rows_scalar(const GemmArgs& g, int i0, int i1) {
-  for (int i = i0; i < i1; ++i) {
-    for (int j = 0; j < g.N; ++j) {
-      float acc = 0.f;
-      for (int k = 0; k < g.K; ++k) {
-        const float a = g.trans_a ? g.A[static_cast<size_t>(k) * g.lda + i] : g.A[static_cast<size_t>(i) * g.lda + k];
-        const float b = g.trans_b ? g.B[static_cast<size_t>(j) * g.ldb + k] : g.B[static_cast<size_t>(k) * g.ldb + j];
-        acc += a * b;
-      }
-      float& c = g.C[static_cast<size_t>(i) * g.ldc + j];
-      c = g.alpha * acc + (g.beta == 0.f ? 0.f : g.beta * c);
+// The scalar fallback's register tile, and the micro-kernel's contract (gemm_kernel.h) in plain loops.
+constexpr int kScalarMR = 4, kScalarNR = 4;
+
+void gemm_micro_scalar(int kc, const float* a, const float* b, int ldb, float* c, int ldc, float alpha, float beta) {
+  float acc[kScalarMR][kScalarNR] = {};
+  for (int k = 0; k < kc; ++k, a += kScalarMR, b += ldb)
+    for (int r = 0; r < kScalarMR; ++r)
+      for (int j = 0; j < kScalarNR; ++j) acc[r][j] += a[r] * b[j];
+  for (int r = 0; r < kScalarMR; ++r) {
+    float* cr = c + static_cast<size_t>(r) * ldc;
+    for (int j = 0; j < kScalarNR; ++j) cr[j] = alpha * acc[r][j] + (beta == 0.f ? 0.f : beta * cr[j]);
+  }
+}
+
+GemmMicroKernel select() {
+  switch (active_isa()) {
+#if QKV_ISA_AVX512
+    case Isa::AVX512: return gemm_micro_kernel<xsimd::avx512f>();
+#endif
+#if QKV_ISA_AVX2
+    case Isa::AVX2: return gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
+#endif
+#if QKV_ISA_SSE41
+    case Isa::SSE41: return gemm_micro_kernel<xsimd::sse4_1>();
+#endif
+#if QKV_ISA_NEON
+    case Isa::NEON: return gemm_micro_kernel<xsimd::neon64>();
+#endif
+    default: return {kScalarMR, kScalarNR, &gemm_micro_scalar};
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The per-thread home of packed panels, 64-byte aligned.
+float* pack_buffer(size_t floats) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < floats + 16) buffer.resize(floats + 16);
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - address % 64) % 64) / sizeof(float);
+}
+
+struct Problem {
+  bool trans_a, trans_b;
+  int M, N, K;
+  float alpha;
+  const float* A;
+  int lda;
+  const float* B;
+  int ldb;
+  float beta;
+  float* C;
+  int ldc;
+};
+
+// Panel p of op(A): dst[k * mr + r] = op(A)(p*mr + r, k), zero past M.
+void pack_a(float* dst, const Problem& g, int mr, int64_t p) {
+  const int i0 = static_cast<int>(p * mr), rows = std::min(mr, g.M - i0);
+  if (g.trans_a) {  // A is (K, M): row k holds the mr values contiguously
+    for (int k = 0; k < g.K; ++k, dst += mr) {
+      const float* src = g.A + static_cast<size_t>(k) * g.lda + i0;
+      for (int r = 0; r < rows; ++r) dst[r] = src[r];
+      for (int r = rows; r < mr; ++r) dst[r] = 0.f;
+    }
+    return;
+  }
+  for (int r = 0; r < mr; ++r) {  // A is (M, K): read each row once, scatter with stride mr
+    if (r < rows) {
+      const float* src = g.A + static_cast<size_t>(i0 + r) * g.lda;
+      for (int k = 0; k < g.K; ++k) dst[static_cast<size_t>(k) * mr + r] = src[k];
+    } else {
+      for (int k = 0; k < g.K; ++k) dst[static_cast<size_t>(k) * mr + r] = 0.f;
     }
   }
 }
 
-GemmRowsFn select() {
-  switch (active_isa()) {
-#if QKV_ISA_AVX512
-    case Isa::AVX512: return &gemm_rows<xsimd::avx512f>;
-#endif
-#if QKV_ISA_AVX2
-    case Isa::AVX2: return &gemm_rows<xsimd::fma3<xsimd::avx2>>;
-#endif
-#if QKV_ISA_SSE41
-    case Isa::SSE41: return &gemm_rows<xsimd::sse4_1>;
-#endif
-#if QKV_ISA_NEON
-    case Isa::NEON: return &gemm_rows<xsimd::neon64>;
-#endif
-    default: return &gemm_rows_scalar;
+// Panel q of op(B): dst[k * nr + j] = op(B)(k, q*nr + j), zero past N.
+void pack_b(float* dst, const Problem& g, int nr, int64_t q) {
+  const int j0 = static_cast<int>(q * nr), cols = std::min(nr, g.N - j0);
+  if (!g.trans_b) {  // B is (K, N)
+    for (int k = 0; k < g.K; ++k, dst += nr) {
+      const float* src = g.B + static_cast<size_t>(k) * g.ldb + j0;
+      for (int j = 0; j < cols; ++j) dst[j] = src[j];
+      for (int j = cols; j < nr; ++j) dst[j] = 0.f;
+    }
+    return;
+  }
+  for (int j = 0; j < nr; ++j) {  // B is (N, K): read each row once, scatter with stride nr
+    if (j < cols) {
+      const float* src = g.B + static_cast<size_t>(j0 + j) * g.ldb;
+      for (int k = 0; k < g.K; ++k) dst[static_cast<size_t>(k) * nr + j] = src[k];
+    } else {
+      for (int k = 0; k < g.K; ++k) dst[static_cast<size_t>(k) * nr + j] = 0.f;
+    }
+  }
+}
+
+// C = beta * C: what a product with K = 0 leaves.
+void scale_c(const Problem& g) {
+  for (int i = 0; i < g.M; ++i) {
+    float* c = g.C + static_cast<size_t>(i) * g.ldc;
+    for (int j = 0; j < g.N; ++j) c[j] = g.beta == 0.f ? 0.f : g.beta * c[j];
   }
 }
 
@@ -50,26 +135,124 @@ GemmRowsFn select() {
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
-  check(!(trans_a && trans_b), "gemm: trans_a && trans_b is not supported");
-  if (M <= 0 || N <= 0) return;
-  const GemmArgs g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
-  const GemmRowsFn rows = select();
-  // Blocks of 4 rows (the micro-kernel's height); small products stay on one thread.
-  const int64_t blocks = (M + 3) / 4;
-  const bool small = static_cast<int64_t>(M) * N * std::max(K, 1) < 32 * 1024;
-  if (small) {
-    rows(g, 0, M);
-    return;
+  check(M >= 0 && N >= 0 && K >= 0, "gemm: M, N and K must be >= 0, got ", M, ", ", N, ", ", K);
+  if (M == 0 || N == 0) return;
+  const Problem g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  if (K == 0) return scale_c(g);
+
+  const GemmMicroKernel mk = select();
+  const int mr = mk.mr, nr = mk.nr;
+  const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
+  const bool full_last_b = N % nr == 0;
+  // Packing op(B) costs K*N moves and saves strided, TLB-unfriendly reads for every A panel that sweeps it.
+  const bool pack_all_b = trans_b || panels_a > 8;
+  const int64_t packed_b = pack_all_b ? panels_b : (full_last_b ? 0 : 1);  // the ragged last panel at most
+
+  const size_t a_floats = static_cast<size_t>(panels_a) * mr * K;
+  float* const packed = pack_buffer(a_floats + static_cast<size_t>(packed_b) * nr * K);
+  float* const pa = packed;
+  float* const pb = packed + a_floats;  // panel q (or the ragged last one) at pb + slot * nr * K
+
+  // Threads pay off from a few hundred thousand multiply-adds on; below that one thread is faster than a
+  // wake-up of the pool.
+  const bool threaded = static_cast<int64_t>(M) * N * K >= (1 << 18) && num_threads() > 1;
+
+  const int64_t pack_items = panels_a + packed_b;
+  auto pack = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if (i < panels_a) {
+        pack_a(pa + static_cast<size_t>(i) * mr * K, g, mr, i);
+      } else {
+        const int64_t slot = i - panels_a;
+        pack_b(pb + static_cast<size_t>(slot) * nr * K, g, nr, pack_all_b ? slot : panels_b - 1);
+      }
+    }
+  };
+  if (threaded) {
+    parallel_for(pack_items, pack);
+  } else {
+    pack(0, pack_items);
   }
-  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
-    rows(g, static_cast<int>(b0 * 4), static_cast<int>(std::min<int64_t>(b1 * 4, M)));
-  });
+
+  // Where B panel q's row k starts, and its row stride.
+  auto b_panel = [&](int64_t q, int k0, int& ld) -> const float* {
+    if (pack_all_b || (q == panels_b - 1 && !full_last_b)) {
+      ld = nr;
+      const int64_t slot = pack_all_b ? q : 0;
+      return pb + static_cast<size_t>(slot) * nr * K + static_cast<size_t>(k0) * nr;
+    }
+    ld = ldb;
+    return B + static_cast<size_t>(k0) * ldb + q * nr;
+  };
+
+  // Tiles of C in panel units; with threads, cut them finer until each thread has a few.
+  int64_t mc = std::max<int64_t>(1, kMC / mr), nc = std::max<int64_t>(1, kNC / nr);
+  mc = std::min(mc, panels_a);
+  nc = std::min(nc, panels_b);
+  if (threaded) {
+    const int64_t want = 4 * num_threads();
+    while (ceil_div(panels_a, mc) * ceil_div(panels_b, nc) < want && (mc > 1 || nc > 1)) {
+      if (mc >= nc && mc > 1) {
+        mc = ceil_div(mc, 2);
+      } else {
+        nc = ceil_div(nc, 2);
+      }
+    }
+  }
+  const int64_t tiles_m = ceil_div(panels_a, mc), tiles_n = ceil_div(panels_b, nc);
+
+  auto compute = [&](int64_t t0, int64_t t1) {
+    alignas(64) float edge[16 * 64];  // one MR x NR tile for the ragged edges of C (MR <= 16, NR <= 64)
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t p_begin = (t / tiles_n) * mc, p_end = std::min(p_begin + mc, panels_a);
+      const int64_t q_begin = (t % tiles_n) * nc, q_end = std::min(q_begin + nc, panels_b);
+      for (int k0 = 0; k0 < K; k0 += kKC) {
+        const int kc = std::min(kKC, K - k0);
+        const float blk_beta = k0 == 0 ? beta : 1.f;
+        for (int64_t q = q_begin; q < q_end; ++q) {
+          int ldbp = 0;
+          const float* bp = b_panel(q, k0, ldbp);
+          const int j0 = static_cast<int>(q * nr), cols = std::min(nr, N - j0);
+          for (int64_t p = p_begin; p < p_end; ++p) {
+            const float* ap = pa + static_cast<size_t>(p) * mr * K + static_cast<size_t>(k0) * mr;
+            const int i0 = static_cast<int>(p * mr), rows = std::min(mr, M - i0);
+            float* c = C + static_cast<size_t>(i0) * ldc + j0;
+            if (rows == mr && cols == nr) {
+              mk.fn(kc, ap, bp, ldbp, c, ldc, alpha, blk_beta);
+              continue;
+            }
+            mk.fn(kc, ap, bp, ldbp, edge, nr, 1.f, 0.f);
+            for (int r = 0; r < rows; ++r) {
+              float* cr = c + static_cast<size_t>(r) * ldc;
+              const float* er = edge + r * nr;
+              for (int j = 0; j < cols; ++j) cr[j] = blk_beta == 0.f ? alpha * er[j] : alpha * er[j] + blk_beta * cr[j];
+            }
+          }
+        }
+      }
+    }
+  };
+  if (threaded) {
+    parallel_for(tiles_m * tiles_n, compute);
+  } else {
+    compute(0, tiles_m * tiles_n);
+  }
 }
 
 void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc) {
-  check(!(trans_a && trans_b), "gemm: trans_a && trans_b is not supported");
-  gemm_rows_scalar({trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc}, 0, M);
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      float acc = 0.f;
+      for (int k = 0; k < K; ++k) {
+        const float a = trans_a ? A[static_cast<size_t>(k) * lda + i] : A[static_cast<size_t>(i) * lda + k];
+        const float b = trans_b ? B[static_cast<size_t>(j) * ldb + k] : B[static_cast<size_t>(k) * ldb + j];
+        acc += a * b;
+      }
+      float& c = C[static_cast<size_t>(i) * ldc + j];
+      c = alpha * acc + (beta == 0.f ? 0.f : beta * c);
+    }
+  }
 }
 
 }  // namespace qkv::kernels

@@ -3,5 +3,5 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template void gemm_rows<xsimd::fma3<xsimd::avx2>>(const GemmArgs&, int, int);
+template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
 }  // namespace qkv::kernels

@@ -3,5 +3,5 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template void gemm_rows<xsimd::avx512f>(const GemmArgs&, int, int);
+template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>();
 }  // namespace qkv::kernels

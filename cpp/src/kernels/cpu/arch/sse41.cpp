@@ -3,5 +3,5 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template void gemm_rows<xsimd::sse4_1>(const GemmArgs&, int, int);
+template GemmMicroKernel gemm_micro_kernel<xsimd::sse4_1>();
 }  // namespace qkv::kernels
