@@ -4,9 +4,16 @@
 // is its own, the caller runs chunk 0, and the caller waits until every chunk is done. Regions are
 // serialised by a mutex, and a region started from inside a chunk runs inline (thread_local flag), so
 // nested kernels are safe. In the single-threaded build (QKV_THREADS=0) everything runs inline.
+//
+// A training step is a few hundred short regions (one matrix product is tens of microseconds), and waking
+// a thread blocked on a condition variable costs about as much. So a worker that has finished its chunk,
+// and a caller waiting for the workers, first spin on the atomic counters for a short while (kSpin) and
+// only then block, as OpenMP runtimes do.
 #include "qkv/thread_pool.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 #include "qkv/error.h"
 
@@ -26,6 +33,26 @@ namespace qkv {
 namespace {
 
 thread_local bool t_inside_region = false;
+
+// How long a thread spins before it blocks: a few regions' worth, short enough not to matter when idle.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// Spins until done() or kSpin has passed; returns done().
+template <class Done>
+bool spin_until(Done done) {
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > kSpin) return done();
+  }
+}
 
 int default_threads() {
 #ifdef __EMSCRIPTEN__
@@ -66,13 +93,15 @@ class ThreadPool {
       fn_ = &fn;
       n_ = n;
       chunks_ = chunks;
-      pending_ = chunks - 1;  // the workers that take part; the caller does chunk 0
-      ++generation_;
+      pending_.store(chunks - 1, std::memory_order_relaxed);  // the workers that take part; the caller does chunk 0
+      generation_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
     run_chunk(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock lock(mutex_);
+      done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+    }
     fn_ = nullptr;
   }
 
@@ -86,15 +115,23 @@ class ThreadPool {
 
   void work(int index, uint64_t seen) {
     for (;;) {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (stop_) return;
-      if (index >= chunks_) continue;
-      lock.unlock();
+      auto started = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+      const bool spun = spin_until(started);
+      int chunks = 0;
+      {
+        // Under the lock, so that the generation and its region's fields are read as one snapshot.
+        std::unique_lock lock(mutex_);
+        if (!spun) wake_.wait(lock, started);
+        seen = generation_.load(std::memory_order_relaxed);
+        if (stop_) return;
+        chunks = chunks_;
+      }
+      if (index >= chunks) continue;
       run_chunk(index);
-      lock.lock();
-      if (--pending_ == 0) done_.notify_one();
+      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mutex_);  // the caller may be between its check and its wait
+        done_.notify_one();
+      }
     }
   }
 
@@ -105,8 +142,8 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int chunks_ = 0;
-  int pending_ = 0;
-  uint64_t generation_ = 0;
+  std::atomic<int> pending_{0};
+  std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
 };
 
