@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/memory.h"
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
@@ -66,6 +67,8 @@ class Classifier {
   void set_training(bool training);
   void set_learning_rate(float lr);
   size_t num_parameters() const;
+  // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
+  MemoryUsage memory() const;
   int step() const;
   std::vector<ParameterView> parameters();
 

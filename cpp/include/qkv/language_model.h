@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/memory.h"
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
@@ -77,6 +78,8 @@ class LanguageModel {
   // Training mode (dropout on) is the default; eval mode turns dropout off everywhere.
   void set_training(bool training);
   size_t num_parameters() const;
+  // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
+  MemoryUsage memory() const;
   int step() const;  // optimizer steps taken
 
   // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name.

@@ -228,6 +228,7 @@ const OptimizerConfig& Classifier::optimizer() const { return impl_->core.optimi
 void Classifier::set_training(bool training) { impl_->core.training = training; }
 void Classifier::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
 size_t Classifier::num_parameters() const { return impl_->core.num_parameters(); }
+MemoryUsage Classifier::memory() const { return impl_->core.memory(); }
 int Classifier::step() const { return impl_->core.optimizer.steps(); }
 std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params); }
 

@@ -232,6 +232,7 @@ int LanguageModel::step() const { return impl_->core.optimizer.steps(); }
 void LanguageModel::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
 void LanguageModel::set_training(bool training) { impl_->core.training = training; }
 size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters(); }
+MemoryUsage LanguageModel::memory() const { return impl_->core.memory(); }
 std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params); }
 
 std::vector<uint8_t> LanguageModel::save(bool with_optimizer) {

@@ -10,6 +10,7 @@
 #include "nn/dropout.h"
 #include "nn/parameters.h"
 #include "qkv/error.h"
+#include "qkv/memory.h"
 #include "qkv/optimizer.h"
 #include "qkv/workspace.h"
 #include "train/optimizer.h"
@@ -43,6 +44,11 @@ struct ModelCore {
           "); the step was skipped and the weights are unchanged (try a lower lr)");
     optimizer.step(params);
     return loss;
+  }
+
+  MemoryUsage memory() const {
+    const size_t weights = params.count() * sizeof(float);
+    return {weights, weights, 2 * weights, ws.size_bytes()};
   }
 
   size_t num_parameters() {

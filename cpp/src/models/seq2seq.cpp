@@ -236,6 +236,7 @@ const OptimizerConfig& Seq2Seq::optimizer() const { return impl_->core.optimizer
 void Seq2Seq::set_training(bool training) { impl_->core.training = training; }
 void Seq2Seq::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
 size_t Seq2Seq::num_parameters() const { return impl_->core.num_parameters(); }
+MemoryUsage Seq2Seq::memory() const { return impl_->core.memory(); }
 int Seq2Seq::step() const { return impl_->core.optimizer.steps(); }
 std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params); }
 

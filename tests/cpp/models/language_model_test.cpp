@@ -147,6 +147,31 @@ TEST(LanguageModel, NonFiniteLossStopsTheStepAndKeepsTheWeights) {
   EXPECT_EQ(lm.step(), 0);
 }
 
+// memory(): the parameter side is fixed at construction; the activation arena is planned for the largest
+// batch x sequence seen, so it is empty before the first step, grows with a larger batch and then stays.
+TEST(LanguageModel, MemoryReportsWeightsStateAndTheActivationArena) {
+  LanguageModel lm(small_config());
+  const size_t weights = lm.num_parameters() * sizeof(float);
+  MemoryUsage m = lm.memory();
+  EXPECT_EQ(m.parameters, weights);
+  EXPECT_EQ(m.gradients, weights);
+  EXPECT_EQ(m.optimizer, 2 * weights);
+  std::vector<int32_t> in, tg;
+  pattern_batch(in, tg, 2, 16, 8, 0);
+  lm.train_step(in, tg, 2, 16);
+  const size_t small = lm.memory().activations;
+  // At least the residual stream and its gradient: 2 x (B*T*C) floats per layer.
+  EXPECT_GE(small, 2u * 2 * 16 * 32 * 2 * sizeof(float));
+  pattern_batch(in, tg, 8, 16, 8, 0);
+  lm.train_step(in, tg, 8, 16);
+  const size_t large = lm.memory().activations;
+  EXPECT_GT(large, 3 * small);
+  pattern_batch(in, tg, 2, 16, 8, 0);
+  lm.train_step(in, tg, 2, 16);
+  EXPECT_EQ(lm.memory().activations, large);
+  EXPECT_EQ(lm.memory().total(), 4 * weights + large);
+}
+
 TEST(LanguageModel, ParameterCountAndNames) {
   const auto c = small_config();
   LanguageModel lm(c);
