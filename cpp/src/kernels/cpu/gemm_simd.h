@@ -10,12 +10,13 @@ namespace qkv::kernels {
 
 // The register tile is MR rows by 2 vectors of C: 2*MR accumulators, 2 vectors of b and one broadcast of a
 // live at once. Each k step does 2 loads of b, MR broadcasts of a and 2*MR FMAs, so the FMA units, not the
-// loads, bound it. MR per register file: 32 vector registers (AVX-512, NEON) take MR = 12 (24 accumulators);
+// loads, bound it. MR per register file: 32 vector registers (AVX-512, NEON) take MR = 8 (16 accumulators,
+// and 8 divides the batch x context row counts the models use, where 12 would leave ragged panels);
 // 16 registers (AVX2, SSE, and SIMD128 as V8 maps it onto x86) take MR = 6 (12 accumulators), which still
 // covers FMA latency x throughput (4 cycles x 2 ports = 8 in flight).
 template <class Arch>
 constexpr int gemm_mr() {
-  if constexpr (std::is_same_v<Arch, xsimd::avx512f> || std::is_same_v<Arch, xsimd::neon64>) return 12;
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f> || std::is_same_v<Arch, xsimd::neon64>) return 8;
   return 6;
 }
 
