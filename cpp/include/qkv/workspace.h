@@ -6,6 +6,9 @@
 // allocates; a new (larger) shape means one new plan.
 #include <cstddef>
 #include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "qkv/tensor.h"
 
@@ -20,6 +23,12 @@ class Workspace {
   // pass it returns an empty span.
   Span take(size_t n);
 
+  // A zero-filled span of n floats that every take_shared() with the same key shares, sized for the largest
+  // request. For scratch that lives only inside one call of one module (the gradients of a layer's
+  // internals during its backward): modules run one at a time, so every layer of a model can use the same
+  // memory, and the arena holds one layer's scratch instead of one per layer.
+  Span take_shared(std::string_view key, size_t n);
+
   size_t size_floats() const { return capacity_; }
   size_t size_bytes() const { return capacity_ * sizeof(float); }
 
@@ -29,6 +38,11 @@ class Workspace {
   size_t offset_ = 0;
   bool counting_ = false;
   bool planning_ = false;
+  struct Shared {
+    std::string key;
+    size_t floats = 0, offset = 0;
+  };
+  std::vector<Shared> shared_;  // laid out after the take() buffers
 };
 
 }  // namespace qkv

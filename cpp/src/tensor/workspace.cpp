@@ -1,5 +1,6 @@
 #include "qkv/workspace.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "qkv/error.h"
@@ -10,7 +11,12 @@ void Workspace::plan(const std::function<void(Workspace&)>& fn) {
   planning_ = true;
   counting_ = true;
   offset_ = 0;
+  shared_.clear();
   fn(*this);
+  for (Shared& s : shared_) {
+    s.offset = offset_;
+    offset_ += s.floats;
+  }
   const size_t needed = offset_;
   if (needed > capacity_) {
     buffer_.reset();
@@ -31,6 +37,24 @@ Span Workspace::take(size_t n) {
   offset_ += (n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
   if (counting_) return {};
   return {buffer_.get() + start, n};
+}
+
+Span Workspace::take_shared(std::string_view key, size_t n) {
+  check(planning_, "Workspace::take_shared called outside Workspace::plan");
+  const size_t rounded = (n + 15) / 16 * 16;
+  auto it = shared_.begin();
+  while (it != shared_.end() && it->key != key) ++it;
+  if (counting_) {
+    if (it == shared_.end()) {
+      shared_.push_back({std::string(key), rounded, 0});
+    } else {
+      it->floats = std::max(it->floats, rounded);
+    }
+    return {};
+  }
+  check(it != shared_.end() && n <= it->floats, "Workspace::take_shared(\"", key,
+        "\"): the plan asked for more than its counting pass did");
+  return {buffer_.get() + it->offset, n};
 }
 
 }  // namespace qkv
