@@ -64,9 +64,9 @@ struct AttentionShape {
 // stored. The forward saves lse (B,H,Tq), the log of each row's softmax normaliser (m + log sum exp(S - m);
 // +inf for a row with every key masked), and the backward recomputes P = exp(S - lse) tile by tile; with
 // D = rowsum(dout * out) it forms dS = P * (dP - D). Memory: O(B*H*Tq) instead of O(B*H*Tq*Tk).
-// scratch: at least attention_scratch_size(Tq, Tk, 1) floats; the kernels run as many (b, h) tasks at
+// scratch: at least attention_scratch_size(Tq, Tk, hs, 1) floats; the kernels run as many (b, h) tasks at
 // once as it has room for (up to the thread count), so size it for the threads that will run them.
-size_t attention_scratch_size(int Tq, int Tk, int tasks);
+size_t attention_scratch_size(int Tq, int Tk, int hs, int tasks);
 void attention_forward(Span out, Span lse, Span scratch, const float* q, const float* k, const float* v,
                        const AttentionShape& s);
 // dq (stride ldq), dk and dv (stride ldkv) are overwritten in the heads' columns. out and lse: the forward's.

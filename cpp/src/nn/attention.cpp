@@ -26,7 +26,7 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
   kv_ = ws.take(rk * 2 * C_);
   y_ = ws.take(rq * C_);
   lse_ = ws.take(rq * H_);
-  scratch_ = ws.take(kernels::attention_scratch_size(Tq, Tk, std::min(max_threads(), B * H_)));
+  scratch_ = ws.take(kernels::attention_scratch_size(Tq, Tk, C_ / H_, std::min(max_threads(), B * H_)));
   dq_ = ws.take(rq * C_);
   dkv_ = ws.take(rk * 2 * C_);
   dy_ = ws.take(rq * C_);

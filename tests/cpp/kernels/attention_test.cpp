@@ -50,7 +50,7 @@ TEST(Attention, ReferenceAndFusedForwardMatchDoubleFormulaWithMasks) {
     }
     std::vector<float> out(static_cast<size_t>(B) * c.Tq * C), att(static_cast<size_t>(B) * H * c.Tq * c.Tk);
     std::vector<float> fused(out.size()), lse(static_cast<size_t>(B) * H * c.Tq);
-    std::vector<float> scratch(kernels::attention_scratch_size(c.Tq, c.Tk, 1));
+    std::vector<float> scratch(kernels::attention_scratch_size(c.Tq, c.Tk, hs, 1));
     const kernels::AttentionShape shape{B, c.Tq, c.Tk, C, H, C, 2 * C, c.pad ? pad.data() : nullptr, c.causal, 0.f, 0};
     kernels::attention_forward_reference(out, att, {}, q.data(), kv.data(), kv.data() + C, shape);
     kernels::attention_forward(fused, lse, scratch, q.data(), kv.data(), kv.data() + C, shape);
@@ -151,7 +151,7 @@ Result run_fused(const Inputs& in, int tasks) {
   Result r{std::vector<float>(in.q.size(), nan), std::vector<float>(in.q.size(), nan),
            std::vector<float>(in.kv.size(), nan)};
   std::vector<float> lse(static_cast<size_t>(s.B) * s.H * s.Tq, nan);
-  std::vector<float> scratch(kernels::attention_scratch_size(s.Tq, s.Tk, tasks), nan);
+  std::vector<float> scratch(kernels::attention_scratch_size(s.Tq, s.Tk, s.C / s.H, tasks), nan);
   const float *q = in.q.data(), *k = in.kv.data(), *v = in.kv.data() + s.C;
   kernels::attention_forward(r.out, lse, scratch, q, k, v, s);
   kernels::attention_backward(r.dq.data(), r.dkv.data(), r.dkv.data() + s.C, scratch, in.dout, q, k, v, r.out, lse, s);
@@ -248,7 +248,7 @@ TEST(Attention, FusedRunsWithFewerSlotsThanThreadsAndNested) {
 TEST(Attention, FusedRejectsTooSmallScratch) {
   const Case c{1, 1, 4, 5, 5, false, false, 0.f, 1.f};
   const Inputs in = make_inputs(c, 3);
-  std::vector<float> out(in.q.size()), lse(5), scratch(kernels::attention_scratch_size(5, 5, 1) - 1);
+  std::vector<float> out(in.q.size()), lse(5), scratch(kernels::attention_scratch_size(5, 5, 4, 1) - 1);
   EXPECT_NE(test::message_of([&] {
               kernels::attention_forward(out, lse, scratch, in.q.data(), in.kv.data(), in.kv.data() + 4, in.shape);
             }).find("attention_scratch_size"),

@@ -32,17 +32,42 @@
 namespace qkv::kernels {
 namespace {
 
+// Tiles of up to kBlockQ queries x kBlockK keys. (Narrower tiles would waste less of the diagonal tiles'
+// masked triangle under the causal mask, but measured slower at T = 64: gemm runs better on wider tiles.)
 constexpr int kBlockQ = 64, kBlockK = 64;
 
-// One task's scratch: tiles S, dP and dropout(P) (bq, bk); m, l, alpha (bq); the padding bias (bk); D (Tq).
+// One task's scratch, shared by both passes, as offsets in floats: the tiles S, dP and dropout(P)
+// (bq, ld); a key block's k and v transposed, kt and vt (hs, ld), so that every tile product is gemm's
+// non-transposed-B kind; m, l, alpha (bq); the padding bias (ld); D (Tq). ld rounds bk up to 16 floats
+// (the widest vector) so that the row passes run whole vectors (attention_rows.h).
 struct Slot {
-  int bq, bk;
-  size_t floats;
+  int bq, bk, ld;
+  size_t S, dP, Pd, kt, vt, m, l, alpha, bias, D, floats;
 };
-Slot slot_for(int Tq, int Tk) {
-  const int bq = std::min(kBlockQ, Tq), bk = std::min(kBlockK, Tk);
-  const size_t n = 3 * static_cast<size_t>(bq) * bk + 3 * static_cast<size_t>(bq) + bk + Tq;
-  return {bq, bk, (n + 15) / 16 * 16};  // keeps each slot 64-byte aligned
+Slot slot_for(int Tq, int Tk, int hs) {
+  Slot t{};
+  t.bq = std::min(kBlockQ, Tq);
+  t.bk = std::min(kBlockK, Tk);
+  t.ld = (t.bk + 15) / 16 * 16;
+  const size_t tile = static_cast<size_t>(t.bq) * t.ld, kt = static_cast<size_t>(hs) * t.ld;
+  t.S = 0;
+  t.dP = t.S + tile;
+  t.Pd = t.dP + tile;
+  t.kt = t.Pd + tile;
+  t.vt = t.kt + kt;
+  t.m = t.vt + kt;
+  t.l = t.m + t.bq;
+  t.alpha = t.l + t.bq;
+  t.bias = t.alpha + t.bq;
+  t.D = t.bias + t.ld;
+  t.floats = (t.D + Tq + 15) / 16 * 16;  // keeps each slot 64-byte aligned
+  return t;
+}
+
+// dst (hs, cols) with row stride ld = src (cols, hs) with row stride lds, transposed.
+void transpose(float* dst, int ld, const float* src, int lds, int cols, int hs) {
+  for (int j = 0; j < cols; ++j)
+    for (int i = 0; i < hs; ++i) dst[static_cast<size_t>(i) * ld + j] = src[static_cast<size_t>(j) * lds + i];
 }
 
 // The scalar row passes: what attention_simd.h computes, one element at a time.
@@ -157,7 +182,7 @@ const float* pad_bias(float* bias, const uint8_t* pad, int s0, int cols) {
 
 }  // namespace
 
-size_t attention_scratch_size(int Tq, int Tk, int tasks) { return slot_for(Tq, Tk).floats * tasks; }
+size_t attention_scratch_size(int Tq, int Tk, int hs, int tasks) { return slot_for(Tq, Tk, hs).floats * tasks; }
 
 void attention_forward(Span out, Span lse, Span scratch, const float* q, const float* k, const float* v,
                        const AttentionShape& s) {
@@ -166,15 +191,12 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
   const bool drop = s.dropout > 0.f;
   const uint32_t threshold = dropout_threshold(s.dropout);
   const float keep_scale = drop ? 1.f / (1.f - s.dropout) : 1.f;
-  const Slot slot = slot_for(Tq, Tk);
-  const int bq = slot.bq, bk = slot.bk;
+  const Slot slot = slot_for(Tq, Tk, hs);
+  const int bq = slot.bq, bk = slot.bk, ld = slot.ld;
   const RowPasses passes = select();
   for_each_head(s, scratch, slot, [&](const Head& hd) {
-    float* S = hd.w;
-    float* m = S + 3 * static_cast<size_t>(bq) * bk;
-    float* l = m + bq;
-    float* alpha = l + bq;
-    float* bias = alpha + bq;
+    float *S = hd.w + slot.S, *kt = hd.w + slot.kt, *bias = hd.w + slot.bias;
+    float *m = hd.w + slot.m, *l = hd.w + slot.l, *alpha = hd.w + slot.alpha;
     const float *qh = q + hd.qo, *kh = k + hd.ko, *vh = v + hd.ko;
     float* O = out.data() + static_cast<size_t>(hd.b) * Tq * s.C + hd.h * hs;  // (Tq,hs), stride C
     float* lse_h = lse.data() + (static_cast<size_t>(hd.b) * s.H + hd.h) * Tq;
@@ -190,9 +212,9 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
       const int s_end = s.causal ? std::min(Tk, t0 + rows) : Tk;  // the block's last query sees keys < s_end
       for (int s0 = 0; s0 < s_end; s0 += bk) {
         const int cols = std::min(bk, s_end - s0);
-        gemm(false, true, rows, cols, hs, scale, qh + static_cast<size_t>(t0) * s.ldq, s.ldq,
-             kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 0.f, S, bk);
-        const AttentionTile tile{S, bk, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 - s0 : cols};
+        transpose(kt, ld, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
+        gemm(false, false, rows, cols, hs, scale, qh + static_cast<size_t>(t0) * s.ldq, s.ldq, kt, ld, 0.f, S, ld);
+        const AttentionTile tile{S, ld, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 - s0 : cols};
         passes.softmax(tile, m, l, alpha);
         for (int r = 0; r < rows; ++r) {
           if (alpha[r] == 1.f) continue;
@@ -201,12 +223,12 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
         }
         if (drop) {
           for (int r = 0; r < rows; ++r) {
-            float* p = S + static_cast<size_t>(r) * bk;
+            float* p = S + static_cast<size_t>(r) * ld;
             const size_t base = (drop_base + t0 + r) * Tk + s0;
             for (int j = 0; j < cols; ++j) p[j] = dropout_hash(s.seed, base + j) >= threshold ? p[j] * keep_scale : 0.f;
           }
         }
-        gemm(false, false, rows, hs, cols, 1.f, S, bk, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 1.f, Ot, s.C);
+        gemm(false, false, rows, hs, cols, 1.f, S, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 1.f, Ot, s.C);
       }
       for (int r = 0; r < rows; ++r) {
         float* o = Ot + static_cast<size_t>(r) * s.C;
@@ -230,16 +252,12 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
   const bool drop = s.dropout > 0.f;
   const uint32_t threshold = dropout_threshold(s.dropout);
   const float keep_scale = drop ? 1.f / (1.f - s.dropout) : 1.f;
-  const Slot slot = slot_for(Tq, Tk);
-  const int bq = slot.bq, bk = slot.bk;
+  const Slot slot = slot_for(Tq, Tk, hs);
+  const int bq = slot.bq, bk = slot.bk, ld = slot.ld;
   const RowPasses passes = select();
   for_each_head(s, scratch, slot, [&](const Head& hd) {
-    const size_t tile = static_cast<size_t>(bq) * bk;
-    float* S = hd.w;
-    float* dP = S + tile;
-    float* Pd = dP + tile;
-    float* bias = Pd + tile + 3 * static_cast<size_t>(bq);
-    float* D = bias + bk;
+    float *S = hd.w + slot.S, *dP = hd.w + slot.dP, *Pd = hd.w + slot.Pd;
+    float *kt = hd.w + slot.kt, *vt = hd.w + slot.vt, *bias = hd.w + slot.bias, *D = hd.w + slot.D;
     const float *qh = q + hd.qo, *kh = k + hd.ko, *vh = v + hd.ko;
     float *dqh = dq + hd.qo, *dkh = dk + hd.ko, *dvh = dv + hd.ko;
     const size_t oo = static_cast<size_t>(hd.b) * Tq * s.C + hd.h * hs;
@@ -265,21 +283,23 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
       float* dkj = dkh + static_cast<size_t>(s0) * s.ldkv;
       float* dvj = dvh + static_cast<size_t>(s0) * s.ldkv;
       const float* bias_j = pad_bias(bias, hd.pad, s0, cols);
+      transpose(kt, ld, kj, s.ldkv, cols, hs);
+      transpose(vt, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
       // Causal: queries t < s0 see none of these keys; start at the query block holding t = s0.
       for (int t0 = s.causal ? s0 / bq * bq : 0; t0 < Tq; t0 += bq) {
         const int rows = std::min(bq, Tq - t0);
         const float* qi = qh + static_cast<size_t>(t0) * s.ldq;
         const float* dOi = dO + static_cast<size_t>(t0) * s.C;
-        gemm(false, true, rows, cols, hs, scale, qi, s.ldq, kj, s.ldkv, 0.f, S, bk);
-        const AttentionTile tl{S, bk, rows, cols, bias_j, s.causal ? t0 - s0 : cols};
+        gemm(false, false, rows, cols, hs, scale, qi, s.ldq, kt, ld, 0.f, S, ld);
+        const AttentionTile tl{S, ld, rows, cols, bias_j, s.causal ? t0 - s0 : cols};
         passes.probs(tl, lse_h + t0);
-        gemm(false, true, rows, cols, hs, 1.f, dOi, s.C, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 0.f, dP, bk);
+        gemm(false, false, rows, cols, hs, 1.f, dOi, s.C, vt, ld, 0.f, dP, ld);
         const float* Pv = S;
         if (drop) {
           for (int r = 0; r < rows; ++r) {
-            const float* p = S + static_cast<size_t>(r) * bk;
-            float* pd = Pd + static_cast<size_t>(r) * bk;
-            float* d = dP + static_cast<size_t>(r) * bk;
+            const float* p = S + static_cast<size_t>(r) * ld;
+            float* pd = Pd + static_cast<size_t>(r) * ld;
+            float* d = dP + static_cast<size_t>(r) * ld;
             const size_t base = (drop_base + t0 + r) * Tk + s0;
             for (int j = 0; j < cols; ++j) {
               const bool keep = dropout_hash(s.seed, base + j) >= threshold;
@@ -289,11 +309,11 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
           }
           Pv = Pd;
         }
-        gemm(true, false, cols, hs, rows, 1.f, Pv, bk, dOi, s.C, 1.f, dvj, s.ldkv);
+        gemm(true, false, cols, hs, rows, 1.f, Pv, ld, dOi, s.C, 1.f, dvj, s.ldkv);
         passes.dscores(tl, dP, D + t0);
-        gemm(false, false, rows, hs, cols, scale, dP, bk, kj, s.ldkv, 1.f, dqh + static_cast<size_t>(t0) * s.ldq,
+        gemm(false, false, rows, hs, cols, scale, dP, ld, kj, s.ldkv, 1.f, dqh + static_cast<size_t>(t0) * s.ldq,
              s.ldq);
-        gemm(true, false, cols, hs, rows, scale, dP, bk, qi, s.ldq, 1.f, dkj, s.ldkv);
+        gemm(true, false, cols, hs, rows, scale, dP, ld, qi, s.ldq, 1.f, dkj, s.ldkv);
       }
     }
   });

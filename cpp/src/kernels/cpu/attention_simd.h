@@ -30,6 +30,16 @@ float attention_hmax(const xsimd::batch<float, Arch>& v) {
   return mx;
 }
 
+// 0, 1, 2, ... as floats: lane j of a vector at column j0 is column j0 + j.
+alignas(64) constexpr float kAttentionLanes[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// x where its column is below n, -inf elsewhere (x holds columns j0 .. j0 + W - 1).
+template <class Arch>
+xsimd::batch<float, Arch> attention_below(const xsimd::batch<float, Arch>& x, int j0, int n) {
+  using V = xsimd::batch<float, Arch>;
+  return xsimd::select(V::load_aligned(kAttentionLanes) < V(static_cast<float>(n - j0)), x, V(-INFINITY));
+}
+
 template <class Arch>
 void attention_softmax_rows(const AttentionTile& t, float* m, float* l, float* alpha) {
   using V = xsimd::batch<float, Arch>;
@@ -37,41 +47,33 @@ void attention_softmax_rows(const AttentionTile& t, float* m, float* l, float* a
   for (int r = 0; r < t.rows; ++r) {
     float* s = t.S + static_cast<size_t>(r) * t.ld;
     const int n = attention_visible<Arch>(t, r);
-    // Padding first (score + -inf), then the row's max over what it sees.
+    // Padding (score + -inf) and the columns past n (-inf) first, then the row's max.
     V vmax(-INFINITY);
-    int j = 0;
-    if (t.bias) {
-      for (; j + W <= n; j += W) {
-        const V x = V::load_unaligned(s + j) + V::load_unaligned(t.bias + j);
-        x.store_unaligned(s + j);
-        vmax = xsimd::max(vmax, x);
-      }
-    } else {
-      for (; j + W <= n; j += W) vmax = xsimd::max(vmax, V::load_unaligned(s + j));
+    for (int j = 0; j < n; j += W) {
+      V x = V::load_unaligned(s + j);
+      if (t.bias) x += V::load_unaligned(t.bias + j);
+      if (j + W > n) x = attention_below<Arch>(x, j, n);
+      x.store_unaligned(s + j);
+      vmax = xsimd::max(vmax, x);
     }
-    float mx = attention_hmax(vmax);
-    for (; j < n; ++j) {
-      if (t.bias) s[j] += t.bias[j];
-      mx = s[j] > mx ? s[j] : mx;
-    }
+    const float mx = attention_hmax(vmax);
     const float m_new = mx > m[r] ? mx : m[r];
     if (m_new == -INFINITY) {  // nothing seen yet: m and l stay, the output rows stay 0
-      for (j = 0; j < t.cols; ++j) s[j] = 0.f;
+      for (int j = 0; j < t.cols; ++j) s[j] = 0.f;
       alpha[r] = 1.f;
       continue;
     }
     const V vm(m_new);
     V vsum(0.f);
-    for (j = 0; j + W <= n; j += W) {
+    int j = 0;
+    for (; j < n; j += W) {  // exp(-inf) = 0 for what the row does not see
       const V p = xsimd::exp(V::load_unaligned(s + j) - vm);
       p.store_unaligned(s + j);
       vsum += p;
     }
-    float sum = xsimd::hadd(vsum);
-    for (; j < n; ++j) sum += s[j] = expf(s[j] - m_new);
     for (; j < t.cols; ++j) s[j] = 0.f;
     alpha[r] = expf(m[r] - m_new);  // m = -inf: 0
-    l[r] = l[r] * alpha[r] + sum;
+    l[r] = l[r] * alpha[r] + xsimd::hadd(vsum);
     m[r] = m_new;
   }
 }
@@ -85,13 +87,12 @@ void attention_probs_rows(const AttentionTile& t, const float* lse) {
     const int n = attention_visible<Arch>(t, r);
     const V vl(lse[r]);
     int j = 0;
-    if (t.bias) {
-      for (; j + W <= n; j += W)
-        xsimd::exp(V::load_unaligned(s + j) + V::load_unaligned(t.bias + j) - vl).store_unaligned(s + j);
-      for (; j < n; ++j) s[j] = expf(s[j] + t.bias[j] - lse[r]);
-    } else {
-      for (; j + W <= n; j += W) xsimd::exp(V::load_unaligned(s + j) - vl).store_unaligned(s + j);
-      for (; j < n; ++j) s[j] = expf(s[j] - lse[r]);
+    for (; j < n; j += W) {
+      V x = V::load_unaligned(s + j);
+      if (t.bias) x += V::load_unaligned(t.bias + j);
+      x -= vl;
+      if (j + W > n) x = attention_below<Arch>(x, j, n);
+      xsimd::exp(x).store_unaligned(s + j);
     }
     for (; j < t.cols; ++j) s[j] = 0.f;
   }
@@ -105,9 +106,8 @@ void attention_dscores_rows(const AttentionTile& t, float* dP, const float* D) {
     const float* p = t.S + static_cast<size_t>(r) * t.ld;
     float* d = dP + static_cast<size_t>(r) * t.ld;
     const V vD(D[r]);
-    int j = 0;
-    for (; j + W <= t.cols; j += W) (V::load_unaligned(p + j) * (V::load_unaligned(d + j) - vD)).store_unaligned(d + j);
-    for (; j < t.cols; ++j) d[j] = p[j] * (d[j] - D[r]);
+    for (int j = 0; j < t.cols; j += W)
+      (V::load_unaligned(p + j) * (V::load_unaligned(d + j) - vD)).store_unaligned(d + j);
   }
 }
 
