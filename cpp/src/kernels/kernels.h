@@ -63,7 +63,8 @@ struct AttentionShape {
 // The fused kernel (kernels/cpu/attention.cpp, FlashAttention-2's scheme): P is walked in tiles and never
 // stored. The forward saves lse (B,H,Tq), the log of each row's softmax normaliser (m + log sum exp(S - m);
 // +inf for a row with every key masked), and the backward recomputes P = exp(S - lse) tile by tile; with
-// D = rowsum(dout * out) it forms dS = P * (dP - D). Memory: O(B*H*Tq) instead of O(B*H*Tq*Tk).
+// D = rowsum(dout * out) it forms dS = P * (dP - D). Why: memory O(B*H*Tq) instead of O(B*H*Tq*Tk), and
+// tiles that stay in cache instead of (B,H,Tq,Tk) matrices written to memory and read back.
 // scratch: at least attention_scratch_size(Tq, Tk, hs, 1) floats; the kernels run as many (b, h) tasks at
 // once as it has room for (up to the thread count), so size it for the threads that will run them.
 size_t attention_scratch_size(int Tq, int Tk, int hs, int tasks);

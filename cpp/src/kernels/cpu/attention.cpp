@@ -8,8 +8,8 @@
 //   m' = max(m, rowmax(S));  P = exp(S - m');  alpha = exp(m - m')
 //   l = alpha * l + rowsum(P);  O = alpha * O + dropout(P) v
 // then out = O / l (= softmax(S) v, with every key block's exp taken against the final max), and
-// lse = m + log(l) per row, the only thing saved: P = exp(S - lse) recomputes the weights exactly.
-// lse is as accurate as S itself: both carry about |S| * 2^-24 of rounding.
+// lse = m + log(l) per row, the only thing saved: P = exp(S - lse) recomputes the weights to float
+// rounding (lse carries about |S| * 2^-24 of it, as S itself does).
 //
 // Backward, per key block, over the query blocks that can see it (P recomputed from q, k and lse):
 //   dPd = dout v^T;  dv += dropout(P)^T dout;  dP = dropout_backward(dPd)
@@ -32,8 +32,8 @@
 namespace qkv::kernels {
 namespace {
 
-// Tiles of up to kBlockQ queries x kBlockK keys. (Narrower tiles would waste less of the diagonal tiles'
-// masked triangle under the causal mask, but measured slower at T = 64: gemm runs better on wider tiles.)
+// Tiles of up to kBlockQ queries x kBlockK keys. (Narrower ones would spend less on the masked triangle of
+// the causal mask's diagonal tiles, but measured no faster at T = 64: gemm runs better on wider tiles.)
 constexpr int kBlockQ = 64, kBlockK = 64;
 
 // One task's scratch, shared by both passes, as offsets in floats: the tiles S, dP and dropout(P)
@@ -212,6 +212,7 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
       const int s_end = s.causal ? std::min(Tk, t0 + rows) : Tk;  // the block's last query sees keys < s_end
       for (int s0 = 0; s0 < s_end; s0 += bk) {
         const int cols = std::min(bk, s_end - s0);
+        // S = q_i k_j^T / sqrt(hs), then P and the running m, l; the output so far is rescaled by alpha.
         transpose(kt, ld, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
         gemm(false, false, rows, cols, hs, scale, qh + static_cast<size_t>(t0) * s.ldq, s.ldq, kt, ld, 0.f, S, ld);
         const AttentionTile tile{S, ld, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 - s0 : cols};
@@ -228,7 +229,8 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
             for (int j = 0; j < cols; ++j) p[j] = dropout_hash(s.seed, base + j) >= threshold ? p[j] * keep_scale : 0.f;
           }
         }
-        gemm(false, false, rows, hs, cols, 1.f, S, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 1.f, Ot, s.C);
+        gemm(false, false, rows, hs, cols, 1.f, S, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 1.f, Ot,
+             s.C);  // O += dropout(P) v_j
       }
       for (int r = 0; r < rows; ++r) {
         float* o = Ot + static_cast<size_t>(r) * s.C;
@@ -290,12 +292,12 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
         const int rows = std::min(bq, Tq - t0);
         const float* qi = qh + static_cast<size_t>(t0) * s.ldq;
         const float* dOi = dO + static_cast<size_t>(t0) * s.C;
-        gemm(false, false, rows, cols, hs, scale, qi, s.ldq, kt, ld, 0.f, S, ld);
+        gemm(false, false, rows, cols, hs, scale, qi, s.ldq, kt, ld, 0.f, S, ld);  // S = q_i k_j^T / sqrt(hs)
         const AttentionTile tl{S, ld, rows, cols, bias_j, s.causal ? t0 - s0 : cols};
-        passes.probs(tl, lse_h + t0);
-        gemm(false, false, rows, cols, hs, 1.f, dOi, s.C, vt, ld, 0.f, dP, ld);
+        passes.probs(tl, lse_h + t0);                                            // P = exp(S - lse)
+        gemm(false, false, rows, cols, hs, 1.f, dOi, s.C, vt, ld, 0.f, dP, ld);  // dPd = dout_i v_j^T
         const float* Pv = S;
-        if (drop) {
+        if (drop) {  // dropout(P) for dv, and dP = dropout_backward(dPd) in place: one hash per element
           for (int r = 0; r < rows; ++r) {
             const float* p = S + static_cast<size_t>(r) * ld;
             float* pd = Pd + static_cast<size_t>(r) * ld;
@@ -309,11 +311,11 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
           }
           Pv = Pd;
         }
-        gemm(true, false, cols, hs, rows, 1.f, Pv, ld, dOi, s.C, 1.f, dvj, s.ldkv);
-        passes.dscores(tl, dP, D + t0);
-        gemm(false, false, rows, hs, cols, scale, dP, ld, kj, s.ldkv, 1.f, dqh + static_cast<size_t>(t0) * s.ldq,
-             s.ldq);
-        gemm(true, false, cols, hs, rows, scale, dP, ld, qi, s.ldq, 1.f, dkj, s.ldkv);
+        gemm(true, false, cols, hs, rows, 1.f, Pv, ld, dOi, s.C, 1.f, dvj, s.ldkv);  // dv_j += dropout(P)^T dout_i
+        passes.dscores(tl, dP, D + t0);                                              // dS = P * (dP - D)
+        float* dqi = dqh + static_cast<size_t>(t0) * s.ldq;
+        gemm(false, false, rows, hs, cols, scale, dP, ld, kj, s.ldkv, 1.f, dqi, s.ldq);  // dq_i += dS k_j / sqrt(hs)
+        gemm(true, false, cols, hs, rows, scale, dP, ld, qi, s.ldq, 1.f, dkj, s.ldkv);   // dk_j += dS^T q_i / sqrt(hs)
       }
     }
   });

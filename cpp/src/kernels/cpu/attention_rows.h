@@ -11,7 +11,7 @@ namespace qkv::kernels {
 // causal mask, cols without it), and among those only the keys whose bias is 0 (bias: (cols), 0 or -inf
 // for padding; nullptr = no padding). Columns a row does not see come out as exactly 0.
 // ld is a multiple of 16 floats (the widest vector) and the passes may read and write a row's padding,
-// [cols, ld), and read bias's up to ld, so that they run whole vectors; nothing there is a result.
+// [cols, ld), and read bias up to ld, so that they run whole vectors; nothing there is a result.
 struct AttentionTile {
   float* S;
   int ld, rows, cols;
