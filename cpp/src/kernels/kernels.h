@@ -5,6 +5,7 @@
 // gradients are overwritten unless the comment says otherwise.
 //
 // Dimension legend: B batch, T sequence, C channels (d_model), H heads, hs = C/H, V vocabulary, F d_ff.
+#include <cstddef>
 #include <cstdint>
 
 #include "qkv/tensor.h"
@@ -46,9 +47,12 @@ void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed);
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
 // q rows (B,Tq) with stride ldq, k and v rows (B,Tk) with stride ldkv; head h uses columns [h*hs, (h+1)*hs).
 // Masks (either, both or none): key_pad (B,Tk), nonzero = padding, never attended to; causal: query t
-// attends to keys s <= t. A query whose keys are all masked gets weights 0 and output 0 (PyTorch: NaN).
-// att (B,H,Tq,Tk) = softmax(q k^T / sqrt(hs)) saved; with dropout p > 0, att_drop (B,H,Tq,Tk) holds the
-// dropped weights (mask from `seed`) and out = att_drop v, else out = att v. out: (B,Tq,C), stride C.
+// attends to keys s <= t. A query whose keys are all masked gets weights 0, output 0 and gradient 0
+// (PyTorch: NaN).
+//   P = softmax(q k^T / sqrt(hs)) per (b, h)      (Tq,Tk), masked entries 0
+//   out = dropout(P) v                            (B,Tq,C), stride C; no dropout when p = 0
+// Dropout is inverted with a counter-based mask: element (b,h,t,s) is kept when
+// dropout_hash(seed, ((b*H + h)*Tq + t)*Tk + s) >= p * 2^32, and kept values are scaled by 1/(1-p).
 struct AttentionShape {
   int B, Tq, Tk, C, H;
   int ldq, ldkv;
@@ -57,11 +61,28 @@ struct AttentionShape {
   float dropout;
   uint64_t seed;
 };
-void attention_forward(Span out, Span att, Span att_drop, const float* q, const float* k, const float* v,
+// The fused kernel (kernels/cpu/attention.cpp, FlashAttention-2's scheme): P is walked in tiles and never
+// stored. The forward saves lse (B,H,Tq), the log of each row's softmax normaliser (m + log sum exp(S - m);
+// +inf for a row with every key masked), and the backward recomputes P = exp(S - lse) tile by tile; with
+// D = rowsum(dout * out) it forms dS = P * (dP - D). Why: memory O(B*H*Tq) instead of O(B*H*Tq*Tk), and
+// tiles that stay in cache instead of (B,H,Tq,Tk) matrices written to memory and read back.
+// scratch: at least attention_scratch_size(Tq, Tk, hs, 1) floats; the kernels run as many (b, h) tasks at
+// once as it has room for (up to the thread count), so size it for the threads that will run them.
+size_t attention_scratch_size(int Tq, int Tk, int hs, int tasks);
+void attention_forward(Span out, Span lse, Span scratch, const float* q, const float* k, const float* v,
                        const AttentionShape& s);
-// dq (stride ldq), dk and dv (stride ldkv) are overwritten in the heads' columns; datt: (B,H,Tq,Tk) scratch.
-void attention_backward(float* dq, float* dk, float* dv, Span datt, CSpan dout, const float* q, const float* k,
-                        const float* v, CSpan att, CSpan att_drop, const AttentionShape& s);
+// dq (stride ldq), dk and dv (stride ldkv) are overwritten in the heads' columns. out and lse: the forward's.
+void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dout, const float* q, const float* k,
+                        const float* v, CSpan out, CSpan lse, const AttentionShape& s);
+
+// att (B,H,Tq,Tk) = P, the weights before dropout, computed plainly (inspection and the reference).
+void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s);
+// The oracle (kernels/cpu/attention_reference.cpp): the same op with P materialised. att (B,H,Tq,Tk) = P;
+// with dropout p > 0, att_drop (B,H,Tq,Tk) holds dropout(P). datt: (B,H,Tq,Tk) scratch.
+void attention_forward_reference(Span out, Span att, Span att_drop, const float* q, const float* k, const float* v,
+                                 const AttentionShape& s);
+void attention_backward_reference(float* dq, float* dk, float* dv, Span datt, CSpan dout, const float* q,
+                                  const float* k, const float* v, CSpan att, CSpan att_drop, const AttentionShape& s);
 
 // x (B,T,C) = scale * wte[tokens] (V,C) + pos[t] (T_max,C). Token ids must already be validated.
 // The backward adds scale * dx into dwte rows and, when dpos is not empty, dx into dpos rows.

@@ -218,9 +218,9 @@ std::vector<float> Classifier::attention(int layer) const {
   const Impl& m = *impl_;
   check(layer >= 0 && layer < m.encoder.size(), "layer = ", layer, " is out of range: expected 0 <= layer < ",
         m.encoder.size());
-  const CSpan w = m.encoder.layer(layer).self_attention().weights();
+  std::vector<float> w = m.encoder.layer(layer).self_attention().weights();
   check(!w.empty(), "attention: no forward pass has run yet");
-  return {w.begin(), w.end()};
+  return w;
 }
 
 const ClassifierConfig& Classifier::config() const { return impl_->config; }

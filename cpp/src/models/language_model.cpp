@@ -179,9 +179,9 @@ std::vector<float> LanguageModel::attention(int layer) const {
   const Impl& m = *impl_;
   check(layer >= 0 && layer < m.L, "layer = ", layer, " is out of range: expected 0 <= layer < ", m.L);
   const nn::MultiHeadAttention& a = m.stack.layer(layer).self_attention();
-  const CSpan w = a.weights();
+  std::vector<float> w = a.weights();
   check(!w.empty(), "attention(", layer, "): no forward pass has run yet");
-  return {w.begin(), w.end()};
+  return w;
 }
 
 std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, int max_tokens, float temperature,

@@ -226,9 +226,9 @@ std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {
   const nn::MultiHeadAttention& a = kind == AttentionKind::EncoderSelf   ? m.encoder.layer(layer).self_attention()
                                     : kind == AttentionKind::DecoderSelf ? m.decoder.layer(layer).self_attention()
                                                                          : m.decoder.layer(layer).cross_attention();
-  const CSpan w = a.weights();
+  std::vector<float> w = a.weights();
   check(!w.empty(), "attention: no forward pass has run yet");
-  return {w.begin(), w.end()};
+  return w;
 }
 
 const Seq2SeqConfig& Seq2Seq::config() const { return impl_->config; }

@@ -5,6 +5,10 @@
 // dxq = dq W_q, dxkv += dkv W_kv.
 #include "nn/attention.h"
 
+#include <algorithm>
+
+#include "qkv/thread_pool.h"
+
 namespace qkv::nn {
 
 MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& prefix, int C, int H, bool bias,
@@ -18,16 +22,16 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
 
 void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
   const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
-  const size_t tt = static_cast<size_t>(B) * H_ * Tq * Tk;
   q_ = ws.take(rq * C_);
   kv_ = ws.take(rk * 2 * C_);
-  att_ = ws.take(tt);
-  att_drop_ = ws.take(tt);
   y_ = ws.take(rq * C_);
+  lse_ = ws.take(rq * H_);
+  scratch_ = ws.take(kernels::attention_scratch_size(Tq, Tk, C_ / H_, std::min(max_threads(), B * H_)));
   dq_ = ws.take(rq * C_);
   dkv_ = ws.take(rk * 2 * C_);
-  datt_ = ws.take(tt);
   dy_ = ws.take(rq * C_);
+  pad_.assign(rk, 0);
+  has_last_ = false;  // q_ and kv_ are new buffers
 }
 
 kernels::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int B, int Tq, int Tk,
@@ -49,17 +53,30 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
     for (int r = 0; r < rk; ++r)
       for (int i = 0; i < 2 * C; ++i) kv_[static_cast<size_t>(r) * 2 * C + i] += b[C + i];
   }
-  kernels::attention_forward(y_, att_, att_drop_, q_.data(), kv_.data(), kv_.data() + C, shape(mask, B, Tq, Tk, drop));
+  const kernels::AttentionShape s = shape(mask, B, Tq, Tk, drop);
+  kernels::attention_forward(y_, lse_, scratch_, q_.data(), kv_.data(), kv_.data() + C, s);
   out_proj_.forward(out, y_, rq);
-  last_size_ = static_cast<size_t>(B) * H_ * Tq * Tk;
+  last_ = s;
+  if (mask.key_pad) {
+    std::copy_n(mask.key_pad, rk, pad_.begin());
+    last_.key_pad = pad_.data();
+  }
+  has_last_ = true;
+}
+
+std::vector<float> MultiHeadAttention::weights() const {
+  if (!has_last_) return {};
+  std::vector<float> att(static_cast<size_t>(last_.B) * H_ * last_.Tq * last_.Tk);
+  kernels::attention_weights(att, q_.data(), kv_.data(), last_);
+  return att;
 }
 
 void MultiHeadAttention::backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask,
                                   int B, int Tq, int Tk, const Dropout& drop) {
   const int rq = B * Tq, rk = B * Tk, C = C_;
   out_proj_.backward(dy_, dout, y_, rq);
-  kernels::attention_backward(dq_.data(), dkv_.data(), dkv_.data() + C, datt_, dy_, q_.data(), kv_.data(),
-                              kv_.data() + C, att_, att_drop_, shape(mask, B, Tq, Tk, drop));
+  kernels::attention_backward(dq_.data(), dkv_.data(), dkv_.data() + C, scratch_, dy_, q_.data(), kv_.data(),
+                              kv_.data() + C, y_, lse_, shape(mask, B, Tq, Tk, drop));
   float* dw = w_in_.grad.data();
   const float* w = w_in_.value.data();
   kernels::gemm(true, false, C, C, rq, 1.f, dq_.data(), C, xq.data(), C, 1.f, dw, C);

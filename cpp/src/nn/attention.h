@@ -4,6 +4,7 @@
 // Self-attention passes the same input as query and key/value; cross-attention passes the encoder memory.
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
 #include <string>
+#include <vector>
 
 #include "kernels/kernels.h"
 #include "nn/dropout.h"
@@ -29,8 +30,9 @@ class MultiHeadAttention {
   void backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
                 const Dropout& drop);
 
-  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout); empty before the first.
-  CSpan weights() const { return CSpan(att_).first(last_size_); }
+  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout); empty before the first (and after
+  // a new plan). The forward does not store them: they are recomputed from the q and k it keeps.
+  std::vector<float> weights() const;
 
  private:
   kernels::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
@@ -40,9 +42,13 @@ class MultiHeadAttention {
   Param& w_in_;
   Param* b_in_;
   Linear out_proj_;
-  size_t last_size_ = 0;
-  Span q_, kv_, att_, att_drop_, y_;  // (B,Tq,C), (B,Tk,2C), (B,H,Tq,Tk) x2, (B,Tq,C)
-  Span dq_, dkv_, datt_, dy_;         // backward scratch, same shapes
+  Span q_, kv_, y_, lse_;  // (B,Tq,C), (B,Tk,2C), (B,Tq,C), (B,H,Tq): what the backward needs
+  Span scratch_;           // the attention kernels' tiles, one slot per thread
+  Span dq_, dkv_, dy_;     // backward scratch, (B,Tq,C), (B,Tk,2C), (B,Tq,C)
+  // The last forward's shape and masks, for weights(); pad_ holds a copy of its key_pad (B,Tk).
+  kernels::AttentionShape last_{};
+  bool has_last_ = false;
+  std::vector<uint8_t> pad_;
 };
 
 }  // namespace qkv::nn

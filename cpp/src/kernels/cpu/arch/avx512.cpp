@@ -1,7 +1,16 @@
 // Instantiates the SIMD kernel bodies for xsimd::avx512f; this file alone is compiled with that set's flags
 // (cpp/CMakeLists.txt), so nothing else in the library needs them.
+// GCC 12.2's avx512fintrin.h trips its own -Wmaybe-uninitialized once intrinsics built on _mm512_undefined_*
+// (max, roundscale, cvtt, shifts: xsimd's exp) are inlined (GCC bug 105593, fixed in 12.3): not this code's.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
 template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>();
+template void attention_softmax_rows<xsimd::avx512f>(const AttentionTile&, float*, float*, float*);
+template void attention_probs_rows<xsimd::avx512f>(const AttentionTile&, const float*);
+template void attention_dscores_rows<xsimd::avx512f>(const AttentionTile&, float*, const float*);
 }  // namespace qkv::kernels

@@ -1,7 +1,11 @@
 // Instantiates the SIMD kernel bodies for xsimd::neon64; this file alone is compiled with that set's flags
 // (cpp/CMakeLists.txt), so nothing else in the library needs them.
+#include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
 template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>();
+template void attention_softmax_rows<xsimd::neon64>(const AttentionTile&, float*, float*, float*);
+template void attention_probs_rows<xsimd::neon64>(const AttentionTile&, const float*);
+template void attention_dscores_rows<xsimd::neon64>(const AttentionTile&, float*, const float*);
 }  // namespace qkv::kernels
