@@ -82,6 +82,7 @@ def main():
     # 3. WebAssembly vs native
     wasm = find("char-gpt", "wasm")
     natives = [r for _, r in results if r["bench"] == "char-gpt" and r["side"] == "qkv" and r.get("config") == "package"]
+    natives.sort(key=lambda r: r["isa"] != "avx512")  # the target's row first
     if wasm and natives:
         print(f"\nchar GPT step, the npm package's configuration (biases on, AdamW), B {wasm['batch']} x T {wasm['seq']}, "
               f"{wasm['threads']} threads, {wasm['steps']} timed steps: WebAssembly under Node vs native, same run")
@@ -106,8 +107,10 @@ def main():
             a, b = float(one[i]["tokens_per_s"]), float(n[i]["tokens_per_s"])
             print(f"{side:<8} {a:>12.0f} {b:>12.0f} {b / a:>8.2f}x {100 * b / a / n[0]:>5.0f}%")
 
-    loads = sorted({r.get("load", "?") for _, r in results})
-    print(f"\nload averages (1, 5, 15 min) seen at the end of each run: {'; '.join(loads)}")
+    loads = [float(r["load"].split()[0]) for _, r in results if r.get("load", "?") != "?"]
+    if loads:
+        print(f"\n1-minute load average at the end of each run: {min(loads):.2f} to {max(loads):.2f} "
+              f"(on {os.cpu_count()} cores; the benchmark itself accounts for up to its thread count, the rest is other processes)")
 
 
 if __name__ == "__main__":

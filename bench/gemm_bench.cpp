@@ -78,8 +78,8 @@ struct Measured {
   double qkv = 0, openblas = 0;  // GFLOP/s, best trial
 };
 
-// Best GFLOP/s of each side over `rounds` rounds; each round times qkv, then OpenBLAS, then pauses so that
-// OpenBLAS's worker threads (which spin for a while after a call) are asleep before qkv runs again.
+// Best GFLOP/s of each side over `rounds` rounds. A round pauses first, so that OpenBLAS's worker threads
+// (which spin for a while after each call) are asleep before qkv runs, then times qkv, then OpenBLAS.
 Measured measure(const GemmCase& c, int threads, int rounds, double min_seconds) {
   Operands ops(c);
   qkv::set_num_threads(threads);
@@ -87,13 +87,13 @@ Measured measure(const GemmCase& c, int threads, int rounds, double min_seconds)
   const double flop = 2.0 * c.M * c.K * c.N;
   Measured m;
   for (int round = 0; round < rounds; ++round) {
+    if (openblas::available()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ops.qkv(c.beta);  // untimed first call
     m.qkv = std::max(m.qkv, flop / best_seconds_per_call([&] { ops.qkv(c.beta); }, min_seconds, 1) / 1e9);
     if (!openblas::available()) continue;
     ops.openblas(c.beta);
     m.openblas =
         std::max(m.openblas, flop / best_seconds_per_call([&] { ops.openblas(c.beta); }, min_seconds, 1) / 1e9);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   return m;
 }
