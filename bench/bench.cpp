@@ -30,6 +30,7 @@ int usage(const char* argv0) {
 }
 
 int run(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line through `| tee`, as the runs go
   if (argc < 2) return usage(argv[0]);
   const std::string command = argv[1];
   qkv::bench::Options o;

@@ -185,7 +185,8 @@ int run_gemm(const Options& o) {
   const double min_seconds = o.quick ? 0.03 : 0.15;
   const std::vector<PeakRow> peak = measure_peak(o.threads, o.quick);
 
-  std::printf("\n== gemm: qkv (%s) vs %s\n", qkv::active_isa().c_str(), openblas::describe().c_str());
+  std::printf("\n== gemm: qkv (%s) %s %s\n", qkv::active_isa().c_str(),
+              openblas::available() ? "vs" : "alone:", openblas::describe().c_str());
   if (openblas::available()) {
     double worst = 0;
     const GemmCase* worst_case = &kShapes[0];

@@ -91,7 +91,7 @@ if wants char; then
   say "2a. char GPT training: qkv vs PyTorch, one process each, one after the other"
   for t in $(seq 1 "$THREADS"); do
     "$BENCH" char-gpt --threads "$t" "${char_args[@]}" | tee "$LOGS/char-qkv-$t.log"
-    "$PYTHON" bench/train_torch.py char-gpt --threads "$t" "${char_args[@]}" | grep -v '^INFO  ' |
+    "$PYTHON" -u bench/train_torch.py char-gpt --threads "$t" "${char_args[@]}" | grep --line-buffered -v '^INFO  ' |
       tee "$LOGS/char-torch-$t.log"
   done
 fi
@@ -99,7 +99,7 @@ fi
 if wants seq2seq; then
   say "2b. tutorial Seq2Seq training: qkv vs PyTorch at $THREADS threads"
   "$BENCH" seq2seq --threads "$THREADS" "${seq_args[@]}" | tee "$LOGS/seq2seq-qkv.log"
-  "$PYTHON" bench/train_torch.py seq2seq --threads "$THREADS" "${seq_args[@]}" | grep -v '^INFO  ' |
+  "$PYTHON" -u bench/train_torch.py seq2seq --threads "$THREADS" "${seq_args[@]}" | grep --line-buffered -v '^INFO  ' |
     tee "$LOGS/seq2seq-torch.log"
 fi
 
