@@ -1,81 +1,82 @@
-// Native micro-benchmarks of the walking skeleton: gemm GFLOP/s per instruction set at the shapes the
-// char-level GPT uses, and training tokens/s of nanoGPT's CPU char config, at 1 and 2 threads.
-// Peers (OpenBLAS, PyTorch) join these tables in the CPU-speed work.
-#include <chrono>
-#include <cstdio>
-#include <vector>
+// qkv_bench: the native CPU benchmarks (bench/README.md). Not tests: each command prints a table.
+//
+//   qkv_bench peak      [--threads N] [--quick]   peak FLOP/s of this machine per instruction set
+//   qkv_bench gemm      [--threads N] [--quick]   qkv gemm vs OpenBLAS, % of peak, 1 -> N thread scaling
+//   qkv_bench gemm-isas [--threads N] [--quick]   qkv gemm per instruction set, forced
+//   qkv_bench char-gpt  [--threads N] [--steps N] [--warmup N] [--batch N] [--config recipe|package] [--isa I]
+//   qkv_bench seq2seq   [--threads N] [--steps N] [--warmup N] [--batch N] [--isa I]
+//
+// --threads defaults to the machine's hardware threads (at most qkv::max_threads()). bench/run_cpu.sh runs them all
+// beside the peers.
+#include "bench.h"
 
-#include "kernels/kernels.h"
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
 #include "qkv/qkv.h"
-#include "runtime/random.h"
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s peak|gemm|gemm-isas|char-gpt|seq2seq [--threads N] [--steps N] [--warmup N] [--batch N]\n"
+               "       [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
+               argv0);
+  return 2;
 }
 
-void bench_gemm() {
-  struct Shape {
-    int M, K, N;
-  };
-  const Shape shapes[] = {{768, 128, 512}, {768, 512, 128}, {64, 128, 128}, {1024, 1024, 1024}};
-  std::printf("\n%-10s %-8s %-16s %10s\n", "isa", "threads", "M x K x N", "GFLOP/s");
-  for (const auto& isa : qkv::available_isas()) {
-    qkv::force_isa(isa);
-    for (int threads : {1, 2}) {
-      if (threads > qkv::max_threads()) continue;
-      qkv::set_num_threads(threads);
-      for (const Shape& s : shapes) {
-        std::vector<float> A(size_t(s.M) * s.K, 0.5f), B(size_t(s.K) * s.N, 0.25f), C(size_t(s.M) * s.N);
-        const double flop = 2.0 * s.M * s.K * s.N;
-        int reps = 0;
-        const auto t0 = std::chrono::steady_clock::now();
-        do {
-          qkv::kernels::gemm(false, false, s.M, s.N, s.K, 1.f, A.data(), s.K, B.data(), s.N, 0.f, C.data(), s.N);
-          ++reps;
-        } while (seconds_since(t0) < 0.3);
-        const double gflops = flop * reps / seconds_since(t0) / 1e9;
-        std::printf("%-10s %-8d %4d x %4d x %4d %10.1f\n", isa.c_str(), threads, s.M, s.K, s.N, gflops);
-      }
+int run(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line through `| tee`, as the runs go
+  if (argc < 2) return usage(argv[0]);
+  const std::string command = argv[1];
+  qkv::bench::Options o;
+  for (int i = 2; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--quick") {
+      o.quick = true;
+      continue;
     }
+    if (i + 1 >= argc) return usage(argv[0]);
+    const char* value = argv[++i];
+    if (flag == "--threads")
+      o.threads = std::atoi(value);
+    else if (flag == "--steps")
+      o.steps = std::atoi(value);
+    else if (flag == "--warmup")
+      o.warmup = std::atoi(value);
+    else if (flag == "--batch")
+      o.batch = std::atoi(value);
+    else if (flag == "--config")
+      o.config = value;
+    else if (flag == "--isa")
+      o.isa = value;
+    else
+      return usage(argv[0]);
   }
-  qkv::force_isa(qkv::available_isas().front());
-}
+  if (o.threads <= 0) o.threads = std::max(1, std::min(qkv::max_threads(), int(std::thread::hardware_concurrency())));
 
-void bench_train() {
-  // nanoGPT's CPU char config (TOOLCHAIN.md): V 65, context 64, 4 layers, 4 heads, 128 wide, batch 12.
-  qkv::LanguageModelConfig cfg{.vocab_size = 65, .context = 64, .d_model = 128, .heads = 4, .layers = 4};
-  const int B = 12, T = 64;
-  std::vector<int32_t> in(size_t(B) * T), tg(in.size());
-  qkv::Rng rng(1);
-  for (size_t i = 0; i < in.size(); ++i) {
-    in[i] = int32_t(rng.next_u64() % 65);
-    tg[i] = int32_t(rng.next_u64() % 65);
-  }
-  std::printf("\n%-34s %-8s %12s %12s\n", "training step (char GPT, B12 T64)", "threads", "ms/step", "tokens/s");
-  for (int threads : {1, 2}) {
-    if (threads > qkv::max_threads()) continue;
-    qkv::set_num_threads(threads);
-    qkv::LanguageModel lm(cfg);
-    for (int i = 0; i < 3; ++i) lm.train_step(in, tg, B, T);  // warm-up: plans the workspace
-    int steps = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    do {
-      lm.train_step(in, tg, B, T);
-      ++steps;
-    } while (seconds_since(t0) < 2.0);
-    const double s = seconds_since(t0) / steps;
-    std::printf("%-34s %-8d %12.2f %12.0f\n", qkv::active_isa().c_str(), threads, s * 1e3, B * T / s);
-  }
+  std::printf("qkv %s bench %s; instruction sets here:", qkv::version(), command.c_str());
+  for (const auto& isa : qkv::available_isas()) std::printf(" %s", isa.c_str());
+  std::printf("\n");
+  if (command == "peak") return qkv::bench::run_peak(o);
+  if (command == "gemm") return qkv::bench::run_gemm(o);
+  if (command == "gemm-isas") return qkv::bench::run_gemm_isas(o);
+  if (command == "char-gpt") return qkv::bench::run_char_gpt(o);
+  if (command == "seq2seq") return qkv::bench::run_seq2seq(o);
+  return usage(argv[0]);
 }
 
 }  // namespace
 
-int main() {
-  std::printf("qkv %s bench; instruction sets here:", qkv::version());
-  for (const auto& isa : qkv::available_isas()) std::printf(" %s", isa.c_str());
-  std::printf("\n");
-  bench_gemm();
-  bench_train();
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -19,14 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "char_gpt_recipe.h"
 #include "qkv/qkv.h"
 #include "qkv/safetensors.h"
 
 namespace {
 
-// The recipe (TOOLCHAIN.md, "Data").
-constexpr int kLayers = 4, kHeads = 4, kEmbd = 128, kContext = 64, kBatch = 12;
-constexpr int kTotalSteps = 2000, kWarmup = 100;
+// The recipe (TOOLCHAIN.md, "Data"; char_gpt_recipe.h).
+using qkv::bench::kCharBatch, qkv::bench::kCharContext;
+constexpr int kBatch = kCharBatch, kContext = kCharContext;
 constexpr int kEvalBatches = 200, kEvalEvery = 500;
 constexpr uint64_t kTrainSeed = 1, kValSeed = 2;
 
@@ -67,7 +68,7 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s DATA INIT.safetensors [STEPS]\n", argv[0]);
     return 2;
   }
-  const int steps = argc > 3 ? std::atoi(argv[3]) : kTotalSteps;
+  const int steps = argc > 3 ? std::atoi(argv[3]) : qkv::bench::kCharTotalSteps;
   const char* env_threads = std::getenv("CHAR_GPT_THREADS");
   qkv::set_num_threads(env_threads ? std::atoi(env_threads) : 2);
   std::printf("INFO qkv %s  isa %s  threads %d\n", qkv::version(), qkv::active_isa().c_str(), qkv::num_threads());
@@ -89,29 +90,7 @@ int run(int argc, char** argv) {
   const std::vector<int32_t> train(data.begin(), data.begin() + n), val(data.begin() + n, data.end());
   std::printf("INFO chars %zu vocab %d train %zu val %zu\n", data.size(), vocab, train.size(), val.size());
 
-  qkv::LanguageModelConfig c{.vocab_size = vocab, .context = kContext, .d_model = kEmbd, .heads = kHeads,
-                             .layers = kLayers};
-  c.activation = qkv::Activation::GELU;
-  c.norm = qkv::NormPosition::Pre;
-  c.bias = false;
-  c.positions = qkv::Positions::Learned;
-  c.tie_head = true;
-  c.final_norm = true;
-  c.dropout = 0.f;
-  qkv::OptimizerConfig o;
-  o.kind = qkv::OptimizerKind::AdamW;
-  o.lr = 1e-3f;
-  o.beta1 = 0.9f;
-  o.beta2 = 0.99f;
-  o.eps = 1e-8f;
-  o.weight_decay = 0.1f;
-  o.decay_matrices_only = true;
-  o.grad_clip = 1.0f;
-  o.schedule = qkv::Schedule::Cosine;
-  o.warmup_steps = kWarmup;
-  o.total_steps = kTotalSteps;
-  o.min_lr = 1e-4f;
-  qkv::LanguageModel lm(c, o);
+  qkv::LanguageModel lm(qkv::bench::char_gpt_config(vocab), qkv::bench::char_gpt_optimizer());
 
   // The initial weights, by name; every tensor on either side must be matched.
   const qkv::SafetensorsFile init = qkv::read_safetensors(argv[2]);

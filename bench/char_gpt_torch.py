@@ -150,12 +150,8 @@ def save_safetensors(path, tensors):
     os.replace(tmp, path)
 
 
-def main():
-    data_path, init_path = sys.argv[1], sys.argv[2]
-    steps = int(sys.argv[3]) if len(sys.argv) > 3 else TOTAL_STEPS
-    torch.set_num_threads(THREADS)
-    torch.manual_seed(INIT_SEED)
-
+def print_config():
+    """INFO lines: torch's threads, its BLAS and OpenMP configuration, and the OpenBLAS it runs on."""
     print(f"INFO torch {torch.__version__}  torch.get_num_threads() = {torch.get_num_threads()}")
     for line in torch.__config__.show().splitlines() + torch.__config__.parallel_info().splitlines():
         line = line.strip()
@@ -178,6 +174,35 @@ def main():
     except OSError:
         print("INFO libopenblas.so.0 not found: torch uses the reference BLAS (install libopenblas0-pthread)")
 
+
+def make_optimizer(model):
+    """AdamW with weight decay on the tensors with >= 2 dimensions only."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS, eps=EPS)
+
+
+def train_step(model, opt, x, y, t):
+    """The t-th optimizer step of the recipe (t = 1, 2, ...): forward, backward, clip, AdamW. Returns the loss."""
+    loss = model(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+    for g in opt.param_groups:
+        g["lr"] = learning_rate_at(t)
+    opt.step()
+    return loss
+
+
+def main():
+    data_path, init_path = sys.argv[1], sys.argv[2]
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else TOTAL_STEPS
+    torch.set_num_threads(THREADS)
+    torch.manual_seed(INIT_SEED)
+
+    print_config()
+
     with open(data_path, "r", encoding="utf-8") as f:
         text = f.read()
     chars = sorted(set(text))
@@ -191,10 +216,7 @@ def main():
     save_safetensors(init_path, dict(model.named_parameters()))
     print(f"INFO parameters {sum(p.numel() for p in model.parameters())}; initial weights -> {init_path}")
 
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WEIGHT_DECAY},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=LR, betas=BETAS, eps=EPS)
+    opt = make_optimizer(model)
 
     val_rng = SplitMix64(VAL_SEED)
     val_batches = [batch(val, val_rng) for _ in range(EVAL_BATCHES)]
@@ -216,13 +238,7 @@ def main():
             break
         x, y = batch(train, train_rng)
         t0 = time.perf_counter()
-        loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-        for g in opt.param_groups:
-            g["lr"] = learning_rate_at(step + 1)
-        opt.step()
+        loss = train_step(model, opt, x, y, step + 1)
         train_seconds += time.perf_counter() - t0
         print(f"TRAIN {step + 1} {loss.item():.6f}")
     print(f"TIME {train_seconds:.3f} {1e3 * train_seconds / steps:.2f} {BATCH * CONTEXT * steps / train_seconds:.0f}")

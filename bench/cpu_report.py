@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""The comparison tables of the CPU-speed benchmarks, from the RESULT lines in bench/run_cpu.sh's logs.
+
+usage: cpu_report.py LOG_DIR      (standard library only)
+
+A RESULT line is `RESULT key=value ...` (values with spaces quoted), printed by `qkv_bench char-gpt|seq2seq`,
+bench/train_torch.py and bench/wasm_char_gpt.mjs. Ratios are qkv / peer in tokens/s (higher is better for qkv),
+except the WebAssembly one, which is how many times slower wasm is than native.
+"""
+import glob
+import os
+import shlex
+import sys
+
+
+def read_results(log_dir):
+    """(file stem, {key: value}) for every RESULT line of every *.log under log_dir."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(log_dir, "*.log"))):
+        with open(path) as f:
+            for line in f:
+                if line.startswith("RESULT "):
+                    fields = dict(kv.split("=", 1) for kv in shlex.split(line)[1:])
+                    out.append((os.path.basename(path)[:-4], fields))
+    return out
+
+
+def verdict(ok):
+    return "ok" if ok else "NO"
+
+
+def training_table(title, rows, target, note):
+    """rows: [(threads, qkv fields, PyTorch fields)]; target: the qkv / PyTorch tokens/s ratio to reach."""
+    print(f"\n{title}")
+    print(f"{'thr':>3} {'qkv ms/step':>12} {'qkv tok/s':>10} {'torch ms/step':>14} {'torch tok/s':>12} "
+          f"{'qkv/torch':>10} {'target':>10} {'qkv RSS MiB':>12} {'torch RSS MiB':>14} {'RSS <= torch':>13}")
+    for threads, q, t in rows:
+        ratio = float(q["tokens_per_s"]) / float(t["tokens_per_s"])
+        q_rss, t_rss = float(q["peak_rss_mib"]), float(t["peak_rss_mib"])
+        print(f"{threads:>3} {float(q['ms_per_step']):>12.2f} {float(q['tokens_per_s']):>10.0f} "
+              f"{float(t['ms_per_step']):>14.2f} {float(t['tokens_per_s']):>12.0f} {ratio:>9.2f}x "
+              f"{'>=' + str(target) + 'x ' + verdict(ratio >= target):>10} {q_rss:>12.1f} {t_rss:>14.1f} "
+              f"{verdict(q_rss <= t_rss):>13}")
+    print(note)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    results = read_results(sys.argv[1])
+    if not results:
+        sys.exit(f"no RESULT lines in {sys.argv[1]}/*.log: run bench/run_cpu.sh first")
+
+    def find(bench, side, **match):
+        for _, r in results:
+            if r["bench"] == bench and r["side"] == side and all(r.get(k) == str(v) for k, v in match.items()):
+                return r
+        return None
+
+    # 2a. char GPT vs PyTorch, per thread count
+    char_rows = []
+    for threads in sorted({int(r["threads"]) for _, r in results if r["bench"] == "char-gpt" and r["side"] != "wasm"}):
+        q = find("char-gpt", "qkv", threads=threads, config="recipe")
+        t = find("char-gpt", "PyTorch", threads=threads)
+        if q and t:
+            char_rows.append((threads, q, t))
+    if char_rows:
+        r = char_rows[0][1]
+        training_table(f"char GPT training (nanoGPT CPU config, B {r['batch']} x T {r['seq']}, {r['steps']} timed steps): "
+                       f"qkv ({r['isa']}) vs PyTorch", char_rows, 2.0,
+                       "  tokens/s = batch x 64 tokens per step / mean step time; RSS = each process's peak resident "
+                       "memory (ru_maxrss)")
+
+    # 2b. Seq2Seq vs PyTorch
+    q, t = find("seq2seq", "qkv"), find("seq2seq", "PyTorch")
+    if q and t:
+        training_table(f"tutorial Seq2Seq training (vocab 5000, d 512, 8 heads, 6+6 post-LN, d_ff 2048, dropout 0; "
+                       f"B {q['batch']}, length {q['seq']}; {q['steps']} timed steps): qkv ({q['isa']}) vs PyTorch "
+                       "(nn.Transformer, tutorial style)", [(int(q["threads"]), q, t)], 1.2,
+                       "  tokens/s counts target tokens: batch x 100 per step (no padding)")
+
+    # 3. WebAssembly vs native
+    wasm = find("char-gpt", "wasm")
+    natives = [r for _, r in results if r["bench"] == "char-gpt" and r["side"] == "qkv" and r.get("config") == "package"]
+    natives.sort(key=lambda r: r["isa"] != "avx512")  # the target's row first
+    if wasm and natives:
+        print(f"\nchar GPT step, the npm package's configuration (biases on, AdamW), B {wasm['batch']} x T {wasm['seq']}, "
+              f"{wasm['threads']} threads, {wasm['steps']} timed steps: WebAssembly under Node vs native, same run")
+        print(f"{'build':<26} {'ms/step':>9} {'tokens/s':>9} {'wasm / this':>12} {'target':>10}")
+        for r in natives:
+            slower = float(wasm["ms_per_step"]) / float(r["ms_per_step"])
+            target = f"<=3x {verdict(slower <= 3.0)}" if r["isa"] == "avx512" else "-"
+            print(f"{'native ' + r['isa']:<26} {float(r['ms_per_step']):>9.2f} {float(r['tokens_per_s']):>9.0f} "
+                  f"{slower:>11.2f}x {target:>10}")
+        print(f"{'wasm (' + wasm['isa'] + ', Node)':<26} {float(wasm['ms_per_step']):>9.2f} "
+              f"{float(wasm['tokens_per_s']):>9.0f}")
+        print("  'wasm / this' = wasm ms/step / native ms/step: how many times slower the WebAssembly build is; "
+              "native sse4.1\n  is the same 4-lane kernels natively, so wasm / native sse4.1 is the cost of WebAssembly itself")
+
+    # 4. thread scaling of the char GPT step
+    if len(char_rows) >= 2:
+        one, n = char_rows[0], char_rows[-1]
+        print(f"\nchar GPT training step, thread scaling 1 -> {n[0]} (speed-up = tokens/s at {n[0]} / at 1; "
+              f"efficiency = speed-up / {n[0]})")
+        print(f"{'side':<8} {'1 thr tok/s':>12} {f'{n[0]} thr tok/s':>12} {'speed-up':>9} {'eff.':>6}")
+        for side, i in (("qkv", 1), ("PyTorch", 2)):
+            a, b = float(one[i]["tokens_per_s"]), float(n[i]["tokens_per_s"])
+            print(f"{side:<8} {a:>12.0f} {b:>12.0f} {b / a:>8.2f}x {100 * b / a / n[0]:>5.0f}%")
+
+    loads = [float(r["load"].split()[0]) for _, r in results if r.get("load", "?") != "?"]
+    if loads:
+        print(f"\n1-minute load average at the end of each run: {min(loads):.2f} to {max(loads):.2f} "
+              f"(on {os.cpu_count()} cores; the benchmark itself accounts for up to its thread count, the rest is other processes)")
+
+
+if __name__ == "__main__":
+    main()

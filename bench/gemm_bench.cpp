@@ -1,0 +1,250 @@
+// gemm GFLOP/s: qkv::kernels::gemm against OpenBLAS's cblas_sgemm in the same process, at the square and
+// char-GPT shapes and the transposed products the layers run, with the fraction of the machine's peak and
+// the 1 -> n thread scaling. Shapes are M x K x N: op(A) is (M,K), op(B) (K,N), C (M,N).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+#include "bench_util.h"
+#include "kernels/kernels.h"
+#include "openblas_peer.h"
+#include "peak.h"
+#include "qkv/qkv.h"
+#include "runtime/random.h"
+
+namespace qkv::bench {
+namespace {
+
+struct GemmCase {
+  bool trans_a, trans_b;
+  int M, K, N;
+  float beta;       // 1 where the layer accumulates into C (weight gradients)
+  const char* use;  // where the model runs this product (char GPT: B*T = 768 rows, C 128, 4C 512, V 65)
+  double target;    // the qkv/OpenBLAS ratio to reach; 0: none set
+};
+
+// The shapes (targets: >= 0.9x OpenBLAS on the large ones, >= 1.2x on the small one).
+const GemmCase kShapes[] = {
+    {false, false, 1024, 1024, 1024, 0.f, "square", 0.9},
+    {false, false, 768, 128, 512, 0.f, "char GPT fc2 dx = dy W", 0.9},
+    {false, false, 768, 512, 128, 0.f, "char GPT fc1 dx = dy W", 0.9},
+    {false, false, 64, 128, 128, 0.f, "small: 64 rows x C x C", 1.2},
+};
+
+// nn/linear.cpp: forward y = x W^T is gemm(false, true); the weight gradient dW += dy^T x is gemm(true, false).
+const GemmCase kLayerShapes[] = {
+    {false, true, 768, 128, 128, 0.f, "linear fwd: attention q", 0},
+    {false, true, 768, 128, 256, 0.f, "linear fwd: attention k,v", 0},
+    {false, true, 768, 128, 512, 0.f, "linear fwd: fc1", 0},
+    {false, true, 768, 512, 128, 0.f, "linear fwd: fc2", 0},
+    {false, true, 768, 128, 65, 0.f, "linear fwd: tied LM head", 0},
+    {true, false, 128, 768, 128, 1.f, "weight grad: attention q", 0},
+    {true, false, 256, 768, 128, 1.f, "weight grad: attention k,v", 0},
+    {true, false, 512, 768, 128, 1.f, "weight grad: fc1", 0},
+    {true, false, 128, 768, 512, 1.f, "weight grad: fc2", 0},
+    {true, false, 65, 768, 128, 1.f, "weight grad: LM head", 0},
+};
+
+const char* op_name(const GemmCase& c) { return c.trans_a ? "At*B" : c.trans_b ? "A*Bt" : "A*B"; }
+
+// Operands of one case, stored as the layers store them, filled with fixed-seed values in [-1, 1).
+struct Operands {
+  const GemmCase& c;
+  int lda, ldb;
+  std::vector<float> A, B, C;
+
+  explicit Operands(const GemmCase& gc) : c(gc), lda(gc.trans_a ? gc.M : gc.K), ldb(gc.trans_b ? gc.K : gc.N) {
+    qkv::Rng rng(42);
+    A.resize(size_t(c.M) * c.K);
+    B.resize(size_t(c.K) * c.N);
+    C.assign(size_t(c.M) * c.N, 0.f);
+    for (float& x : A) x = float(2 * rng.uniform() - 1);
+    for (float& x : B) x = float(2 * rng.uniform() - 1);
+  }
+  void qkv(float beta) {
+    kernels::gemm(c.trans_a, c.trans_b, c.M, c.N, c.K, 1.f, A.data(), lda, B.data(), ldb, beta, C.data(), c.N);
+  }
+  void openblas(float beta) {
+    openblas::gemm(c.trans_a, c.trans_b, c.M, c.N, c.K, 1.f, A.data(), lda, B.data(), ldb, beta, C.data(), c.N);
+  }
+};
+
+struct Measured {
+  double qkv = 0, openblas = 0;  // GFLOP/s, best trial
+};
+
+// Best GFLOP/s of each side over `rounds` rounds. A round pauses first, so that OpenBLAS's worker threads
+// (which spin for a while after each call) are asleep before qkv runs, then times qkv, then OpenBLAS.
+Measured measure(const GemmCase& c, int threads, int rounds, double min_seconds) {
+  Operands ops(c);
+  qkv::set_num_threads(threads);
+  openblas::set_num_threads(threads);
+  const double flop = 2.0 * c.M * c.K * c.N;
+  Measured m;
+  for (int round = 0; round < rounds; ++round) {
+    if (openblas::available()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ops.qkv(c.beta);  // untimed first call
+    m.qkv = std::max(m.qkv, flop / best_seconds_per_call([&] { ops.qkv(c.beta); }, min_seconds, 1) / 1e9);
+    if (!openblas::available()) continue;
+    ops.openblas(c.beta);
+    m.openblas =
+        std::max(m.openblas, flop / best_seconds_per_call([&] { ops.openblas(c.beta); }, min_seconds, 1) / 1e9);
+  }
+  return m;
+}
+
+// Largest |qkv - OpenBLAS| relative to the largest |OpenBLAS| entry (beta 0): a guard against timing a
+// broken path, not a test.
+double relative_difference(const GemmCase& c) {
+  Operands ops(c);
+  ops.openblas(0.f);
+  const std::vector<float> ref = ops.C;
+  ops.qkv(0.f);
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(ops.C[i] - ref[i])));
+    scale = std::max(scale, double(std::fabs(ref[i])));
+  }
+  return diff / scale;
+}
+
+std::string shape_name(const GemmCase& c) {
+  char s[40];
+  std::snprintf(s, sizeof s, "%d x %d x %d", c.M, c.K, c.N);
+  return s;
+}
+
+struct Row {
+  const GemmCase* c;
+  int threads;
+  Measured m;
+};
+
+void print_table(const char* title, const std::vector<Row>& rows, const std::vector<PeakRow>& peak) {
+  const bool peer = openblas::available();
+  const std::string isa = qkv::active_isa();
+  std::printf("\n%s\n", title);
+  std::printf("%-5s %-18s %-27s %3s %8s %9s %7s %7s %8s %8s\n", "op", "M x K x N", "use", "thr", "qkv", "OpenBLAS",
+              "ratio", "target", "qkv %pk", "OB %pk");
+  for (const Row& r : rows) {
+    const double pk = peak_of(peak, isa, r.threads);
+    char ratio[16] = "-", target[16] = "-", ob[16] = "-", ob_pk[16] = "-", qkv_pk[16] = "-";
+    if (peer) {
+      std::snprintf(ob, sizeof ob, "%.1f", r.m.openblas);
+      std::snprintf(ratio, sizeof ratio, "%.2fx", r.m.qkv / r.m.openblas);
+      if (r.c->target > 0) {
+        std::snprintf(target, sizeof target, ">=%.1f %s", r.c->target,
+                      r.m.qkv / r.m.openblas >= r.c->target ? "ok" : "NO");
+      }
+      if (pk > 0) std::snprintf(ob_pk, sizeof ob_pk, "%.0f%%", 100 * r.m.openblas / pk);
+    }
+    if (pk > 0) std::snprintf(qkv_pk, sizeof qkv_pk, "%.0f%%", 100 * r.m.qkv / pk);
+    std::printf("%-5s %-18s %-27s %3d %8.1f %9s %7s %7s %8s %8s\n", op_name(*r.c), shape_name(*r.c).c_str(), r.c->use,
+                r.threads, r.m.qkv, ob, ratio, target, qkv_pk, ob_pk);
+  }
+}
+
+void print_scaling(const std::vector<Row>& rows, int max_threads) {
+  const bool peer = openblas::available();
+  std::printf(
+      "\ngemm thread scaling, 1 -> %d threads (speed-up = GFLOP/s at %d / GFLOP/s at 1; efficiency = "
+      "speed-up / %d)\n",
+      max_threads, max_threads, max_threads);
+  std::printf("%-5s %-18s %10s %10s %9s %7s %12s %7s\n", "op", "M x K x N", "qkv 1 thr", "qkv n thr", "speed-up",
+              "eff.", "OB speed-up", "OB eff.");
+  for (const Row& one : rows) {
+    if (one.threads != 1) continue;
+    for (const Row& n : rows) {
+      if (n.c != one.c || n.threads != max_threads) continue;
+      const double s = n.m.qkv / one.m.qkv;
+      char ob_s[16] = "-", ob_e[16] = "-";
+      if (peer) {
+        std::snprintf(ob_s, sizeof ob_s, "%.2fx", n.m.openblas / one.m.openblas);
+        std::snprintf(ob_e, sizeof ob_e, "%.0f%%", 100 * n.m.openblas / one.m.openblas / max_threads);
+      }
+      std::printf("%-5s %-18s %10.1f %10.1f %8.2fx %6.0f%% %12s %7s\n", op_name(*one.c), shape_name(*one.c).c_str(),
+                  one.m.qkv, n.m.qkv, s, 100 * s / max_threads, ob_s, ob_e);
+    }
+  }
+}
+
+}  // namespace
+
+int run_peak(const Options& o) {
+  measure_peak(o.threads, o.quick);
+  return 0;
+}
+
+int run_gemm(const Options& o) {
+  const int rounds = o.quick ? 1 : 3;
+  const double min_seconds = o.quick ? 0.03 : 0.15;
+  const std::vector<PeakRow> peak = measure_peak(o.threads, o.quick);
+
+  std::printf("\n== gemm: qkv (%s) %s %s\n", qkv::active_isa().c_str(),
+              openblas::available() ? "vs" : "alone:", openblas::describe().c_str());
+  if (openblas::available()) {
+    double worst = 0;
+    const GemmCase* worst_case = &kShapes[0];
+    for (const auto cases : {std::span<const GemmCase>(kShapes), std::span<const GemmCase>(kLayerShapes)}) {
+      for (const GemmCase& c : cases) {
+        const double d = relative_difference(c);
+        if (d >= worst) {
+          worst = d;
+          worst_case = &c;
+        }
+      }
+    }
+    std::printf("results %s: largest max|qkv - OpenBLAS| / max|OpenBLAS| over the cases = %.1e (%s %s)\n",
+                worst < 1e-4 ? "agree" : "DIFFER", worst, op_name(*worst_case), shape_name(*worst_case).c_str());
+  }
+  std::printf(
+      "GFLOP/s = 2 M K N / seconds; best of %d rounds, each >= %.2f s per side, qkv then OpenBLAS, with the\n"
+      "same threads (qkv::set_num_threads, openblas_set_num_threads). ratio = qkv / OpenBLAS; %%pk = share of\n"
+      "the measured peak at that thread count (%s loop, 1-thread figure x threads). load average: %s\n",
+      rounds, min_seconds, qkv::active_isa().c_str(), load_average().c_str());
+
+  std::vector<Row> shapes, layers;
+  for (int threads = 1; threads <= o.threads; ++threads) {
+    for (const GemmCase& c : kShapes) shapes.push_back({&c, threads, measure(c, threads, rounds, min_seconds)});
+  }
+  print_table("gemm at the issue's shapes (GFLOP/s)", shapes, peak);
+  for (int threads = 1; threads <= o.threads; ++threads) {
+    for (const GemmCase& c : kLayerShapes) layers.push_back({&c, threads, measure(c, threads, rounds, min_seconds)});
+  }
+  print_table("gemm, the transposed products of the char GPT's layers (GFLOP/s; At*B accumulates, beta = 1)", layers,
+              peak);
+  std::printf("load average after: %s\n", load_average().c_str());
+
+  if (o.threads >= 2) {
+    std::vector<Row> all = shapes;
+    all.insert(all.end(), layers.begin(), layers.end());
+    print_scaling(all, o.threads);
+  }
+  return 0;
+}
+
+int run_gemm_isas(const Options& o) {
+  std::printf("\n== gemm per instruction set, forced (GFLOP/s, best of %d)\n", o.quick ? 1 : 3);
+  std::printf("%-10s %-8s %-18s %10s\n", "isa", "threads", "M x K x N", "GFLOP/s");
+  for (const std::string& isa : qkv::available_isas()) {
+    qkv::force_isa(isa);
+    for (int threads = 1; threads <= o.threads; ++threads) {
+      for (const GemmCase& c : kShapes) {
+        Operands ops(c);
+        qkv::set_num_threads(threads);
+        const double s = best_seconds_per_call([&] { ops.qkv(0.f); }, o.quick ? 0.03 : 0.1, o.quick ? 1 : 3);
+        std::printf("%-10s %-8d %-18s %10.1f\n", isa.c_str(), threads, shape_name(c).c_str(),
+                    2.0 * c.M * c.K * c.N / s / 1e9);
+      }
+    }
+  }
+  qkv::force_isa(qkv::available_isas().front());
+  return 0;
+}
+
+}  // namespace qkv::bench
