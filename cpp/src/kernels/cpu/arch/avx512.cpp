@@ -1,8 +1,10 @@
 // Instantiates the SIMD kernel bodies for xsimd::avx512f; this file alone is compiled with that set's flags
 // (cpp/CMakeLists.txt), so nothing else in the library needs them.
-// GCC 12.2's avx512fintrin.h trips its own -Wmaybe-uninitialized once intrinsics built on _mm512_undefined_*
-// (max, roundscale, cvtt, shifts: xsimd's exp) are inlined (GCC bug 105593, fixed in 12.3): not this code's.
+// GCC 12.2's avx512fintrin.h trips its own -W(maybe-)uninitialized once intrinsics built on
+// _mm512_undefined_* (max, roundscale, cvtt, shifts: xsimd's exp) are inlined (GCC bug 105593, fixed in
+// 12.3): the warning is about that header, not this code.
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #include "kernels/cpu/attention_simd.h"
