@@ -5,3 +5,9 @@
 namespace qkv::kernels {
 template void gemm_rows<xsimd::neon64>(const GemmArgs&, int, int);
 }  // namespace qkv::kernels
+
+// The row-wise kernels (layernorm, bias + activation, cross-entropy, adam): their table for this set.
+#include "kernels/cpu/rowwise_simd.h"
+namespace qkv::kernels {
+template const RowwiseKernels& rowwise_kernels_for<xsimd::neon64>();
+}  // namespace qkv::kernels
