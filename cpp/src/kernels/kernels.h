@@ -56,7 +56,7 @@ enum class Act { Identity, ReLU, GELU };
 //   forward:  h += b in place (h is then what the backward needs: the pre-activation), a = act(h).
 //             a may alias h for Identity only.
 //   backward: dh = da * act'(h), db += sum_rows dh. dh may alias da, and may be empty when only db is wanted
-//             (Identity: Linear's bias gradient). db is summed per column in row order (threads split columns).
+//             (Identity: Linear's bias gradient). db is summed in fixed blocks of rows, whatever the thread count.
 void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N);
 void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N);
 

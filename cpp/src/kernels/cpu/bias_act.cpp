@@ -5,8 +5,7 @@
 //   GELU, exact: a = h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;  dh = da * (Phi(h) + h * phi(h)),
 //     phi(h) = exp(-h^2/2) / sqrt(2 pi).  reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
 // The forward keeps h (bias added) as the backward's input; the backward writes dh and sums db in the same
-// pass. Threads split the forward by rows and the backward by columns, so each db column is summed over the
-// rows in order, whatever the thread count.
+// pass, db in fixed blocks of rows (sum_in_row_blocks), so its value does not depend on the thread count.
 #include <algorithm>
 #include <cmath>
 
@@ -49,15 +48,15 @@ void bias_act_rows_reference(const BiasActArgs& a, int r0, int r1) {
   }
 }
 
-void bias_act_backward_cols_reference(const BiasActBackwardArgs& a, int c0, int c1) {
-  for (int row = 0; row < a.rows; ++row) {
+void bias_act_backward_rows_reference(const BiasActBackwardArgs& a, int r0, int r1, float* db) {
+  for (int row = r0; row < r1; ++row) {
     const size_t o = static_cast<size_t>(row) * a.N;
-    for (int i = c0; i < c1; ++i) {
+    for (int i = 0; i < a.N; ++i) {
       // ReLU selects rather than multiplies, as PyTorch's threshold_backward does (0 * inf would be NaN).
       const float d =
           a.act == Act::ReLU ? (a.h[o + i] > 0.f ? a.da[o + i] : 0.f) : a.da[o + i] * grad_of(a.act, a.h[o + i]);
       if (a.dh) a.dh[o + i] = d;
-      if (a.db) a.db[i] += d;
+      if (db) db[i] += d;
     }
   }
 }
@@ -68,22 +67,18 @@ void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) {
   for_rows(rows, N, [&](int r0, int r1) { body(args, r0, r1); });
 }
 
-// Columns go to threads in blocks of 64 floats (whole cache lines, none shared).
-constexpr int kColumnBlock = 64;
-
 void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N) {
-  const BiasActBackwardArgs args{dh.empty() ? nullptr : dh.data(),
-                                 db.empty() ? nullptr : db.data(),
-                                 da.data(),
-                                 h.empty() ? nullptr : h.data(),
-                                 act,
-                                 rows,
-                                 N};
-  if (!args.dh && !args.db) return;
+  const BiasActBackwardArgs args{dh.empty() ? nullptr : dh.data(), da.data(), h.empty() ? nullptr : h.data(), act, N};
   const auto body = rowwise_kernels().bias_act_backward;
-  const int blocks = (N + kColumnBlock - 1) / kColumnBlock;
-  for_rows(blocks, static_cast<int64_t>(rows) * kColumnBlock,
-           [&](int b0, int b1) { body(args, b0 * kColumnBlock, std::min(N, b1 * kColumnBlock)); });
+  if (db.empty()) {
+    if (args.dh) for_rows(rows, N, [&](int r0, int r1) { body(args, r0, r1, nullptr); });
+    return;
+  }
+  sum_in_row_blocks(
+      rows, N, static_cast<size_t>(N), [&](int r0, int r1, float* slot) { body(args, r0, r1, slot); },
+      [&](const float* slot) {
+        for (int i = 0; i < N; ++i) db[i] += slot[i];
+      });
 }
 
 }  // namespace qkv::kernels

@@ -7,9 +7,7 @@
 // The row stays in L1 between its passes, so the fused kernel reads x and f once from memory and writes r
 // and y once. The public entries split rows across threads; the row bodies are the active instruction
 // set's (rowwise_simd.h) or the scalar references below.
-#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "kernels/cpu/rowwise.h"
 
@@ -79,37 +77,19 @@ void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, C
   forward({y.data(), mean.data(), rstd.data(), r.data(), x.data(), f.data(), w.data(), b.data(), C}, rows);
 }
 
-// Rows in blocks of kRowBlock, each block's dw/db summed into its own slot of a scratch buffer, the slots
-// then added in block order: one pass over the data, and the same sums whatever the thread count.
-constexpr int kRowBlock = 32;
-
 void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
                         int rows, int C) {
   const LayerNormBackwardArgs a{
       dx.data(), dr.empty() ? nullptr : dr.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), C};
   const auto body = rowwise_kernels().layernorm_backward;
-  const int blocks = (rows + kRowBlock - 1) / kRowBlock;
-  if (blocks <= 1 || static_cast<int64_t>(rows) * C < kParallelMinFloats) {
-    body(a, 0, rows, dw.data(), db.data());
-    return;
-  }
-  thread_local std::vector<float> scratch;  // the calling thread's; grows once, reused every step
-  scratch.assign(static_cast<size_t>(blocks) * 2 * C, 0.f);
-  float* const partial = scratch.data();  // (a lambda would see each worker's own thread_local)
-  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
-    for (int64_t blk = b0; blk < b1; ++blk) {
-      float* p = partial + static_cast<size_t>(blk) * 2 * C;
-      const int r0 = static_cast<int>(blk) * kRowBlock;
-      body(a, r0, std::min(rows, r0 + kRowBlock), p, p + C);
-    }
-  });
-  for (int blk = 0; blk < blocks; ++blk) {
-    const float* p = partial + static_cast<size_t>(blk) * 2 * C;
-    for (int i = 0; i < C; ++i) {
-      dw[i] += p[i];
-      db[i] += p[C + i];
-    }
-  }
+  sum_in_row_blocks(
+      rows, C, 2 * static_cast<size_t>(C), [&](int r0, int r1, float* slot) { body(a, r0, r1, slot, slot + C); },
+      [&](const float* slot) {
+        for (int i = 0; i < C; ++i) {
+          dw[i] += slot[i];
+          db[i] += slot[C + i];
+        }
+      });
 }
 
 }  // namespace qkv::kernels

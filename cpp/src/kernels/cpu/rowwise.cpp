@@ -7,7 +7,7 @@ namespace qkv::kernels {
 namespace {
 
 const RowwiseKernels kScalar{&layernorm_rows_reference,    &layernorm_backward_rows_reference,
-                             &bias_act_rows_reference,     &bias_act_backward_cols_reference,
+                             &bias_act_rows_reference,     &bias_act_backward_rows_reference,
                              &crossentropy_rows_reference, &adam_reference,
                              &sum_squares_reference};
 

@@ -4,8 +4,10 @@
 // rowwise_simd.h, instantiated in kernels/cpu/arch/<isa>.cpp; the scalar references are beside each op's
 // public entry (kernels/cpu/<op>.cpp) and are the table's last entry, so force_isa("scalar") runs a whole
 // model through them.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <xsimd/config/xsimd_arch.hpp>
 
 #include "kernels/kernels.h"
@@ -38,13 +40,13 @@ struct BiasActArgs {
   int N;
 };
 
-// dh = da * act'(h) (dh null: not written), db += sum over all rows (db null: not summed), over columns
-// [c0, c1) of every row.
+// dh = da * act'(h) over rows [r0, r1) (dh null: not written); the rows' dh are added to db, N floats (the
+// caller's per-block partial sums; null: not summed).
 struct BiasActBackwardArgs {
-  float *dh, *db;
+  float* dh;
   const float *da, *h;
   Act act;
-  int rows, N;
+  int N;
 };
 
 // Cross-entropy over rows [r0, r1); dlogits null: loss only.
@@ -67,7 +69,7 @@ struct RowwiseKernels {
   void (*layernorm)(const LayerNormArgs&, int r0, int r1);
   void (*layernorm_backward)(const LayerNormBackwardArgs&, int r0, int r1, float* dw, float* db);
   void (*bias_act)(const BiasActArgs&, int r0, int r1);
-  void (*bias_act_backward)(const BiasActBackwardArgs&, int c0, int c1);
+  void (*bias_act_backward)(const BiasActBackwardArgs&, int r0, int r1, float* db);
   void (*crossentropy)(const CrossEntropyArgs&, int r0, int r1);
   void (*adam)(float* p, float* m, float* v, const float* g, size_t n, const AdamArgs&);
   double (*sum_squares)(const float* x, size_t n);
@@ -88,7 +90,7 @@ extern template const RowwiseKernels& rowwise_kernels_for<xsimd::neon64>();
 void layernorm_rows_reference(const LayerNormArgs& a, int r0, int r1);
 void layernorm_backward_rows_reference(const LayerNormBackwardArgs& a, int r0, int r1, float* dw, float* db);
 void bias_act_rows_reference(const BiasActArgs& a, int r0, int r1);
-void bias_act_backward_cols_reference(const BiasActBackwardArgs& a, int c0, int c1);
+void bias_act_backward_rows_reference(const BiasActBackwardArgs& a, int r0, int r1, float* db);
 void crossentropy_rows_reference(const CrossEntropyArgs& a, int r0, int r1);
 void adam_reference(float* p, float* m, float* v, const float* g, size_t n, const AdamArgs& a);
 double sum_squares_reference(const float* x, size_t n);
@@ -104,6 +106,24 @@ void for_rows(int n, int64_t width, F&& fn) {
     return;
   }
   parallel_for(n, [&](int64_t i0, int64_t i1) { fn(static_cast<int>(i0), static_cast<int>(i1)); });
+}
+
+// Parameter-gradient sums over rows (LayerNorm's dw and db, a bias's db) that do not depend on the thread
+// count: the rows go to threads in fixed blocks of kRowBlock; block k adds its rows' terms into its own zeroed
+// slot of `slot` floats (body(r0, r1, slot)), and add(slot) then takes the slots in block order.
+constexpr int kRowBlock = 32;
+
+template <class Body, class Add>
+void sum_in_row_blocks(int rows, int64_t row_floats, size_t slot, Body&& body, Add&& add) {
+  const int blocks = (rows + kRowBlock - 1) / kRowBlock;
+  thread_local std::vector<float> scratch;  // the calling thread's; grows once, then reused
+  scratch.assign(static_cast<size_t>(blocks) * slot, 0.f);
+  float* const slots = scratch.data();  // (a lambda naming scratch would see each worker's own)
+  for_rows(blocks, kRowBlock * row_floats, [&](int b0, int b1) {
+    for (int k = b0; k < b1; ++k)
+      body(k * kRowBlock, std::min(rows, (k + 1) * kRowBlock), slots + static_cast<size_t>(k) * slot);
+  });
+  for (int k = 0; k < blocks; ++k) add(static_cast<const float*>(slots + static_cast<size_t>(k) * slot));
 }
 
 }  // namespace qkv::kernels

@@ -191,36 +191,28 @@ void bias_act_rows(const BiasActArgs& a, int r0, int r1) {
   }
 }
 
-// Columns in blocks of kColumnBlock: each block's db sums live in a stack buffer while its rows stream by.
-constexpr int kColumnBlock = 64;
-
 template <class Arch, Act act>
-void bias_act_backward_cols_for(const BiasActBackwardArgs& a, int c0, int c1) {
+void bias_act_backward_rows_for(const BiasActBackwardArgs& a, int r0, int r1, float* db) {
   using V = xsimd::batch<float, Arch>;
-  for (int cb = c0; cb < c1; cb += kColumnBlock) {
-    const int width = c1 - cb < kColumnBlock ? c1 - cb : kColumnBlock;
-    alignas(64) float acc[kColumnBlock] = {};
-    for (int row = 0; row < a.rows; ++row) {
-      const size_t o = static_cast<size_t>(row) * a.N + cb;
-      over_row<V>(width, [&](Step<V> s) {
-        V d = s.load(a.da + o);  // tail lanes: da = 0, so d = 0
-        if constexpr (act == Act::ReLU) d = xsimd::select(s.load(a.h + o) > V(0.f), d, V(0.f));
-        if constexpr (act == Act::GELU) d = d * gelu_grad(s.load(a.h + o));
-        if (a.dh) s.store(a.dh + o, d);
-        if (a.db) (V::load_aligned(acc + s.i) + d).store_aligned(acc + s.i);
-      });
-    }
-    if (a.db)
-      over_row<V>(width, [&](Step<V> s) { s.store(a.db + cb, s.load(a.db + cb) + V::load_aligned(acc + s.i)); });
+  const int N = a.N;
+  for (int row = r0; row < r1; ++row) {
+    const size_t o = static_cast<size_t>(row) * N;
+    over_row<V>(N, [&](Step<V> s) {
+      V d = s.load(a.da + o);
+      if constexpr (act == Act::ReLU) d = xsimd::select(s.load(a.h + o) > V(0.f), d, V(0.f));
+      if constexpr (act == Act::GELU) d = d * gelu_grad(s.load(a.h + o));
+      if (a.dh) s.store(a.dh + o, d);
+      if (db) s.store(db, s.load(db) + d);
+    });
   }
 }
 
 template <class Arch>
-void bias_act_backward_cols(const BiasActBackwardArgs& a, int c0, int c1) {
+void bias_act_backward_rows(const BiasActBackwardArgs& a, int r0, int r1, float* db) {
   switch (a.act) {
-    case Act::Identity: return bias_act_backward_cols_for<Arch, Act::Identity>(a, c0, c1);
-    case Act::ReLU: return bias_act_backward_cols_for<Arch, Act::ReLU>(a, c0, c1);
-    case Act::GELU: return bias_act_backward_cols_for<Arch, Act::GELU>(a, c0, c1);
+    case Act::Identity: return bias_act_backward_rows_for<Arch, Act::Identity>(a, r0, r1, db);
+    case Act::ReLU: return bias_act_backward_rows_for<Arch, Act::ReLU>(a, r0, r1, db);
+    case Act::GELU: return bias_act_backward_rows_for<Arch, Act::GELU>(a, r0, r1, db);
   }
 }
 
@@ -313,7 +305,7 @@ double sum_squares(const float* x, size_t n) {
 template <class Arch>
 const RowwiseKernels& rowwise_kernels_for() {
   static const RowwiseKernels k{&rowwise_simd::layernorm_rows<Arch>,    &rowwise_simd::layernorm_backward_rows<Arch>,
-                                &rowwise_simd::bias_act_rows<Arch>,     &rowwise_simd::bias_act_backward_cols<Arch>,
+                                &rowwise_simd::bias_act_rows<Arch>,     &rowwise_simd::bias_act_backward_rows<Arch>,
                                 &rowwise_simd::crossentropy_rows<Arch>, &rowwise_simd::adam<Arch>,
                                 &rowwise_simd::sum_squares<Arch>};
   return k;
