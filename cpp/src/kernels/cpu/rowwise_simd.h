@@ -12,14 +12,6 @@
 
 #include "kernels/cpu/rowwise.h"
 
-// GCC 12's AVX-512 intrinsics pass _mm512_undefined_*() as the unused merge operand of max, sqrt, roundscale,
-// cvtt and shifts, and once xsimd's exp/erf inline them here it reports that operand as maybe-uninitialized
-// (a false positive, GCC bug 105593, fixed in GCC 13).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 namespace qkv::kernels {
 namespace rowwise_simd {
 
@@ -312,7 +304,3 @@ const RowwiseKernels& rowwise_kernels_for() {
 }
 
 }  // namespace qkv::kernels
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
