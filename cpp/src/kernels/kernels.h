@@ -7,6 +7,7 @@
 // Dimension legend: B batch, T sequence, C channels (d_model), H heads, hs = C/H, V vocabulary, F d_ff.
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "qkv/tensor.h"
 
@@ -23,19 +24,42 @@ void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha
                     const float* B, int ldb, float beta, float* C, int ldc);
 
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html (eps 1e-5, biased variance)
-// x, y: (rows, C); mean, rstd: (rows) saved for the backward. dx ACCUMULATES (+=) like the parameters,
-// because every LayerNorm input in the model is a residual stream that already holds a gradient.
+//   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + 1e-5), y = (x - mean) * rstd * w + b
+// x, y: (rows, C); w, b: (C); mean, rstd: (rows) saved for the backward.
 void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C);
-void layernorm_backward(Span dx, Span dw, Span db, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd, int rows, int C);
+// The residual add fused with the LayerNorm that reads its sum, one pass over each row:
+//   r = x + f (rows, C), the residual stream, written and kept: it is the LayerNorm's input for the backward;
+//   y = LN(r).
+// Post-LN sublayers use it for their own norm, LN(x + sublayer(x)); pre-LN stacks for the add that ends one
+// sublayer and the norm that starts the next (x + sublayer(LN(x)), then LN of that sum). r may alias x or f;
+// y must not alias r.
+void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
+                                int C);
+// With xhat = (x - mean) * rstd and g = dy * w:
+//   dx = dr + rstd * (g - mean(g) - xhat * mean(g * xhat)),  dw += sum_rows dy * xhat,  db += sum_rows dy.
+// dr (rows, C) is the gradient that reaches x along the residual path, added in the same pass: every
+// LayerNorm input in the model is a residual stream. dr may alias dx (then dx accumulates), or be empty
+// (dx = the LayerNorm's part alone). x is the forward's input (r of residual_layernorm_forward). dw and db
+// are summed in fixed blocks of rows, so the result does not depend on the thread count.
+void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
+                        int rows, int C);
 
-// reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html (exact, erf form)
-// y = x * Phi(x), elementwise over n values.
-void gelu_forward(Span y, CSpan x);
-void gelu_backward(Span dx, CSpan dy, CSpan x);
-
-// reference: https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html
-void relu_forward(Span y, CSpan x);
-void relu_backward(Span dx, CSpan dy, CSpan x);
+// A Linear layer's epilogue, fused into one pass over its output (cuBLASLt's BIAS / GELU_AUX_BIAS forward and
+// DGELU_BGRAD backward epilogues):
+//   Identity: the bias alone.
+//   ReLU: max(h, 0); dy/dh = 1 for h > 0, else 0 (PyTorch's choice at 0).
+//     reference: https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html
+//   GELU, exact (erf) form: h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;
+//     dy/dh = Phi(h) + h * phi(h), phi(h) = exp(-h^2 / 2) / sqrt(2 pi).
+//     reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
+enum class Act { Identity, ReLU, GELU };
+// h, a: (rows, N); b: (N), or empty for no bias.
+//   forward:  h += b in place (h is then what the backward needs: the pre-activation), a = act(h).
+//             a may alias h for Identity only.
+//   backward: dh = da * act'(h), db += sum_rows dh. dh may alias da, and may be empty when only db is wanted
+//             (Identity: Linear's bias gradient). db is summed in fixed blocks of rows, whatever the thread count.
+void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N);
+void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N);
 
 // Inverted dropout with a counter-based mask: element i is kept when hash(seed, i) >= p * 2^32, and kept
 // values are scaled by 1/(1-p). The backward recomputes the mask from (seed, i): nothing is stored.
@@ -94,19 +118,43 @@ void embedding_backward(Span dwte, Span dpos, CSpan dx, const int32_t* tokens, f
 void sinusoidal_positions(Span pe, int T, int C);
 
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.CrossEntropyLoss.html
-// logits, probs: (rows, V); losses: (rows). With label smoothing e:
-//   loss = (1-e) * -log p[target] + e/V * sum_c -log p[c]
-// Rows whose target equals ignore_index get loss 0 and gradient 0 (the caller excludes them from the mean).
-// dlogits = scale * (probs - (1-e) * onehot(target) - e/V).
-void crossentropy_forward(Span losses, Span probs, CSpan logits, const int32_t* targets, int rows, int V,
-                          int ignore_index, float smoothing);
-void crossentropy_backward(Span dlogits, CSpan probs, const int32_t* targets, float scale, int rows, int V,
-                           int ignore_index, float smoothing);
+// Softmax cross-entropy per row, with label smoothing e: logits: (rows, V); losses: (rows);
+//   lse = logsumexp(z), -log p[c] = lse - z[c] (no log(0), no overflow)
+//   loss = (1-e) * (lse - z[target]) + e/V * sum_c (lse - z[c])
+// Rows whose target equals ignore_index get loss 0 (and gradient 0); the caller excludes them from the mean.
+// Targets must lie in [0, V) or equal ignore_index.
+void crossentropy_forward(Span losses, CSpan logits, const int32_t* targets, int rows, int V, int ignore_index,
+                          float smoothing);
+// The loss and its gradient in the same sweep over each row (the training step always wants both, and
+// then needs no probabilities buffer and no second pass):
+//   dlogits (rows, V) = scale * (softmax(z) - (1-e) * onehot(target) - e/V), 0 on ignored rows.
+// scale is the caller's 1/count (times any accumulation weight): count the rows whose target is not
+// ignore_index first. dlogits may alias logits (the logits are then consumed).
+void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const int32_t* targets, float scale,
+                                   int rows, int V, int ignore_index, float smoothing);
 
 // reference: https://pytorch.org/docs/stable/generated/torch.optim.Adam.html and .../torch.optim.AdamW.html
-// One Adam(W) update of a parameter tensor p with gradient g and moments m, v; t is the 1-based step.
-// decoupled (AdamW): p -= lr * wd * p before the update; otherwise (Adam) g += wd * p (L2 in the gradient).
-void adam_step(Span p, Span m, Span v, CSpan g, float lr, float beta1, float beta2, float eps, float weight_decay,
-               bool decoupled, int t);
+// One Adam(W) step over flat parameter buffers p, m, v, g (all the same length), in torch's scalar order:
+//   g' = grad_scale * g                         (torch.nn.utils.clip_grad_norm_'s in-place scaling; g is
+//                                                left unscaled here)
+//   AdamW (decoupled): p *= 1 - lr * wd          Adam: g' += wd * p (L2 in the gradient)
+//   m = b1 m + (1-b1) g',  v = b2 v + (1-b2) g'^2
+//   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)      t: the 1-based step
+// Weight decay is per range: each AdamRange [begin, end) of the buffers has its own wd (0 for tensors that
+// are not decayed); elements outside every range are left alone. Ranges must be sorted and disjoint.
+struct AdamRange {
+  size_t begin, end;
+  float weight_decay;
+};
+struct AdamHyper {
+  float lr, beta1, beta2, eps;
+  bool decoupled;
+  int t;
+  float grad_scale;  // 1: no clipping
+};
+void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h);
+// sum(x^2) in double, for the global gradient norm of clipping. Summed in fixed blocks: the result does not
+// depend on the thread count.
+double sum_squares(CSpan x);
 
 }  // namespace qkv::kernels

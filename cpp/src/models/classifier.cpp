@@ -41,7 +41,7 @@ struct Classifier::Impl {
   uint64_t head_stream;
 
   int B_cap = 0, T_cap = 0;
-  Span pooled, hidden, hidden_act, logits, probs, losses, d_pooled, d_hidden, d_top;
+  Span pooled, hidden, hidden_act, logits, losses, d_pooled, d_hidden, d_top;  // logits become d logits
   std::vector<int32_t> tokens, labels;
   std::vector<uint8_t> pad;
   nn::Dropout drop;
@@ -78,7 +78,6 @@ struct Classifier::Impl {
       hidden = w.take(b * H2);
       hidden_act = w.take(b * H2);
       logits = w.take(b * K);
-      probs = w.take(b * K);
       losses = w.take(b);
       d_pooled = w.take(b * C);
       d_hidden = w.take(b * H2);
@@ -133,8 +132,7 @@ struct Classifier::Impl {
     }
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
-      fc1->forward(hidden, pooled, B);
-      kernels::relu_forward(hidden_act.first(n), hidden.first(n));
+      fc1->forward(hidden_act, hidden, pooled, B, kernels::Act::ReLU);
       if (drop.active())
         kernels::dropout_forward(hidden_act.first(n), hidden_act.first(n), drop.p, drop.seed_for(head_stream));
       fc2->forward(logits, hidden_act, B);
@@ -143,25 +141,23 @@ struct Classifier::Impl {
     }
   }
 
-  models::LossSum loss(int B) {
-    return models::cross_entropy(losses, probs, logits, labels.data(), B, K, INT32_MIN, 0.f);
-  }
+  models::LossSum loss(int B) { return models::cross_entropy(losses, logits, labels.data(), B, K, INT32_MIN, 0.f); }
 
   // Adds weight * d(mean loss) to the gradients; returns the mean loss.
   float forward_backward(int B, int T, float weight = 1.f) {
     forward(B, T, true);
-    const models::LossSum l = loss(B);
+    // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
+    const models::LossSum l =
+        models::cross_entropy_with_gradient(logits, losses, labels.data(), weight, B, K, INT32_MIN, 0.f);
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
     check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
-    Span dlogits = logits;
-    kernels::crossentropy_backward(dlogits, probs, labels.data(), weight / static_cast<float>(B), B, K, INT32_MIN, 0.f);
+    const CSpan dlogits = logits;
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
       fc2->backward(d_hidden, dlogits, hidden_act, B);
       if (drop.active())
         kernels::dropout_backward(d_hidden.first(n), d_hidden.first(n), drop.p, drop.seed_for(head_stream));
-      kernels::relu_backward(d_hidden.first(n), d_hidden.first(n), hidden.first(n));
-      fc1->backward(d_pooled, d_hidden, pooled, B);
+      fc1->backward(d_pooled, d_hidden, hidden, pooled, B, kernels::Act::ReLU);
     } else {
       fc2->backward(d_pooled, dlogits, pooled, B);
     }

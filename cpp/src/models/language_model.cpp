@@ -41,7 +41,7 @@ struct LanguageModel::Impl {
 
   // The workspace's model-level buffers, planned for (B_cap, T_cap).
   int B_cap = 0, T_cap = 0;
-  Span logits, probs, losses, d_top;
+  Span logits, losses, d_top;            // logits become d logits in a training step
   std::vector<int32_t> tokens, targets;  // copies of the current batch, (B,T)
   nn::Dropout drop;                      // of the last forward
 
@@ -73,7 +73,6 @@ struct LanguageModel::Impl {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
       stack.plan(w, B_cap, T_cap);
       logits = w.take(rows * V);
-      probs = w.take(rows * V);
       losses = w.take(rows);
       d_top = w.take(rows * C);
     });
@@ -108,14 +107,13 @@ struct LanguageModel::Impl {
   }
 
   models::LossSum loss(int rows) {
-    return models::cross_entropy(losses, probs, logits, targets.data(), rows, V, INT32_MIN, 0.f);
+    return models::cross_entropy(losses, logits, targets.data(), rows, V, INT32_MIN, 0.f);
   }
 
-  // Adds weight * d(mean loss) to the parameters' gradients.
-  void backward(int B, int T, float weight) {
+  // Given d logits in the logits buffer, adds to the parameters' gradients.
+  void backward(int B, int T) {
     const int rows = B * T;
-    Span dlogits = logits;  // the logits are no longer needed: reuse their buffer
-    kernels::crossentropy_backward(dlogits, probs, targets.data(), weight / rows, rows, V, INT32_MIN, 0.f);
+    const CSpan dlogits = logits;
     // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top
     kernels::gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_top.data(), C);
     kernels::gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
@@ -126,11 +124,13 @@ struct LanguageModel::Impl {
   float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
     load_batch(in, &tg, B, T);
     forward(B, T, true);
-    const models::LossSum s = loss(B * T);
+    // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
+    const models::LossSum s =
+        models::cross_entropy_with_gradient(logits, losses, targets.data(), weight, B * T, V, INT32_MIN, 0.f);
     const float l = static_cast<float>(s.loss / s.count);
     check(std::isfinite(l), "the loss is not finite (", l,
           "); no gradient was accumulated and the weights are unchanged (try a lower lr)");
-    backward(B, T, weight);
+    backward(B, T);
     return l;
   }
 };

@@ -119,10 +119,10 @@ struct LossSum {
   }
 };
 
-// Cross-entropy of logits (rows, V) against targets; probs saved for crossentropy_backward.
-inline LossSum cross_entropy(Span losses, Span probs, CSpan logits, const int32_t* targets, int rows, int V,
-                             int ignore_index, float smoothing) {
-  kernels::crossentropy_forward(losses, probs, logits, targets, rows, V, ignore_index, smoothing);
+// Evaluation: the cross-entropy of logits (rows, V) against targets, and the argmax hits for accuracy.
+inline LossSum cross_entropy(Span losses, CSpan logits, const int32_t* targets, int rows, int V, int ignore_index,
+                             float smoothing) {
+  kernels::crossentropy_forward(losses, logits, targets, rows, V, ignore_index, smoothing);
   LossSum s;
   for (int r = 0; r < rows; ++r) {
     if (targets[r] == ignore_index) continue;
@@ -134,6 +134,19 @@ inline LossSum cross_entropy(Span losses, Span probs, CSpan logits, const int32_
       if (z[v] > z[best]) best = v;
     s.correct += best == targets[r];
   }
+  return s;
+}
+
+// Training: the loss and, in the same sweep, dlogits = weight * d(mean loss)/d logits, the mean over the rows
+// whose target is not ignore_index. logits is overwritten with dlogits. The returned sum counts no hits
+// (the logits are gone); a batch whose targets are all ignored gets count 0 and a zero gradient.
+inline LossSum cross_entropy_with_gradient(Span logits, Span losses, const int32_t* targets, float weight, int rows,
+                                           int V, int ignore_index, float smoothing) {
+  LossSum s;
+  for (int r = 0; r < rows; ++r) s.count += targets[r] != ignore_index;
+  const float scale = s.count ? weight / static_cast<float>(s.count) : 0.f;
+  kernels::crossentropy_forward_backward(losses, logits, logits, targets, scale, rows, V, ignore_index, smoothing);
+  for (int r = 0; r < rows; ++r) s.loss += losses[r];  // ignored rows hold 0
   return s;
 }
 

@@ -42,7 +42,7 @@ struct Seq2Seq::Impl {
   nn::Linear generator;
 
   int B_cap = 0, S_cap = 0, T_cap = 0;
-  Span logits, probs, losses, d_top, d_memory;
+  Span logits, losses, d_top, d_memory;  // logits become d logits in a training step
   std::vector<int32_t> src, tgt_in, tgt_out;
   std::vector<uint8_t> src_pad, tgt_pad;
   nn::Dropout drop;
@@ -76,7 +76,6 @@ struct Seq2Seq::Impl {
       encoder.plan(w, B_cap, S_cap);
       decoder.plan(w, B_cap, T_cap, S_cap);
       logits = w.take(rows * V);
-      probs = w.take(rows * V);
       losses = w.take(rows);
       d_top = w.take(rows * C);
       d_memory = w.take(static_cast<size_t>(B_cap) * S_cap * C);
@@ -124,20 +123,20 @@ struct Seq2Seq::Impl {
   }
 
   models::LossSum loss(int rows) {
-    return models::cross_entropy(losses, probs, logits, tgt_out.data(), rows, V, config.pad_id, config.label_smoothing);
+    return models::cross_entropy(losses, logits, tgt_out.data(), rows, V, config.pad_id, config.label_smoothing);
   }
 
   // Adds weight * d(mean loss) to the gradients; returns the mean loss.
   float forward_backward(int B, int S, int T, float weight = 1.f) {
     forward(B, S, T, true);
-    const models::LossSum l = loss(B * T);
+    const int rows = B * T;
+    // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
+    const models::LossSum l = models::cross_entropy_with_gradient(logits, losses, tgt_out.data(), weight, rows, V,
+                                                                  config.pad_id, config.label_smoothing);
     check(l.count > 0, "tgt_out holds only pad_id = ", config.pad_id, ": expected at least one target token");
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
     check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
-    const int rows = B * T;
-    Span dlogits = logits;
-    kernels::crossentropy_backward(dlogits, probs, tgt_out.data(), weight / static_cast<float>(l.count), rows, V,
-                                   config.pad_id, config.label_smoothing);
+    const CSpan dlogits = logits;
     generator.backward(d_top, dlogits, decoder.output(), rows);
     const size_t nm = static_cast<size_t>(B) * S * C;
     std::fill_n(d_memory.begin(), nm, 0.f);

@@ -7,7 +7,7 @@ namespace qkv::nn {
 FeedForward::FeedForward(Parameters& params, const std::string& prefix, int C, int F, Activation activation, bool bias,
                          float init_std, float out_init_std)
     : F_(F),
-      activation_(activation),
+      act_(activation == Activation::GELU ? kernels::Act::GELU : kernels::Act::ReLU),
       stream_(params.new_stream()),
       linear1_(params, prefix + "linear1.weight", bias ? prefix + "linear1.bias" : "", C, F, init_std),
       linear2_(params, prefix + "linear2.weight", bias ? prefix + "linear2.bias" : "", F, C, out_init_std) {}
@@ -21,11 +21,7 @@ void FeedForward::plan(Workspace& ws, int rows) {
 
 void FeedForward::forward(Span y, CSpan x, int rows, const Dropout& drop) {
   const size_t n = static_cast<size_t>(rows) * F_;
-  linear1_.forward(h_, x, rows);
-  if (activation_ == Activation::GELU)
-    kernels::gelu_forward(a_.first(n), h_.first(n));
-  else
-    kernels::relu_forward(a_.first(n), h_.first(n));
+  linear1_.forward(a_, h_, x, rows, act_);  // bias and activation in one pass
   if (drop.active()) kernels::dropout_forward(a_.first(n), a_.first(n), drop.p, drop.seed_for(stream_));
   linear2_.forward(y, a_, rows);
 }
@@ -33,13 +29,9 @@ void FeedForward::forward(Span y, CSpan x, int rows, const Dropout& drop) {
 void FeedForward::backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& drop) {
   const size_t n = static_cast<size_t>(rows) * F_;
   linear2_.backward(da_, dy, a_, rows);
-  // In place from here on: every step is elementwise.
   if (drop.active()) kernels::dropout_backward(da_.first(n), da_.first(n), drop.p, drop.seed_for(stream_));
-  if (activation_ == Activation::GELU)
-    kernels::gelu_backward(da_.first(n), da_.first(n), h_.first(n));
-  else
-    kernels::relu_backward(da_.first(n), da_.first(n), h_.first(n));
-  linear1_.backward(dx, da_, x, rows);
+  // The activation's gradient and db in one pass, in place in da_, then linear1's products.
+  linear1_.backward(dx, da_, h_, x, rows, act_);
 }
 
 }  // namespace qkv::nn

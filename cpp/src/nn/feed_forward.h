@@ -22,10 +22,10 @@ class FeedForward {
 
  private:
   int F_;
-  Activation activation_;
+  kernels::Act act_;
   uint64_t stream_;
   Linear linear1_, linear2_;
-  Span h_, a_, da_;  // (rows, F): pre-activation, activation output (after dropout), gradient scratch
+  Span h_, a_, da_;  // (rows, F): pre-activation (bias added), activation output (after dropout), gradient
 };
 
 }  // namespace qkv::nn

@@ -16,8 +16,12 @@ void LayerNorm::forward(Span y, CSpan x, int rows) {
   kernels::layernorm_forward(y, mean_, rstd_, x, w_.value, b_.value, rows, C_);
 }
 
-void LayerNorm::backward(Span dx, CSpan dy, CSpan x, int rows) {
-  kernels::layernorm_backward(dx, w_.grad, b_.grad, dy, x, w_.value, mean_, rstd_, rows, C_);
+void LayerNorm::forward_residual(Span r, Span y, CSpan x, CSpan f, int rows) {
+  kernels::residual_layernorm_forward(r, y, mean_, rstd_, x, f, w_.value, b_.value, rows, C_);
+}
+
+void LayerNorm::backward(Span dx, CSpan dr, CSpan dy, CSpan x, int rows) {
+  kernels::layernorm_backward(dx, w_.grad, b_.grad, dr, dy, x, w_.value, mean_, rstd_, rows, C_);
 }
 
 }  // namespace qkv::nn

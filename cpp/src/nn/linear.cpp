@@ -1,7 +1,5 @@
 #include "nn/linear.h"
 
-#include "kernels/kernels.h"
-
 namespace qkv::nn {
 
 Linear::Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
@@ -13,19 +11,27 @@ Linear::Linear(Parameters& params, const std::string& weight_name, const std::st
 
 void Linear::forward(Span y, CSpan x, int rows) const {
   kernels::gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, y.data(), out_);
-  if (b_) {
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < out_; ++o) y[static_cast<size_t>(r) * out_ + o] += b_->value[o];
-  }
+  if (b_) kernels::bias_act_forward(y, y, b_->value, kernels::Act::Identity, rows, out_);
+}
+
+void Linear::forward(Span y, Span h, CSpan x, int rows, kernels::Act act) const {
+  kernels::gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, h.data(), out_);
+  kernels::bias_act_forward(y, h, b_ ? CSpan(b_->value) : CSpan(), act, rows, out_);
 }
 
 void Linear::backward(Span dx, CSpan dy, CSpan x, int rows) {
+  if (b_) kernels::bias_act_backward({}, b_->grad, dy, {}, kernels::Act::Identity, rows, out_);
+  products_backward(dx, dy, x, rows);
+}
+
+void Linear::backward(Span dx, Span dy, CSpan h, CSpan x, int rows, kernels::Act act) {
+  kernels::bias_act_backward(dy, b_ ? b_->grad : Span(), dy, h, act, rows, out_);
+  products_backward(dx, dy, x, rows);
+}
+
+void Linear::products_backward(Span dx, CSpan dy, CSpan x, int rows) {
   // dW (out, in) += dy^T (out, rows) x (rows, in)
   kernels::gemm(true, false, out_, in_, rows, 1.f, dy.data(), out_, x.data(), in_, 1.f, w_.grad.data(), in_);
-  if (b_) {
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < out_; ++o) b_->grad[o] += dy[static_cast<size_t>(r) * out_ + o];
-  }
   // dx (rows, in) = dy (rows, out) W (out, in)
   if (!dx.empty())
     kernels::gemm(false, false, rows, in_, out_, 1.f, dy.data(), out_, w_.value.data(), in_, 0.f, dx.data(), in_);

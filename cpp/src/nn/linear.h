@@ -1,8 +1,10 @@
 #pragma once
-// Linear: y = x W^T + b, W (out, in) as torch.nn.Linear stores it.
+// Linear: y = act(x W^T + b), W (out, in) as torch.nn.Linear stores it, with an optional activation fused
+// into the bias pass (cuBLASLt-style epilogues: kernels::bias_act_*).
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.Linear.html
 #include <string>
 
+#include "kernels/kernels.h"
 #include "nn/parameters.h"
 
 namespace qkv::nn {
@@ -13,15 +15,24 @@ class Linear {
   Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
          float init_std);
 
-  // x (rows, in) -> y (rows, out)
+  // x (rows, in) -> y (rows, out) = x W^T + b
   void forward(Span y, CSpan x, int rows) const;
   // dW += dy^T x, db += sum_rows dy; dx (rows, in) = dy W is overwritten, or skipped when dx is empty.
   void backward(Span dx, CSpan dy, CSpan x, int rows);
+
+  // With an activation: h (rows, out) = x W^T + b is kept for the backward, y = act(h); y must not alias h.
+  void forward(Span y, Span h, CSpan x, int rows, kernels::Act act) const;
+  // dy (rows, out), the gradient of act's output, is overwritten with the gradient of h (one pass that also
+  // sums db); then dW and dx as above.
+  void backward(Span dx, Span dy, CSpan h, CSpan x, int rows, kernels::Act act);
 
   int in() const { return in_; }
   int out() const { return out_; }
 
  private:
+  // dW += dy^T x and dx = dy W (skipped when dx is empty): the two products of either backward.
+  void products_backward(Span dx, CSpan dy, CSpan x, int rows);
+
   int in_, out_;
   Param& w_;
   Param* b_;

@@ -34,7 +34,11 @@ class Parameters {
 
   std::deque<Param>& all() { return params_; }
   size_t count() const { return total_; }
+  // The flat buffers, every tensor at its offset (padding between tensors stays 0).
+  Span values() { return values_.span(); }
   Span grads() { return grads_.span(); }
+  Span moments1() { return m_.span(); }
+  Span moments2() { return v_.span(); }
 
  private:
   std::deque<Param> params_;  // a deque keeps references stable while layers register

@@ -1,7 +1,5 @@
 #include "nn/residual.h"
 
-#include <algorithm>
-
 #include "kernels/kernels.h"
 
 namespace qkv::nn {
@@ -18,19 +16,22 @@ void Residual::plan(Workspace& ws, int rows) {
   ds_ = ws.take(n);
 }
 
-void Residual::forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f) {
+void Residual::forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f, bool x_normed,
+                       const NormInto& next) {
   const size_t n = static_cast<size_t>(rows) * C_;
   const Span fo = fo_.first(n);
   if (order_ == NormPosition::Pre) {
-    norm_.forward(n_, x, rows);
+    if (!x_normed) norm_.forward(n_, x, rows);
     f(fo, n_);
     if (drop.active()) kernels::dropout_forward(fo, fo, drop.p, drop.seed_for(stream_));
-    for (size_t i = 0; i < n; ++i) out[i] = x[i] + fo[i];
+    if (next.norm)
+      next.norm->forward_residual(out, next.y, x, fo, rows);
+    else
+      for (size_t i = 0; i < n; ++i) out[i] = x[i] + fo[i];
   } else {
     f(fo, x);
     if (drop.active()) kernels::dropout_forward(fo, fo, drop.p, drop.seed_for(stream_));
-    for (size_t i = 0; i < n; ++i) n_[i] = x[i] + fo[i];
-    norm_.forward(out, n_, rows);
+    norm_.forward_residual(n_, out, x, fo, rows);
   }
 }
 
@@ -38,19 +39,23 @@ void Residual::backward(Span dx, CSpan dout, CSpan x, int rows, const Dropout& d
   const size_t n = static_cast<size_t>(rows) * C_;
   const Span ds = ds_.first(n);
   if (order_ == NormPosition::Pre) {
-    // d fo = dropout'(dout); d LN(x) = fb(...); dx = dout + LN'(d LN(x))
-    std::copy_n(dout.begin(), n, ds.begin());
-    if (drop.active()) kernels::dropout_backward(ds, ds, drop.p, drop.seed_for(stream_));
-    fb(dn_, ds, n_);
-    std::copy_n(dout.begin(), n, dx.begin());
-    norm_.backward(dx, dn_, x, rows);
+    // d fo = dropout'(dout); d LN(x) = fb(d fo); dx = dout + LN'(d LN(x)), the add fused into the norm's pass
+    CSpan dfo = dout.first(n);
+    if (drop.active()) {
+      kernels::dropout_backward(ds, dfo, drop.p, drop.seed_for(stream_));
+      dfo = ds;
+    }
+    fb(dn_, dfo, n_);
+    norm_.backward(dx, dout, dn_, x, rows);
   } else {
     // d s = LN'(dout); d fo = dropout'(d s); dx = d s + fb(d fo)
-    std::fill(ds.begin(), ds.end(), 0.f);
-    norm_.backward(ds, dout, n_, rows);
-    const Span dfo = fo_.first(n);  // f's output is no longer needed: reuse its buffer
-    std::copy_n(ds.begin(), n, dfo.begin());
-    if (drop.active()) kernels::dropout_backward(dfo, dfo, drop.p, drop.seed_for(stream_));
+    norm_.backward(ds, {}, dout, n_, rows);
+    CSpan dfo = ds;
+    if (drop.active()) {
+      const Span dropped = fo_.first(n);  // f's output is no longer needed: reuse its buffer
+      kernels::dropout_backward(dropped, ds, drop.p, drop.seed_for(stream_));
+      dfo = dropped;
+    }
     fb(dn_, dfo, x);
     for (size_t i = 0; i < n; ++i) dx[i] = ds[i] + dn_[i];
   }

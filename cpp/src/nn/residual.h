@@ -1,8 +1,12 @@
 #pragma once
 // One residual sublayer with its LayerNorm, in either order, and dropout on the sublayer's output:
 //   pre-LN:  out = x + dropout(f(LN(x)))
-//   post-LN: out = LN(x + dropout(f(x)))
+//   post-LN: out = LN(x + dropout(f(x)))      the add and the norm run as one fused pass
 // f is the attention or the feed-forward, given as callbacks so the same code serves every layer kind.
+//
+// Pre-LN sublayers in a stack chain: the add that ends one sublayer runs fused with the LayerNorm that
+// starts the next (or the stack's final norm), so each residual sum is normalised in the pass that makes it.
+// The caller says so with `x_normed` (LN(x) is already in input_norm().y) and `next` (where out goes next).
 #include <functional>
 #include <string>
 
@@ -21,9 +25,15 @@ class Residual {
 
   Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order);
   void plan(Workspace& ws, int rows);
-  void forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f);
+  // x, out: (rows, C). Pre-LN only: x_normed says input_norm().y already holds LN(x) (the previous sublayer's
+  // `next` wrote it); next, when it has a norm, gets LN(out) in the same pass as the add. Post-LN ignores both.
+  void forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f, bool x_normed = false,
+               const NormInto& next = {});
   // dx (rows, C) is overwritten; dx must not alias dout.
   void backward(Span dx, CSpan dout, CSpan x, int rows, const Dropout& drop, const Backward& fb);
+
+  // Pre-LN: this sublayer's LayerNorm and the buffer for LN(x), the previous sublayer's `next`. Post-LN: none.
+  NormInto input_norm() { return order_ == NormPosition::Pre ? NormInto{&norm_, n_} : NormInto{}; }
 
  private:
   int C_;

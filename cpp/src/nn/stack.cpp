@@ -5,12 +5,11 @@
 namespace qkv::nn {
 namespace {
 
-// The final norm's backward into d_a (zeroed: LayerNorm accumulates), or a copy when there is no norm.
+// The final norm's backward into d_a, or a copy when there is no norm.
 void final_norm_backward(LayerNorm* norm, Span d_a, CSpan d_output, CSpan top, int rows, int C) {
   const size_t n = static_cast<size_t>(rows) * C;
   if (norm) {
-    std::fill_n(d_a.begin(), n, 0.f);
-    norm->backward(d_a, d_output, top, rows);
+    norm->backward(d_a, {}, d_output, top, rows);
   } else {
     std::copy_n(d_output.begin(), n, d_a.begin());
   }
@@ -24,11 +23,20 @@ void plan_buffers(Workspace& ws, std::vector<Span>& xs, Span& out, Span& d_a, Sp
   d_b = ws.take(n);
 }
 
+// Pre-LN: where layer l's output is normalised next, fused with the add that makes it: layer l+1's input
+// norm, or the stack's final norm into `out` (none: a plain add). Post-LN: nowhere (each layer ends in its norm).
+template <class Layers>
+NormInto next_norm(const Layers& layers, size_t l, LayerNorm* final_norm, Span out, bool pre) {
+  if (!pre) return {};
+  if (l + 1 < layers.size()) return layers[l + 1]->input_norm();
+  return {final_norm, out};
+}
+
 }  // namespace
 
 EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
-    : C_(o.C) {
+    : C_(o.C), pre_(o.norm == NormPosition::Pre) {
   for (int l = 0; l < layers; ++l)
     layers_.push_back(std::make_unique<EncoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
@@ -41,8 +49,10 @@ void EncoderStack::plan(Workspace& ws, int B, int T) {
 }
 
 void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropout& drop) {
-  for (size_t l = 0; l < layers_.size(); ++l) layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop);
-  if (norm_) norm_->forward(out_, xs_.back(), B * T);
+  for (size_t l = 0; l < layers_.size(); ++l)
+    layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop, pre_ && l > 0,
+                        next_norm(layers_, l, norm_.get(), out_, pre_));
+  if (norm_ && (!pre_ || layers_.empty())) norm_->forward(out_, xs_.back(), B * T);
 }
 
 Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop) {
@@ -57,7 +67,7 @@ Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, in
 
 DecoderStack::DecoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
-    : C_(o.C) {
+    : C_(o.C), pre_(o.norm == NormPosition::Pre) {
   for (int l = 0; l < layers; ++l)
     layers_.push_back(std::make_unique<DecoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
@@ -72,8 +82,9 @@ void DecoderStack::plan(Workspace& ws, int B, int T, int S) {
 void DecoderStack::forward(CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B, int T,
                            int S, const Dropout& drop) {
   for (size_t l = 0; l < layers_.size(); ++l)
-    layers_[l]->forward(xs_[l + 1], xs_[l], memory, self_mask, memory_mask, B, T, S, drop);
-  if (norm_) norm_->forward(out_, xs_.back(), B * T);
+    layers_[l]->forward(xs_[l + 1], xs_[l], memory, self_mask, memory_mask, B, T, S, drop, pre_ && l > 0,
+                        next_norm(layers_, l, norm_.get(), out_, pre_));
+  if (norm_ && (!pre_ || layers_.empty())) norm_->forward(out_, xs_.back(), B * T);
 }
 
 Span DecoderStack::backward(CSpan d_output, Span dmemory, CSpan memory, const AttentionMask& self_mask,

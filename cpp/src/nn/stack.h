@@ -29,6 +29,7 @@ class EncoderStack {
 
  private:
   int C_;
+  bool pre_;  // pre-LN: each layer's last add runs fused with the next norm (Residual)
   std::vector<std::unique_ptr<EncoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
   std::vector<Span> xs_;  // L+1 of (B,T,C)
@@ -53,6 +54,7 @@ class DecoderStack {
 
  private:
   int C_;
+  bool pre_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
   std::vector<Span> xs_;

@@ -19,10 +19,14 @@ void EncoderLayer::plan(Workspace& ws, int B, int T) {
   dx1_ = ws.take(static_cast<size_t>(rows) * C_);
 }
 
-void EncoderLayer::forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop) {
+void EncoderLayer::forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop, bool x_normed,
+                           const NormInto& next) {
   const int rows = B * T;
-  attn_res_.forward(x1_, x, rows, drop, [&](Span out, CSpan in) { attn_.forward(out, in, in, mask, B, T, T, drop); });
-  ffn_res_.forward(y, x1_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); });
+  const NormInto mid = ffn_res_.input_norm();  // pre-LN: the FFN's norm runs in the attention's add
+  attn_res_.forward(
+      x1_, x, rows, drop, [&](Span out, CSpan in) { attn_.forward(out, in, in, mask, B, T, T, drop); }, x_normed, mid);
+  ffn_res_.forward(
+      y, x1_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); }, mid.norm != nullptr, next);
 }
 
 void EncoderLayer::backward(Span dx, CSpan dy, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop) {
@@ -55,13 +59,19 @@ void DecoderLayer::plan(Workspace& ws, int B, int T, int S) {
 }
 
 void DecoderLayer::forward(Span y, CSpan x, CSpan memory, const AttentionMask& self_mask,
-                           const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop) {
+                           const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop, bool x_normed,
+                           const NormInto& next) {
   const int rows = B * T;
-  self_res_.forward(x1_, x, rows, drop,
-                    [&](Span out, CSpan in) { self_attn_.forward(out, in, in, self_mask, B, T, T, drop); });
-  cross_res_.forward(x2_, x1_, rows, drop,
-                     [&](Span out, CSpan in) { cross_attn_.forward(out, in, memory, memory_mask, B, T, S, drop); });
-  ffn_res_.forward(y, x2_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); });
+  const NormInto cross_in = cross_res_.input_norm(), ffn_in = ffn_res_.input_norm();  // pre-LN: chained
+  self_res_.forward(
+      x1_, x, rows, drop, [&](Span out, CSpan in) { self_attn_.forward(out, in, in, self_mask, B, T, T, drop); },
+      x_normed, cross_in);
+  cross_res_.forward(
+      x2_, x1_, rows, drop,
+      [&](Span out, CSpan in) { cross_attn_.forward(out, in, memory, memory_mask, B, T, S, drop); },
+      cross_in.norm != nullptr, ffn_in);
+  ffn_res_.forward(
+      y, x2_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); }, ffn_in.norm != nullptr, next);
 }
 
 void DecoderLayer::backward(Span dx, Span dmemory, CSpan dy, CSpan x, CSpan memory, const AttentionMask& self_mask,

@@ -26,12 +26,16 @@ class EncoderLayer {
  public:
   EncoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o);
   void plan(Workspace& ws, int B, int T);
-  // x, y: (B,T,C)
-  void forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop);
+  // x, y: (B,T,C). x_normed and next chain pre-LN layers in a stack (Residual::forward): x's LayerNorm is
+  // already done, and next gets LN(y) in the pass that makes y.
+  void forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop, bool x_normed = false,
+               const NormInto& next = {});
   // dx (B,T,C) is overwritten.
   void backward(Span dx, CSpan dy, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop);
 
   const MultiHeadAttention& self_attention() const { return attn_; }
+  // Pre-LN: the LayerNorm of the layer's input, for the previous layer's `next`. Post-LN: none.
+  NormInto input_norm() { return attn_res_.input_norm(); }
 
  private:
   int C_;
@@ -46,15 +50,16 @@ class DecoderLayer {
  public:
   DecoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o);
   void plan(Workspace& ws, int B, int T, int S);
-  // x, y: (B,T,C); memory: (B,S,C)
+  // x, y: (B,T,C); memory: (B,S,C). x_normed and next as EncoderLayer::forward.
   void forward(Span y, CSpan x, CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B,
-               int T, int S, const Dropout& drop);
+               int T, int S, const Dropout& drop, bool x_normed = false, const NormInto& next = {});
   // dx (B,T,C) is overwritten; dmemory (B,S,C) ACCUMULATES (+=).
   void backward(Span dx, Span dmemory, CSpan dy, CSpan x, CSpan memory, const AttentionMask& self_mask,
                 const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop);
 
   const MultiHeadAttention& self_attention() const { return self_attn_; }
   const MultiHeadAttention& cross_attention() const { return cross_attn_; }
+  NormInto input_norm() { return self_res_.input_norm(); }
 
  private:
   int C_;

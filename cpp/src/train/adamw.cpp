@@ -62,11 +62,7 @@ Schedule parse_schedule(const std::string& s, const char* field) {
 
 namespace train {
 
-double grad_norm(nn::Parameters& params) {
-  double sum = 0.0;
-  for (float g : params.grads()) sum += static_cast<double>(g) * g;
-  return std::sqrt(sum);
-}
+double grad_norm(nn::Parameters& params) { return std::sqrt(kernels::sum_squares(params.grads())); }
 
 Optimizer::Optimizer(const OptimizerConfig& config) : config_(config) { validate(config_); }
 
@@ -82,20 +78,32 @@ double Optimizer::step(nn::Parameters& params) {
   const double norm = grad_norm(params);
   check(std::isfinite(norm), "the gradient norm (", norm,
         ") is not finite; the step was skipped and the weights are unchanged (try a lower lr)");
+  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1, a float32
+  // factor as torch's. The update applies it; the gradients themselves are left as accumulated.
+  float grad_scale = 1.f;
   if (config_.grad_clip > 0.f) {
-    // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
     const double scale = config_.grad_clip / (norm + 1e-6);
-    if (scale < 1.0)
-      for (float& g : params.grads()) g = static_cast<float>(g * scale);
+    if (scale < 1.0) grad_scale = static_cast<float>(scale);
   }
   ++t_;
-  const float lr = learning_rate_at(config_, t_);
-  const bool decoupled = config_.kind == OptimizerKind::AdamW;
-  for (nn::Param& p : params.all()) {
-    const bool decay = config_.decay_matrices_only ? p.decay : true;
-    kernels::adam_step(p.value, p.m, p.v, p.grad, lr, config_.beta1, config_.beta2, config_.eps,
-                       decay ? config_.weight_decay : 0.f, decoupled, t_);
+  // One pass over the flat buffers: each tensor's weight decay as a range, adjacent tensors with the same
+  // decay merged (the padding between them is 0 and stays 0).
+  ranges_.clear();
+  for (const nn::Param& p : params.all()) {
+    const float wd = config_.decay_matrices_only && !p.decay ? 0.f : config_.weight_decay;
+    if (!ranges_.empty() && ranges_.back().weight_decay == wd)
+      ranges_.back().end = p.offset + p.numel;
+    else
+      ranges_.push_back({p.offset, p.offset + p.numel, wd});
   }
+  const kernels::AdamHyper h{learning_rate_at(config_, t_),
+                             config_.beta1,
+                             config_.beta2,
+                             config_.eps,
+                             config_.kind == OptimizerKind::AdamW,
+                             t_,
+                             grad_scale};
+  kernels::adam_step(params.values(), params.moments1(), params.moments2(), params.grads(), ranges_, h);
   return norm;
 }
 

@@ -1,6 +1,9 @@
 #pragma once
 // The optimizer state machine over a model's Parameters: gradient norm, the non-finite check, clipping,
 // the schedule and the Adam(W) update of every tensor.
+#include <vector>
+
+#include "kernels/kernels.h"
 #include "nn/parameters.h"
 #include "qkv/optimizer.h"
 
@@ -23,9 +26,10 @@ class Optimizer {
  private:
   OptimizerConfig config_;
   int t_ = 0;
+  std::vector<kernels::AdamRange> ranges_;  // per step, reusing its capacity
 };
 
-// The global L2 norm of all gradients (in double).
+// The global L2 norm of all gradients (summed in double across blocks).
 double grad_norm(nn::Parameters& params);
 
 }  // namespace qkv::train

@@ -66,7 +66,7 @@ void randomize(nn::Parameters& params, uint64_t seed, float scale) {
 }
 
 // Runs the check for a layer with input x (size nx) and output y (size ny).
-// forward(y, x) and backward(dx, dy, x); dx is zeroed before backward (LayerNorm accumulates).
+// forward(y, x) and backward(dx, dy, x); dx is zeroed before backward.
 void check_layer(const std::string& name, nn::Parameters& params, size_t nx, size_t ny,
                  const std::function<void(Span, CSpan)>& forward,
                  const std::function<void(Span, CSpan, CSpan)>& backward, float h = kH) {
@@ -106,7 +106,7 @@ TEST(GradCheck, LayerNorm) {
   ws.plan([&](Workspace& w) { ln.plan(w, rows); });
   check_layer(
       "layernorm", params, rows * 9, rows * 9, [&](Span y, CSpan x) { ln.forward(y, x, rows); },
-      [&](Span dx, CSpan dy, CSpan x) { ln.backward(dx, dy, x, rows); });
+      [&](Span dx, CSpan dy, CSpan x) { ln.backward(dx, {}, dy, x, rows); });
 }
 
 // Key padding for a batch of 2 over Tk keys: batch 1 has its last `padded` keys masked.

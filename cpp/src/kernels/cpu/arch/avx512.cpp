@@ -16,3 +16,9 @@ template void attention_softmax_rows<xsimd::avx512f>(const AttentionTile&, float
 template void attention_probs_rows<xsimd::avx512f>(const AttentionTile&, const float*);
 template void attention_dscores_rows<xsimd::avx512f>(const AttentionTile&, float*, const float*);
 }  // namespace qkv::kernels
+
+// The row-wise kernels (layernorm, bias + activation, cross-entropy, adam): their table for this set.
+#include "kernels/cpu/rowwise_simd.h"
+namespace qkv::kernels {
+template const RowwiseKernels& rowwise_kernels_for<xsimd::avx512f>();
+}  // namespace qkv::kernels

@@ -1,0 +1,306 @@
+#pragma once
+// The SIMD bodies of the row-wise kernels, written once over xsimd::batch<float, Arch> and instantiated per
+// instruction set in kernels/cpu/arch/<isa>.cpp (each compiled with that set's flags) through
+// rowwise_kernels_for<Arch>(). Only those files include this header; the op files see rowwise.h. The math of
+// each kernel is in kernels.h and beside its scalar reference (kernels/cpu/<op>.cpp).
+//
+// Row tails narrower than a vector go through a W-float stack buffer (load_tail / store_tail), so tails run
+// the same vector math as the body. No std:: math here (builtins and xsimd only): this header is compiled
+// with per-ISA flags, and an inline library function instantiated here could be the copy the linker keeps
+// for the whole program.
+#include <xsimd/xsimd.hpp>
+
+#include "kernels/cpu/rowwise.h"
+
+namespace qkv::kernels {
+namespace rowwise_simd {
+
+// Lane indices 0, 1, 2, ...: a tail's lane mask is iota < n.
+alignas(64) inline constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+// The first n < W floats at p as one batch, the other lanes set to fill.
+template <class V>
+V load_tail(const float* p, int n, float fill) {
+  alignas(64) float buf[V::size];
+  for (int i = 0; i < static_cast<int>(V::size); ++i) buf[i] = i < n ? p[i] : fill;
+  return V::load_aligned(buf);
+}
+
+template <class V>
+void store_tail(float* p, const V& v, int n) {
+  alignas(64) float buf[V::size];
+  v.store_aligned(buf);
+  for (int i = 0; i < n; ++i) p[i] = buf[i];
+}
+
+// One step of a loop over a row in vectors: W floats at column i, or the n < W of the tail.
+template <class V>
+struct Step {
+  int i, n;
+  bool full() const { return n == static_cast<int>(V::size); }
+  V load(const float* row, float fill = 0.f) const {
+    return full() ? V::load_unaligned(row + i) : load_tail<V>(row + i, n, fill);
+  }
+  void store(float* row, const V& v) const {
+    if (full())
+      v.store_unaligned(row + i);
+    else
+      store_tail(row + i, v, n);
+  }
+  // v with the lanes past the tail set to 0.
+  V keep(const V& v) const {
+    return full() ? v : xsimd::select(V::load_aligned(kIota) < V(static_cast<float>(n)), v, V(0.f));
+  }
+};
+
+// body(step) for each vector of a row of `len` floats.
+template <class V, class F>
+void over_row(int len, F&& body) {
+  constexpr int W = static_cast<int>(V::size);
+  for (int i = 0; i < len; i += W) body(Step<V>{i, len - i < W ? len - i : W});
+}
+
+template <class V>
+float hmax(const V& v) {
+  alignas(64) float buf[V::size];
+  v.store_aligned(buf);
+  float m = buf[0];
+  for (size_t i = 1; i < V::size; ++i) m = buf[i] > m ? buf[i] : m;
+  return m;
+}
+
+// ---- LayerNorm, optionally with the residual add before it ----
+
+template <class Arch>
+void layernorm_rows(const LayerNormArgs& a, int r0, int r1) {
+  using V = xsimd::batch<float, Arch>;
+  const int C = a.C;
+  const float Cf = static_cast<float>(C);
+  for (int row = r0; row < r1; ++row) {
+    const size_t o = static_cast<size_t>(row) * C;
+    const float* src = a.x + o;
+    V sum(0.f);
+    if (a.f) {
+      float* r = a.r + o;
+      over_row<V>(C, [&](Step<V> s) {
+        const V v = s.load(a.x + o) + s.load(a.f + o);
+        s.store(r, v);
+        sum += v;
+      });
+      src = r;
+    } else {
+      over_row<V>(C, [&](Step<V> s) { sum += s.load(src); });
+    }
+    const float m = xsimd::hadd(sum) / Cf;
+    const V vm(m);
+    V var(0.f);
+    over_row<V>(C, [&](Step<V> s) {
+      const V d = s.load(src, m) - vm;  // tail lanes hold m: d = 0
+      var = xsimd::fma(d, d, var);
+    });
+    const float rs = 1.f / __builtin_sqrtf(xsimd::hadd(var) / Cf + kLayerNormEps);
+    const V vs(rs);
+    float* y = a.y + o;
+    over_row<V>(C, [&](Step<V> s) { s.store(y, xsimd::fma((s.load(src) - vm) * vs, s.load(a.w), s.load(a.b))); });
+    a.mean[row] = m;
+    a.rstd[row] = rs;
+  }
+}
+
+template <class Arch>
+void layernorm_backward_rows(const LayerNormBackwardArgs& a, int r0, int r1, float* dw, float* db) {
+  using V = xsimd::batch<float, Arch>;
+  const int C = a.C;
+  const float Cf = static_cast<float>(C);
+  for (int row = r0; row < r1; ++row) {
+    const size_t o = static_cast<size_t>(row) * C;
+    const float *x = a.x + o, *dy = a.dy + o;
+    const float m = a.mean[row];
+    const V vm(m), vs(a.rstd[row]);
+    V sum_g(0.f), sum_gx(0.f);
+    over_row<V>(C, [&](Step<V> s) {
+      const V g = s.load(dy) * s.load(a.w);  // tail lanes: dy = 0, so g = 0
+      sum_g += g;
+      sum_gx = xsimd::fma(g, (s.load(x, m) - vm) * vs, sum_gx);
+    });
+    const V mean_g(xsimd::hadd(sum_g) / Cf), mean_gx(xsimd::hadd(sum_gx) / Cf);
+    float* dx = a.dx + o;
+    const float* dr = a.dr ? a.dr + o : nullptr;
+    over_row<V>(C, [&](Step<V> s) {
+      const V dyv = s.load(dy), xhat = (s.load(x) - vm) * vs;
+      V d = vs * (dyv * s.load(a.w) - mean_g - xhat * mean_gx);
+      if (dr) d = s.load(dr) + d;
+      s.store(dx, d);
+      s.store(dw, xsimd::fma(dyv, xhat, s.load(dw)));
+      s.store(db, s.load(db) + dyv);
+    });
+  }
+}
+
+// ---- bias + activation ----
+
+constexpr float kSqrt1_2 = 0.70710678118654752f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+template <class V>
+V gelu(const V& h) {
+  return V(0.5f) * h * (V(1.f) + xsimd::erf(h * V(kSqrt1_2)));
+}
+
+template <class V>
+V gelu_grad(const V& h) {
+  const V cdf = V(0.5f) * (V(1.f) + xsimd::erf(h * V(kSqrt1_2)));
+  const V pdf = V(kInvSqrt2Pi) * xsimd::exp(V(-0.5f) * h * h);
+  return cdf + h * pdf;
+}
+
+template <class Arch, Act act>
+void bias_act_rows_for(const BiasActArgs& a, int r0, int r1) {
+  using V = xsimd::batch<float, Arch>;
+  const int N = a.N;
+  for (int row = r0; row < r1; ++row) {
+    const size_t o = static_cast<size_t>(row) * N;
+    float *h = a.h + o, *out = a.a + o;
+    over_row<V>(N, [&](Step<V> s) {
+      V v = s.load(h);
+      if (a.b) {
+        v += s.load(a.b);
+        if (act != Act::Identity || out != h) s.store(h, v);
+      }
+      if constexpr (act == Act::ReLU) v = xsimd::max(v, V(0.f));
+      if constexpr (act == Act::GELU) v = gelu(v);
+      s.store(out, v);
+    });
+  }
+}
+
+template <class Arch>
+void bias_act_rows(const BiasActArgs& a, int r0, int r1) {
+  switch (a.act) {
+    case Act::Identity: return bias_act_rows_for<Arch, Act::Identity>(a, r0, r1);
+    case Act::ReLU: return bias_act_rows_for<Arch, Act::ReLU>(a, r0, r1);
+    case Act::GELU: return bias_act_rows_for<Arch, Act::GELU>(a, r0, r1);
+  }
+}
+
+template <class Arch, Act act>
+void bias_act_backward_rows_for(const BiasActBackwardArgs& a, int r0, int r1, float* db) {
+  using V = xsimd::batch<float, Arch>;
+  const int N = a.N;
+  for (int row = r0; row < r1; ++row) {
+    const size_t o = static_cast<size_t>(row) * N;
+    over_row<V>(N, [&](Step<V> s) {
+      V d = s.load(a.da + o);
+      if constexpr (act == Act::ReLU) d = xsimd::select(s.load(a.h + o) > V(0.f), d, V(0.f));
+      if constexpr (act == Act::GELU) d = d * gelu_grad(s.load(a.h + o));
+      if (a.dh) s.store(a.dh + o, d);
+      if (db) s.store(db, s.load(db) + d);
+    });
+  }
+}
+
+template <class Arch>
+void bias_act_backward_rows(const BiasActBackwardArgs& a, int r0, int r1, float* db) {
+  switch (a.act) {
+    case Act::Identity: return bias_act_backward_rows_for<Arch, Act::Identity>(a, r0, r1, db);
+    case Act::ReLU: return bias_act_backward_rows_for<Arch, Act::ReLU>(a, r0, r1, db);
+    case Act::GELU: return bias_act_backward_rows_for<Arch, Act::GELU>(a, r0, r1, db);
+  }
+}
+
+// ---- softmax cross-entropy, with the gradient in the same sweep ----
+
+template <class Arch>
+void crossentropy_rows(const CrossEntropyArgs& a, int r0, int r1) {
+  using V = xsimd::batch<float, Arch>;
+  const int V_ = a.V;
+  const float Vf = static_cast<float>(V_);
+  const float minus_inf = -__builtin_inff();
+  for (int row = r0; row < r1; ++row) {
+    const size_t o = static_cast<size_t>(row) * V_;
+    const float* z = a.logits + o;
+    float* d = a.dlogits ? a.dlogits + o : nullptr;
+    const int t = a.targets[row];
+    if (t == a.ignore_index) {
+      a.losses[row] = 0.f;
+      if (d) over_row<V>(V_, [&](Step<V> s) { s.store(d, V(0.f)); });
+      continue;
+    }
+    const float zt = z[t];  // read before d (which may alias z) is written
+    V vmax(minus_inf);
+    over_row<V>(V_, [&](Step<V> s) { vmax = xsimd::max(vmax, s.load(z, minus_inf)); });
+    const float mx = hmax(vmax);
+    const V vmx(mx);
+    // e = exp(z - max) (into d when the gradient is wanted), their sum, and sum(max - z) for smoothing.
+    V sum(0.f), below(0.f);
+    over_row<V>(V_, [&](Step<V> s) {
+      const V zv = s.load(z, mx);  // tail lanes hold max: below += 0
+      const V e = s.keep(xsimd::exp(zv - vmx));
+      sum += e;
+      below += vmx - zv;
+      if (d) s.store(d, e);
+    });
+    const float total = xsimd::hadd(sum), log_total = __builtin_logf(total);
+    float loss = (1.f - a.smoothing) * (log_total + mx - zt);
+    // sum_c (lse - z[c]) = V log(total) + sum_c (max - z[c]): two non-negative terms, no cancellation.
+    if (a.smoothing > 0.f) loss += a.smoothing / Vf * (Vf * log_total + xsimd::hadd(below));
+    a.losses[row] = loss;
+    if (d) {
+      const V inv(1.f / total), scale(a.scale), uniform(a.smoothing / Vf);
+      over_row<V>(V_, [&](Step<V> s) { s.store(d, scale * (s.load(d) * inv - uniform)); });
+      d[t] -= a.scale * (1.f - a.smoothing);
+    }
+  }
+}
+
+// ---- Adam(W) over one range with one weight decay, and the squared norm for clipping ----
+
+template <class Arch>
+void adam(float* p, float* m, float* v, const float* g, size_t n, const AdamArgs& a) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr size_t W = V::size;
+  const V grad_scale(a.grad_scale), l2(a.l2), shrink(a.shrink), beta1(a.beta1), beta2(a.beta2),
+      one_minus_beta1(1.f - a.beta1), one_minus_beta2(1.f - a.beta2), step(a.step), sqrt_bc2(a.sqrt_bc2), eps(a.eps);
+  for (size_t i = 0; i < n; i += W) {
+    const Step<V> s{0, n - i < W ? static_cast<int>(n - i) : static_cast<int>(W)};
+    V pv = s.load(p + i);
+    const V gi = s.load(g + i) * grad_scale + l2 * pv;
+    pv = pv * shrink;
+    const V mv = beta1 * s.load(m + i) + one_minus_beta1 * gi;
+    const V vv = beta2 * s.load(v + i) + one_minus_beta2 * gi * gi;
+    pv = pv - step * (mv / (xsimd::sqrt(vv) / sqrt_bc2 + eps));
+    s.store(p + i, pv);
+    s.store(m + i, mv);
+    s.store(v + i, vv);
+  }
+}
+
+template <class Arch>
+double sum_squares(const float* x, size_t n) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr size_t W = V::size, kBlock = 64 * W;  // float lanes within a block, double across blocks
+  double total = 0.0;
+  for (size_t b = 0; b < n; b += kBlock) {
+    const size_t end = n - b < kBlock ? n : b + kBlock;
+    V acc(0.f);
+    for (size_t i = b; i < end; i += W) {
+      const V xv = Step<V>{0, end - i < W ? static_cast<int>(end - i) : static_cast<int>(W)}.load(x + i);
+      acc = xsimd::fma(xv, xv, acc);
+    }
+    total += static_cast<double>(xsimd::hadd(acc));
+  }
+  return total;
+}
+
+}  // namespace rowwise_simd
+
+template <class Arch>
+const RowwiseKernels& rowwise_kernels_for() {
+  static const RowwiseKernels k{&rowwise_simd::layernorm_rows<Arch>,    &rowwise_simd::layernorm_backward_rows<Arch>,
+                                &rowwise_simd::bias_act_rows<Arch>,     &rowwise_simd::bias_act_backward_rows<Arch>,
+                                &rowwise_simd::crossentropy_rows<Arch>, &rowwise_simd::adam<Arch>,
+                                &rowwise_simd::sum_squares<Arch>};
+  return k;
+}
+
+}  // namespace qkv::kernels
