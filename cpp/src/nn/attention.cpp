@@ -26,10 +26,12 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
   kv_ = ws.take(rk * 2 * C_);
   y_ = ws.take(rq * C_);
   lse_ = ws.take(rq * H_);
-  scratch_ = ws.take(kernels::attention_scratch_size(Tq, Tk, C_ / H_, std::min(max_threads(), B * H_)));
-  dq_ = ws.take(rq * C_);
-  dkv_ = ws.take(rk * 2 * C_);
-  dy_ = ws.take(rq * C_);
+  // Live only inside one forward or backward call: every attention module of the model shares them.
+  scratch_ = ws.take_shared("attention.scratch",
+                            kernels::attention_scratch_size(Tq, Tk, C_ / H_, std::min(max_threads(), B * H_)));
+  dq_ = ws.take_shared("attention.dq", rq * C_);
+  dkv_ = ws.take_shared("attention.dkv", rk * 2 * C_);
+  dy_ = ws.take_shared("attention.dy", rq * C_);
   pad_.assign(rk, 0);
   has_last_ = false;  // q_ and kv_ are new buffers
 }

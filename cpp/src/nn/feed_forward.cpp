@@ -14,9 +14,12 @@ FeedForward::FeedForward(Parameters& params, const std::string& prefix, int C, i
 
 void FeedForward::plan(Workspace& ws, int rows) {
   const size_t n = static_cast<size_t>(rows) * F_;
-  h_ = ws.take(n);
+  // ReLU's derivative reads the sign of its output (a > 0 exactly where h > 0, and dropout's zeros carry no
+  // gradient either way), so with ReLU the pre-activation is scratch of the forward call and only a_ stays
+  // per layer; GELU's derivative needs h. da_ lives inside one backward call: every layer shares it.
+  h_ = act_ == kernels::Act::ReLU ? ws.take_shared("ffn.h", n) : ws.take(n);
   a_ = ws.take(n);
-  da_ = ws.take(n);
+  da_ = ws.take_shared("ffn.da", n);
 }
 
 void FeedForward::forward(Span y, CSpan x, int rows, const Dropout& drop) {
@@ -31,7 +34,7 @@ void FeedForward::backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& 
   linear2_.backward(da_, dy, a_, rows);
   if (drop.active()) kernels::dropout_backward(da_.first(n), da_.first(n), drop.p, drop.seed_for(stream_));
   // The activation's gradient and db in one pass, in place in da_, then linear1's products.
-  linear1_.backward(dx, da_, h_, x, rows, act_);
+  linear1_.backward(dx, da_, act_ == kernels::Act::ReLU ? a_ : h_, x, rows, act_);
 }
 
 }  // namespace qkv::nn

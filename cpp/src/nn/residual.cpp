@@ -11,9 +11,11 @@ void Residual::plan(Workspace& ws, int rows) {
   const size_t n = static_cast<size_t>(rows) * C_;
   norm_.plan(ws, rows);
   n_ = ws.take(n);
-  fo_ = ws.take(n);
-  dn_ = ws.take(n);
-  ds_ = ws.take(n);
+  // f's output is consumed by the add inside forward(), and the backward's buffers live inside one call:
+  // every residual block of the model shares them.
+  fo_ = ws.take_shared("residual.fo", n);
+  dn_ = ws.take_shared("residual.dn", n);
+  ds_ = ws.take_shared("residual.ds", n);
 }
 
 void Residual::forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f, bool x_normed,

@@ -16,7 +16,7 @@ void EncoderLayer::plan(Workspace& ws, int B, int T) {
   attn_res_.plan(ws, rows);
   ffn_res_.plan(ws, rows);
   x1_ = ws.take(static_cast<size_t>(rows) * C_);
-  dx1_ = ws.take(static_cast<size_t>(rows) * C_);
+  dx1_ = ws.take_shared("layer.dx1", static_cast<size_t>(rows) * C_);  // inside one backward call
 }
 
 void EncoderLayer::forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop, bool x_normed,
@@ -55,7 +55,10 @@ void DecoderLayer::plan(Workspace& ws, int B, int T, int S) {
   self_res_.plan(ws, rows);
   cross_res_.plan(ws, rows);
   ffn_res_.plan(ws, rows);
-  for (Span* s : {&x1_, &x2_, &dx1_, &dx2_}) *s = ws.take(static_cast<size_t>(rows) * C_);
+  x1_ = ws.take(static_cast<size_t>(rows) * C_);
+  x2_ = ws.take(static_cast<size_t>(rows) * C_);
+  dx1_ = ws.take_shared("layer.dx1", static_cast<size_t>(rows) * C_);  // inside one backward call
+  dx2_ = ws.take_shared("layer.dx2", static_cast<size_t>(rows) * C_);
 }
 
 void DecoderLayer::forward(Span y, CSpan x, CSpan memory, const AttentionMask& self_mask,
