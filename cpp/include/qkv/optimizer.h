@@ -21,7 +21,9 @@ struct OptimizerConfig {
   float eps = 1e-8f;
   float weight_decay = 0.1f;
   bool decay_matrices_only = true;  // decay only tensors with 2+ dimensions (nanoGPT); false: all tensors
-  float grad_clip = 1.0f;           // clip the global gradient norm to this; 0 turns clipping off
+  // Clip the global gradient norm to this (as torch's clip_grad_norm_); 0 turns clipping off. The step applies
+  // the clip factor inside the update: the gradients a model exposes stay as accumulated.
+  float grad_clip = 1.0f;
   Schedule schedule = Schedule::Constant;
   int warmup_steps = 0;
   int total_steps = 0;  // cosine: the step where lr reaches min_lr
