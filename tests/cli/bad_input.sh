@@ -8,6 +8,10 @@ mkdir folder
 expect 1 "folder: is a directory" -- train --data folder
 expect 1 "missing.safetensors: cannot open" -- info --ckpt missing.safetensors
 expect 1 "missing.safetensors: cannot open" -- generate --ckpt missing.safetensors --prompt a
+if [ "$(id -u)" -ne 0 ]; then  # root reads files whatever their mode
+  cp text.txt locked.txt && chmod 000 locked.txt
+  expect 1 "locked.txt: cannot open for reading \(Permission denied\)" -- train --data locked.txt
+fi
 
 # A text file cut in the middle of a UTF-8 character; an empty file.
 { head -c 300 text.txt; printf '\xc3'; } >truncated.txt
