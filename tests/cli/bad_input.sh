@@ -43,7 +43,7 @@ expect 1 "broken.json: not valid JSON" -- train --data text.txt --config broken.
 
 # Checkpoints: another model's, a truncated one, something that is not a checkpoint.
 for w in cat dog bird fish; do printf "%s\t%s\n" "$w" "$(echo "$w" | rev)"; done >pairs.tsv
-expect 0 "done" -- train --model seq2seq --data pairs.tsv --steps 2 --out s2s.safetensors
+expect 0 "done" -- train --threads 1 --model seq2seq --data pairs.tsv --steps 2 --out s2s.safetensors
 expect 1 "text.txt:1: no tab .* \[s2s.safetensors holds a seq2seq model, which reads TSV lines source<TAB>target\]" -- \
   eval --ckpt s2s.safetensors --data text.txt
 expect 1 "s2s.safetensors: holds a seq2seq model, but --model lm was given" -- \
