@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ libgtest-dev emscripten libxsimd-dev nlohmann-json3-dev chromium)
+packages=(cmake make g++ libgtest-dev emscripten libxsimd-dev nlohmann-json3-dev libcli11-dev chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

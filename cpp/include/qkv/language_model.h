@@ -9,6 +9,7 @@
 // Training is forward, backward (layers in reverse order) and an Adam(W) step; all activations live in one
 // workspace planned per (batch, sequence) shape, so a training loop at a fixed shape never allocates.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -18,6 +19,7 @@
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
+#include "qkv/sampling.h"
 
 namespace qkv {
 
@@ -71,6 +73,14 @@ class LanguageModel {
   // Samples max_tokens new tokens after `prompt` (temperature 0 = greedy); returns only the new tokens.
   // The context window slides when prompt + generated tokens exceed the context.
   std::vector<int32_t> generate(std::span<const int32_t> prompt, int max_tokens, float temperature, uint64_t seed);
+
+  // Generates up to options.max_new_tokens tokens after `prompt` with the sampling of qkv/sampling.h (the
+  // repetition penalty sees the prompt and the tokens generated so far) and returns them. Each token is
+  // passed to on_token as soon as it is chosen; generation ends early after a stop token (which is emitted)
+  // or when on_token returns false. One uniform draw per token from a generator seeded with options.seed, so
+  // the same options give the same tokens. Throws qkv::Error naming the field for invalid options.
+  std::vector<int32_t> generate(std::span<const int32_t> prompt, const SamplingOptions& options,
+                                const std::function<bool(int32_t token)>& on_token = {});
 
   const LanguageModelConfig& config() const;
   const OptimizerConfig& optimizer() const;

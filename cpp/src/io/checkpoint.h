@@ -3,7 +3,8 @@
 // __metadata__ the model kind ("qkv.model"), its config JSON ("qkv.config"), the optimizer config
 // ("qkv.optimizer"), the steps taken ("qkv.step"), the dropout pass counter ("qkv.passes") and the qkv
 // version. With the optimizer state, the Adam moments are stored too ("optimizer.m.<name>",
-// "optimizer.v.<name>"), so that training resumes exactly where it stopped.
+// "optimizer.v.<name>"), so that training resumes exactly where it stopped. Reading ignores metadata keys it
+// does not know: the qkv tool adds its tokenizers and training state ("qkv.tokenizer", cpp/tools/task.h).
 #include <cstdint>
 #include <span>
 #include <string>

@@ -186,42 +186,36 @@ std::vector<float> LanguageModel::attention(int layer) const {
 
 std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, int max_tokens, float temperature,
                                              uint64_t seed) {
+  check(max_tokens >= 0, "max_tokens = ", max_tokens, " is invalid: expected an integer >= 0");
+  SamplingOptions options;
+  options.max_new_tokens = max_tokens;
+  options.temperature = temperature;
+  options.seed = seed;
+  return generate(prompt, options);
+}
+
+std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, const SamplingOptions& options,
+                                             const std::function<bool(int32_t token)>& on_token) {
   Impl& m = *impl_;
   check(!prompt.empty(), "prompt is empty: expected at least one token id");
   models::check_ids(prompt, "prompt", m.V);
-  check(max_tokens >= 0, "max_tokens = ", max_tokens, " is invalid: expected an integer >= 0");
-  check(std::isfinite(temperature) && temperature >= 0.f, "temperature = ", temperature,
-        " is invalid: expected a finite number >= 0 (0 = greedy)");
+  validate(options, m.V);
   m.ensure_capacity(1, m.config.context);
   std::vector<int32_t> context(prompt.begin(), prompt.end()), out;
-  out.reserve(static_cast<size_t>(max_tokens));
-  std::vector<double> p(static_cast<size_t>(m.V));
-  Rng rng(seed);
-  for (int i = 0; i < max_tokens; ++i) {
+  out.reserve(static_cast<size_t>(options.max_new_tokens));
+  Rng rng(options.seed);
+  for (int i = 0; i < options.max_new_tokens; ++i) {
     // No KV cache yet: each token re-runs the (sliding) context window.
     const int T = std::min<int>(static_cast<int>(context.size()), m.config.context);
     m.tokens.assign(context.end() - T, context.end());
     m.forward(1, T, false);
-    const float* z = m.logits.data() + static_cast<size_t>(T - 1) * m.V;
-    int32_t next = 0;
-    if (temperature == 0.f) {
-      next = static_cast<int32_t>(std::max_element(z, z + m.V) - z);
-    } else {
-      // Sample from softmax(z / temperature), in double.
-      const double mx = *std::max_element(z, z + m.V);
-      double sum = 0.0;
-      for (int v = 0; v < m.V; ++v) sum += p[v] = std::exp((z[v] - mx) / temperature);
-      double u = rng.uniform() * sum;
-      next = m.V - 1;
-      for (int v = 0; v < m.V; ++v) {
-        if ((u -= p[v]) < 0.0) {
-          next = v;
-          break;
-        }
-      }
-    }
+    const CSpan z(m.logits.data() + static_cast<size_t>(T - 1) * m.V, static_cast<size_t>(m.V));
+    const int32_t next = sample_token(z, context, options, rng.uniform());
     context.push_back(next);
     out.push_back(next);
+    const bool stop =
+        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) != options.stop_tokens.end();
+    if ((on_token && !on_token(next)) || stop) break;
   }
   return out;
 }

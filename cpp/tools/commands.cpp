@@ -1,0 +1,449 @@
+// The qkv tool's subcommands: train, generate, eval, info, bench (commands.h).
+#include "commands.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "qkv/config.h"
+#include "qkv/cpu.h"
+#include "qkv/device.h"
+#include "qkv/error.h"
+#include "qkv/language_model.h"
+#include "qkv/safetensors.h"
+#include "qkv/thread_pool.h"
+#include "qkv/tokenizer.h"
+#include "runtime/random.h"
+#include "task.h"
+
+namespace qkv::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// --- shared checks ---------------------------------------------------------------------------------------
+
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
+  if (device != "cuda") throw UsageError("--device " + device + ": expected cpu or cuda");
+  check(cuda_built(), "--device cuda: this build has no CUDA backend (qkv was built without the CUDA toolkit); ",
+        "use --device cpu");
+  throw Error(
+      "--device cuda: this build has no CUDA backend yet (the CUDA kernels are not part of this version); "
+      "use --device cpu");
+}
+
+void set_threads(const Flag<int>& threads) {
+  if (!threads.given) return;
+  try {
+    set_num_threads(threads.value);
+  } catch (const Error& e) {
+    throw UsageError(std::string("--threads: ") + e.what());
+  }
+}
+
+// --- Ctrl-C: a flag the training loop checks between steps ----------------------------------------------
+
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+// The first SIGINT or SIGTERM sets the flag; the handler then resets, so a second one ends the process at
+// once (the checkpoint on disk is still whole: saves are atomic).
+void catch_signals() {
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+// --- the progress line -----------------------------------------------------------------------------------
+
+std::string duration_text(double s) {
+  const long t = std::lround(std::max(0.0, s));
+  char buf[32];
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+// step/total, loss, tokens/s and ETA on stderr: redrawn in place (\r) at most 10 times a second when
+// stderr is a terminal, otherwise a plain line every `every` steps and at the last one.
+class Progress {
+ public:
+  Progress(int start, int total, int every)
+      : start_(start), total_(total), every_(std::max(1, every)), tty_(isatty(STDERR_FILENO) == 1) {}
+
+  void update(int step, float loss, long long tokens) {
+    tokens_ += tokens;
+    const double elapsed = seconds_since(t0_);
+    if (tty_ ? (step < total_ && seconds_since(drawn_) < 0.1) : (step % every_ != 0 && step != total_)) return;
+    drawn_ = Clock::now();
+    const double per_step = elapsed / (step - start_);
+    std::fprintf(stderr, "%sstep %d/%d  loss %.6f  %.0f tok/s  ETA %s%s", tty_ ? "\r" : "", step, total_, loss,
+                 tokens_ / std::max(elapsed, 1e-9), duration_text(per_step * (total_ - step)).c_str(),
+                 tty_ ? "\033[K" : "\n");
+    std::fflush(stderr);
+    shown_ = tty_;
+  }
+
+  // Before printing a line of results: ends the in-place line.
+  void clear() {
+    if (!shown_) return;
+    std::fputs("\n", stderr);
+    shown_ = false;
+  }
+
+ private:
+  int start_, total_, every_;
+  bool tty_, shown_ = false;
+  long long tokens_ = 0;
+  Clock::time_point t0_ = Clock::now(), drawn_ = Clock::now() - std::chrono::seconds(1);
+};
+
+// Prints results on stdout (flushed, so pipes see them as they come).
+template <class... Args>
+void say(Progress* progress, const char* format, Args... args) {
+  if (progress) progress->clear();
+  std::printf(format, args...);
+  std::fflush(stdout);
+}
+
+// Appends, to a qkv::Error from reading a data file with a loaded checkpoint, what that checkpoint reads.
+template <class F>
+void with_data_hint(const Task& task, F&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const char* format = task.kind() == Kind::LM        ? "plain text"
+                         : task.kind() == Kind::Seq2Seq ? "TSV lines source<TAB>target"
+                                                        : "TSV lines label<TAB>text";
+    throw Error(std::string(e.what()) + " [" + task.checkpoint_path + " holds a " + kind_name(task.kind()) +
+                " model, which reads " + format + "]");
+  }
+}
+
+}  // namespace
+
+// --- train -----------------------------------------------------------------------------------------------
+
+int run_train(const TrainArgs& a) {
+  check_device(a.device);
+  set_threads(a.threads);
+  if (a.steps.given && a.steps.value < 1)
+    throw UsageError("--steps " + std::to_string(a.steps.value) + ": expected >= 1");
+  std::unique_ptr<Task> task;
+  if (!a.resume.empty()) {
+    const auto fixed = [&](bool given, const char* flag, const char* what) {
+      if (given)
+        throw UsageError(std::string(flag) + " cannot be combined with --resume: the checkpoint fixes " + what);
+    };
+    fixed(!a.config.empty(), "--config", "the model and optimizer");
+    fixed(a.batch.given, "--batch", "the batch size");
+    fixed(a.seed.given, "--seed", "the seed");
+    const std::string text = read_text(a.data);
+    task = Task::load(a.resume);
+    if (a.model.given && parse_kind(a.model.value) != task->kind())
+      throw Error(a.resume + ": holds a " + kind_name(task->kind()) + " model, but --model " + a.model.value +
+                  " was given");
+    with_data_hint(*task, [&] { task->set_data(a.data, text); });
+    if (task->train.batch < 1) task->train.batch = 8;  // a checkpoint written by the library, not the tool
+    if (a.lr.given) task->set_learning_rate(static_cast<float>(a.lr.value));
+    if (!a.steps.given && task->train.steps == 0) task->train.steps = 1000;
+  } else {
+    const Kind kind = parse_kind(a.model.value);
+    const Setup setup = resolve_setup(kind, a.config);
+    const int steps = a.steps.given ? a.steps.value : 1000;
+    nlohmann::json opt = setup.optimizer;
+    if (a.lr.given) opt["lr"] = a.lr.value;
+    if (opt.value("schedule", "") == "cosine" && opt.value("total_steps", 0) == 0) opt["total_steps"] = steps;
+    const std::string source = a.config.empty() || a.config == "tiny" || a.config == "small" ? "" : a.config;
+    const OptimizerConfig optimizer = [&] {
+      try {
+        return optimizer_config_from_json(opt.dump());
+      } catch (const Error& e) {
+        throw Error((source.empty() ? std::string("--lr") : source) + ": " + e.what());
+      }
+    }();
+    const uint64_t seed = a.seed.given ? a.seed.value : 1337;
+    task = Task::create(kind, a.data, read_text(a.data), setup, source, seed, optimizer);
+    task->train = {seed, setup.batch, steps, std::max(1, steps / 10)};
+  }
+  TrainState& t = task->train;
+  if (a.batch.given) {
+    if (a.batch.value < 1) throw UsageError("--batch " + std::to_string(a.batch.value) + ": expected >= 1");
+    t.batch = a.batch.value;
+  }
+  if (a.steps.given) t.steps = a.steps.value;
+  if (a.eval_every.given) {
+    if (a.eval_every.value < 0) throw UsageError("--eval-every: expected >= 0 (0: only at the end)");
+    t.eval_every = a.eval_every.value;
+  }
+  task->check_trainable();
+  const std::string out = !a.out.empty() ? a.out : !a.resume.empty() ? a.resume : "model.safetensors";
+  const int start = task->step(), total = t.steps;
+  std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n",
+               kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
+               out.c_str());
+  if (start >= total) {
+    std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start, total);
+    return 0;
+  }
+
+  Progress progress(start, total, a.log_every.given ? a.log_every.value : 10);
+  const auto evaluate = [&](int step) {
+    const Metrics m = task->evaluate(true, t.batch, 20);
+    if (m.count == 0)
+      say(&progress, "eval step %d: no held-out data (the file is too small for a 10%% split)\n", step);
+    else
+      say(&progress, "eval step %d: loss %.6f  perplexity %.4f  accuracy %.4f\n", step, m.loss, m.perplexity,
+          m.accuracy);
+  };
+  catch_signals();
+  float loss = 0.f;
+  int step = start;
+  bool saved = false, evaluated = false;
+  while (step < total) {
+    ++step;
+    const Batch b = task->train_batch(t.seed, step, t.batch);
+    loss = task->train_step(b);
+    progress.update(step, loss, b.tokens);
+    saved = evaluated = false;
+    if (t.eval_every > 0 && step % t.eval_every == 0) {
+      // Evaluation runs forward passes without dropout, at the same steps in a resumed run.
+      evaluate(step);
+      task->save(out);
+      saved = evaluated = true;
+    }
+    if (g_signal != 0 && step < total) {
+      if (!saved) task->save(out);
+      say(&progress, "interrupted at step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
+      std::fprintf(stderr, "continue with: qkv train --data %s --resume %s\n", a.data.c_str(), out.c_str());
+      return 128 + static_cast<int>(g_signal);
+    }
+  }
+  if (!saved) task->save(out);
+  if (!evaluated) evaluate(step);
+  say(&progress, "done step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
+  return 0;
+}
+
+// --- generate --------------------------------------------------------------------------------------------
+
+int run_generate(const GenerateArgs& a) {
+  check_device(a.device);
+  set_threads(a.threads);
+  SamplingOptions o;
+  o.max_new_tokens = a.max_tokens;
+  o.temperature = static_cast<float>(a.temperature);
+  o.top_k = a.top_k;
+  o.top_p = static_cast<float>(a.top_p);
+  o.repetition_penalty = static_cast<float>(a.repetition_penalty);
+  try {
+    validate(o);
+  } catch (const Error& e) {
+    // The core names the field; the user typed the flag.
+    const std::string m = e.what();
+    const char* flag = m.rfind("max_new_tokens", 0) == 0 ? "--max-tokens"
+                       : m.rfind("temperature", 0) == 0  ? "--temperature"
+                       : m.rfind("top_k", 0) == 0        ? "--top-k"
+                       : m.rfind("top_p", 0) == 0        ? "--top-p"
+                                                         : "--repetition-penalty";
+    throw UsageError(std::string(flag) + ": " + m);
+  }
+  if (a.seed.given) {
+    o.seed = a.seed.value;
+  } else {
+    o.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+    std::fprintf(stderr, "seed %llu (pass --seed to repeat this sample)\n", static_cast<unsigned long long>(o.seed));
+  }
+  const auto task = Task::load(a.ckpt);
+  std::fputs(a.prompt.c_str(), stdout);
+  std::fflush(stdout);
+  task->generate(a.prompt, o, a.stop, [](const std::string& piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+// --- eval ------------------------------------------------------------------------------------------------
+
+int run_eval(const EvalArgs& a) {
+  check_device(a.device);
+  set_threads(a.threads);
+  if (a.batch.given && a.batch.value < 1)
+    throw UsageError("--batch " + std::to_string(a.batch.value) + ": expected >= 1");
+  const std::string text = read_text(a.data);
+  const auto task = Task::load(a.ckpt);
+  with_data_hint(*task, [&] { task->set_data(a.data, text); });
+  const int batch = a.batch.given ? a.batch.value : std::max(task->train.batch, 16);
+  const Metrics m = task->evaluate(false, batch, 0);
+  check(m.count > 0, a.data, ": nothing to evaluate: expected at least two tokens");
+  std::printf("loss %.6f  perplexity %.4f  accuracy %.4f  (%lld %s of %s)\n", m.loss, m.perplexity, m.accuracy, m.count,
+              task->kind() == Kind::Classifier ? "examples" : "target tokens", a.data.c_str());
+  return 0;
+}
+
+// --- info ------------------------------------------------------------------------------------------------
+
+int run_info(const InfoArgs& a) {
+  const std::string text = read_text(a.ckpt);
+  const SafetensorsFile f = [&] {
+    try {
+      return parse_safetensors(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    } catch (const Error& e) {
+      throw Error(a.ckpt + ": " + e.what());
+    }
+  }();
+  const auto& meta = f.metadata;
+  const auto row = [](const char* key, const std::string& value) { std::printf("%-12s %s\n", key, value.c_str()); };
+  row("file", a.ckpt + " (" + std::to_string(text.size()) + " bytes)");
+  const auto get = [&](const char* key) { return meta.count(key) ? meta.at(key) : std::string(); };
+  if (meta.count("qkv.model")) {
+    row("model", get("qkv.model") + " (qkv " + get("qkv.version") + ")");
+    row("step", get("qkv.step") + (get("qkv.optimizer_state") == "true" ? " (with optimizer state)" : ""));
+    row("config", get("qkv.config"));
+    row("optimizer", get("qkv.optimizer"));
+  } else {
+    row("model", "not a qkv checkpoint (no \"qkv.model\" metadata): a plain safetensors file");
+  }
+  for (const char* key : {"qkv.tokenizer", "qkv.tokenizer.target"}) {
+    if (!meta.count(key)) continue;
+    try {
+      const Tokenizer tok = Tokenizer::from_json(meta.at(key));
+      row(key == std::string("qkv.tokenizer") ? "tokenizer" : "tokenizer.t",
+          tok.kind() + ", " + std::to_string(tok.size()) + " tokens");
+    } catch (const Error& e) {
+      row("tokenizer", std::string("unreadable: ") + e.what());
+    }
+  }
+  if (meta.count("qkv.labels")) row("labels", get("qkv.labels"));
+  if (meta.count("qkv.train")) row("train", get("qkv.train"));
+  for (const auto& [key, value] : meta)
+    if (key.rfind("qkv.", 0) != 0 && key != "format")
+      row(key.c_str(), value.size() > 100 ? value.substr(0, 100) + "..." : value);
+  long long params = 0;
+  size_t weights = 0, moments = 0, name_width = 4;
+  const auto is_moment = [](const std::string& n) { return n.rfind("optimizer.", 0) == 0; };
+  for (const TensorEntry& t : f.tensors) {
+    if (is_moment(t.name)) {
+      ++moments;
+      if (!a.all) continue;
+    } else {
+      ++weights;
+      params += t.numel();
+    }
+    name_width = std::max(name_width, t.name.size());
+  }
+  row("parameters", std::to_string(params));
+  row("tensors", std::to_string(weights) + " weights" +
+                     (moments ? " + " + std::to_string(moments) + " optimizer moments" +
+                                    (a.all ? "" : " (not listed; --all lists them)")
+                              : ""));
+  std::printf("\n%-*s  %-5s  %-16s  %s\n", static_cast<int>(name_width), "name", "dtype", "shape", "numel");
+  for (const TensorEntry& t : f.tensors) {
+    if (is_moment(t.name) && !a.all) continue;
+    std::string shape = "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
+    shape += "]";
+    std::printf("%-*s  %-5s  %-16s  %lld\n", static_cast<int>(name_width), t.name.c_str(), t.dtype.c_str(),
+                shape.c_str(), static_cast<long long>(t.numel()));
+  }
+  return 0;
+}
+
+// --- bench -----------------------------------------------------------------------------------------------
+
+namespace {
+
+// Seconds per call of fn: one warm-up call, then calls until `seconds` have passed (at least one).
+template <class F>
+double time_per_call(double seconds, F&& fn) {
+  fn();
+  int calls = 0;
+  const auto t0 = Clock::now();
+  do {
+    fn();
+    ++calls;
+  } while (seconds_since(t0) < seconds);
+  return seconds_since(t0) / calls;
+}
+
+}  // namespace
+
+int run_bench(const BenchArgs& a) {
+  if (a.steps < 1) throw UsageError("--steps " + std::to_string(a.steps) + ": expected >= 1");
+  if (!(a.seconds > 0.0)) throw UsageError("--seconds: expected a number > 0");
+  set_threads(a.threads);
+  const int threads = num_threads();
+  std::printf("qkv %s bench: %s\n\n", QKV_VERSION, device_summary().c_str());
+
+  std::printf("%-22s %8s %10s %9s\n", "gemm M x N x K", "threads", "ms", "GFLOP/s");
+  struct Shape {
+    int M, N, K;
+  };
+  // Square products, then the char GPT's feed-forward product (B*T = 768 rows, C = 128 -> 4C = 512).
+  for (const Shape s : {Shape{256, 256, 256}, Shape{512, 512, 512}, Shape{768, 512, 128}}) {
+    const auto A = std::vector<float>(static_cast<size_t>(s.M) * s.K, 0.5f);
+    const auto B = std::vector<float>(static_cast<size_t>(s.K) * s.N, 0.25f);
+    std::vector<float> C(static_cast<size_t>(s.M) * s.N);
+    const double t = time_per_call(a.seconds, [&] {
+      kernels::gemm(false, false, s.M, s.N, s.K, 1.f, A.data(), s.K, B.data(), s.N, 0.f, C.data(), s.N);
+    });
+    const std::string name = std::to_string(s.M) + " x " + std::to_string(s.N) + " x " + std::to_string(s.K);
+    std::printf("%-22s %8d %10.3f %9.1f\n", name.c_str(), threads, t * 1e3, 2.0 * s.M * s.N * s.K / t * 1e-9);
+    std::fflush(stdout);
+  }
+
+  // The char GPT of nanoGPT's CPU recipe on random tokens (the speed does not depend on the text).
+  LanguageModelConfig c;
+  c.vocab_size = 65;
+  c.context = 64;
+  c.d_model = 128;
+  c.heads = 4;
+  c.layers = 4;
+  c.bias = false;
+  const int B = 12, T = c.context;
+  std::vector<int32_t> in(static_cast<size_t>(B) * T), tg(in.size());
+  Rng rng(1);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = static_cast<int32_t>(rng.next_u64() % 65);
+    tg[i] = static_cast<int32_t>(rng.next_u64() % 65);
+  }
+  std::printf("\n%-22s %8s %10s %9s\n", "char GPT train step", "threads", "ms", "tokens/s");
+  std::vector<int> counts;
+  for (int n = 1; n < threads; n *= 2) counts.push_back(n);
+  counts.push_back(threads);
+  for (int n : counts) {
+    set_num_threads(n);
+    LanguageModel lm(c);
+    lm.train_step(in, tg, B, T);  // warm-up: plans the workspace
+    const auto t0 = Clock::now();
+    for (int s = 0; s < a.steps; ++s) lm.train_step(in, tg, B, T);
+    const double t = seconds_since(t0) / a.steps;
+    std::printf("%-22s %8d %10.2f %9.0f\n", "4L d128 ctx64 batch12", n, t * 1e3, B * T / t);
+    std::fflush(stdout);
+  }
+  set_num_threads(threads);
+  return 0;
+}
+
+}  // namespace qkv::cli

@@ -1,0 +1,54 @@
+#pragma once
+// The qkv tool's subcommands. Each returns the process exit status: 0 done, 1 failure (a qkv::Error), 2 a
+// usage mistake (UsageError), 128 + signal for a training run stopped by Ctrl-C (after saving).
+#include <cstdint>
+#include <string>
+
+namespace qkv::cli {
+
+// An option's value and whether the command line gave it.
+template <class T>
+struct Flag {
+  T value{};
+  bool given = false;
+};
+
+struct TrainArgs {
+  std::string data, config, out, resume, device = "cpu";
+  Flag<std::string> model{"lm"};
+  Flag<int> steps, threads, batch, eval_every, log_every;
+  Flag<double> lr;
+  Flag<uint64_t> seed;
+};
+
+struct GenerateArgs {
+  std::string ckpt, prompt, stop, device = "cpu";
+  int max_tokens = 200, top_k = 0;
+  double temperature = 0.8, top_p = 1.0, repetition_penalty = 1.0;
+  Flag<uint64_t> seed;
+  Flag<int> threads;
+};
+
+struct EvalArgs {
+  std::string ckpt, data, device = "cpu";
+  Flag<int> batch, threads;
+};
+
+struct InfoArgs {
+  std::string ckpt;
+  bool all = false;
+};
+
+struct BenchArgs {
+  Flag<int> threads;
+  int steps = 5;
+  double seconds = 0.25;
+};
+
+int run_train(const TrainArgs& args);
+int run_generate(const GenerateArgs& args);
+int run_eval(const EvalArgs& args);
+int run_info(const InfoArgs& args);
+int run_bench(const BenchArgs& args);
+
+}  // namespace qkv::cli

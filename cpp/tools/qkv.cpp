@@ -1,0 +1,168 @@
+// qkv: the command-line tool. Train a model on a text or TSV file, generate from a checkpoint, evaluate
+// it, inspect it, and time the kernels. The flags are parsed here (CLI11); the work is in commands.cpp.
+//
+// Exit status: 0 done, 1 failure (the message names the file or flag), 2 usage error, 128 + signal when
+// Ctrl-C stopped a training run (after its checkpoint was saved).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "qkv/device.h"
+#include "qkv/error.h"
+#include "task.h"
+
+namespace {
+
+using qkv::cli::Flag;
+
+// Options bound to a Flag<T> learn after parsing whether they were given.
+class Flags {
+ public:
+  template <class T>
+  CLI::Option* add(CLI::App* app, const std::string& name, Flag<T>& flag, const std::string& help) {
+    CLI::Option* o = app->add_option(name, flag.value, help);
+    seen_.emplace_back(o, &flag.given);
+    return o;
+  }
+  void resolve() {
+    for (auto& [o, given] : seen_) *given = o->count() > 0;
+  }
+
+ private:
+  std::vector<std::pair<CLI::Option*, bool*>> seen_;
+};
+
+const char* const kTrainFooter = R"(
+Data (--data):
+  lm          plain UTF-8 text; the tokenizer is its distinct characters
+  seq2seq     TSV lines source<TAB>target
+  classifier  TSV lines label<TAB>text
+  The last 10% (of the text, or of the lines) is held out for the evaluation lines.
+
+Config (--config): a preset name, or a JSON file whose fields override a preset's:
+  {"preset": "small", "model": {"layers": 6}, "optimizer": {"lr": 3e-4}, "batch": 16}
+  "model" takes the model config JSON fields and "optimizer" the optimizer config fields (qkv/config.h); the
+  vocabulary sizes come from the data, and seq2seq and classifier take the context from the longest example
+  unless it is given. A cosine schedule without total_steps ends at --steps.
+Presets (tiny is the default):
+{presets}
+Checkpoints (--out, default model.safetensors; with --resume, the resumed file) are written atomically at
+every evaluation and at the end, with the tokenizer inside. Ctrl-C saves one and exits with status 130.
+--resume continues up to --steps (default: the planned total) with the same batches and losses as an
+uninterrupted run; the model, optimizer, batch size and seed come from the checkpoint.
+
+Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (checkpoint saved).)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace qkv::cli;
+  CLI::App app{
+      "qkv: train Transformers on text files, generate, evaluate and inspect checkpoints.\n" + qkv::device_summary(),
+      "qkv"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("qkv ") + QKV_VERSION);
+  app.footer("\nRun 'qkv COMMAND --help' for a command's flags.\nExit status: 0 done, 1 failure, 2 usage error.");
+  Flags flags;
+
+  TrainArgs train;
+  CLI::App* t = app.add_subcommand("train", "Train a model on a data file and write a checkpoint");
+  t->add_option("--data", train.data, "Training data: text (lm) or TSV (seq2seq, classifier)")->required();
+  flags.add(t, "--model", train.model, "lm, seq2seq or classifier (default lm)")
+      ->check(CLI::IsMember({"lm", "seq2seq", "classifier"}));
+  t->add_option("--config", train.config, "A preset (tiny, small) or a JSON file (below)");
+  flags.add(t, "--steps", train.steps, "Total optimizer steps (default 1000)")->check(CLI::PositiveNumber);
+  t->add_option("--out", train.out, "Checkpoint to write (default model.safetensors)");
+  t->add_option("--resume", train.resume, "Checkpoint to continue from");
+  flags.add(t, "--threads", train.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  t->add_option("--device", train.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  flags.add(t, "--batch", train.batch, "Rows per batch (default: the preset's)")->check(CLI::PositiveNumber);
+  flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
+  flags.add(t, "--eval-every", train.eval_every, "Evaluate and save every N steps (default steps/10; 0: at the end)")
+      ->check(CLI::NonNegativeNumber);
+  flags.add(t, "--log-every", train.log_every, "Progress line every N steps when stderr is not a terminal (10)")
+      ->check(CLI::PositiveNumber);
+  flags.add(t, "--seed", train.seed, "Seed of the initial weights and the batch order (default 1337)");
+  t->footer([] {
+    std::string text = kTrainFooter;
+    const std::string mark = "{presets}\n";
+    return text.replace(text.find(mark), mark.size(), describe_presets());
+  }());
+
+  GenerateArgs gen;
+  CLI::App* g = app.add_subcommand("generate", "Continue a prompt with an lm checkpoint (or translate with seq2seq)");
+  g->add_option("--ckpt", gen.ckpt, "Checkpoint written by qkv train")->required();
+  g->add_option("--prompt", gen.prompt, "The text to continue")->required();
+  g->add_option("--max-tokens", gen.max_tokens, "Tokens to generate at most (default 200)")
+      ->check(CLI::NonNegativeNumber);
+  g->add_option("--temperature", gen.temperature, "Softmax temperature; 0 = greedy (default 0.8)");
+  g->add_option("--top-k", gen.top_k, "Sample from the k most probable tokens; 0 = off (default)");
+  g->add_option("--top-p", gen.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)");
+  g->add_option("--repetition-penalty", gen.repetition_penalty, "CTRL's penalty on repeated tokens; 1 = off");
+  g->add_option("--stop", gen.stop, "Characters that end generation (each is emitted, then it stops)");
+  flags.add(g, "--seed", gen.seed, "Seed of the sampling (default: random, printed on stderr)");
+  flags.add(g, "--threads", gen.threads, "CPU threads")->check(CLI::PositiveNumber);
+  g->add_option("--device", gen.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  g->footer(
+      "\nThe prompt and then each new token are written to stdout as they come. A seq2seq checkpoint decodes\n"
+      "greedily (the sampling flags do not apply).");
+
+  EvalArgs eval;
+  CLI::App* e = app.add_subcommand("eval", "Loss, perplexity and accuracy of a checkpoint on a data file");
+  e->add_option("--ckpt", eval.ckpt, "Checkpoint written by qkv train")->required();
+  e->add_option("--data", eval.data, "Data in the checkpoint model's format (all of it is evaluated)")->required();
+  flags.add(e, "--batch", eval.batch, "Rows per batch")->check(CLI::PositiveNumber);
+  flags.add(e, "--threads", eval.threads, "CPU threads")->check(CLI::PositiveNumber);
+  e->add_option("--device", eval.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+
+  InfoArgs info;
+  CLI::App* i = app.add_subcommand("info", "A checkpoint's model, config, parameter count and tensors");
+  i->add_option("--ckpt", info.ckpt, "A qkv checkpoint or any safetensors file")->required();
+  i->add_flag("--all", info.all, "Also list the optimizer's moment tensors");
+
+  BenchArgs bench;
+  CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");
+  flags.add(b, "--threads", bench.threads, "Most threads (default: all cores)")->check(CLI::PositiveNumber);
+  b->add_option("--steps", bench.steps, "Training steps timed per thread count (default 5)")
+      ->check(CLI::PositiveNumber);
+  b->add_option("--seconds", bench.seconds, "Seconds per gemm shape (default 0.25)")->check(CLI::PositiveNumber);
+
+  if (argc <= 1) {
+    std::fputs(app.help().c_str(), stderr);
+    return 2;
+  }
+  const std::string first = argv[1];
+  const std::vector<std::string> commands = {"train", "generate", "eval", "info", "bench"};
+  if (first[0] != '-' && std::find(commands.begin(), commands.end(), first) == commands.end()) {
+    std::fprintf(stderr, "qkv: unknown command \"%s\": expected train, generate, eval, info or bench\n", argv[1]);
+    return 2;
+  }
+  try {
+    app.parse(argc, argv);
+    flags.resolve();
+  } catch (const CLI::ParseError& err) {
+    if (err.get_exit_code() == 0) return app.exit(err);  // --help, --version
+    const auto parsed = app.get_subcommands();
+    const std::string command = parsed.empty() ? "" : " " + parsed.front()->get_name();
+    std::fprintf(stderr, "qkv%s: %s\nRun 'qkv%s --help' for usage.\n", command.c_str(), err.what(), command.c_str());
+    return 2;
+  }
+  const std::string command = app.get_subcommands().front()->get_name();
+  try {
+    if (command == "train") return run_train(train);
+    if (command == "generate") return run_generate(gen);
+    if (command == "eval") return run_eval(eval);
+    if (command == "info") return run_info(info);
+    return run_bench(bench);
+  } catch (const UsageError& err) {
+    std::fprintf(stderr, "qkv %s: %s\nRun 'qkv %s --help' for usage.\n", command.c_str(), err.what(), command.c_str());
+    return 2;
+  } catch (const std::exception& err) {  // qkv::Error, and anything the system throws (bad_alloc)
+    std::fprintf(stderr, "qkv %s: error: %s\n", command.c_str(), err.what());
+    return 1;
+  }
+}

@@ -1,0 +1,117 @@
+#pragma once
+// The qkv tool's view of a model: one of the three models together with the tokenizers that turn a data
+// file into its batches, and the checkpoint metadata that lets `generate`, `eval` and `train --resume` find
+// them again. A checkpoint written by `qkv train` is an ordinary qkv checkpoint (the models load it) with
+// these extra "__metadata__" keys:
+//   "qkv.tokenizer"         the input tokenizer's JSON (qkv/tokenizer.h): the text of lm and classifier,
+//                           the source of seq2seq
+//   "qkv.tokenizer.target"  seq2seq: the target tokenizer's JSON
+//   "qkv.labels"            classifier: the class names in class-id order, a JSON array of strings
+//   "qkv.train"             {"seed", "batch", "steps", "eval_every"}: what `train --resume` continues with
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "qkv/optimizer.h"
+#include "qkv/sampling.h"
+
+namespace qkv::cli {
+
+// A mistake in the command line (exit status 2); every other failure is a qkv::Error (exit status 1).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class Kind { LM, Seq2Seq, Classifier };
+Kind parse_kind(const std::string& name);  // "lm", "seq2seq", "classifier"
+const char* kind_name(Kind kind);          // the same names
+const char* checkpoint_kind(Kind kind);    // "qkv.model" in a checkpoint: "language_model", "seq2seq", "classifier"
+
+// The whole file as bytes; qkv::Error naming the path when it cannot be read.
+std::string read_text(const std::string& path);
+
+// A model configuration before the data fills in the vocabulary (and, for seq2seq and classifier, the
+// context when it is not given): the model's and optimizer's JSON fields and the batch size.
+struct Setup {
+  nlohmann::json model;
+  nlohmann::json optimizer;
+  int batch = 0;
+};
+// `config` is a preset name ("tiny", "small") or a JSON file {"preset", "model", "optimizer", "batch"}
+// whose fields override the preset's (default "tiny"). UsageError for an unknown preset name.
+Setup resolve_setup(Kind kind, const std::string& config);
+// The presets as --help shows them.
+std::string describe_presets();
+
+// What `qkv train --resume` continues with.
+struct TrainState {
+  uint64_t seed = 1337;
+  int batch = 0;
+  int steps = 0;  // the planned total
+  int eval_every = 0;
+};
+
+// One batch in the layout of the task's model: lm (inputs, targets); seq2seq (src, tgt_in, tgt_out);
+// classifier (tokens, labels).
+struct Batch {
+  std::vector<int32_t> a, b, c;
+  int rows = 0, len_a = 0, len_b = 0;
+  long long tokens = 0;  // positions processed, for tokens/s
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+
+  // A new model for the data file `path` (its contents `text`), configured by `setup` with the vocabulary
+  // sizes (and, where not given, the context) taken from the data. `source` names the setup in errors.
+  static std::unique_ptr<Task> create(Kind kind, const std::string& path, const std::string& text, const Setup& setup,
+                                      const std::string& source, uint64_t seed, const OptimizerConfig& optimizer);
+  // A checkpoint written by `qkv train`: qkv::Error naming the path for anything else.
+  static std::unique_ptr<Task> load(const std::string& path);
+
+  virtual Kind kind() const = 0;
+  // Encodes a data file with this task's tokenizers; the last 10% of it (of the text for lm, of the
+  // examples otherwise) is the held-out split. Errors name the file (and line for TSV).
+  virtual void set_data(const std::string& path, const std::string& text) = 0;
+  // qkv::Error naming the data file when it is too small to train on.
+  virtual void check_trainable() const = 0;
+  // The training batch of a step: a function of (seed, step) only, so a resumed run sees the same batches.
+  virtual Batch train_batch(uint64_t seed, int step, int batch) const = 0;
+  virtual float train_step(const Batch& batch) = 0;
+  // Loss, accuracy and perplexity over the held-out split or the whole data, `batch` rows at a time and at
+  // most max_batches batches (0: all). count is 0 when there is nothing to evaluate.
+  virtual Metrics evaluate(bool held_out, int batch, int max_batches) = 0;
+  virtual int step() const = 0;
+  virtual size_t num_parameters() const = 0;
+  virtual void set_learning_rate(float lr) = 0;
+  virtual std::string config_json() const = 0;
+  // Streams the text that follows `prompt` to on_text, a piece per token (on_text returns false to stop):
+  // lm samples with `options` (stop_chars: characters that end generation); seq2seq decodes greedily up to
+  // options.max_new_tokens target tokens. qkv::Error for a classifier; UsageError naming the flag for
+  // options that do not fit the checkpoint.
+  virtual void generate(const std::string& prompt, const SamplingOptions& options, const std::string& stop_chars,
+                        const std::function<bool(const std::string&)>& on_text);
+
+  // Writes the checkpoint (weights, optimizer state, tokenizers, train state) atomically to `path`.
+  void save(const std::string& path);
+
+  TrainState train;
+  std::string checkpoint_path;  // where the task was loaded from ("" for a new one), for messages
+
+ protected:
+  virtual std::vector<uint8_t> model_bytes() = 0;
+  virtual std::map<std::string, std::string> metadata() const = 0;
+};
+
+// Adds (or replaces) "__metadata__" keys of a safetensors file held in memory, leaving the tensors' bytes
+// as they are. qkv::Error when the header is malformed.
+std::vector<uint8_t> with_metadata(std::span<const uint8_t> bytes, const std::map<std::string, std::string>& extra);
+
+}  // namespace qkv::cli
