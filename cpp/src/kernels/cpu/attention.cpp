@@ -205,7 +205,9 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
   const uint32_t threshold = dropout_threshold(s.dropout);
   const float keep_scale = drop ? 1.f / (1.f - s.dropout) : 1.f;
   const Slot slot = slot_for(Tq, Tk, hs);
-  const auto [bq, bk, ld] = blocks(Tq, Tk, s.causal ? kForwardCausalQ : kForwardQ, kForwardK);
+  // Plain ints, not structured bindings, which Emscripten's clang 14 cannot capture in the lambda below.
+  const Blocks tiles = blocks(Tq, Tk, s.causal ? kForwardCausalQ : kForwardQ, kForwardK);
+  const int bq = tiles.bq, bk = tiles.bk, ld = tiles.ld;
   const RowPasses passes = select();
   for_each_head(s, scratch, slot, [&](const Head& hd) {
     float *S = hd.w + slot.S, *kt = hd.w + slot.kt, *bias = hd.w + slot.bias;
@@ -268,7 +270,7 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
   const uint32_t threshold = dropout_threshold(s.dropout);
   const float keep_scale = drop ? 1.f / (1.f - s.dropout) : 1.f;
   const Slot slot = slot_for(Tq, Tk, hs);
-  const auto [bq, bk, ld] = slot.bwd;
+  const int bq = slot.bwd.bq, bk = slot.bwd.bk, ld = slot.bwd.ld;
   const RowPasses passes = select();
   for_each_head(s, scratch, slot, [&](const Head& hd) {
     float *S = hd.w + slot.S, *dP = hd.w + slot.dP, *Pd = hd.w + slot.Pd;
