@@ -229,8 +229,14 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
       for (int s0 = 0; s0 < s_end; s0 += bk) {
         const int cols = std::min(bk, s_end - s0);
         // S = q_i k_j^T / sqrt(hs), then P and the running m, l; the output so far is rescaled by alpha.
-        transpose(kt, ld, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
-        gemm(false, false, rows, cols, hs, scale, qh + static_cast<size_t>(t0) * s.ldq, s.ldq, kt, ld, 0.f, S, ld);
+        const float* qi = qh + static_cast<size_t>(t0) * s.ldq;
+        if (rows <= 2) {  // a KV cache's new token or two: dot products with the keys in place, no transpose
+          gemm(false, true, rows, cols, hs, scale, qi, s.ldq, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 0.f, S,
+               ld);
+        } else {
+          transpose(kt, ld, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
+          gemm(false, false, rows, cols, hs, scale, qi, s.ldq, kt, ld, 0.f, S, ld);
+        }
         const AttentionTile tile{
             S, ld, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 + s.q_pos - s0 : cols};
         passes.softmax(tile, m, l, alpha);
