@@ -81,6 +81,12 @@ val take_error() {
 
 [[noreturn]] void throw_type_error(const std::string& message) { throw TypeError(message); }
 
+// "a Float32Array", "an Array".
+std::string article(const std::string& name) {
+  const bool vowel = !name.empty() && std::string("aeiouAEIOU").find(name[0]) != std::string::npos;
+  return (vowel ? "an " : "a ") + name;
+}
+
 // A JS value for an error message: `"abc" (a string)`, `1.5 (a number)`, `an Array`, `null`.
 std::string describe(const val& v) {
   if (v.isNull()) return "null";
@@ -95,10 +101,11 @@ std::string describe(const val& v) {
     return val::global("String")(v).as<std::string>() + " (a " + type + ")";
   if (type == "object") {
     const val ctor = v["constructor"];
-    if (!ctor.isUndefined() && !ctor.isNull() && ctor["name"].isString()) return "a " + ctor["name"].as<std::string>();
+    if (!ctor.isUndefined() && !ctor.isNull() && ctor["name"].isString())
+      return article(ctor["name"].as<std::string>());
     return "an object";
   }
-  return "a " + type;
+  return article(type);
 }
 
 std::vector<int32_t> int32_array(const val& v, const char* name) {

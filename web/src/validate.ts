@@ -5,6 +5,11 @@
 import type { SamplingIn } from "./protocol.js";
 import type { BatchShape } from "./types.js";
 
+/** "a Float32Array", "an Array". */
+function article(name: string): string {
+  return `${/^[aeiou]/i.test(name) ? "an" : "a"} ${name}`;
+}
+
 /** Describes a value for an error message: `"abc"` (string), `1.5`, `an Array`, `null`. */
 export function describe(v: unknown): string {
   if (v === null) return "null";
@@ -13,9 +18,9 @@ export function describe(v: unknown): string {
   if (typeof v === "number" || typeof v === "boolean" || typeof v === "bigint") return `${String(v)} (a ${typeof v})`;
   if (typeof v === "object") {
     const name = (v as { constructor?: { name?: string } }).constructor?.name;
-    return name ? `a ${name}` : "an object";
+    return name ? article(name) : "an object";
   }
-  return `a ${typeof v}`;
+  return article(typeof v);
 }
 
 export function positiveInt(name: string, v: unknown): number {
