@@ -66,6 +66,20 @@ export function string(name: string, v: unknown): string {
   return v;
 }
 
+/**
+ * A string that is well-formed UTF-16 (no lone surrogate), so that it has a UTF-8 form: the core reads
+ * text as UTF-8, and Embind's conversion would silently merge a lone surrogate with the next character.
+ */
+export function text(name: string, v: unknown): string {
+  const s = string(name, v);
+  const lone = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.exec(s);
+  if (lone) {
+    const cp = lone[0].charCodeAt(0).toString(16).toUpperCase();
+    throw new Error(`${name} has a lone surrogate U+${cp} at index ${lone.index}: expected well-formed Unicode text`);
+  }
+  return s;
+}
+
 export function object(name: string, v: unknown, like: string): Record<string, unknown> {
   if (typeof v !== "object" || v === null) throw new Error(`${name} must be an object like ${like}, got ${describe(v)}`);
   return v as Record<string, unknown>;
