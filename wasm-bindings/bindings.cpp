@@ -9,6 +9,7 @@
 #include <emscripten/bind.h>
 #include <emscripten/heap.h>
 #include <emscripten/val.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -658,6 +659,8 @@ void set_threads(int n) {
 }
 double heap_size() { return static_cast<double>(emscripten_get_heap_size()); }
 double heap_max() { return static_cast<double>(emscripten_get_heap_max()); }
+// Bytes malloc has handed out and not taken back (the heap itself only grows, so this is what shows a leak).
+double heap_used() { return static_cast<double>(mallinfo().uordblks); }
 
 }  // namespace
 
@@ -671,6 +674,7 @@ EMSCRIPTEN_BINDINGS(qkv) {
   emscripten::function("setThreads", &set_threads);
   emscripten::function("heapSize", &heap_size);
   emscripten::function("heapMax", &heap_max);
+  emscripten::function("heapUsed", &heap_used);
   emscripten::function("checkpointMetadata", &checkpoint_metadata);
   emscripten::function("takeError", &take_error);
 
