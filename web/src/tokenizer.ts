@@ -77,7 +77,7 @@ function make(b: Backend, out: TokenizerOut): AnyTokenizer {
 function jsonText(json: unknown): string {
   if (typeof json === "string") return wellFormed("json", json);
   if (typeof json === "object" && json !== null) return JSON.stringify(json);
-  throw new Error(`json must be a tokenizer's JSON (a string or the object toJSON() returns), got ${describe(json)}`);
+  throw new TypeError(`json must be a tokenizer's JSON (a string or the object toJSON() returns), got ${describe(json)}`);
 }
 
 /**
@@ -198,7 +198,7 @@ export class CharTokenizer extends Tokenizer {
   /** A tokenizer with this exact vocabulary (ids: the specials, then `chars` in order). */
   static async fromVocabulary(chars: readonly string[], options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
     const o = object("options", options, "{ specials? }");
-    if (!Array.isArray(chars)) throw new Error(`chars must be an array of single characters, got ${describe(chars)}`);
+    if (!Array.isArray(chars)) throw new TypeError(`chars must be an array of single characters, got ${describe(chars)}`);
     const json: TokenizerJSON = { version: 1, kind: "char", special: specials(o.specials), vocab: [...chars] };
     return CharTokenizer.fromJSON(json);
   }
