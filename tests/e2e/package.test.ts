@@ -26,7 +26,8 @@ const PAGE = `<!doctype html>
     result.losses = [];
     for (let i = 0; i < 20; i++) result.losses.push((await m.trainStep(x, y)).loss);
     result.outOfRange = await m.trainStep(Int32Array.of(0, 9), Int32Array.of(1, 2)).then(() => "resolved", (e) => e instanceof Error && e.message);
-    result.wrongType = await m.trainStep("ab", y).then(() => "resolved", (e) => e instanceof Error && e.message);
+    result.wrongType = await m.trainStep("ab", y).then(() => "resolved", (e) => e instanceof TypeError && e.message);
+    result.wrongConfig = await LanguageModel.create({ vocabSize: "5", context: 4, dModel: 8, heads: 2, layers: 1 }).then(() => "resolved", (e) => e instanceof TypeError && e.message);
     result.generated = Array.from(await m.generate(Int32Array.of(0), { maxTokens: 6, temperature: 0 }));
     m.dispose();
     result.disposed = await m.evaluate(x, y).then(() => "resolved", (e) => e.message);
@@ -124,6 +125,7 @@ describe("browser entry without a bundler", () => {
       losses: number[];
       outOfRange: string;
       wrongType: string;
+      wrongConfig: string;
       generated: number[];
       disposed: string;
       tokJson: string;
@@ -151,6 +153,7 @@ describe("browser entry without a bundler", () => {
     expect(r.losses.at(-1)!).toBeLessThan(0.5 * r.losses[0]!);
     expect(r.outOfRange).toMatch(/inputs\[1\] = 9 is out of range: expected a token id in \[0, 5\)/);
     expect(r.wrongType).toMatch(/inputs must be an Int32Array.*"ab"/);
+    expect(r.wrongConfig).toMatch(/config.vocabSize must be a number, got "5" \(a string\)/);
     expect(r.generated).toHaveLength(6);
     expect(r.generated.every((t) => t >= 0 && t < 5)).toBe(true);
     expect(r.disposed).toMatch(/evaluate\(\) was called after dispose\(\)/);
