@@ -61,7 +61,6 @@ describe("memory", () => {
     // A leaked model would keep at least its weights, gradients and moments (about 2 MB here) per cycle.
     expect(perModel).toBeGreaterThan(2e6);
     expect(after.heapUsedBytes - settled.heapUsedBytes).toBeLessThan(perModel / 4);
-    expect(after.heapBytes).toBe(settled.heapBytes);
   });
 
   it("failing calls free what they converted (errors unwind the C++ frames before reaching JS)", async () => {
@@ -78,7 +77,6 @@ describe("memory", () => {
     const after = await memory();
     // One leaked 4 MB copy per failed call would be 120 MB.
     expect(after.heapUsedBytes - settled.heapUsedBytes).toBeLessThan(1 << 20);
-    expect(after.heapBytes).toBe(settled.heapBytes);
   });
 
   it("`using` disposes every model kind", async () => {
