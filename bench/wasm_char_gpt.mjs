@@ -4,14 +4,10 @@
 //
 // usage: node bench/wasm_char_gpt.mjs [--threads 2] [--steps 50] [--warmup 5]   (after `npm run build:web`)
 // prints a table and: RESULT bench=char-gpt side=wasm threads=<n> ... ms_per_step=<mean> tokens_per_s=<n>
-import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
+import { loadAverage, option, rng } from "./node_util.mjs";
 import { init, LanguageModel } from "../web/dist/node.js";
 
-function option(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 && i + 1 < process.argv.length ? Number(process.argv[i + 1]) : fallback;
-}
 const threads = option("threads", 2);
 const steps = option("steps", 50);
 const warmup = option("warmup", 5);
@@ -21,26 +17,6 @@ const CONFIG = { vocabSize: 65, context: 64, dModel: 128, heads: 4, layers: 4 };
 const BATCH = 12;
 const SEQ = 64;
 const POOL = 16; // random batches, cycled
-
-/** Deterministic PRNG (mulberry32), uniform in [0, 1). */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-function loadAverage() {
-  try {
-    return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
-  } catch {
-    return "?";
-  }
-}
 
 const info = await init({ threads });
 const model = await LanguageModel.create(CONFIG);

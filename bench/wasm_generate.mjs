@@ -4,14 +4,10 @@
 //
 // usage: node bench/wasm_generate.mjs [--threads 2] [--runs 10] [--warmup 1]   (after `npm run build:web`)
 // prints a table and, per side: RESULT bench=generate side=wasm cache=<on|off> ... tokens_per_s=<n>
-import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
+import { loadAverage, option } from "./node_util.mjs";
 import { init, LanguageModel } from "../web/dist/node.js";
 
-function option(name, fallback) {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 && i + 1 < process.argv.length ? Number(process.argv[i + 1]) : fallback;
-}
 const threads = option("threads", 2);
 const runsOption = option("runs", 0);
 const warmup = option("warmup", 1);
@@ -31,14 +27,6 @@ const CONFIG = {
   tieHead: true,
   finalNorm: true,
 };
-
-function loadAverage() {
-  try {
-    return readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ");
-  } catch {
-    return "?";
-  }
-}
 
 const info = await init({ threads });
 const model = await LanguageModel.create(CONFIG);

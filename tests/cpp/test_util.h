@@ -1,5 +1,6 @@
 #pragma once
 // Shared helpers for the native tests: seeded random data and instruction-set sweeps.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -16,6 +17,18 @@ inline std::vector<float> randn(size_t n, uint64_t seed, float scale = 1.f) {
   std::vector<float> v(n);
   for (float& x : v) x = static_cast<float>(rng.normal()) * scale;
   return v;
+}
+
+// Sets a model's weights to N(0, scale) per tensor (seeds seed, seed + 1, ...), LayerNorms left at (1, 0).
+// Generation tests use 0.3 instead of the init's 0.02: logits far apart, so that no greedy choice rests on a
+// difference at float rounding, and attention rows far from uniform.
+template <class Model>
+void randomize_weights(Model& m, uint64_t seed, float scale = 0.3f) {
+  for (auto p : m.parameters()) {
+    if (std::string(p.name).find("norm") != std::string::npos) continue;
+    const auto r = randn(p.value.size(), seed++, scale);
+    std::copy(r.begin(), r.end(), p.value.begin());
+  }
 }
 
 // Runs fn once per instruction set available here (scalar included), then restores the best one.

@@ -139,15 +139,6 @@ Seq2SeqConfig small_seq2seq(NormPosition norm) {
   return c;
 }
 
-// Weights N(0, 0.3): logits well apart (no greedy choice rests on a rounding), attention far from uniform.
-void randomize(Seq2Seq& m, uint64_t seed) {
-  for (ParameterView p : m.parameters()) {
-    if (std::string(p.name).find("norm") != std::string::npos) continue;
-    const auto r = test::randn(p.value.size(), seed++, 0.3f);
-    std::copy(r.begin(), r.end(), p.value.begin());
-  }
-}
-
 constexpr int kS2sBos = 1, kS2sEos = 2;
 
 // Source rows with padding (pad_id 0) at the end of some.
@@ -176,7 +167,7 @@ std::vector<int32_t> plain_greedy(Seq2Seq& m, const std::vector<int32_t>& src, i
 TEST(BeamSearch, Seq2SeqWidthOneEqualsAPlainGreedyLoop) {
   for (NormPosition norm : {NormPosition::Post, NormPosition::Pre}) {
     Seq2Seq m(small_seq2seq(norm));
-    randomize(m, 31);
+    test::randomize_weights(m, 31);
     m.set_training(false);
     const int B = 3, S = 7, max_len = 12;
     const auto src = sources(B, S);
@@ -202,7 +193,7 @@ TEST(BeamSearch, Seq2SeqWidthOneEqualsAPlainGreedyLoop) {
 // reordered (the caches gathered) before they finish.
 TEST(BeamSearch, Seq2SeqCachedEqualsUncachedAndBeatsGreedy) {
   Seq2Seq m(small_seq2seq(NormPosition::Post));
-  randomize(m, 7);
+  test::randomize_weights(m, 7);
   for (ParameterView p : m.parameters())
     if (std::string(p.name) == "generator.bias") p.value[kS2sEos] -= 3.f;
   const int B = 4, S = 6, max_len = 10;

@@ -15,16 +15,6 @@
 namespace qkv {
 namespace {
 
-// Weights N(0, 0.3) instead of the GPT-2 init's 0.02: logits well apart, so a greedy choice never rests on
-// a difference at float rounding, and attention rows far from uniform.
-void randomize(LanguageModel& lm, uint64_t seed) {
-  for (ParameterView p : lm.parameters()) {
-    if (std::string(p.name).find("norm") != std::string::npos) continue;  // LayerNorm stays (1, 0)
-    const auto r = test::randn(p.value.size(), seed++, 0.3f);
-    std::copy(r.begin(), r.end(), p.value.begin());
-  }
-}
-
 struct Generated {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> logits;  // per row, the logits of each step, concatenated
@@ -88,7 +78,7 @@ TEST(KvCache, LanguageModelCachedEqualsUncached) {
     cfg.final_norm = c.final_norm;
     cfg.activation = c.act;
     LanguageModel lm(cfg);
-    randomize(lm, 17);
+    test::randomize_weights(lm, 17);
     std::vector<int32_t> prompts(static_cast<size_t>(c.batch) * c.prompt_len);
     for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = static_cast<int32_t>((i * 7 + 3) % 13);
     SamplingOptions o;
@@ -118,7 +108,7 @@ TEST(KvCache, BatchedRowsEqualSinglePromptGeneration) {
   cfg.heads = 2;
   cfg.layers = 2;
   LanguageModel lm(cfg);
-  randomize(lm, 3);
+  test::randomize_weights(lm, 3);
   const std::vector<int32_t> prompts = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 1};  // (3, 4)
   SamplingOptions o;
   o.max_new_tokens = 30;
