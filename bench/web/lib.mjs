@@ -108,6 +108,15 @@ export function maxAbsDiff(a, b) {
   return m;
 }
 
+/** The number of OS threads of this process now (Linux), to see what a library's "threads" setting started. */
+export function osThreads() {
+  try {
+    return Number(/^Threads:\s+(\d+)/m.exec(readFileSync("/proc/self/status", "utf8"))[1]);
+  } catch {
+    return undefined;
+  }
+}
+
 export function peakRssMiB() {
   return process.resourceUsage().maxRSS / 1024; // KiB on Linux
 }
