@@ -140,8 +140,9 @@ async function main(): Promise<void> {
   Object.assign(state, { threaded: info.threaded, threads: info.threads, simd: info.simd });
   statusEl.textContent = describeRuntime(info);
 
-  const tok = CharTokenizer.fromText(corpus);
-  const data = tok.encode(corpus);
+  // Only the characters of the text: nothing is padded, and every sample starts from a real character.
+  const tok = await CharTokenizer.fromText(corpus, { specials: { pad: false, bos: false, eos: false, unk: false } });
+  const data = await tok.encode(corpus);
   const model = await LanguageModel.create({ vocabSize: tok.size, ...MODEL });
   showModel({
     model: `decoder-only, ${MODEL.layers} layers, ${MODEL.heads} heads, d_model ${MODEL.dModel}, context ${MODEL.context}`,
@@ -191,9 +192,9 @@ async function main(): Promise<void> {
     progress.textContent = `step ${step} / ${STEPS} · loss ${mean.toFixed(3)} · ${(step / secs).toFixed(1)} steps/s`;
 
     if (step % SAMPLE_EVERY === 0 || step === STEPS) {
-      const prompt = tok.encode("\n");
+      const prompt = await tok.encode("\n");
       const out = await model.generate(prompt, { maxTokens: SAMPLE_TOKENS, temperature: 0.8, seed: step });
-      state.sample = tok.decode(out);
+      state.sample = await tok.decode(out);
       state.sampleStep = step;
       sampleEl.textContent = state.sample;
       $("#sample-step").textContent = `after ${step} steps (temperature 0.8)`;

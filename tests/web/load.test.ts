@@ -14,8 +14,8 @@ describe("init", () => {
   });
 
   it("the single-threaded build trains", async () => {
-    const tok = CharTokenizer.fromText(PATTERN_TEXT);
-    const data = tok.encode(PATTERN_TEXT);
+    const tok = await CharTokenizer.fromText(PATTERN_TEXT);
+    const data = await tok.encode(PATTERN_TEXT);
     using model = await LanguageModel.create({ vocabSize: tok.size, context: 16, dModel: 32, heads: 4, layers: 1, lr: 1e-2 });
     const random = rng(5);
     const losses: number[] = [];

@@ -1,19 +1,64 @@
 // The Embind module (the C++ core compiled to wasm) and the direct API over it: model handles by id,
 // one `switch` from a request to a core call. Used in Node on the caller's thread and in the browser Worker.
 
-import type { Calls, ModelRequest } from "./protocol.js";
-import type { LanguageModelConfig, RuntimeInfo } from "./types.js";
+import type { Calls, ConfigIn, ModelOut, ModelRequest, TokenizerIn, TokenizerOut } from "./protocol.js";
+import type { MemoryUsage, Metrics, ModelKind, RuntimeInfo } from "./types.js";
 import { VERSION } from "./version.js";
 
-/** A `LanguageModel` object of the Embind module. */
-export interface CoreLanguageModel {
-  trainStep(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): number;
-  evaluate(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): number;
-  generate(prompt: Int32Array, maxTokens: number, temperature: number, seed: number): Int32Array;
+/** What every Embind model class has. */
+interface CoreModelBase {
+  save(withOptimizer: boolean): Uint8Array;
+  loadWeights(bytes: Uint8Array): void;
   setLearningRate(lr: number): void;
   numParameters(): number;
+  step(): number;
+  config(): Record<string, number | string | boolean>;
+  memory(): MemoryUsage;
   delete(): void;
 }
+
+/** A `LanguageModel` object of the Embind module. */
+export interface CoreLanguageModel extends CoreModelBase {
+  trainStep(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): number;
+  evaluate(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): Metrics;
+  logits(inputs: Int32Array, batch: number, seq: number): Float32Array;
+  attention(layer: number): Float32Array;
+  generate(prompt: Int32Array, options: Calls["generate"]["in"]["options"]): Int32Array;
+}
+
+/** A `Seq2Seq` object of the Embind module. */
+export interface CoreSeq2Seq extends CoreModelBase {
+  trainStep(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): number;
+  evaluate(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): Metrics;
+  logits(src: Int32Array, tgtIn: Int32Array, batch: number, srcLen: number, tgtLen: number): Float32Array;
+  greedy(src: Int32Array, batch: number, srcLen: number, bos: number, eos: number, maxLen: number): Int32Array;
+  attention(kind: string, layer: number): Float32Array;
+}
+
+/** A `Classifier` object of the Embind module. */
+export interface CoreClassifier extends CoreModelBase {
+  trainStep(tokens: Int32Array, labels: Int32Array, batch: number, seq: number): number;
+  evaluate(tokens: Int32Array, labels: Int32Array, batch: number, seq: number): Metrics;
+  logits(tokens: Int32Array, batch: number, seq: number): Float32Array;
+  attention(layer: number): Float32Array;
+}
+
+/** A `Tokenizer` object of the Embind module. */
+export interface CoreTokenizer {
+  toJSON(): string;
+  encode(text: string | Uint8Array, bos: boolean, eos: boolean): Int32Array;
+  decode(ids: Int32Array, skipSpecial: boolean): Uint8Array;
+  info(): Omit<TokenizerOut, "json">;
+  delete(): void;
+}
+
+/** An Embind model class: factories return null on error (the error is left for `takeError`). */
+interface CoreModelClass<M> {
+  create(config: ConfigIn): M | null;
+  load(bytes: Uint8Array): M | null;
+}
+
+type Specials = { pad: boolean; bos: boolean; eos: boolean; unk: boolean };
 
 /** The module `createQkvCore()` resolves to (see wasm-bindings/). */
 export interface QkvCore {
@@ -23,7 +68,20 @@ export interface QkvCore {
   maxThreads(): number;
   setThreads(n: number): void;
   numThreads(): number;
-  LanguageModel: new (config: LanguageModelConfig) => CoreLanguageModel;
+  heapSize(): number;
+  heapMax(): number;
+  /** The error of the last failed call (the binding never throws through wasm frames), cleared on read. */
+  takeError(): { message: string; typeError: boolean } | undefined;
+  checkpointMetadata(bytes: Uint8Array): Record<string, string>;
+  LanguageModel: CoreModelClass<CoreLanguageModel>;
+  Seq2Seq: CoreModelClass<CoreSeq2Seq>;
+  Classifier: CoreModelClass<CoreClassifier>;
+  Tokenizer: {
+    charLevel(text: string, specials: Specials): CoreTokenizer | null;
+    byteLevel(specials: Specials): CoreTokenizer | null;
+    wordLevel(text: string, maxVocab: number, specials: Specials, lowercase: boolean): CoreTokenizer | null;
+    fromJSON(json: string): CoreTokenizer | null;
+  };
 }
 
 /** Arguments of Emscripten's MODULARIZE factory that qkv uses. */
@@ -39,7 +97,7 @@ export interface CoreModuleArgs {
 
 export type CoreFactory = (args: CoreModuleArgs) => Promise<QkvCore>;
 
-/** Turns whatever the core threw into an Error (Embind rethrows qkv::Error as a JS Error already). */
+/** Turns whatever was thrown into an Error. */
 export function toError(e: unknown): Error {
   if (e instanceof Error) return e;
   if (typeof e === "number") {
@@ -62,59 +120,251 @@ export function describeCore(core: QkvCore, threads: number): RuntimeInfo {
   return { threaded, threads: core.numThreads(), simd: core.simd(), version };
 }
 
+/** (query length, key length) of one attention map of the last forward pass. */
+type MapShape = [number, number];
+
+/** The shape of a model's last forward pass, where known: what its attention maps are. */
+interface ForwardShape {
+  batch: number;
+  /** LanguageModel and Classifier self-attention; Seq2Seq encoder self-attention. */
+  self?: MapShape;
+  decoder?: MapShape;
+  cross?: MapShape;
+}
+
+type Entry =
+  | { kind: "LanguageModel"; core: CoreLanguageModel; heads: number; last?: ForwardShape }
+  | { kind: "Seq2Seq"; core: CoreSeq2Seq; heads: number; last?: ForwardShape }
+  | { kind: "Classifier"; core: CoreClassifier; heads: number; last?: ForwardShape };
+
+/** At most this many tokenizers stay parsed in the core (tokenizers cross as their JSON). */
+const TOKENIZER_CACHE = 8;
+
 /** Model handles over one loaded core. */
 export class Engine {
-  private readonly models = new Map<number, CoreLanguageModel>();
+  private readonly models = new Map<number, Entry>();
+  private readonly tokenizers = new Map<string, CoreTokenizer>();
   private nextId = 1;
 
   constructor(readonly core: QkvCore) {}
 
-  /** Serves one model request: the single switch of the direct API. */
+  /** Serves one request: the single switch of the direct API. */
   handle(req: ModelRequest): Calls[ModelRequest["type"]]["out"] {
     switch (req.type) {
-      case "create": {
-        const m = new this.core.LanguageModel(withoutUndefined(req.in.config));
-        const model = this.nextId++;
-        this.models.set(model, m);
-        return { model, numParameters: m.numParameters() };
+      case "create":
+      case "load": {
+        const cls = this.core[req.in.kind] as CoreModelClass<Entry["core"]>;
+        const m = this.run(() => (req.type === "create" ? cls.create(req.in.config) : cls.load(req.in.bytes)));
+        if (!m) throw new Error(`qkv: the core returned no ${req.in.kind} and no error; please report this`);
+        return this.add(req.in.kind, m);
       }
       case "trainStep": {
-        const { model, inputs, targets, batch, seq } = req.in;
-        return { loss: this.get(model).trainStep(inputs, targets, batch, seq) };
+        const e = this.get(req.in.model);
+        const b = req.in.batch;
+        return { loss: this.forward(e, b, () => this.batchCall(e, b, "trainStep") as number) };
       }
       case "evaluate": {
-        const { model, inputs, targets, batch, seq } = req.in;
-        return { loss: this.get(model).evaluate(inputs, targets, batch, seq) };
+        const e = this.get(req.in.model);
+        const b = req.in.batch;
+        return this.forward(e, b, () => this.batchCall(e, b, "evaluate") as Metrics);
+      }
+      case "predict": {
+        const e = this.get(req.in.model);
+        const x = req.in.inputs;
+        const logits = this.forward(e, x, () => {
+          if (e.kind === "LanguageModel" && x.kind === "LanguageModel") return e.core.logits(x.inputs, x.batch, x.seq);
+          if (e.kind === "Seq2Seq" && x.kind === "Seq2Seq") {
+            return e.core.logits(x.src, x.tgtIn, x.batch, x.srcLen, x.tgtLen);
+          }
+          if (e.kind === "Classifier" && x.kind === "Classifier") return e.core.logits(x.tokens, x.batch, x.seq);
+          throw mismatch(e.kind, x.kind);
+        });
+        return { logits };
       }
       case "generate": {
-        const { model, prompt, maxTokens, temperature, seed } = req.in;
-        // A copy in an ordinary ArrayBuffer: never a view of the (shared) wasm heap.
-        const tokens = Int32Array.from(this.get(model).generate(prompt, maxTokens, temperature, seed));
+        const e = this.get(req.in.model);
+        if (e.kind !== "LanguageModel") throw mismatch(e.kind, "LanguageModel");
+        const { prompt, options } = req.in;
+        // The shape of generate's forward passes is the core's business: attention() asks for a predict().
+        e.last = undefined;
+        return { tokens: this.run(() => e.core.generate(prompt, options)) };
+      }
+      case "greedy": {
+        const e = this.get(req.in.model);
+        if (e.kind !== "Seq2Seq") throw mismatch(e.kind, "Seq2Seq");
+        const { src, batch, srcLen, bos, eos, maxTokens } = req.in;
+        e.last = undefined;
+        const tokens = this.run(() => e.core.greedy(src, batch, srcLen, bos, eos, maxTokens));
+        // The encoder ran once on the whole source; the decoder's last shape is the core's business.
+        e.last = { batch, self: [srcLen, srcLen] };
         return { tokens };
       }
-      case "setLearningRate":
-        this.get(req.in.model).setLearningRate(req.in.lr);
+      case "attention":
+        return { weights: this.attention(req.in) };
+      case "save": {
+        const { model, optimizer } = req.in;
+        return { bytes: this.run(() => this.get(model).core.save(optimizer)) };
+      }
+      case "loadWeights": {
+        const { model, bytes } = req.in;
+        this.run(() => this.get(model).core.loadWeights(bytes));
         return null;
+      }
+      case "setLearningRate": {
+        const { model, lr } = req.in;
+        this.run(() => this.get(model).core.setLearningRate(lr));
+        return null;
+      }
       case "dispose": {
-        const m = this.models.get(req.in.model);
-        if (m) {
+        const e = this.models.get(req.in.model);
+        if (e) {
           this.models.delete(req.in.model);
-          m.delete();
+          e.core.delete();
         }
         return null;
+      }
+      case "memory":
+        return {
+          models: [...this.models].map(([id, e]) => ({ id, kind: e.kind, bytes: e.core.memory() })),
+          heapBytes: this.core.heapSize(),
+          heapMaxBytes: this.core.heapMax(),
+        };
+      case "checkpointMetadata": {
+        const { bytes } = req.in;
+        return { metadata: this.run(() => this.core.checkpointMetadata(bytes)) };
+      }
+      case "tokenizer":
+        return this.buildTokenizer(req.in);
+      case "encode": {
+        const { tokenizer, text, bos, eos } = req.in;
+        const t = this.tokenizer(tokenizer);
+        return { ids: this.run(() => t.encode(text, bos, eos)) };
+      }
+      case "decode": {
+        const { tokenizer, ids, skipSpecial } = req.in;
+        const t = this.tokenizer(tokenizer);
+        return { bytes: this.run(() => t.decode(ids, skipSpecial)) };
       }
     }
   }
 
-  private get(model: number): CoreLanguageModel {
-    const m = this.models.get(model);
-    if (!m) throw new Error(`qkv: model ${model} does not exist (it was disposed)`);
-    return m;
+  /** Calls into the core and throws the error it recorded, if any (see takeError in wasm-bindings/). */
+  private run<T>(f: () => T): T {
+    const out = f();
+    const err = this.core.takeError();
+    if (err) throw err.typeError ? new TypeError(err.message) : new Error(err.message);
+    return out;
+  }
+
+  /**
+   * Runs a forward pass and records its shape for attention(). A failed call may or may not have run the
+   * forward (a check fails before it; a non-finite loss after it), so it leaves the shape unknown.
+   */
+  private forward<T>(e: Entry, x: Calls["predict"]["in"]["inputs"], f: () => T): T {
+    e.last = undefined;
+    const out = this.run(f);
+    if (x.kind === "Seq2Seq") {
+      e.last = { batch: x.batch, self: [x.srcLen, x.srcLen], decoder: [x.tgtLen, x.tgtLen], cross: [x.tgtLen, x.srcLen] };
+    } else {
+      e.last = { batch: x.batch, self: [x.seq, x.seq] };
+    }
+    return out;
+  }
+
+  private batchCall(e: Entry, b: Calls["trainStep"]["in"]["batch"], method: "trainStep" | "evaluate"): number | Metrics {
+    if (e.kind === "LanguageModel" && b.kind === "LanguageModel") {
+      return e.core[method](b.inputs, b.targets, b.batch, b.seq);
+    }
+    if (e.kind === "Seq2Seq" && b.kind === "Seq2Seq") {
+      return e.core[method](b.src, b.tgtIn, b.tgtOut, b.batch, b.srcLen, b.tgtLen);
+    }
+    if (e.kind === "Classifier" && b.kind === "Classifier") {
+      return e.core[method](b.tokens, b.labels, b.batch, b.seq);
+    }
+    throw mismatch(e.kind, b.kind);
+  }
+
+  /** One head's (Tq, Tk) map, for one row of the last batch. */
+  private attention(a: Calls["attention"]["in"]): Float32Array {
+    const e = this.get(a.model);
+    const kind = e.kind === "Seq2Seq" ? a.kind : undefined;
+    if (e.kind === "Seq2Seq" && kind === undefined) {
+      throw new Error('kind is missing: a Seq2Seq has "encoder", "decoder" and "cross" attention');
+    }
+    const weights = this.run(() =>
+      e.kind === "Seq2Seq" ? e.core.attention(kind ?? "encoder", a.layer) : e.core.attention(a.layer),
+    );
+    const shape = kind === "decoder" ? e.last?.decoder : kind === "cross" ? e.last?.cross : e.last?.self;
+    if (!e.last || !shape) {
+      throw new Error(
+        "attention() shows the last trainStep, evaluate or predict batch, and generate() has run since " +
+          "(or the last call failed): call predict() on the sequence first",
+      );
+    }
+    const [tq, tk] = shape;
+    const B = e.last.batch;
+    const H = e.heads;
+    if (weights.length !== B * H * tq * tk) {
+      throw new Error(`qkv: attention has ${weights.length} weights, expected ${B}*${H}*${tq}*${tk}; please report this`);
+    }
+    if (a.head >= H) throw new Error(`head = ${a.head} is out of range: expected 0 <= head < ${H}`);
+    if (a.batchIndex >= B) {
+      throw new Error(`batchIndex = ${a.batchIndex} is out of range: expected 0 <= batchIndex < ${B} (the last batch)`);
+    }
+    const start = (a.batchIndex * H + a.head) * tq * tk;
+    return weights.slice(start, start + tq * tk);
+  }
+
+  private add(kind: ModelKind, m: Entry["core"]): ModelOut {
+    const config = m.config();
+    const model = this.nextId++;
+    this.models.set(model, { kind, core: m, heads: Number(config.heads) } as Entry);
+    return { model, numParameters: m.numParameters(), config, step: m.step() };
+  }
+
+  private get(model: number): Entry {
+    const e = this.models.get(model);
+    if (!e) throw new Error(`qkv: model ${model} does not exist (it was disposed)`);
+    return e;
+  }
+
+  private buildTokenizer(t: TokenizerIn): TokenizerOut {
+    const T = this.core.Tokenizer;
+    const tok = this.run(() => {
+      switch (t.kind) {
+        case "char": return T.charLevel(t.text, t.specials);
+        case "byte": return T.byteLevel(t.specials);
+        case "word": return T.wordLevel(t.text, t.maxVocab, t.specials, t.lowercase);
+        case "json": return T.fromJSON(t.json);
+      }
+    });
+    if (!tok) throw new Error("qkv: the core returned no tokenizer and no error; please report this");
+    const json = tok.toJSON();
+    this.remember(json, tok);
+    return { json, ...tok.info() };
+  }
+
+  /** The parsed tokenizer of this JSON (kept for the next calls, the least recently used dropped). */
+  private tokenizer(json: string): CoreTokenizer {
+    const t = this.tokenizers.get(json) ?? this.run(() => this.core.Tokenizer.fromJSON(json));
+    if (!t) throw new Error("qkv: the core returned no tokenizer and no error; please report this");
+    this.remember(json, t);
+    return t;
+  }
+
+  private remember(json: string, t: CoreTokenizer): void {
+    const old = this.tokenizers.get(json);
+    if (old && old !== t) old.delete();
+    this.tokenizers.delete(json); // re-inserted last: the most recently used
+    this.tokenizers.set(json, t);
+    while (this.tokenizers.size > TOKENIZER_CACHE) {
+      const [key, oldest] = this.tokenizers.entries().next().value as [string, CoreTokenizer];
+      this.tokenizers.delete(key);
+      oldest.delete();
+    }
   }
 }
 
-function withoutUndefined(config: LanguageModelConfig): LanguageModelConfig {
-  const out: Record<string, number> = {};
-  for (const [k, v] of Object.entries(config)) if (v !== undefined) out[k] = v as number;
-  return out as unknown as LanguageModelConfig;
+function mismatch(model: ModelKind, batch: ModelKind): Error {
+  return new Error(`qkv: a ${batch} call reached a ${model}; please report this`);
 }

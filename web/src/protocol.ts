@@ -1,7 +1,8 @@
 // The message protocol between the browser client (browser.ts) and the Worker (worker.ts):
 // `{ type, id, in }` → `{ id, out } | { id, err }`. The same calls are served directly in Node (node.ts).
+// Typed arrays in an `out` are fresh copies and cross back as transferables (worker.ts).
 
-import type { LanguageModelConfig, RuntimeInfo } from "./types.js";
+import type { MemoryReport, Metrics, ModelKind, RuntimeInfo } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -15,26 +16,107 @@ export interface LoadPlan {
   pthreadWorkerUrl?: string;
 }
 
+/** A config as it crosses: the fields of one of the model configs (types checked by the core's binding). */
+export type ConfigIn = Readonly<Record<string, unknown>>;
+
+/** A created or loaded model: its handle and what it reports about itself. */
+export interface ModelOut {
+  model: number;
+  numParameters: number;
+  /** The whole configuration, defaults filled in, optimizer fields included. */
+  config: Record<string, number | string | boolean>;
+  /** Optimizer steps taken (non-zero for a loaded checkpoint). */
+  step: number;
+}
+
+/** A training or evaluation batch, per model kind. */
+export type BatchIn =
+  | { kind: "LanguageModel"; inputs: Int32Array; targets: Int32Array; batch: number; seq: number }
+  | {
+      kind: "Seq2Seq";
+      src: Int32Array;
+      tgtIn: Int32Array;
+      tgtOut: Int32Array;
+      batch: number;
+      srcLen: number;
+      tgtLen: number;
+    }
+  | { kind: "Classifier"; tokens: Int32Array; labels: Int32Array; batch: number; seq: number };
+
+/** The inputs of a forward pass (predict), per model kind. */
+export type InputsIn =
+  | { kind: "LanguageModel"; inputs: Int32Array; batch: number; seq: number }
+  | { kind: "Seq2Seq"; src: Int32Array; tgtIn: Int32Array; batch: number; srcLen: number; tgtLen: number }
+  | { kind: "Classifier"; tokens: Int32Array; batch: number; seq: number };
+
+/** The core's sampling options (`qkv/sampling.h`), every field filled in. */
+export interface SamplingIn {
+  maxTokens: number;
+  temperature: number;
+  topK: number;
+  topP: number;
+  repetitionPenalty: number;
+  seed: number;
+  stopTokens: Int32Array;
+}
+
+/** How a tokenizer is built: from a training text, bytes, or its JSON. */
+export type TokenizerIn =
+  | { kind: "char"; text: string; specials: SpecialsIn }
+  | { kind: "byte"; specials: SpecialsIn }
+  | { kind: "word"; text: string; maxVocab: number; specials: SpecialsIn; lowercase: boolean }
+  | { kind: "json"; json: string };
+
+/** Which special tokens a new tokenizer has. */
+export interface SpecialsIn {
+  pad: boolean;
+  bos: boolean;
+  eos: boolean;
+  unk: boolean;
+}
+
+/** A tokenizer as the core built it. Tokenizers cross as their JSON, the core's own format. */
+export interface TokenizerOut {
+  /** The core's JSON (`Tokenizer::to_json`). */
+  json: string;
+  kind: "char" | "byte" | "word";
+  size: number;
+  /** -1 when absent. */
+  padId: number;
+  bosId: number;
+  eosId: number;
+  unkId: number;
+  lowercase: boolean;
+  /** Every token's UTF-8 bytes in id order. */
+  vocabulary: Uint8Array[];
+}
+
 /** Each call: its input and its output. */
 export interface Calls {
   init: { in: LoadPlan; out: RuntimeInfo };
-  create: { in: { config: LanguageModelConfig }; out: { model: number; numParameters: number } };
-  trainStep: { in: BatchIn; out: { loss: number } };
-  evaluate: { in: BatchIn; out: { loss: number } };
-  generate: {
-    in: { model: number; prompt: Int32Array; maxTokens: number; temperature: number; seed: number };
+  create: { in: { kind: ModelKind; config: ConfigIn }; out: ModelOut };
+  load: { in: { kind: ModelKind; bytes: Uint8Array }; out: ModelOut };
+  trainStep: { in: { model: number; batch: BatchIn }; out: { loss: number } };
+  evaluate: { in: { model: number; batch: BatchIn }; out: Metrics };
+  predict: { in: { model: number; inputs: InputsIn }; out: { logits: Float32Array } };
+  generate: { in: { model: number; prompt: Int32Array; options: SamplingIn }; out: { tokens: Int32Array } };
+  greedy: {
+    in: { model: number; src: Int32Array; batch: number; srcLen: number; bos: number; eos: number; maxTokens: number };
     out: { tokens: Int32Array };
   };
+  attention: {
+    in: { model: number; layer: number; head: number; batchIndex: number; kind?: "encoder" | "decoder" | "cross" };
+    out: { weights: Float32Array };
+  };
+  save: { in: { model: number; optimizer: boolean }; out: { bytes: Uint8Array } };
+  loadWeights: { in: { model: number; bytes: Uint8Array }; out: null };
   setLearningRate: { in: { model: number; lr: number }; out: null };
   dispose: { in: { model: number }; out: null };
-}
-
-export interface BatchIn {
-  model: number;
-  inputs: Int32Array;
-  targets: Int32Array;
-  batch: number;
-  seq: number;
+  memory: { in: null; out: MemoryReport };
+  checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };
+  tokenizer: { in: TokenizerIn; out: TokenizerOut };
+  encode: { in: { tokenizer: string; text: string | Uint8Array; bos: boolean; eos: boolean }; out: { ids: Int32Array } };
+  decode: { in: { tokenizer: string; ids: Int32Array; skipSpecial: boolean }; out: { bytes: Uint8Array } };
 }
 
 export type CallType = keyof Calls;
@@ -42,7 +124,7 @@ export type CallType = keyof Calls;
 /** A request, discriminated by `type`. */
 export type Request = { [K in CallType]: { type: K; id: number; in: Calls[K]["in"] } }[CallType];
 
-/** The input of a model call (everything but `init`), discriminated by `type`. */
+/** The input of a call served by the engine (everything but `init`), discriminated by `type`. */
 export type ModelRequest = Exclude<Request, { type: "init" }>;
 
 /** An error as it crosses postMessage. */

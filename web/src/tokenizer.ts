@@ -1,66 +1,310 @@
+// Tokenizers: text <-> token ids, built, run and serialised by the core (qkv/tokenizer.h), so that the
+// vocabulary rules and the JSON format have one implementation: a tokenizer made by the native `qkv train`
+// tool decodes here, and one made here is the same JSON byte for byte.
+//
+// A tokenizer is a value: it crosses to the core as its JSON (the core keeps a few parsed), so it holds no
+// wasm memory and needs no dispose().
+
+import type { Backend } from "./platform.js";
+import type { TokenizerIn, TokenizerOut } from "./protocol.js";
+import { backend } from "./runtime.js";
+import { checkpointMetadata } from "./model.js";
+import { boolean, bytes, describe, int32Like, object, positiveInt, string } from "./validate.js";
+
+/** Which special tokens a tokenizer has (each default `true`). Ids: pad, bos, eos, unk first, in that order. */
+export interface SpecialTokenOptions {
+  /** `<pad>`: padding (id 0 when present, the models' default `padId`). */
+  pad?: boolean;
+  /** `<bos>`: beginning of sequence. */
+  bos?: boolean;
+  /** `<eos>`: end of sequence. */
+  eos?: boolean;
+  /** `<unk>`: what text outside the vocabulary encodes to. Without it, such text is an error. */
+  unk?: boolean;
+}
+
+/** The JSON form of a tokenizer, as the core writes it (`Tokenizer::to_json`). */
+export interface TokenizerJSON {
+  version: 1;
+  kind: "char" | "byte" | "word";
+  special: { pad: boolean; bos: boolean; eos: boolean; unk: boolean };
+  /** Word tokenizers only: whether ASCII letters are lower-cased. */
+  lowercase?: boolean;
+  /** Char and word tokenizers: the non-special tokens in id order. */
+  vocab?: string[];
+}
+
+/** Options of `encode`. */
+export interface EncodeOptions {
+  /** Put the bos token first (the tokenizer must have one). */
+  bos?: boolean;
+  /** Put the eos token last (the tokenizer must have one). */
+  eos?: boolean;
+}
+
+/** Options of `decode`. */
+export interface DecodeOptions {
+  /** Drop pad, bos and eos (default true); unk always decodes to `<unk>`. */
+  skipSpecial?: boolean;
+}
+
+/** Any of the three tokenizer classes. */
+export type AnyTokenizer = CharTokenizer | ByteTokenizer | WordTokenizer;
+
+const utf8 = new TextDecoder();
+
+function specials(options: unknown): { pad: boolean; bos: boolean; eos: boolean; unk: boolean } {
+  if (options === undefined) return { pad: true, bos: true, eos: true, unk: true };
+  const o = object("options.specials", options, "{ pad?, bos?, eos?, unk? }");
+  const flag = (k: "pad" | "bos" | "eos" | "unk") => (o[k] === undefined ? true : boolean(`options.specials.${k}`, o[k]));
+  return { pad: flag("pad"), bos: flag("bos"), eos: flag("eos"), unk: flag("unk") };
+}
+
+async function build(source: TokenizerIn): Promise<[Backend, TokenizerOut]> {
+  const b = await backend();
+  return [b, await b.call("tokenizer", source)];
+}
+
+/** The constructors of the three classes (protected: each registers its own in a static block). */
+const makers: { [K in TokenizerOut["kind"]]?: (b: Backend, out: TokenizerOut) => AnyTokenizer } = {};
+
+function make(b: Backend, out: TokenizerOut): AnyTokenizer {
+  const m = makers[out.kind];
+  if (!m) throw new Error(`qkv: no tokenizer class for kind ${out.kind}; please report this`);
+  return m(b, out);
+}
+
+function jsonText(json: unknown): string {
+  if (typeof json === "string") return json;
+  if (typeof json === "object" && json !== null) return JSON.stringify(json);
+  throw new Error(`json must be a tokenizer's JSON (a string or the object toJSON() returns), got ${describe(json)}`);
+}
+
 /**
- * A character-level tokenizer: one token id per Unicode code point seen in the training text,
- * ids assigned in sorted order (so the same text always gives the same vocabulary).
+ * The base of {@link CharTokenizer}, {@link ByteTokenizer} and {@link WordTokenizer}. Ids: the enabled
+ * special tokens first (pad, bos, eos, unk), then the vocabulary in order.
  */
-export class CharTokenizer {
-  private readonly ids: Map<string, number>;
+export abstract class Tokenizer {
+  /** `"char"`, `"byte"` or `"word"`. */
+  readonly kind: "char" | "byte" | "word";
+  /** Number of token ids, specials included: the model's `vocabSize`. */
+  readonly size: number;
+  /** Id of `<pad>`, or undefined when the tokenizer has none. */
+  readonly padId: number | undefined;
+  /** Id of `<bos>`, or undefined. */
+  readonly bosId: number | undefined;
+  /** Id of `<eos>`, or undefined. */
+  readonly eosId: number | undefined;
+  /** Id of `<unk>`, or undefined. */
+  readonly unkId: number | undefined;
+  /**
+   * Every token's text in id order, specials as `"<pad>"` etc. For a byte tokenizer the byte tokens are
+   * one character each, U+0000 to U+00FF (the byte's value).
+   */
+  readonly vocabulary: readonly string[];
+  readonly #backend: Backend;
+  readonly #json: string;
 
-  private constructor(private readonly chars: readonly string[]) {
-    this.ids = new Map(chars.map((c, i) => [c, i]));
+  /** @internal Use a factory: `CharTokenizer.fromText`, `ByteTokenizer.create`, `WordTokenizer.fromText`, `fromJSON`. */
+  protected constructor(b: Backend, out: TokenizerOut) {
+    this.#backend = b;
+    this.#json = out.json;
+    this.kind = out.kind;
+    this.size = out.size;
+    const id = (i: number) => (i < 0 ? undefined : i);
+    this.padId = id(out.padId);
+    this.bosId = id(out.bosId);
+    this.eosId = id(out.eosId);
+    this.unkId = id(out.unkId);
+    const firstWord = [out.padId, out.bosId, out.eosId, out.unkId].filter((i) => i >= 0).length;
+    this.vocabulary = Object.freeze(
+      out.vocabulary.map((b, i) => (out.kind === "byte" && i >= firstWord ? String.fromCharCode(b[0]!) : utf8.decode(b))),
+    );
   }
 
-  /** Builds the vocabulary of every distinct character of `text`. */
-  static fromText(text: string): CharTokenizer {
-    if (typeof text !== "string") throw new Error(`text must be a string, got ${typeof text}`);
-    return new CharTokenizer([...new Set(Array.from(text))].sort());
+  /**
+   * A tokenizer from its JSON (a string, e.g. a checkpoint's `qkv.tokenizer` metadata, or the object
+   * {@link Tokenizer.toJSON} returns), of whichever kind it says. Rejects naming the field for malformed,
+   * truncated or inconsistent JSON.
+   */
+  static async fromJSON(json: string | TokenizerJSON): Promise<AnyTokenizer> {
+    return make(...(await build({ kind: "json", json: jsonText(json) })));
   }
 
-  /** Builds a tokenizer from an explicit vocabulary (ids are the positions in `chars`). */
-  static fromVocabulary(chars: readonly string[]): CharTokenizer {
-    const seen = new Set<string>();
-    for (const [i, c] of chars.entries()) {
-      if (typeof c !== "string" || Array.from(c).length !== 1) {
-        throw new Error(`chars[${i}] must be a single character, got ${JSON.stringify(c)}`);
-      }
-      if (seen.has(c)) throw new Error(`chars[${i}] = ${JSON.stringify(c)} appears twice`);
-      seen.add(c);
+  /**
+   * The tokenizer stored in a checkpoint's metadata by the `qkv train` tool: `key` is `"qkv.tokenizer"`
+   * (the default; the source side of a seq2seq) or `"qkv.tokenizer.target"`.
+   */
+  static async fromCheckpoint(checkpoint: Uint8Array | ArrayBuffer, key = "qkv.tokenizer"): Promise<AnyTokenizer> {
+    const meta = await checkpointMetadata(checkpoint);
+    const json = meta[string("key", key)];
+    if (json === undefined) {
+      throw new Error(`the checkpoint has no "${key}" metadata (it holds: ${Object.keys(meta).join(", ") || "none"})`);
     }
-    return new CharTokenizer([...chars]);
+    return Tokenizer.fromJSON(json);
   }
 
-  /** Number of token ids: the model's `vocabSize`. */
-  get size(): number {
-    return this.chars.length;
+  /**
+   * Text to token ids. Text outside the vocabulary encodes to `<unk>`, or rejects naming the character
+   * when there is no unk token. Char and word tokenizers need well-formed text (no lone surrogates).
+   */
+  async encode(text: string, options: EncodeOptions = {}): Promise<Int32Array> {
+    return this.encodeAny(string("text", text), options);
   }
 
-  /** The characters, indexed by token id. */
-  get vocabulary(): readonly string[] {
-    return this.chars;
+  /** Token ids to text. Rejects on an id outside `[0, size)`. */
+  async decode(ids: Int32Array | readonly number[], options: DecodeOptions = {}): Promise<string> {
+    return utf8.decode(await this.decodeAny(ids, options));
   }
 
-  /** Text to token ids. Throws on a character that is not in the vocabulary. */
-  encode(text: string): Int32Array {
-    const cs = Array.from(text);
-    const out = new Int32Array(cs.length);
-    for (let i = 0; i < cs.length; i++) {
-      const id = this.ids.get(cs[i]!);
-      if (id === undefined) {
-        const cp = cs[i]!.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0");
-        throw new Error(`text[${i}] = ${JSON.stringify(cs[i])} (U+${cp}) is not in the tokenizer's vocabulary`);
-      }
-      out[i] = id;
-    }
-    return out;
+  /**
+   * The JSON form, exactly as the core writes it: `JSON.stringify(tokenizer)` is the string the native
+   * build stores (e.g. in a checkpoint's `qkv.tokenizer` metadata), and {@link Tokenizer.fromJSON} reads it back.
+   */
+  toJSON(): TokenizerJSON {
+    return JSON.parse(this.#json) as TokenizerJSON;
   }
 
-  /** Token ids to text. Throws on an id outside [0, size). */
-  decode(ids: ArrayLike<number>): string {
-    let s = "";
-    for (let i = 0; i < ids.length; i++) {
-      const c = this.chars[ids[i]!];
-      if (c === undefined) throw new Error(`ids[${i}] = ${ids[i]} is out of range: expected a token id in [0, ${this.size})`);
-      s += c;
-    }
-    return s;
+  /** @internal */
+  protected async encodeAny(text: string | Uint8Array, options: EncodeOptions): Promise<Int32Array> {
+    const o = object("options", options, "{ bos?, eos? }");
+    const bos = o.bos === undefined ? false : boolean("options.bos", o.bos);
+    const eos = o.eos === undefined ? false : boolean("options.eos", o.eos);
+    return (await this.#backend.call("encode", { tokenizer: this.#json, text, bos, eos })).ids;
   }
+
+  /** @internal */
+  protected async decodeAny(ids: unknown, options: DecodeOptions): Promise<Uint8Array> {
+    const i = int32Like("ids", ids);
+    const o = object("options", options, "{ skipSpecial? }");
+    const skipSpecial = o.skipSpecial === undefined ? true : boolean("options.skipSpecial", o.skipSpecial);
+    return (await this.#backend.call("decode", { tokenizer: this.#json, ids: i, skipSpecial })).bytes;
+  }
+}
+
+/**
+ * One token per Unicode code point (nanoGPT's char-level Shakespeare): the vocabulary is the distinct
+ * characters of a training text, sorted by code point, after the special tokens.
+ */
+export class CharTokenizer extends Tokenizer {
+  declare readonly kind: "char";
+  /** Builds the vocabulary of every distinct character of `text` (well-formed, non-empty). */
+  static async fromText(text: string, options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
+    const o = object("options", options, "{ specials? }");
+    const [b, out] = await build({ kind: "char", text: string("text", text), specials: specials(o.specials) });
+    return ofKind(make(b, out), "char");
+  }
+
+  /** A tokenizer with this exact vocabulary (ids: the specials, then `chars` in order). */
+  static async fromVocabulary(chars: readonly string[], options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
+    const o = object("options", options, "{ specials? }");
+    if (!Array.isArray(chars)) throw new Error(`chars must be an array of single characters, got ${describe(chars)}`);
+    const json: TokenizerJSON = { version: 1, kind: "char", special: specials(o.specials), vocab: [...chars] };
+    return CharTokenizer.fromJSON(json);
+  }
+
+  /** A char tokenizer from its JSON; rejects JSON of another kind. */
+  static override async fromJSON(json: string | TokenizerJSON): Promise<CharTokenizer> {
+    return ofKind(await Tokenizer.fromJSON(json), "char");
+  }
+
+  static {
+    makers.char = (b, out) => new CharTokenizer(b, out);
+  }
+
+  /** @internal Use a factory. */
+  protected constructor(b: Backend, out: TokenizerOut) {
+    super(b, out);
+  }
+}
+
+/** One token per byte value (256 after the specials): no training text, nothing is ever unknown. */
+export class ByteTokenizer extends Tokenizer {
+  declare readonly kind: "byte";
+  /** The byte tokenizer with these special tokens (all four by default). */
+  static async create(options: { specials?: SpecialTokenOptions } = {}): Promise<ByteTokenizer> {
+    const o = object("options", options, "{ specials? }");
+    const [b, out] = await build({ kind: "byte", specials: specials(o.specials) });
+    return ofKind(make(b, out), "byte");
+  }
+
+  /** A byte tokenizer from its JSON; rejects JSON of another kind. */
+  static override async fromJSON(json: string | TokenizerJSON): Promise<ByteTokenizer> {
+    return ofKind(await Tokenizer.fromJSON(json), "byte");
+  }
+
+  static {
+    makers.byte = (b, out) => new ByteTokenizer(b, out);
+  }
+
+  /** @internal Use a factory. */
+  protected constructor(b: Backend, out: TokenizerOut) {
+    super(b, out);
+  }
+
+  /** Text (as its UTF-8 bytes) or raw bytes to token ids. */
+  override async encode(text: string | Uint8Array, options: EncodeOptions = {}): Promise<Int32Array> {
+    if (typeof text === "string") return this.encodeAny(text, options);
+    return this.encodeAny(bytes("text", text), options);
+  }
+
+  /** Token ids to raw bytes (what {@link Tokenizer.decode} reads as UTF-8, replacing invalid sequences with U+FFFD). */
+  async decodeBytes(ids: Int32Array | readonly number[], options: DecodeOptions = {}): Promise<Uint8Array> {
+    return this.decodeAny(ids, options);
+  }
+}
+
+/**
+ * Whitespace-separated words, each ASCII punctuation character a token of its own, ASCII letters
+ * lower-cased by default; the vocabulary keeps the most frequent words of a training text (ties in
+ * byte order) and the rest encode to `<unk>`. Decoding joins words with single spaces, without one before
+ * closing punctuation or after an opening bracket.
+ */
+export class WordTokenizer extends Tokenizer {
+  declare readonly kind: "word";
+  /** Whether ASCII letters are lower-cased before lookup. */
+  readonly lowercase: boolean;
+
+  /** Builds the vocabulary of the most frequent words of `text`, `maxVocab` tokens at most (specials included). */
+  static async fromText(
+    text: string,
+    options: { maxVocab: number; specials?: SpecialTokenOptions; lowercase?: boolean },
+  ): Promise<WordTokenizer> {
+    const o = object("options", options, "{ maxVocab, specials?, lowercase? }");
+    const [b, out] = await build({
+      kind: "word",
+      text: string("text", text),
+      maxVocab: positiveInt("options.maxVocab", o.maxVocab),
+      specials: specials(o.specials),
+      lowercase: o.lowercase === undefined ? true : boolean("options.lowercase", o.lowercase),
+    });
+    return ofKind(make(b, out), "word");
+  }
+
+  /** A word tokenizer from its JSON; rejects JSON of another kind. */
+  static override async fromJSON(json: string | TokenizerJSON): Promise<WordTokenizer> {
+    return ofKind(await Tokenizer.fromJSON(json), "word");
+  }
+
+  static {
+    makers.word = (b, out) => new WordTokenizer(b, out);
+  }
+
+  /** @internal Use a factory. */
+  protected constructor(b: Backend, out: TokenizerOut) {
+    super(b, out);
+    this.lowercase = out.lowercase;
+  }
+}
+
+const CLASS_OF = { char: "CharTokenizer", byte: "ByteTokenizer", word: "WordTokenizer" } as const;
+
+/** `t` as the class of `kind`, or an error naming the kind it has. */
+function ofKind<K extends Tokenizer["kind"]>(t: AnyTokenizer, kind: K): Extract<AnyTokenizer, { kind: K }> {
+  if (t.kind !== kind) {
+    throw new Error(
+      `the JSON holds a ${t.kind} tokenizer, not a ${kind} one: use Tokenizer.fromJSON (any kind) or ${CLASS_OF[t.kind]}.fromJSON`,
+    );
+  }
+  return t as Extract<AnyTokenizer, { kind: K }>;
 }

@@ -33,11 +33,74 @@ export interface RuntimeInfo {
   version: string;
 }
 
-/** Configuration of a decoder-only (GPT-style) {@link LanguageModel}. */
-export interface LanguageModelConfig {
+/** The three model kinds of the core. */
+export type ModelKind = "LanguageModel" | "Seq2Seq" | "Classifier";
+
+/**
+ * Optimizer, learning-rate schedule and gradient clipping: the same fields for every model, given flat in
+ * its config. Every field is optional; the defaults are the core's (`qkv/optimizer.h`).
+ */
+export interface OptimizerOptions {
+  /** `"adamw"` (decoupled weight decay, the default) or `"adam"` (L2 penalty in the gradient). */
+  optimizer?: "adam" | "adamw";
+  /** Peak learning rate. Default 1e-3. */
+  lr?: number;
+  /** Adam beta1. Default 0.9. */
+  beta1?: number;
+  /** Adam beta2. Default 0.99. */
+  beta2?: number;
+  /** Adam epsilon. Default 1e-8. */
+  eps?: number;
+  /** Weight decay. Default 0.1. */
+  weightDecay?: number;
+  /** Decay only tensors with 2+ dimensions (matrices, as nanoGPT). Default true. */
+  decayMatricesOnly?: boolean;
+  /** Clip the global gradient norm to this value before each update (0: no clipping). Default 1. */
+  gradClip?: number;
+  /**
+   * `"constant"` (after an optional linear warm-up; the default), `"inverse_sqrt"` (the paper's warm-up and
+   * inverse square root decay; needs `warmupSteps >= 1`) or `"cosine"` (warm-up, then cosine decay from `lr`
+   * to `minLr` at `totalSteps`).
+   */
+  schedule?: "constant" | "inverse_sqrt" | "cosine";
+  /** Linear warm-up steps. Default 0. */
+  warmupSteps?: number;
+  /** Cosine schedule: the step where the learning rate reaches `minLr`. */
+  totalSteps?: number;
+  /** Cosine schedule: the final learning rate. Default 0. */
+  minLr?: number;
+}
+
+/** The layer choices every model shares. Every field is optional; defaults differ per model (see each config). */
+export interface LayerOptions {
+  /** Hidden width of the feed-forward layer; 0 (the default) means `4 * dModel`. */
+  dFF?: number;
+  /** Seed of the weight initialisation (and of dropout). Default 1337. */
+  seed?: number;
+  /** Feed-forward activation. */
+  activation?: "relu" | "gelu";
+  /** `"post"`: x = LN(x + f(x)) (the paper, the tutorials); `"pre"`: x = x + f(LN(x)) (GPT-2). */
+  norm?: "post" | "pre";
+  /** Biases in the attention and feed-forward projections. Default true. */
+  bias?: boolean;
+  /** Dropout probability on embeddings, attention weights and sub-layer outputs while training. Default 0. */
+  dropout?: number;
+  /** `"sinusoidal"` (fixed) or `"learned"` position embeddings. */
+  positions?: "sinusoidal" | "learned";
+  /** Multiply token embeddings by sqrt(dModel). */
+  scaleEmbedding?: boolean;
+  /** A final LayerNorm after the last layer. Default true. */
+  finalNorm?: boolean;
+}
+
+/**
+ * Configuration of a decoder-only (GPT-style) {@link LanguageModel}. Defaults: GELU, pre-LN, learned
+ * positions, no embedding scaling, head tied to the token embedding.
+ */
+export interface LanguageModelConfig extends LayerOptions, OptimizerOptions {
   /** Number of distinct token ids; every token must be in `[0, vocabSize)`. */
   vocabSize: number;
-  /** Longest sequence (in tokens) the model sees: the size of the learned position table. */
+  /** Longest sequence (in tokens) the model sees. */
   context: number;
   /** Width of the residual stream (embedding size); must be divisible by `heads`. */
   dModel: number;
@@ -45,22 +108,59 @@ export interface LanguageModelConfig {
   heads: number;
   /** Number of Transformer blocks. */
   layers: number;
-  /** Hidden width of the feed-forward layer. Default `4 * dModel`. */
-  dFF?: number;
-  /** Seed of the weight initialisation. Default 1337. */
-  seed?: number;
-  /** AdamW learning rate. Default 1e-3. */
-  lr?: number;
-  /** AdamW beta1. Default 0.9. */
-  beta1?: number;
-  /** AdamW beta2. Default 0.99. */
-  beta2?: number;
-  /** AdamW epsilon. Default 1e-8. */
-  eps?: number;
-  /** AdamW decoupled weight decay. Default 0.1. */
-  weightDecay?: number;
-  /** Clip the global gradient norm to this value before each update (0: no clipping). Default 1. */
-  gradClip?: number;
+  /** Logits from the token embedding (`true`, the default) or from an own `lm_head.weight`. */
+  tieHead?: boolean;
+}
+
+/**
+ * Configuration of an encoder-decoder {@link Seq2Seq} (the translation tutorial's `nn.Transformer`).
+ * Defaults: ReLU, post-LN, sinusoidal positions, embeddings scaled by sqrt(dModel), pad id 0.
+ */
+export interface Seq2SeqConfig extends LayerOptions, OptimizerOptions {
+  /** Source vocabulary size. */
+  srcVocab: number;
+  /** Target vocabulary size. */
+  tgtVocab: number;
+  /** Longest source or target sequence. */
+  context: number;
+  /** Model width; must be divisible by `heads`. */
+  dModel: number;
+  /** Number of attention heads. */
+  heads: number;
+  /** Number of encoder layers. */
+  encoderLayers: number;
+  /** Number of decoder layers. */
+  decoderLayers: number;
+  /** Padding id in both vocabularies: masked in attention, ignored by the loss. Default 0. */
+  padId?: number;
+  /** Label smoothing of the cross-entropy, in [0, 1). Default 0. */
+  labelSmoothing?: number;
+}
+
+/**
+ * Configuration of a {@link Classifier} (a Transformer encoder with a classification head).
+ * Defaults: ReLU, post-LN, sinusoidal positions, embeddings scaled by sqrt(dModel), the first token
+ * pooled, the tutorial's MLP head, pad id 0.
+ */
+export interface ClassifierConfig extends LayerOptions, OptimizerOptions {
+  /** Vocabulary size. */
+  vocabSize: number;
+  /** Longest sequence. */
+  context: number;
+  /** Model width; must be divisible by `heads`. */
+  dModel: number;
+  /** Number of attention heads. */
+  heads: number;
+  /** Number of encoder layers. */
+  layers: number;
+  /** Number of classes (>= 2); labels are in `[0, classes)`. */
+  classes: number;
+  /** `"first"`: the first ([CLS]) token; `"mean"`: the mean over non-pad tokens. */
+  pooling?: "first" | "mean";
+  /** `"linear"`: Linear(d, classes); `"mlp"`: Linear(d, d/2) → ReLU → dropout → Linear(d/2, classes). */
+  head?: "linear" | "mlp";
+  /** Padding id: masked in attention (and in mean pooling). Default 0. */
+  padId?: number;
 }
 
 /**
@@ -72,18 +172,113 @@ export interface BatchShape {
   seq?: number;
 }
 
-/** Result of {@link LanguageModel.trainStep} and {@link LanguageModel.evaluate}. */
+/**
+ * Shape of a {@link Seq2Seq} batch: `src` is `(batch, srcLen)`, the targets `(batch, tgtLen)`.
+ * The lengths are derived from the array lengths and `batch` (default 1).
+ */
+export interface Seq2SeqShape {
+  batch?: number;
+}
+
+/** Result of a `trainStep`. */
 export interface StepResult {
-  /** Mean cross-entropy loss over all `batch * seq` positions (before the update, for `trainStep`). */
+  /** Mean cross-entropy loss over the counted positions, before the update. */
   loss: number;
 }
 
-/** Options for {@link LanguageModel.generate}. */
+/** Result of an `evaluate`. */
+export interface Metrics {
+  /** Mean cross-entropy loss over the counted positions (or examples). */
+  loss: number;
+  /** Fraction of counted positions (or examples) where the most likely token (class) is the target. */
+  accuracy: number;
+  /** exp(loss). */
+  perplexity: number;
+  /** Number of positions (or examples) counted; padding targets are not counted. */
+  count: number;
+}
+
+/**
+ * Options for {@link LanguageModel.generate}: the core's sampling (`qkv/sampling.h`). The logits processors
+ * run in Hugging Face's order: repetition penalty, temperature, top-k, top-p, then one draw.
+ */
 export interface GenerateOptions {
-  /** Number of new tokens to sample. */
+  /** Number of new tokens to generate at most (fewer when a stop token comes first). */
   maxTokens: number;
   /** Softmax temperature, >= 0; 0 picks the most likely token (greedy). Default 1. */
   temperature?: number;
-  /** Seed of the sampler (an integer in [0, 2^32)). Default: a random seed. */
+  /** Keep only the k most likely tokens; 0 (the default) keeps all. */
+  topK?: number;
+  /** Nucleus sampling: keep the most likely tokens up to this probability mass, in (0, 1]; 1 (default) is off. */
+  topP?: number;
+  /** > 1 discourages tokens already in the context (CTRL's penalty); 1 (default) is off. */
+  repetitionPenalty?: number;
+  /** Seed of the sampler: the same seed and options give the same tokens. Default: a random seed. */
   seed?: number;
+  /** Generation ends after emitting one of these token ids (it is included in the result). */
+  stopTokens?: ArrayLike<number>;
+}
+
+/** Options for {@link Seq2Seq.generate} (greedy decoding). */
+export interface Seq2SeqGenerateOptions {
+  /** Number of target tokens per row at most; must be below the model's context. */
+  maxTokens: number;
+  /** The id the decoder starts from. */
+  bos: number;
+  /** The id that ends a row (it is included; the rest of the row is `padId`). */
+  eos: number;
+  /** Number of source rows in `src` (default 1); `src` is `(batch, srcLen)`. */
+  batch?: number;
+}
+
+/** Which attention map {@link LanguageModel.attention} and friends return. */
+export interface AttentionOptions {
+  /** Layer index, from 0. */
+  layer: number;
+  /** Head index, from 0. */
+  head: number;
+  /** Which row of the last batch, from 0. Default 0. */
+  batchIndex?: number;
+}
+
+/** Attention of a {@link Seq2Seq}: which of its three kinds. */
+export interface Seq2SeqAttentionOptions extends AttentionOptions {
+  /**
+   * `"encoder"`: encoder self-attention (srcLen, srcLen); `"decoder"`: masked decoder self-attention
+   * (tgtLen, tgtLen); `"cross"`: decoder over encoder (tgtLen, srcLen).
+   */
+  kind: "encoder" | "decoder" | "cross";
+}
+
+/** Options for `save()`. */
+export interface SaveOptions {
+  /**
+   * Include the Adam moments and step count, so that training resumes exactly (default true).
+   * Without them the file holds the weights and config only (about a third of the size).
+   */
+  optimizer?: boolean;
+}
+
+/** Bytes a model holds in the wasm heap, by what for. */
+export interface MemoryUsage {
+  /** Weights (float32). */
+  parameters: number;
+  /** One gradient per weight. */
+  gradients: number;
+  /** Adam's two moments per weight. */
+  optimizer: number;
+  /** The activation arena, sized for the largest batch × sequence seen so far. */
+  activations: number;
+  /** The sum. */
+  total: number;
+}
+
+/** What {@link memory} reports. */
+export interface MemoryReport {
+  /** The models not yet disposed, with what each holds. */
+  models: { id: number; kind: ModelKind; bytes: MemoryUsage }[];
+  /** Current size of the wasm heap (it grows on demand and never shrinks). */
+  heapBytes: number;
+  /** The most the heap may grow to (4 GiB). */
+  heapMaxBytes: number;
 }

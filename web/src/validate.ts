@@ -1,7 +1,9 @@
-// Type checks at the JS surface. They name the argument and what was expected; range checks that need the
-// model (token ids vs vocabSize, d_model divisible by heads, seq <= context) are the core's (C++) job.
+// Type checks at the JS surface: what the package needs to build a call (typed arrays, integers, shapes).
+// They name the argument and what was expected. Everything that needs the model (token ids vs vocabSize,
+// dModel divisible by heads, seq <= context, sampling ranges, checkpoint contents) is the core's (C++) job.
 
-import type { BatchShape, GenerateOptions, LanguageModelConfig } from "./types.js";
+import type { SamplingIn } from "./protocol.js";
+import type { BatchShape } from "./types.js";
 
 /** Describes a value for an error message: `"abc"` (string), `1.5`, `an Array`, `null`. */
 export function describe(v: unknown): string {
@@ -30,6 +32,11 @@ export function nonNegativeInt(name: string, v: unknown, max = Number.MAX_SAFE_I
   return v;
 }
 
+export function integer(name: string, v: unknown): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v)) throw new Error(`${name} must be an integer, got ${describe(v)}`);
+  return v;
+}
+
 export function positiveFinite(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
     throw new Error(`${name} must be a finite number > 0, got ${describe(v)}`);
@@ -44,6 +51,21 @@ export function finiteNumber(name: string, v: unknown): number {
   return v;
 }
 
+export function boolean(name: string, v: unknown): boolean {
+  if (typeof v !== "boolean") throw new Error(`${name} must be true or false, got ${describe(v)}`);
+  return v;
+}
+
+export function string(name: string, v: unknown): string {
+  if (typeof v !== "string") throw new Error(`${name} must be a string, got ${describe(v)}`);
+  return v;
+}
+
+export function object(name: string, v: unknown, like: string): Record<string, unknown> {
+  if (typeof v !== "object" || v === null) throw new Error(`${name} must be an object like ${like}, got ${describe(v)}`);
+  return v as Record<string, unknown>;
+}
+
 export function int32Array(name: string, v: unknown): Int32Array {
   if (!(v instanceof Int32Array)) {
     throw new Error(`${name} must be an Int32Array of token ids, got ${describe(v)}`);
@@ -51,34 +73,65 @@ export function int32Array(name: string, v: unknown): Int32Array {
   return v;
 }
 
-const CONFIG_INTS = ["vocabSize", "context", "dModel", "heads", "layers"] as const;
+/** An Int32Array as is, or an array of integers copied into one. */
+export function int32Like(name: string, v: unknown): Int32Array {
+  if (v instanceof Int32Array) return v;
+  if (Array.isArray(v)) {
+    const out = new Int32Array(v.length);
+    v.forEach((x, i) => {
+      if (typeof x !== "number" || !Number.isInteger(x) || x < -0x80000000 || x > 0x7fffffff) {
+        throw new Error(`${name}[${i}] must be an integer, got ${describe(x)}`);
+      }
+      out[i] = x;
+    });
+    return out;
+  }
+  throw new Error(`${name} must be an Int32Array or an array of integers, got ${describe(v)}`);
+}
 
-/** Checks the types of a model config and returns a plain copy holding only known fields. */
-export function checkConfig(config: unknown): LanguageModelConfig {
-  if (typeof config !== "object" || config === null) {
-    throw new Error(`config must be an object like { vocabSize, context, dModel, heads, layers }, got ${describe(config)}`);
+/** Checkpoint bytes: a Uint8Array (a Node Buffer is one) or an ArrayBuffer. */
+export function bytes(name: string, v: unknown): Uint8Array {
+  if (v instanceof Uint8Array) return v;
+  if (v instanceof ArrayBuffer) return new Uint8Array(v);
+  throw new Error(`${name} must be a Uint8Array or an ArrayBuffer (the bytes of a safetensors file), got ${describe(v)}`);
+}
+
+/** `config` is an object (its fields are checked by the core's binding, which knows every config). */
+export function checkConfig(config: unknown, like: string): Readonly<Record<string, unknown>> {
+  return { ...object("config", config, like) };
+}
+
+/**
+ * Splits `length` ids into rows: `batch` and `seq` from the shape where given, the other derived.
+ * With neither, `batch` is `defaultBatch`.
+ */
+export function rows(
+  what: string,
+  length: number,
+  shape: BatchShape | undefined,
+  defaultBatch = 1,
+  seqName = "seq",
+): { batch: number; seq: number } {
+  if (shape !== undefined && (typeof shape !== "object" || shape === null)) {
+    throw new Error(`shape must be an object { batch?, ${seqName}? }, got ${describe(shape)}`);
   }
-  const c = config as Record<string, unknown>;
-  const out: Record<string, number> = {};
-  for (const k of CONFIG_INTS) out[k] = positiveInt(`config.${k}`, c[k]);
-  if (c.dFF !== undefined) out.dFF = positiveInt("config.dFF", c.dFF);
-  if (c.seed !== undefined) out.seed = nonNegativeInt("config.seed", c.seed, 0xffffffff);
-  if (c.lr !== undefined) out.lr = positiveFinite("config.lr", c.lr);
-  if (c.eps !== undefined) out.eps = positiveFinite("config.eps", c.eps);
-  if (c.gradClip !== undefined) {
-    if (typeof c.gradClip !== "number" || !Number.isFinite(c.gradClip) || c.gradClip < 0) {
-      throw new Error(`config.gradClip must be a finite number >= 0, got ${describe(c.gradClip)}`);
-    }
-    out.gradClip = c.gradClip;
+  if (length === 0) throw new Error(`${what} must not be empty (${what}.length is 0)`);
+  let batch = shape?.batch;
+  let seq = shape?.seq;
+  if (batch !== undefined) positiveInt("batch", batch);
+  if (seq !== undefined) positiveInt(seqName, seq);
+  if (batch === undefined && seq === undefined) batch = defaultBatch;
+  if (seq === undefined) {
+    if (length % batch! !== 0) throw new Error(`${what}.length (${length}) is not a multiple of batch (${batch})`);
+    seq = length / batch!;
+  } else if (batch === undefined) {
+    if (length % seq !== 0) throw new Error(`${what}.length (${length}) is not a multiple of ${seqName} (${seq})`);
+    batch = length / seq;
   }
-  for (const k of ["beta1", "beta2", "weightDecay"] as const) {
-    if (c[k] !== undefined) out[k] = finiteNumber(`config.${k}`, c[k]);
+  if (length !== batch! * seq) {
+    throw new Error(`${what}.length must be batch * ${seqName} = ${batch} * ${seq} = ${batch! * seq}, got ${length}`);
   }
-  const known = new Set<string>([...CONFIG_INTS, "dFF", "seed", "lr", "eps", "beta1", "beta2", "weightDecay", "gradClip"]);
-  for (const k of Object.keys(c)) {
-    if (!known.has(k)) throw new Error(`config.${k} is not a LanguageModel option (known: ${[...known].join(", ")})`);
-  }
-  return out as unknown as LanguageModelConfig;
+  return { batch: batch!, seq };
 }
 
 /** Checks a (inputs, targets) batch and resolves its (batch, seq) shape. */
@@ -89,41 +142,17 @@ export function checkBatch(
 ): { inputs: Int32Array; targets: Int32Array; batch: number; seq: number } {
   const x = int32Array("inputs", inputs);
   const y = int32Array("targets", targets);
-  if (shape !== undefined && (typeof shape !== "object" || shape === null)) {
-    throw new Error(`shape must be an object { batch?, seq }, got ${describe(shape)}`);
-  }
-  if (x.length === 0) throw new Error("inputs must not be empty (inputs.length is 0)");
-  let batch = shape?.batch;
-  let seq = shape?.seq;
-  if (batch !== undefined) positiveInt("batch", batch);
-  if (seq !== undefined) positiveInt("seq", seq);
-  if (batch === undefined && seq === undefined) batch = 1;
-  if (seq === undefined) {
-    if (x.length % batch! !== 0) throw new Error(`inputs.length (${x.length}) is not a multiple of batch (${batch})`);
-    seq = x.length / batch!;
-  } else if (batch === undefined) {
-    if (x.length % seq !== 0) throw new Error(`inputs.length (${x.length}) is not a multiple of seq (${seq})`);
-    batch = x.length / seq;
-  }
-  if (x.length !== batch! * seq) {
-    throw new Error(`inputs.length must be batch * seq = ${batch} * ${seq} = ${batch! * seq}, got ${x.length}`);
-  }
+  const { batch, seq } = rows("inputs", x.length, shape);
   if (y.length !== x.length) {
     throw new Error(`targets.length must equal inputs.length (${x.length}), got ${y.length}`);
   }
-  return { inputs: x, targets: y, batch: batch!, seq };
+  return { inputs: x, targets: y, batch, seq };
 }
 
-/** Checks generate()'s arguments and fills the defaults. */
-export function checkGenerate(
-  prompt: unknown,
-  options: unknown,
-): { prompt: Int32Array; maxTokens: number; temperature: number; seed: number } {
+/** Checks generate()'s arguments and fills the defaults of the sampling options. */
+export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int32Array; options: SamplingIn } {
   const p = int32Array("prompt", prompt);
-  if (typeof options !== "object" || options === null) {
-    throw new Error(`options must be an object { maxTokens, temperature?, seed? }, got ${describe(options)}`);
-  }
-  const o = options as GenerateOptions;
+  const o = object("options", options, "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens? }");
   const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
   let temperature = 1;
   if (o.temperature !== undefined) {
@@ -132,7 +161,38 @@ export function checkGenerate(
     }
     temperature = o.temperature;
   }
-  const seed =
-    o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed, 0xffffffff);
-  return { prompt: p, maxTokens, temperature, seed };
+  const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens"];
+  for (const k of Object.keys(o)) {
+    if (!known.includes(k)) throw new Error(`options.${k} is not a generate option (known: ${known.join(", ")})`);
+  }
+  return {
+    prompt: p,
+    options: {
+      maxTokens,
+      temperature,
+      topK: o.topK === undefined ? 0 : integer("options.topK", o.topK),
+      topP: o.topP === undefined ? 1 : finiteNumber("options.topP", o.topP),
+      repetitionPenalty: o.repetitionPenalty === undefined ? 1 : finiteNumber("options.repetitionPenalty", o.repetitionPenalty),
+      seed: o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed),
+      stopTokens: o.stopTokens === undefined ? new Int32Array(0) : int32Like("options.stopTokens", arrayOf(o.stopTokens)),
+    },
+  };
+}
+
+/** An ArrayLike as an Int32Array or a plain array (so that int32Like can check it). */
+function arrayOf(v: unknown): unknown {
+  if (v instanceof Int32Array || Array.isArray(v)) return v;
+  if (ArrayBuffer.isView(v) && !(v instanceof DataView)) return Array.from(v as unknown as ArrayLike<number>);
+  return v;
+}
+
+/** Checks { layer, head, batchIndex? } of attention(). */
+export function checkAttention(options: unknown): { layer: number; head: number; batchIndex: number; kind: unknown } {
+  const o = object("options", options, "{ layer, head, batchIndex? }");
+  return {
+    layer: nonNegativeInt("options.layer", o.layer),
+    head: nonNegativeInt("options.head", o.head),
+    batchIndex: o.batchIndex === undefined ? 0 : nonNegativeInt("options.batchIndex", o.batchIndex),
+    kind: o.kind,
+  };
 }

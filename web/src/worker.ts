@@ -53,10 +53,18 @@ async function serve(req: Request): Promise<Response> {
   }
 }
 
+/** The buffers of the typed arrays in a reply: fresh copies out of the core, moved rather than copied. */
+function transferables(out: unknown): ArrayBuffer[] {
+  if (typeof out !== "object" || out === null) return [];
+  const buffers: ArrayBuffer[] = [];
+  for (const v of Object.values(out)) {
+    if (ArrayBuffer.isView(v) && v.buffer instanceof ArrayBuffer && !buffers.includes(v.buffer)) buffers.push(v.buffer);
+  }
+  return buffers;
+}
+
 scope.onmessage = (e: MessageEvent<Request>) => {
   void serve(e.data).then((r) => {
-    const out = "out" in r ? r.out : null;
-    const transfer = out !== null && "tokens" in out ? [out.tokens.buffer] : [];
-    scope.postMessage(r, transfer);
+    scope.postMessage(r, "out" in r ? transferables(r.out) : []);
   });
 };

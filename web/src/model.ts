@@ -1,0 +1,160 @@
+// What every model class shares: a handle on a model living in the core, disposal, checkpoints, the
+// learning rate and memory. LanguageModel, Seq2Seq and Classifier add their own training and inference.
+
+import type { Backend, ModelCallType } from "./platform.js";
+import type { Calls, ModelOut } from "./protocol.js";
+import { backend } from "./runtime.js";
+import type { MemoryUsage, ModelKind, SaveOptions } from "./types.js";
+import { boolean, bytes, object, positiveFinite } from "./validate.js";
+
+/** A model in the core: which backend serves it, its id there, and whether it was disposed. */
+interface Handle {
+  readonly backend: Backend;
+  readonly id: number;
+  readonly kind: ModelKind;
+  disposed: boolean;
+}
+
+const leaks: FinalizationRegistry<{ kind: ModelKind; id: number }> | undefined =
+  typeof FinalizationRegistry === "function"
+    ? new FinalizationRegistry(({ kind, id }) => {
+        console.warn(
+          `qkv: ${kind} #${id} was garbage-collected without dispose(); its wasm memory stays allocated. ` +
+            "Call model.dispose() (or use `using model = ...`) when done with a model.",
+        );
+      })
+    : undefined;
+
+/** The calls a model class makes for itself (not part of the public API: index.ts does not export it). */
+export let callModel: <K extends ModelCallType>(
+  m: Model<object>,
+  method: string,
+  type: K,
+  input: Omit<Calls[K]["in"], "model">,
+) => Promise<Calls[K]["out"]>;
+
+/**
+ * A model living in the wasm core: the base of {@link LanguageModel}, {@link Seq2Seq} and {@link Classifier}.
+ * Free it with {@link Model.dispose} (or `using`). Every method rejects with an `Error` naming the bad
+ * argument when a call fails; the model stays usable afterwards.
+ */
+export abstract class Model<C extends object> {
+  /** The whole configuration, every default filled in (optimizer fields included). */
+  readonly config: Readonly<Required<C>>;
+  readonly #handle: Handle;
+  readonly #numParameters: number;
+
+  static {
+    callModel = (m, method, type, input) => {
+      const h = m.#alive(method);
+      return h.backend.call(type, { ...input, model: h.id } as Calls[typeof type]["in"]);
+    };
+  }
+
+  /** @internal Use the static `create` or `load` of a model class. */
+  protected constructor(kind: ModelKind, backend: Backend, out: ModelOut) {
+    this.#handle = { backend, id: out.model, kind, disposed: false };
+    this.config = Object.freeze({ ...out.config }) as unknown as Readonly<Required<C>>;
+    this.#numParameters = out.numParameters;
+    leaks?.register(this, { kind, id: out.model }, this);
+  }
+
+  /** Whether {@link dispose} was called. */
+  get disposed(): boolean {
+    return this.#handle.disposed;
+  }
+
+  /** Number of trainable parameters (floats). */
+  numParameters(): number {
+    this.#alive("numParameters");
+    return this.#numParameters;
+  }
+
+  /**
+   * The model as a safetensors checkpoint: weights under their PyTorch-style names, the config in the
+   * metadata and (by default) the optimizer state, so that `load` continues training exactly. The same
+   * bytes load in the native build (`qkv::LanguageModel::load_file` and the `qkv` tool) and in PyTorch.
+   */
+  async save(options: SaveOptions = {}): Promise<Uint8Array> {
+    const o = object("options", options, "{ optimizer? }");
+    const optimizer = o.optimizer === undefined ? true : boolean("options.optimizer", o.optimizer);
+    return (await callModel(this, "save", "save", { optimizer })).bytes;
+  }
+
+  /**
+   * Replaces the weights, by name, from any safetensors file: a qkv checkpoint of the same configuration or
+   * a PyTorch state dict saved with qkv's names (README). Every parameter must be present with its shape;
+   * nothing changes on error. The optimizer state is kept.
+   */
+  async loadWeights(data: Uint8Array | ArrayBuffer): Promise<void> {
+    await callModel(this, "loadWeights", "loadWeights", { bytes: bytes("bytes", data) });
+  }
+
+  /** Sets the learning rate of the following steps (for a schedule of your own: warm-up, decay). */
+  async setLearningRate(lr: number): Promise<void> {
+    await callModel(this, "setLearningRate", "setLearningRate", { lr: positiveFinite("lr", lr) });
+  }
+
+  /** Bytes this model holds in the wasm heap: weights, gradients, Adam moments and activations. */
+  async memory(): Promise<MemoryUsage> {
+    const h = this.#alive("memory");
+    const report = await h.backend.call("memory", null);
+    const mine = report.models.find((m) => m.id === h.id);
+    if (!mine) throw new Error(`qkv: ${h.kind}.memory() was called after dispose(); create a new model`);
+    return mine.bytes;
+  }
+
+  /** Frees the model's wasm memory. Later calls reject; calling it twice is harmless. */
+  dispose(): void {
+    const h = this.#handle;
+    if (h.disposed) return;
+    h.disposed = true;
+    leaks?.unregister(this);
+    h.backend.call("dispose", { model: h.id }).catch((e: unknown) => {
+      console.warn("qkv: dispose failed:", e);
+    });
+  }
+
+  /** Same as {@link dispose}, for `using model = await LanguageModel.create(...)`. */
+  declare [Symbol.dispose]: () => void;
+
+  #alive(method: string): Handle {
+    const h = this.#handle;
+    if (h.disposed) throw new Error(`qkv: ${h.kind}.${method}() was called after dispose(); create a new model`);
+    return h;
+  }
+}
+
+// Symbol.dispose may be missing (older engines): add the method only where the symbol exists.
+if (typeof Symbol.dispose === "symbol") {
+  Object.defineProperty(Model.prototype, Symbol.dispose, {
+    value: function (this: Model<object>) {
+      this.dispose();
+    },
+    writable: true,
+    configurable: true,
+  });
+}
+
+/** Creates a model of `kind` in the core (loading the core first if needed). */
+export async function createIn(kind: ModelKind, config: Readonly<Record<string, unknown>>): Promise<[Backend, ModelOut]> {
+  const b = await backend();
+  return [b, await b.call("create", { kind, config })];
+}
+
+/** Loads a checkpoint of `kind` into the core. */
+export async function loadIn(kind: ModelKind, data: unknown): Promise<[Backend, ModelOut]> {
+  const b = bytes("bytes", data);
+  const be = await backend();
+  return [be, await be.call("load", { kind, bytes: b })];
+}
+
+/**
+ * The safetensors `__metadata__` of a checkpoint: `qkv.model`, `qkv.config`, ..., and `qkv.tokenizer` (the
+ * tokenizer's JSON) when the `qkv train` tool wrote it. Rejects, saying why, for bytes that are not a
+ * well-formed safetensors file.
+ */
+export async function checkpointMetadata(data: Uint8Array | ArrayBuffer): Promise<Record<string, string>> {
+  const b = bytes("bytes", data);
+  return (await (await backend()).call("checkpointMetadata", { bytes: b })).metadata;
+}

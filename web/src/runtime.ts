@@ -1,0 +1,53 @@
+// Loading the core once per page or process, and what every model shares: the backend that serves its
+// calls and the registry that warns about models garbage-collected without dispose().
+
+import { getPlatform, type Backend } from "./platform.js";
+import type { InitOptions, MemoryReport, RuntimeInfo } from "./types.js";
+import { describe, positiveInt } from "./validate.js";
+
+let loading: Promise<{ backend: Backend; info: RuntimeInfo }> | undefined;
+
+/**
+ * Loads the core: the threaded build where the environment allows it (always in Node; in a browser when
+ * the page is cross-origin isolated), the single-threaded build otherwise (with one console warning naming
+ * the headers to set). Calling it again returns the first call's result; after a failed load it retries.
+ * Every `create`, `load` and tokenizer factory calls it with defaults when you have not.
+ */
+export async function init(options: InitOptions = {}): Promise<RuntimeInfo> {
+  return (await load(options)).info;
+}
+
+/** The loaded backend (loading it with `options` first if needed). */
+export function load(options: InitOptions = {}): Promise<{ backend: Backend; info: RuntimeInfo }> {
+  if (!loading) {
+    loading = (async () => {
+      if (typeof options !== "object" || options === null) {
+        throw new Error(`options must be an object { threads?, wasmPath?, threaded? }, got ${describe(options)}`);
+      }
+      const platform = getPlatform();
+      const threads = options.threads === undefined ? platform.defaultThreads() : positiveInt("threads", options.threads);
+      if (options.threaded !== undefined && typeof options.threaded !== "boolean") {
+        throw new Error(`threaded must be a boolean, got ${describe(options.threaded)}`);
+      }
+      return platform.load({ ...options, threads });
+    })();
+    loading.catch(() => {
+      loading = undefined;
+    });
+  }
+  return loading;
+}
+
+/** The backend, loading the core with defaults if {@link init} was not called. */
+export async function backend(): Promise<Backend> {
+  return (await load()).backend;
+}
+
+/**
+ * What the core holds: every live (not disposed) model with its bytes by purpose, and the size of the wasm
+ * heap. Loads the core if needed. Use it to find a forgotten `dispose()`: the heap never shrinks, but a
+ * loop that disposes what it creates keeps it flat.
+ */
+export async function memory(): Promise<MemoryReport> {
+  return (await backend()).call("memory", null);
+}
