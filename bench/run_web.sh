@@ -10,7 +10,8 @@
 # Env: WEB_BENCH_THREADS (the machine's cores), WEB_BENCH_TRAIN_WARMUP / WEB_BENCH_TRAIN_STEPS (5 / 50),
 #      WEB_BENCH_TFJS_CPU_STEPS (3, after 1 warm-up; 0 skips TF.js's plain cpu backend, ~25 s a step),
 #      WEB_BENCH_TFJS_FLAGS_STEPS (0: skipped; N times TF.js wasm with tf.matMul's transpose flags, its slow path),
-#      WEB_BENCH_LATENCY_WARMUP / WEB_BENCH_LATENCY_RUNS (20 / 200), WEB_BENCH_ROUNDS (3: qkv and ORT
+#      WEB_BENCH_LATENCY_WARMUP / WEB_BENCH_LATENCY_RUNS (20 / 200), WEB_BENCH_LATENCY_THREADS (the thread
+#      counts of the latency runs: WEB_BENCH_THREADS; e.g. "1 2"), WEB_BENCH_ROUNDS (3: qkv and ORT
 #      alternate, each in its own process), WEB_BENCH_DATA (../shared/data/tinyshakespeare.txt),
 #      PYTHON (/usr/bin/python3: Debian's python3-torch), OUT (build/bench-web).
 set -euo pipefail
@@ -26,6 +27,7 @@ TRAIN_STEPS=${WEB_BENCH_TRAIN_STEPS:-50}
 TFJS_CPU_STEPS=${WEB_BENCH_TFJS_CPU_STEPS:-3}
 LAT_WARMUP=${WEB_BENCH_LATENCY_WARMUP:-20}
 LAT_RUNS=${WEB_BENCH_LATENCY_RUNS:-200}
+LAT_THREADS=${WEB_BENCH_LATENCY_THREADS:-$THREADS}
 ROUNDS=${WEB_BENCH_ROUNDS:-3}
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
@@ -90,10 +92,12 @@ fi
 if want latency; then
   rm -f "$OUT"/logs/2*-latency-*.log "$OUT"/logits_*.f32
   for seq in 64 1; do
-    for round in $(seq "$ROUNDS"); do
-      for side in qkv ort; do
-        run "2$([[ $seq == 64 ]] && echo 0 || echo 1)-latency-t$seq-$round-$side" bench/web/latency.mjs --side "$side" --seq "$seq" \
-          --threads "$THREADS" --warmup "$LAT_WARMUP" --runs "$LAT_RUNS" --dir "$OUT"
+    for threads in $LAT_THREADS; do
+      for round in $(seq "$ROUNDS"); do
+        for side in qkv ort; do
+          run "2$([[ $seq == 64 ]] && echo 0 || echo 1)-latency-t$seq-thr$threads-$round-$side" bench/web/latency.mjs --side "$side" \
+            --seq "$seq" --threads "$threads" --warmup "$LAT_WARMUP" --runs "$LAT_RUNS" --dir "$OUT"
+        done
       done
     done
   done

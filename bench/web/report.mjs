@@ -41,16 +41,17 @@ if (train.length) {
   const qkvMain = train.filter((r) => r.side === "qkv").sort((a, b) => b.threads - a.threads)[0];
   const head = `${pad("side", 34)} ${pad("version", 8)} ${lpad("threads", 7)} ${lpad("params", 8)} ${lpad("steps", 9)} ${lpad("ms/step", 9)} ${lpad("mean", 9)} ${lpad("tokens/s", 9)} ${lpad(qkvMain ? `qkv ${qkvMain.threads}thr / this` : "", 16)}  same model? (max |loss - PyTorch| over steps)`;
   console.log(head);
+  const label = (r) =>
+    r.side === "qkv" ? `qkv (wasm, ${r.threads === 1 ? "1 thread" : `${r.threads} threads`})` : r.name + (r.backend.includes("matmul flags") ? " (matmul flags)" : "");
   for (const r of train) {
-    const label = r.side === "qkv" ? `qkv (wasm, ${r.threads === 1 ? "1 thread" : `${r.threads} threads`})` : r.name + (r.backend.includes("matmul flags") ? " (matmul flags)" : "");
     const ratio = qkvMain && r !== qkvMain ? `${(qkvMain.tokens_per_s / r.tokens_per_s).toFixed(2)}x` : "";
     const same = r.same_model ? `yes (${r.max_diff_torch.toExponential(1)}, 1..${r.check_steps})` : `NO (${r.max_diff_torch.toExponential(1)}): ${r.note}`;
     console.log(
-      `${pad(label, 34)} ${pad(r.version, 8)} ${lpad(r.threads, 7)} ${lpad(r.params, 8)} ${lpad(`${r.warmup}+${r.steps}`, 9)} ${lpad(fixed(r.ms_median, 1), 9)} ` +
+      `${pad(label(r), 34)} ${pad(r.version, 8)} ${lpad(r.threads, 7)} ${lpad(r.params, 8)} ${lpad(`${r.warmup}+${r.steps}`, 9)} ${lpad(fixed(r.ms_median, 1), 9)} ` +
         `${lpad(fixed(r.ms_mean, 1), 9)} ${lpad(fixed(r.tokens_per_s, 0), 9)} ${lpad(ratio, 16)}  ${same}`,
     );
   }
-  for (const r of train) console.log(`   ${pad(r.name, 12)} ${r.backend}; loss step 1 ${fixed(r.loss_first, 4)} (ln 65 = ${Math.log(65).toFixed(4)}), step ${r.check_steps} ${fixed(r.loss_at_check, 4)}; peak RSS ${fixed(r.peak_rss_mib, 0)} MiB`);
+  for (const r of train) console.log(`   ${pad(label(r), 22)} ${r.backend}; loss step 1 ${fixed(r.loss_first, 4)} (ln 65 = ${Math.log(65).toFixed(4)}), step ${r.check_steps} ${fixed(r.loss_at_check, 4)}; peak RSS ${fixed(r.peak_rss_mib, 0)} MiB`);
   const tfWasm = train.find((r) => r.side === "tfjs-wasm" && !r.backend.includes("matmul flags"));
   if (qkvMain && tfWasm) {
     const x = qkvMain.tokens_per_s / tfWasm.tokens_per_s;
@@ -71,10 +72,14 @@ if (lat.length) {
       "median of the rounds when run more than once); a run = input array in, logits Float32Array out.",
   );
   console.log(`${pad("tokens", 6)} ${pad("side", 26)} ${lpad("threads", 7)} ${lpad("rounds", 6)} ${lpad("median ms", 10)} ${lpad("p10", 8)} ${lpad("p90", 8)} ${lpad("|d| vs torch", 12)}  ratio qkv/ORT  target`);
-  for (const seq of [...new Set(lat.map((r) => r.seq))].sort((a, b) => b - a)) {
+  const keys = [...new Set(lat.map((r) => `${r.seq} ${r.requested_threads ?? ""}`))];
+  const groups = keys.map((k) => k.split(" ")).sort((a, b) => b[0] - a[0] || a[1] - b[1]);
+  for (const [seqText, threadsText] of groups) {
+    const seq = Number(seqText);
+    const mine = lat.filter((r) => r.seq === seq && String(r.requested_threads ?? "") === threadsText);
     const best = {};
     for (const side of ["qkv", "ort"]) {
-      const rs = lat.filter((r) => r.seq === seq && r.side === side);
+      const rs = mine.filter((r) => r.side === side);
       const timed = rs.filter((r) => r.ms_median !== undefined);
       if (!rs.length) continue;
       if (!timed.length) {
@@ -92,12 +97,14 @@ if (lat.length) {
       );
       if (timed.length > 1) console.log(`${pad("", 6)}   rounds' medians: ${timed.map((r) => fixed(r.ms_median, 3)).join(", ")} ms`);
     }
-    // qkv's logits against ORT's, directly.
+  }
+  // qkv's logits against ORT's, directly (the files of the last run at each length).
+  for (const seq of [...new Set(lat.map((r) => r.seq))].sort((a, b) => b - a)) {
     const fq = path.join(dir, `logits_qkv_t${seq}.f32`), fo = path.join(dir, `logits_ort_t${seq}.f32`);
     if (existsSync(fq) && existsSync(fo)) {
       const read = (f) => new Float32Array(new Uint8Array(readFileSync(f)).buffer);
       const d = maxAbsDiff(read(fq), read(fo));
-      console.log(`${pad("", 6)}   qkv vs ORT logits (1 x ${seq}): max |d| = ${d.toExponential(2)} ${d <= 1e-4 ? "<= 1e-4 ok" : "> 1e-4 MISMATCH"}`);
+      console.log(`   qkv vs ORT logits (1 x ${seq}): max |d| = ${d.toExponential(2)} ${d <= 1e-4 ? "<= 1e-4 ok" : "> 1e-4 MISMATCH"}`);
     }
   }
   const o = lat.find((r) => r.side === "ort" && r.os_threads_started !== undefined);
@@ -112,5 +119,11 @@ if (size.length) {
   console.log(`${pad("library", 26)} ${pad("build", 30)} ${lpad("raw", 9)} ${lpad("gzip", 9)} ${lpad("brotli", 9)}  what`);
   for (const r of size) {
     console.log(`${pad(`${r.library} ${r.version}`, 26)} ${pad(r.build, 30)} ${lpad((r.raw / 1024).toFixed(1), 9)} ${lpad((r.gzip / 1024).toFixed(1), 9)} ${lpad((r.brotli / 1024).toFixed(1), 9)}  ${r.how}`);
+  }
+  const q = size.find((r) => r.library === "qkv" && r.build.startsWith("threaded"));
+  const t = size.find((r) => r.library === "TF.js" && r.build.startsWith("threaded"));
+  const o = size.find((r) => r.library === "ONNX Runtime Web");
+  if (q && t && o) {
+    console.log(`   gzip, threaded builds: qkv / TF.js (core + wasm) = ${(q.gzip / t.gzip).toFixed(2)}x, qkv / ORT web = ${(q.gzip / o.gzip).toFixed(2)}x (per-file sizes: ${path.join(logDir, "30-size.log")})`);
   }
 }
