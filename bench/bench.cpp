@@ -5,6 +5,7 @@
 //   qkv_bench gemm-isas [--threads N] [--quick]   qkv gemm per instruction set, forced
 //   qkv_bench char-gpt  [--threads N] [--steps N] [--warmup N] [--batch N] [--config recipe|package] [--isa I]
 //   qkv_bench seq2seq   [--threads N] [--steps N] [--warmup N] [--batch N] [--isa I]
+//   qkv_bench generate  [--threads N] [--steps runs] [--warmup runs] [--isa I]
 //
 // --threads defaults to the machine's hardware threads (at most qkv::max_threads()). bench/run_cpu.sh runs them all
 // beside the peers.
@@ -22,10 +23,11 @@
 namespace {
 
 int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s peak|gemm|gemm-isas|char-gpt|seq2seq [--threads N] [--steps N] [--warmup N] [--batch N]\n"
-               "       [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
-               argv0);
+  std::fprintf(
+      stderr,
+      "usage: %s peak|gemm|gemm-isas|char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N] [--batch N]\n"
+      "       [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
+      argv0);
   return 2;
 }
 
@@ -67,6 +69,7 @@ int run(int argc, char** argv) {
   if (command == "gemm-isas") return qkv::bench::run_gemm_isas(o);
   if (command == "char-gpt") return qkv::bench::run_char_gpt(o);
   if (command == "seq2seq") return qkv::bench::run_seq2seq(o);
+  if (command == "generate") return qkv::bench::run_generate(o);
   return usage(argv[0]);
 }
 

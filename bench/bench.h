@@ -23,5 +23,7 @@ int run_gemm_isas(const Options& o);
 // One training configuration at o.threads threads; prints a table and a RESULT line (train_bench.cpp).
 int run_char_gpt(const Options& o);
 int run_seq2seq(const Options& o);
+// Generation tokens/s with and without the KV cache (generate_bench.cpp).
+int run_generate(const Options& o);
 
 }  // namespace qkv::bench

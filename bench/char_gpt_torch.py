@@ -122,12 +122,15 @@ class GPT(nn.Module):
             else:
                 nn.init.normal_(p, 0.0, 0.02)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
+        """The loss against targets; without targets, the logits (B, T, vocab)."""
         B, T = idx.shape
         x = self.tok_emb(idx) + self.pos_emb.weight[:T]
         for layer in self.layers:
             x = layer(x)
         logits = self.norm(x) @ self.tok_emb.weight.t()  # tied LM head
+        if targets is None:
+            return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 

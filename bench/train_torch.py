@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch side of the CPU training-speed benchmarks (bench/README.md); qkv's side is `qkv_bench char-gpt|seq2seq`.
 
-usage: train_torch.py char-gpt|seq2seq [--threads N] [--steps N] [--warmup N] [--batch N]   (Debian's /usr/bin/python3)
+usage: train_torch.py char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N] [--batch N]
+       (Debian's /usr/bin/python3)
 
   char-gpt  nanoGPT's CPU char config exactly as bench/char_gpt_torch.py builds and trains it (imported from there):
             V 65, 4 pre-LN layers, 4 heads, 128 wide, context 64, batch 12; AdamW, clip 1.0, the lr schedule.
@@ -9,6 +10,9 @@ usage: train_torch.py char-gpt|seq2seq [--threads N] [--steps N] [--warmup N] [-
             nn.Transformer, generator) at vocab 5000, d_model 512, 8 heads, 6+6 layers, d_ff 2048, dropout 0;
             source and target length 100, batch 64, Adam(lr 1e-4, betas (0.9, 0.98), eps 1e-9), cross-entropy
             ignoring pad 0. Tokens are uniform in [1, 5000): no padding, so tokens/s counts batch x 100 target tokens.
+  generate  the char GPT above at context 256 (random weights): 256 tokens at batch 1 after a 1-token prompt with
+            nanoGPT's `generate` loop (no KV cache: each token re-runs the last 256 tokens, then softmax and
+            torch.multinomial), under torch.no_grad(). --steps: timed runs (default 5). qkv's side: `qkv_bench generate`.
 
 Batches are random token ids (speed does not depend on them). Prints a table and one line for bench/cpu_report.py:
   RESULT bench=<name> side=PyTorch threads=<n> ... ms_per_step=<mean> tokens_per_s=<n> peak_rss_mib=<MiB>
@@ -18,7 +22,7 @@ import os
 import sys
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-parser.add_argument("bench", choices=["char-gpt", "seq2seq"])
+parser.add_argument("bench", choices=["char-gpt", "seq2seq", "generate"])
 parser.add_argument("--threads", type=int, default=2)
 parser.add_argument("--steps", type=int, default=0, help="timed steps (default: char-gpt 200, seq2seq 5)")
 parser.add_argument("--warmup", type=int, default=-1, help="untimed steps first (default: char-gpt 10, seq2seq 2)")
@@ -37,6 +41,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -188,7 +193,39 @@ def run_seq2seq():
     report("seq2seq", f"batch={B} seq={length}", steps, mean_ms, median_ms, B * length)
 
 
+# ---- Generation: nanoGPT's loop on the char GPT at context 256 ----
+def run_generate():
+    vocab, tokens = 65, 256
+    char_gpt_torch.CONTEXT = 256  # the model reads it when built: the position table and the causal mask
+    runs, warmup = args.steps or 5, args.warmup if args.warmup >= 0 else 1
+    torch.manual_seed(char_gpt_torch.INIT_SEED)
+    model = char_gpt_torch.GPT(vocab).eval()
+    block = char_gpt_torch.CONTEXT
+
+    @torch.no_grad()
+    def generate(seed):
+        torch.manual_seed(seed)
+        idx = torch.zeros((1, 1), dtype=torch.long)
+        for _ in range(tokens):  # nanoGPT model.py GPT.generate, temperature 1, no top-k
+            idx_cond = idx if idx.size(1) <= block else idx[:, -block:]
+            logits = model(idx_cond)[:, -1, :]
+            probs = F.softmax(logits, dim=-1)
+            idx = torch.cat((idx, torch.multinomial(probs, num_samples=1)), dim=1)
+        return idx
+
+    print(f"\n== PyTorch generation (nanoGPT's loop, no KV cache): {tokens} tokens at batch 1 after a 1-token prompt, "
+          f"char GPT at context {block}, {torch.get_num_threads()} threads; {warmup} warm-up + {runs} timed runs; "
+          f"load average {load_average()}")
+    mean_ms, median_ms = time_steps(warmup, runs, generate)
+    tokens_per_s = tokens / (median_ms / 1e3)
+    print(f"{'side':10} {'cache':8} {'runs':>6} {'median ms':>10} {'tokens/s':>12}")
+    print(f"{'PyTorch':10} {'off':8} {runs:>6} {median_ms:>10.2f} {tokens_per_s:>12.0f}")
+    print(f"RESULT bench=generate side=PyTorch cache=off threads={torch.get_num_threads()} torch={torch.__version__} "
+          f"tokens={tokens} context={block} runs={runs} ms_per_run={median_ms:.3f} tokens_per_s={tokens_per_s:.1f} "
+          f"load=\"{load_average()}\"")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(args.threads)
     char_gpt_torch.print_config()
-    run_char_gpt() if args.bench == "char-gpt" else run_seq2seq()
+    {"char-gpt": run_char_gpt, "seq2seq": run_seq2seq, "generate": run_generate}[args.bench]()

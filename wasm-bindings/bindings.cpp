@@ -9,6 +9,7 @@
 #include <emscripten/bind.h>
 #include <emscripten/heap.h>
 #include <emscripten/val.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -81,6 +82,12 @@ val take_error() {
 
 [[noreturn]] void throw_type_error(const std::string& message) { throw TypeError(message); }
 
+// "a Float32Array", "an Array".
+std::string article(const std::string& name) {
+  const bool vowel = !name.empty() && std::string("aeiouAEIOU").find(name[0]) != std::string::npos;
+  return (vowel ? "an " : "a ") + name;
+}
+
 // A JS value for an error message: `"abc" (a string)`, `1.5 (a number)`, `an Array`, `null`.
 std::string describe(const val& v) {
   if (v.isNull()) return "null";
@@ -95,10 +102,11 @@ std::string describe(const val& v) {
     return val::global("String")(v).as<std::string>() + " (a " + type + ")";
   if (type == "object") {
     const val ctor = v["constructor"];
-    if (!ctor.isUndefined() && !ctor.isNull() && ctor["name"].isString()) return "a " + ctor["name"].as<std::string>();
+    if (!ctor.isUndefined() && !ctor.isNull() && ctor["name"].isString())
+      return article(ctor["name"].as<std::string>());
     return "an object";
   }
-  return "a " + type;
+  return article(type);
 }
 
 std::vector<int32_t> int32_array(const val& v, const char* name) {
@@ -651,6 +659,8 @@ void set_threads(int n) {
 }
 double heap_size() { return static_cast<double>(emscripten_get_heap_size()); }
 double heap_max() { return static_cast<double>(emscripten_get_heap_max()); }
+// Bytes malloc has handed out and not taken back (the heap itself only grows, so this is what shows a leak).
+double heap_used() { return static_cast<double>(mallinfo().uordblks); }
 
 }  // namespace
 
@@ -664,6 +674,7 @@ EMSCRIPTEN_BINDINGS(qkv) {
   emscripten::function("setThreads", &set_threads);
   emscripten::function("heapSize", &heap_size);
   emscripten::function("heapMax", &heap_max);
+  emscripten::function("heapUsed", &heap_used);
   emscripten::function("checkpointMetadata", &checkpoint_metadata);
   emscripten::function("takeError", &take_error);
 

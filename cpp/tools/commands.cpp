@@ -275,7 +275,7 @@ int run_generate(const GenerateArgs& a) {
   const auto task = Task::load(a.ckpt);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
-  task->generate(a.prompt, o, a.stop, [](const std::string& piece) {
+  task->generate(a.prompt, o, a.stop, a.beam, static_cast<float>(a.length_penalty), [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
     return true;

@@ -25,6 +25,8 @@ struct GenerateArgs {
   std::string ckpt, prompt, stop, device = "cpu";
   int max_tokens = 200, top_k = 0;
   double temperature = 0.8, top_p = 1.0, repetition_penalty = 1.0;
+  int beam = 1;
+  double length_penalty = 0.6;
   Flag<uint64_t> seed;
   Flag<int> threads;
 };

@@ -104,12 +104,15 @@ int main(int argc, char** argv) {
   g->add_option("--top-p", gen.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)");
   g->add_option("--repetition-penalty", gen.repetition_penalty, "CTRL's penalty on repeated tokens; 1 = off");
   g->add_option("--stop", gen.stop, "Characters that end generation (each is emitted, then it stops)");
+  g->add_option("--beam", gen.beam, "seq2seq: beam search width; 1 = greedy (default)")->check(CLI::Range(1, 64));
+  g->add_option("--length-penalty", gen.length_penalty, "seq2seq beams: GNMT's alpha (default 0.6; 0 = none)")
+      ->check(CLI::NonNegativeNumber);
   flags.add(g, "--seed", gen.seed, "Seed of the sampling (default: random, printed on stderr)");
   flags.add(g, "--threads", gen.threads, "CPU threads")->check(CLI::PositiveNumber);
   g->add_option("--device", gen.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   g->footer(
       "\nThe prompt and then each new token are written to stdout as they come. A seq2seq checkpoint decodes\n"
-      "greedily (the sampling flags do not apply).");
+      "greedily, or with beam search (--beam); the sampling flags do not apply to it.");
 
   EvalArgs eval;
   CLI::App* e = app.add_subcommand("eval", "Loss, perplexity and accuracy of a checkpoint on a data file");

@@ -201,8 +201,11 @@ class LmTask final : public Task {
     return sum.result();
   }
 
-  void generate(const std::string& prompt, const SamplingOptions& options, const std::string& stop_chars,
-                const std::function<bool(const std::string&)>& on_text) override {
+  void generate(const std::string& prompt, const SamplingOptions& options, const std::string& stop_chars, int beam,
+                float, const std::function<bool(const std::string&)>& on_text) override {
+    if (beam != 1)
+      throw UsageError("--beam " + std::to_string(beam) +
+                       ": beam search is for seq2seq checkpoints; an lm samples (--temperature, --top-k, --top-p)");
     if (prompt.empty()) throw UsageError("--prompt is empty: expected the text to continue");
     const std::vector<int32_t> ids = encode(tok_, prompt, "--prompt", false, false);
     SamplingOptions o = options;
@@ -326,9 +329,9 @@ class Seq2SeqTask final : public RowTask {
     });
   }
 
-  // Greedy decoding (beam search and sampling for seq2seq are not part of the tool yet).
-  void generate(const std::string& prompt, const SamplingOptions& options, const std::string&,
-                const std::function<bool(const std::string&)>& on_text) override {
+  // Greedy decoding or beam search (sampling is for lm checkpoints).
+  void generate(const std::string& prompt, const SamplingOptions& options, const std::string&, int beam,
+                float length_penalty, const std::function<bool(const std::string&)>& on_text) override {
     if (prompt.empty()) throw UsageError("--prompt is empty: expected a source text to translate");
     const std::vector<int32_t> src = encode(src_tok_, prompt, "--prompt", false, true);
     const int context = model_->config().context;
@@ -337,8 +340,13 @@ class Seq2SeqTask final : public RowTask {
           detail::cat("--prompt is ", src.size(), " tokens with <eos>: this checkpoint's context is ", context));
     const int max_len = std::min(options.max_new_tokens, context - 1);
     if (max_len < 1) return;
-    const auto out =
-        model_->greedy(src, 1, static_cast<int>(src.size()), tgt_tok_.bos_id(), tgt_tok_.eos_id(), max_len);
+    DecodeOptions d;
+    d.bos = tgt_tok_.bos_id();
+    d.eos = tgt_tok_.eos_id();
+    d.max_len = max_len;
+    d.beam_width = beam;
+    d.length_penalty = length_penalty;
+    const auto out = model_->generate(src, 1, static_cast<int>(src.size()), d).tokens;
     for (int32_t t : out) {
       if (t == tgt_tok_.eos_id() || t == tgt_tok_.pad_id()) break;
       if (!on_text(tgt_tok_.decode(std::span<const int32_t>(&t, 1)))) break;
@@ -683,7 +691,7 @@ std::unique_ptr<Task> Task::load(const std::string& path) {
   return task;
 }
 
-void Task::generate(const std::string&, const SamplingOptions&, const std::string&,
+void Task::generate(const std::string&, const SamplingOptions&, const std::string&, int, float,
                     const std::function<bool(const std::string&)>&) {
   throw Error(checkpoint_path + ": holds a " + kind_name(kind()) +
               " model: generate needs an lm or seq2seq checkpoint (a classifier is measured with qkv eval)");

@@ -93,11 +93,12 @@ class Task {
   virtual void set_learning_rate(float lr) = 0;
   virtual std::string config_json() const = 0;
   // Streams the text that follows `prompt` to on_text, a piece per token (on_text returns false to stop):
-  // lm samples with `options` (stop_chars: characters that end generation); seq2seq decodes greedily up to
-  // options.max_new_tokens target tokens. qkv::Error for a classifier; UsageError naming the flag for
-  // options that do not fit the checkpoint.
+  // lm samples with `options` (stop_chars: characters that end generation); seq2seq decodes up to
+  // options.max_new_tokens target tokens with beam search of width `beam` (1: greedy) and GNMT's
+  // length_penalty. qkv::Error for a classifier; UsageError naming the flag for options that do not fit the
+  // checkpoint (a beam for an lm).
   virtual void generate(const std::string& prompt, const SamplingOptions& options, const std::string& stop_chars,
-                        const std::function<bool(const std::string&)>& on_text);
+                        int beam, float length_penalty, const std::function<bool(const std::string&)>& on_text);
 
   // Writes the checkpoint (weights, optimizer state, tokenizers, train state) atomically to `path`.
   void save(const std::string& path);

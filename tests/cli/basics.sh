@@ -24,6 +24,7 @@ expect 2 "--device" -- train --data text.txt --device tpu
 expect 2 "preset \(tiny, small\)" -- train --data text.txt --config huge
 expect 2 "--top-p.*top_p = 1.5" -- generate --ckpt x --prompt a --top-p 1.5
 expect 2 "--temperature.*temperature = -1" -- generate --ckpt x --prompt a --temperature -1
+expect 2 "--beam: Value 0 not in range" -- generate --ckpt x --prompt a --beam 0
 expect 2 "--resume" -- train --data text.txt --resume x --batch 3
 expect 2 "--threads" -- train --data text.txt --threads 100000
 expect 1 "CUDA backend" -- train --data text.txt --device cuda

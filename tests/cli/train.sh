@@ -43,7 +43,15 @@ done >pairs.tsv
 expect 0 "done step 8/8" -- train --threads 1 --model seq2seq --data pairs.tsv --steps 8 --batch 4 --out s2s.safetensors
 expect 0 "model +seq2seq" -- info --ckpt s2s.safetensors
 grep -Eq "tokenizer.t +char" "$OUT" || fail "info: no target tokenizer"
-expect 0 "^cat" -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5
+expect 0 "^cat" -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5 --seed 1
+greedy=$(cat "$OUT")
+# beam search: width 1 is greedy; a wider beam decodes too
+expect 0 "^cat" -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5 --seed 1 --beam 1
+[ "$(cat "$OUT")" = "$greedy" ] || fail "--beam 1 differs from greedy decoding"
+expect 0 "^cat" -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5 --beam 4 \
+  --length-penalty 0.6
+expect 2 "--beam 3: beam search is for seq2seq checkpoints" -- \
+  generate --threads 1 --ckpt lm.safetensors --prompt "a" --beam 3
 expect 0 "^loss [0-9.]+  perplexity" -- eval --threads 1 --ckpt s2s.safetensors --data pairs.tsv
 
 # classifier: does the text contain an "a"?

@@ -285,6 +285,18 @@ describe("bad input rejects with an Error naming the argument, and the model sta
     await rejects(LanguageModel.create({ ...CONFIG, dModle: 8 } as unknown as typeof CONFIG), /config.dModle is not a LanguageModel option/);
   });
 
+  it("a wrong JS type is a TypeError, a bad value an Error", async () => {
+    const { inputs, targets } = good();
+    const kind = (p: Promise<unknown>) => p.then(() => "resolved", (e: unknown) => (e as Error).constructor.name);
+    expect(await kind(model.trainStep("abc" as unknown as Int32Array, targets, shape))).toBe("TypeError");
+    expect(await kind(LanguageModel.create({ ...CONFIG, dModel: "8" as unknown as number }))).toBe("TypeError");
+    expect(await kind(model.generate(inputs, { maxTokens: 2, topP: "x" as unknown as number }))).toBe("TypeError");
+    expect(await kind(model.trainStep(inputs.map(() => 99), targets, shape))).toBe("Error");
+    expect(await kind(model.trainStep(inputs, targets, { batch: 0 }))).toBe("Error");
+    expect(await kind(LanguageModel.create({ ...CONFIG, dModel: 30 }))).toBe("Error");
+    await stepWorks();
+  });
+
   it("token ids out of range (checked by the core)", async () => {
     const { inputs, targets } = good();
     inputs[3] = 99;

@@ -60,7 +60,8 @@ class WorkerClient implements Backend {
       if (!p) return;
       this.pending.delete(r.id);
       if ("err" in r) {
-        const err = new Error(r.err.message);
+        // The same class as in Node (a wrong JS type is a TypeError), the name as thrown.
+        const err = r.err.name === "TypeError" ? new TypeError(r.err.message) : new Error(r.err.message);
         err.name = r.err.name;
         p.reject(err);
       } else {

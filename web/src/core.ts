@@ -70,6 +70,7 @@ export interface QkvCore {
   numThreads(): number;
   heapSize(): number;
   heapMax(): number;
+  heapUsed(): number;
   /** The error of the last failed call (the binding never throws through wasm frames), cleared on read. */
   takeError(): { message: string; typeError: boolean } | undefined;
   checkpointMetadata(bytes: Uint8Array): Record<string, string>;
@@ -227,6 +228,7 @@ export class Engine {
         return {
           models: [...this.models].map(([id, e]) => ({ id, kind: e.kind, bytes: e.core.memory() })),
           heapBytes: this.core.heapSize(),
+          heapUsedBytes: this.core.heapUsed(),
           heapMaxBytes: this.core.heapMax(),
         };
       case "checkpointMetadata": {

@@ -92,14 +92,14 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
     const o = object("options", options, "{ maxTokens, bos, eos, batch? }");
     for (const k of Object.keys(o)) {
       if (!["maxTokens", "bos", "eos", "batch"].includes(k)) {
-        throw new Error(`options.${k} is not a Seq2Seq.generate option (known: maxTokens, bos, eos, batch)`);
+        throw new TypeError(`options.${k} is not a Seq2Seq.generate option (known: maxTokens, bos, eos, batch)`);
       }
     }
     const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
     const bos = integer("options.bos", o.bos);
     const eos = integer("options.eos", o.eos);
     if (o.batch !== undefined && (typeof o.batch !== "number" || !Number.isInteger(o.batch) || o.batch < 1)) {
-      throw new Error(`options.batch must be a positive integer, got ${describe(o.batch)}`);
+      throw new (typeof o.batch === "number" ? Error : TypeError)(`options.batch must be a positive integer, got ${describe(o.batch)}`);
     }
     const { batch, seq: srcLen } = rows("src", s.length, { batch: (o.batch as number | undefined) ?? 1 }, 1, "srcLen");
     return (await callModel(this, "generate", "greedy", { src: s, batch, srcLen, bos, eos, maxTokens })).tokens;
@@ -113,7 +113,7 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
   async attention(options: Seq2SeqAttentionOptions): Promise<Float32Array> {
     const { layer, head, batchIndex, kind } = checkAttention(options);
     if (kind !== "encoder" && kind !== "decoder" && kind !== "cross") {
-      throw new Error(`options.kind must be "encoder", "decoder" or "cross", got ${describe(kind)}`);
+      throw new (typeof kind === "string" ? Error : TypeError)(`options.kind must be "encoder", "decoder" or "cross", got ${describe(kind)}`);
     }
     return (await callModel(this, "attention", "attention", { layer, head, batchIndex, kind })).weights;
   }

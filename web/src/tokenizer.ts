@@ -9,7 +9,7 @@ import type { Backend } from "./platform.js";
 import type { TokenizerIn, TokenizerOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import { checkpointMetadata } from "./model.js";
-import { boolean, bytes, describe, int32Like, object, positiveInt, string } from "./validate.js";
+import { boolean, bytes, describe, int32Like, object, positiveInt, string, text as wellFormed } from "./validate.js";
 
 /** Which special tokens a tokenizer has (each default `true`). Ids: pad, bos, eos, unk first, in that order. */
 export interface SpecialTokenOptions {
@@ -75,9 +75,9 @@ function make(b: Backend, out: TokenizerOut): AnyTokenizer {
 }
 
 function jsonText(json: unknown): string {
-  if (typeof json === "string") return json;
+  if (typeof json === "string") return wellFormed("json", json);
   if (typeof json === "object" && json !== null) return JSON.stringify(json);
-  throw new Error(`json must be a tokenizer's JSON (a string or the object toJSON() returns), got ${describe(json)}`);
+  throw new TypeError(`json must be a tokenizer's JSON (a string or the object toJSON() returns), got ${describe(json)}`);
 }
 
 /**
@@ -149,7 +149,7 @@ export abstract class Tokenizer {
    * when there is no unk token. Char and word tokenizers need well-formed text (no lone surrogates).
    */
   async encode(text: string, options: EncodeOptions = {}): Promise<Int32Array> {
-    return this.encodeAny(string("text", text), options);
+    return this.encodeAny(wellFormed("text", text), options);
   }
 
   /** Token ids to text. Rejects on an id outside `[0, size)`. */
@@ -191,14 +191,14 @@ export class CharTokenizer extends Tokenizer {
   /** Builds the vocabulary of every distinct character of `text` (well-formed, non-empty). */
   static async fromText(text: string, options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
     const o = object("options", options, "{ specials? }");
-    const [b, out] = await build({ kind: "char", text: string("text", text), specials: specials(o.specials) });
+    const [b, out] = await build({ kind: "char", text: wellFormed("text", text), specials: specials(o.specials) });
     return ofKind(make(b, out), "char");
   }
 
   /** A tokenizer with this exact vocabulary (ids: the specials, then `chars` in order). */
   static async fromVocabulary(chars: readonly string[], options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
     const o = object("options", options, "{ specials? }");
-    if (!Array.isArray(chars)) throw new Error(`chars must be an array of single characters, got ${describe(chars)}`);
+    if (!Array.isArray(chars)) throw new TypeError(`chars must be an array of single characters, got ${describe(chars)}`);
     const json: TokenizerJSON = { version: 1, kind: "char", special: specials(o.specials), vocab: [...chars] };
     return CharTokenizer.fromJSON(json);
   }
@@ -244,7 +244,7 @@ export class ByteTokenizer extends Tokenizer {
 
   /** Text (as its UTF-8 bytes) or raw bytes to token ids. */
   override async encode(text: string | Uint8Array, options: EncodeOptions = {}): Promise<Int32Array> {
-    if (typeof text === "string") return this.encodeAny(text, options);
+    if (typeof text === "string") return this.encodeAny(wellFormed("text", text), options);
     return this.encodeAny(bytes("text", text), options);
   }
 
@@ -273,7 +273,7 @@ export class WordTokenizer extends Tokenizer {
     const o = object("options", options, "{ maxVocab, specials?, lowercase? }");
     const [b, out] = await build({
       kind: "word",
-      text: string("text", text),
+      text: wellFormed("text", text),
       maxVocab: positiveInt("options.maxVocab", o.maxVocab),
       specials: specials(o.specials),
       lowercase: o.lowercase === undefined ? true : boolean("options.lowercase", o.lowercase),

@@ -163,7 +163,7 @@ function lmSource(model: LanguageModel, name: string, data: unknown, batch: numb
 
 function seq2seqSource(model: Seq2Seq, name: string, data: unknown, batch: number, random: () => number): Source {
   if (!Array.isArray(data) || data.length === 0) {
-    throw new Error(`${name} must be a non-empty array of { src, tgt } examples, got ${describe(data)}`);
+    throw new TypeError(`${name} must be a non-empty array of { src, tgt } examples, got ${describe(data)}`);
   }
   const examples = data.map((e: unknown, i) => {
     const o = object(`${name}[${i}]`, e, "{ src: Int32Array, tgt: Int32Array }");
@@ -203,7 +203,7 @@ function seq2seqSource(model: Seq2Seq, name: string, data: unknown, batch: numbe
 
 function classifierSource(model: Classifier, name: string, data: unknown, batch: number, random: () => number): Source {
   if (!Array.isArray(data) || data.length === 0) {
-    throw new Error(`${name} must be a non-empty array of { tokens, label } examples, got ${describe(data)}`);
+    throw new TypeError(`${name} must be a non-empty array of { tokens, label } examples, got ${describe(data)}`);
   }
   const examples = data.map((e: unknown, i) => {
     const o = object(`${name}[${i}]`, e, "{ tokens: Int32Array, label: number }");
@@ -271,7 +271,7 @@ export class Trainer {
     const o = object("options", options, "{ data, evalData?, batchSize, seqLen?, seed? }");
     const known = ["data", "evalData", "batchSize", "seqLen", "seed"];
     for (const k of Object.keys(o)) {
-      if (!known.includes(k)) throw new Error(`options.${k} is not a Trainer option (known: ${known.join(", ")})`);
+      if (!known.includes(k)) throw new TypeError(`options.${k} is not a Trainer option (known: ${known.join(", ")})`);
     }
     const batch = positiveInt("options.batchSize", o.batchSize);
     const random = rng(o.seed === undefined ? 1 : nonNegativeInt("options.seed", o.seed, 0xffffffff));
@@ -280,10 +280,10 @@ export class Trainer {
         const seq = o.seqLen === undefined ? model.config.context : positiveInt("options.seqLen", o.seqLen);
         return lmSource(model, name, data, batch, seq, random);
       }
-      if (o.seqLen !== undefined) throw new Error("options.seqLen is for a LanguageModel only (examples set their own lengths)");
+      if (o.seqLen !== undefined) throw new TypeError("options.seqLen is for a LanguageModel only (examples set their own lengths)");
       if (model instanceof Seq2Seq) return seq2seqSource(model, name, data, batch, random);
       if (model instanceof Classifier) return classifierSource(model, name, data, batch, random);
-      throw new Error(`model must be a LanguageModel, Seq2Seq or Classifier, got ${describe(model)}`);
+      throw new TypeError(`model must be a LanguageModel, Seq2Seq or Classifier, got ${describe(model)}`);
     };
     this.model = model;
     this.#train = source("options.data", o.data);
@@ -327,10 +327,10 @@ export class Trainer {
     const evalBatches = o.evalBatches === undefined ? Infinity : positiveInt("options.evalBatches", o.evalBatches);
     const signal = o.signal as AbortSignal | undefined;
     if (signal !== undefined && (typeof signal !== "object" || signal === null || typeof signal.aborted !== "boolean")) {
-      throw new Error(`options.signal must be an AbortSignal, got ${describe(signal)}`);
+      throw new TypeError(`options.signal must be an AbortSignal, got ${describe(signal)}`);
     }
     for (const k of ["onStep", "onEval"] as const) {
-      if (o[k] !== undefined && typeof o[k] !== "function") throw new Error(`options.${k} must be a function, got ${describe(o[k])}`);
+      if (o[k] !== undefined && typeof o[k] !== "function") throw new TypeError(`options.${k} must be a function, got ${describe(o[k])}`);
     }
     const onStep = o.onStep as FitOptions["onStep"];
     const onEval = o.onEval as FitOptions["onEval"];

@@ -279,6 +279,8 @@ export interface MemoryReport {
   models: { id: number; kind: ModelKind; bytes: MemoryUsage }[];
   /** Current size of the wasm heap (it grows on demand and never shrinks). */
   heapBytes: number;
+  /** Bytes of the heap in use (allocated and not freed): what a forgotten `dispose()` makes grow. */
+  heapUsedBytes: number;
   /** The most the heap may grow to (4 GiB). */
   heapMaxBytes: number;
 }

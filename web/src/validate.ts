@@ -5,6 +5,11 @@
 import type { SamplingIn } from "./protocol.js";
 import type { BatchShape } from "./types.js";
 
+/** "a Float32Array", "an Array". */
+function article(name: string): string {
+  return `${/^[aeiou]/i.test(name) ? "an" : "a"} ${name}`;
+}
+
 /** Describes a value for an error message: `"abc"` (string), `1.5`, `an Array`, `null`. */
 export function describe(v: unknown): string {
   if (v === null) return "null";
@@ -13,62 +18,81 @@ export function describe(v: unknown): string {
   if (typeof v === "number" || typeof v === "boolean" || typeof v === "bigint") return `${String(v)} (a ${typeof v})`;
   if (typeof v === "object") {
     const name = (v as { constructor?: { name?: string } }).constructor?.name;
-    return name ? `a ${name}` : "an object";
+    return name ? article(name) : "an object";
   }
-  return `a ${typeof v}`;
+  return article(typeof v);
+}
+
+/** A TypeError when `v` is not of the JS type the argument needs, else an Error (a bad value). */
+function invalid(v: unknown, jsType: string, message: string): Error {
+  return typeof v === jsType ? new Error(message) : new TypeError(message);
 }
 
 export function positiveInt(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 1) {
-    throw new Error(`${name} must be a positive integer, got ${describe(v)}`);
+    throw invalid(v, "number", `${name} must be a positive integer, got ${describe(v)}`);
   }
   return v;
 }
 
 export function nonNegativeInt(name: string, v: unknown, max = Number.MAX_SAFE_INTEGER): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > max) {
-    throw new Error(`${name} must be an integer in [0, ${max}], got ${describe(v)}`);
+    throw invalid(v, "number", `${name} must be an integer in [0, ${max}], got ${describe(v)}`);
   }
   return v;
 }
 
 export function integer(name: string, v: unknown): number {
-  if (typeof v !== "number" || !Number.isSafeInteger(v)) throw new Error(`${name} must be an integer, got ${describe(v)}`);
+  if (typeof v !== "number" || !Number.isSafeInteger(v)) throw invalid(v, "number", `${name} must be an integer, got ${describe(v)}`);
   return v;
 }
 
 export function positiveFinite(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
-    throw new Error(`${name} must be a finite number > 0, got ${describe(v)}`);
+    throw invalid(v, "number", `${name} must be a finite number > 0, got ${describe(v)}`);
   }
   return v;
 }
 
 export function finiteNumber(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isFinite(v)) {
-    throw new Error(`${name} must be a finite number, got ${describe(v)}`);
+    throw invalid(v, "number", `${name} must be a finite number, got ${describe(v)}`);
   }
   return v;
 }
 
 export function boolean(name: string, v: unknown): boolean {
-  if (typeof v !== "boolean") throw new Error(`${name} must be true or false, got ${describe(v)}`);
+  if (typeof v !== "boolean") throw new TypeError(`${name} must be true or false, got ${describe(v)}`);
   return v;
 }
 
 export function string(name: string, v: unknown): string {
-  if (typeof v !== "string") throw new Error(`${name} must be a string, got ${describe(v)}`);
+  if (typeof v !== "string") throw new TypeError(`${name} must be a string, got ${describe(v)}`);
   return v;
 }
 
+/**
+ * A string that is well-formed UTF-16 (no lone surrogate), so that it has a UTF-8 form: the core reads
+ * text as UTF-8, and Embind's conversion would silently merge a lone surrogate with the next character.
+ */
+export function text(name: string, v: unknown): string {
+  const s = string(name, v);
+  const lone = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.exec(s);
+  if (lone) {
+    const cp = lone[0].charCodeAt(0).toString(16).toUpperCase();
+    throw new Error(`${name} has a lone surrogate U+${cp} at index ${lone.index}: expected well-formed Unicode text`);
+  }
+  return s;
+}
+
 export function object(name: string, v: unknown, like: string): Record<string, unknown> {
-  if (typeof v !== "object" || v === null) throw new Error(`${name} must be an object like ${like}, got ${describe(v)}`);
+  if (typeof v !== "object" || v === null) throw new TypeError(`${name} must be an object like ${like}, got ${describe(v)}`);
   return v as Record<string, unknown>;
 }
 
 export function int32Array(name: string, v: unknown): Int32Array {
   if (!(v instanceof Int32Array)) {
-    throw new Error(`${name} must be an Int32Array of token ids, got ${describe(v)}`);
+    throw new TypeError(`${name} must be an Int32Array of token ids, got ${describe(v)}`);
   }
   return v;
 }
@@ -80,20 +104,20 @@ export function int32Like(name: string, v: unknown): Int32Array {
     const out = new Int32Array(v.length);
     v.forEach((x, i) => {
       if (typeof x !== "number" || !Number.isInteger(x) || x < -0x80000000 || x > 0x7fffffff) {
-        throw new Error(`${name}[${i}] must be an integer, got ${describe(x)}`);
+        throw invalid(x, "number", `${name}[${i}] must be an integer, got ${describe(x)}`);
       }
       out[i] = x;
     });
     return out;
   }
-  throw new Error(`${name} must be an Int32Array or an array of integers, got ${describe(v)}`);
+  throw new TypeError(`${name} must be an Int32Array or an array of integers, got ${describe(v)}`);
 }
 
 /** Checkpoint bytes: a Uint8Array (a Node Buffer is one) or an ArrayBuffer. */
 export function bytes(name: string, v: unknown): Uint8Array {
   if (v instanceof Uint8Array) return v;
   if (v instanceof ArrayBuffer) return new Uint8Array(v);
-  throw new Error(`${name} must be a Uint8Array or an ArrayBuffer (the bytes of a safetensors file), got ${describe(v)}`);
+  throw new TypeError(`${name} must be a Uint8Array or an ArrayBuffer (the bytes of a safetensors file), got ${describe(v)}`);
 }
 
 /** `config` is an object (its fields are checked by the core's binding, which knows every config). */
@@ -113,7 +137,7 @@ export function rows(
   seqName = "seq",
 ): { batch: number; seq: number } {
   if (shape !== undefined && (typeof shape !== "object" || shape === null)) {
-    throw new Error(`shape must be an object { batch?, ${seqName}? }, got ${describe(shape)}`);
+    throw new TypeError(`shape must be an object { batch?, ${seqName}? }, got ${describe(shape)}`);
   }
   if (length === 0) throw new Error(`${what} must not be empty (${what}.length is 0)`);
   let batch = shape?.batch;
@@ -157,13 +181,13 @@ export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int3
   let temperature = 1;
   if (o.temperature !== undefined) {
     if (typeof o.temperature !== "number" || !Number.isFinite(o.temperature) || o.temperature < 0) {
-      throw new Error(`options.temperature must be a finite number >= 0 (0: greedy), got ${describe(o.temperature)}`);
+      throw invalid(o.temperature, "number", `options.temperature must be a finite number >= 0 (0: greedy), got ${describe(o.temperature)}`);
     }
     temperature = o.temperature;
   }
   const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens"];
   for (const k of Object.keys(o)) {
-    if (!known.includes(k)) throw new Error(`options.${k} is not a generate option (known: ${known.join(", ")})`);
+    if (!known.includes(k)) throw new TypeError(`options.${k} is not a generate option (known: ${known.join(", ")})`);
   }
   return {
     prompt: p,

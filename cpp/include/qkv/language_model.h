@@ -71,7 +71,6 @@ class LanguageModel {
   std::vector<float> attention(int layer) const;
 
   // Samples max_tokens new tokens after `prompt` (temperature 0 = greedy); returns only the new tokens.
-  // The context window slides when prompt + generated tokens exceed the context.
   std::vector<int32_t> generate(std::span<const int32_t> prompt, int max_tokens, float temperature, uint64_t seed);
 
   // Generates up to options.max_new_tokens tokens after `prompt` with the sampling of qkv/sampling.h (the
@@ -79,8 +78,22 @@ class LanguageModel {
   // passed to on_token as soon as it is chosen; generation ends early after a stop token (which is emitted)
   // or when on_token returns false. One uniform draw per token from a generator seeded with options.seed, so
   // the same options give the same tokens. Throws qkv::Error naming the field for invalid options.
+  //
+  // With options.use_cache (the default) the prompt runs once and each new token then costs one position
+  // per layer against the kept keys and values. The prompt may be longer than the context: the model sees
+  // the last `context` tokens. Once prompt + generated tokens exceed the context, the window slides one token
+  // per step, and since every position then moves, each step re-runs the window (as without the cache).
   std::vector<int32_t> generate(std::span<const int32_t> prompt, const SamplingOptions& options,
                                 const std::function<bool(int32_t token)>& on_token = {});
+
+  // Batched: `batch` prompts of prompt_len tokens each, (batch, prompt_len) row-major, decoded together.
+  // Row r samples with the seed options.seed + r, so it gets exactly the tokens generate(prompt r, options
+  // with that seed) gives. A row that emits a stop token ends there while the others go on. on_token gets
+  // each chosen token with its row and the logits (V) it was drawn from (before the sampling's processors);
+  // returning false ends every row. Returns each row's new tokens.
+  using TokenCallback = std::function<bool(int row, int32_t token, std::span<const float> logits)>;
+  std::vector<std::vector<int32_t>> generate(std::span<const int32_t> prompts, int batch, int prompt_len,
+                                             const SamplingOptions& options, const TokenCallback& on_token = {});
 
   const LanguageModelConfig& config() const;
   const OptimizerConfig& optimizer() const;

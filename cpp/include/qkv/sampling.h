@@ -25,6 +25,9 @@ struct SamplingOptions {
   float repetition_penalty = 1.f;    // > 0; 1 = off, > 1 discourages repeats
   uint64_t seed = 0;                 // the generator of the uniform draws: same seed, same tokens
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  // Keep each layer's keys and values between steps (a KV cache), so that a new token costs one position's
+  // work; false re-runs the whole window for every token (the same tokens, slower: for checks and benchmarks).
+  bool use_cache = true;
 };
 
 // Throws qkv::Error naming the field, its value and the expected range. With vocab_size > 0 the stop

@@ -43,6 +43,24 @@ struct Seq2SeqConfig {
 
 enum class AttentionKind { EncoderSelf, DecoderSelf, Cross };
 
+// How Seq2Seq::generate decodes: greedy (beam_width 1) or beam search. The encoder runs once per call.
+// Beam search keeps beam_width hypotheses per source row and stops a row once beam_width of them have
+// ended with eos (or at max_len); each is scored log P / ((5 + len) / 6)^length_penalty, GNMT's length
+// penalty with the paper's 0.6 (len: generated tokens, eos included). Width 1 is greedy decoding exactly.
+struct DecodeOptions {
+  int bos = -1, eos = -1;       // the target's start and end tokens (required)
+  int max_len = 0;              // tokens to generate at most, eos included: 1 <= max_len < context
+  int beam_width = 1;           // 1 = greedy
+  float length_penalty = 0.6f;  // alpha >= 0; 0 ranks by log P alone
+  bool use_cache = true;        // KV caches (see SamplingOptions::use_cache); false re-runs the decoder prefix
+};
+
+struct Decoded {
+  std::vector<int32_t> tokens;   // (batch, max_len): each row's best hypothesis, eos included, pad_id after it
+  std::vector<float> scores;     // (batch): its score, log P / length penalty
+  std::vector<int32_t> lengths;  // (batch): its length in tokens, eos included
+};
+
 class Seq2Seq {
  public:
   explicit Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer = {});
@@ -67,8 +85,11 @@ class Seq2Seq {
   // Logits (batch, tgt_len, tgt_vocab).
   std::vector<float> logits(std::span<const int32_t> src, std::span<const int32_t> tgt_in, int batch, int src_len,
                             int tgt_len);
+  // Decodes each source row (src: (batch, src_len)) with DecodeOptions: greedy or beam search, with the
+  // KV caches by default. Throws qkv::Error naming the field for bad input or options.
+  Decoded generate(std::span<const int32_t> src, int batch, int src_len, const DecodeOptions& options);
   // Greedy decoding: for each source row, start from bos and append the argmax token until eos or max_len
-  // tokens. Returns (batch, max_len) ids, pad_id after eos. The encoder runs once.
+  // tokens. Returns (batch, max_len) ids, pad_id after eos: generate(...).tokens with beam_width 1.
   std::vector<int32_t> greedy(std::span<const int32_t> src, int batch, int src_len, int bos, int eos, int max_len);
   // Attention weights (B, H, Tq, Tk) of one layer from the last forward.
   std::vector<float> attention(AttentionKind kind, int layer) const;

@@ -71,8 +71,11 @@ void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed);
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html
 // q rows (B,Tq) with stride ldq, k and v rows (B,Tk) with stride ldkv; head h uses columns [h*hs, (h+1)*hs).
 // Masks (either, both or none): key_pad (B,Tk), nonzero = padding, never attended to; causal: query t
-// attends to keys s <= t. A query whose keys are all masked gets weights 0, output 0 and gradient 0
+// attends to keys s <= t + q_pos. A query whose keys are all masked gets weights 0, output 0 and gradient 0
 // (PyTorch: NaN).
+// A KV cache (nn::KvCache) is the reason for the last two fields: its queries are the newest positions, so
+// query t sits at key position q_pos + t, and it holds k_rows >= Tk rows per batch of which the first Tk
+// are in use. q_pos = 0 and k_rows = 0 (meaning Tk) otherwise.
 //   P = softmax(q k^T / sqrt(hs)) per (b, h)      (Tq,Tk), masked entries 0
 //   out = dropout(P) v                            (B,Tq,C), stride C; no dropout when p = 0
 // Dropout is inverted with a counter-based mask: element (b,h,t,s) is kept when
@@ -84,6 +87,9 @@ struct AttentionShape {
   bool causal;
   float dropout;
   uint64_t seed;
+  int q_pos = 0;   // causal: query t is key position q_pos + t
+  int k_rows = 0;  // rows per batch in k, v (and key_pad); 0 means Tk
+  int key_rows() const { return k_rows > 0 ? k_rows : Tk; }
 };
 // The fused kernel (kernels/cpu/attention.cpp, FlashAttention-2's scheme): P is walked in tiles and never
 // stored. The forward saves lse (B,H,Tq), the log of each row's softmax normaliser (m + log sum exp(S - m);

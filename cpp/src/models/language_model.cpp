@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "infer/kv_cache.h"
 #include "io/checkpoint.h"
 #include "kernels/kernels.h"
 #include "models/model_core.h"
@@ -44,6 +45,7 @@ struct LanguageModel::Impl {
   Span logits, losses, d_top;            // logits become d logits in a training step
   std::vector<int32_t> tokens, targets;  // copies of the current batch, (B,T)
   nn::Dropout drop;                      // of the last forward
+  infer::KvCaches caches;                // generation's, one per layer
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
   Impl(const LanguageModelConfig& c, const OptimizerConfig& o)
@@ -104,6 +106,16 @@ struct LanguageModel::Impl {
     stack.forward({nullptr, true}, B, T, drop);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
     kernels::gemm(false, true, B * T, V, C, 1.f, stack.output().data(), C, head_weight(), C, 0.f, logits.data(), V);
+  }
+
+  // Generation with the KV caches: tokens (B,Tn), the positions after the cached ones, through the layers;
+  // logits (B,V) of each row's last position only (stack output rows Tn*C apart).
+  void forward_cached(const int32_t* toks, int B, int Tn) {
+    drop = core.next_dropout(false);
+    embedding.forward(stack.input(), toks, B, Tn, drop, caches.length());
+    stack.forward({nullptr, true}, B, Tn, drop, caches.layers());
+    kernels::gemm(false, true, B, V, C, 1.f, stack.output().data() + static_cast<size_t>(Tn - 1) * C, Tn * C,
+                  head_weight(), C, 0.f, logits.data(), V);
   }
 
   models::LossSum loss(int rows) {
@@ -196,26 +208,79 @@ std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, in
 
 std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, const SamplingOptions& options,
                                              const std::function<bool(int32_t token)>& on_token) {
-  Impl& m = *impl_;
   check(!prompt.empty(), "prompt is empty: expected at least one token id");
-  models::check_ids(prompt, "prompt", m.V);
+  const TokenCallback each = [&](int, int32_t token, std::span<const float>) { return !on_token || on_token(token); };
+  return std::move(generate(prompt, 1, static_cast<int>(prompt.size()), options, each).front());
+}
+
+std::vector<std::vector<int32_t>> LanguageModel::generate(std::span<const int32_t> prompts, int batch, int prompt_len,
+                                                          const SamplingOptions& options,
+                                                          const TokenCallback& on_token) {
+  Impl& m = *impl_;
+  check(batch >= 1, "batch = ", batch, " is invalid: expected an integer >= 1");
+  check(prompt_len >= 1, "prompt_len = ", prompt_len, " is invalid: expected an integer >= 1");
+  models::check_shape(prompts, "prompts", batch, prompt_len, "batch", "prompt_len");
+  models::check_ids(prompts, "prompts", m.V);
   validate(options, m.V);
-  m.ensure_capacity(1, m.config.context);
-  std::vector<int32_t> context(prompt.begin(), prompt.end()), out;
-  out.reserve(static_cast<size_t>(options.max_new_tokens));
-  Rng rng(options.seed);
+  const int ctx = m.config.context;
+  const size_t B = static_cast<size_t>(batch);
+  m.ensure_capacity(batch, ctx);
+  // Every row has the same length n: a row that has stopped keeps being fed (token 0), unseen.
+  std::vector<std::vector<int32_t>> seq(B), out(B);
+  std::vector<Rng> rngs;
+  for (size_t b = 0; b < B; ++b) {
+    seq[b].assign(prompts.begin() + static_cast<std::ptrdiff_t>(b * prompt_len),
+                  prompts.begin() + static_cast<std::ptrdiff_t>((b + 1) * prompt_len));
+    seq[b].reserve(static_cast<size_t>(prompt_len + options.max_new_tokens));
+    out[b].reserve(static_cast<size_t>(options.max_new_tokens));
+    rngs.emplace_back(options.seed + b);
+  }
+  std::vector<uint8_t> done(B, 0);
+  std::vector<int32_t> window(B * static_cast<size_t>(ctx));
+  // window (B,T) = the tokens [from, from + T) of every row
+  auto gather = [&](int from, int T) {
+    for (size_t b = 0; b < B; ++b)
+      std::copy_n(seq[b].begin() + from, T, window.begin() + static_cast<std::ptrdiff_t>(b * T));
+  };
+  if (options.use_cache) m.caches.reset(m.L, batch, ctx, m.C);
+  int start = 0;  // with the cache: the position-0 token of the window it holds
   for (int i = 0; i < options.max_new_tokens; ++i) {
-    // No KV cache yet: each token re-runs the (sliding) context window.
-    const int T = std::min<int>(static_cast<int>(context.size()), m.config.context);
-    m.tokens.assign(context.end() - T, context.end());
-    m.forward(1, T, false);
-    const CSpan z(m.logits.data() + static_cast<size_t>(T - 1) * m.V, static_cast<size_t>(m.V));
-    const int32_t next = sample_token(z, context, options, rng.uniform());
-    context.push_back(next);
-    out.push_back(next);
-    const bool stop =
-        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) != options.stop_tokens.end();
-    if ((on_token && !on_token(next)) || stop) break;
+    const int n = static_cast<int>(seq[0].size());
+    const float* z;  // row b's next-token logits at z + b * z_stride
+    size_t z_stride;
+    if (options.use_cache) {
+      if (n - start > ctx) {  // the window slides: every position moves, so the cache starts over
+        start = n - ctx;
+        m.caches.clear();
+      }
+      const int fed = start + m.caches.length(), Tn = n - fed;
+      gather(fed, Tn);
+      m.forward_cached(window.data(), batch, Tn);
+      z = m.logits.data();
+      z_stride = static_cast<size_t>(m.V);
+    } else {
+      const int T = std::min(n, ctx);
+      gather(n - T, T);
+      m.tokens.assign(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(B * T));
+      m.forward(batch, T, false);
+      z = m.logits.data() + static_cast<size_t>(T - 1) * m.V;
+      z_stride = static_cast<size_t>(T) * m.V;
+    }
+    bool all_done = true, cancelled = false;
+    for (size_t b = 0; b < B; ++b) {
+      if (done[b]) {
+        seq[b].push_back(0);
+        continue;
+      }
+      const CSpan zb(z + b * z_stride, static_cast<size_t>(m.V));
+      const int32_t next = sample_token(zb, seq[b], options, rngs[b].uniform());
+      seq[b].push_back(next);
+      out[b].push_back(next);
+      done[b] = std::find(options.stop_tokens.begin(), options.stop_tokens.end(), next) != options.stop_tokens.end();
+      all_done = all_done && done[b];
+      if (on_token && !on_token(static_cast<int>(b), next, zb)) cancelled = true;
+    }
+    if (all_done || cancelled) break;
   }
   return out;
 }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "infer/beam_search.h"
+#include "infer/kv_cache.h"
 #include "io/checkpoint.h"
 #include "kernels/kernels.h"
 #include "models/model_core.h"
@@ -46,6 +48,7 @@ struct Seq2Seq::Impl {
   std::vector<int32_t> src, tgt_in, tgt_out;
   std::vector<uint8_t> src_pad, tgt_pad;
   nn::Dropout drop;
+  infer::KvCaches self_caches, cross_caches;  // generation's, one per decoder layer each
 
   static nn::LayerOptions layer_options(const Seq2SeqConfig& c) {
     return {c.d_model, c.heads, c.d_ff > 0 ? c.d_ff : 4 * c.d_model, c.activation, c.norm, c.bias, 0.02f, 0.02f};
@@ -182,40 +185,100 @@ std::vector<float> Seq2Seq::logits(std::span<const int32_t> src, std::span<const
 
 std::vector<int32_t> Seq2Seq::greedy(std::span<const int32_t> src, int batch, int src_len, int bos, int eos,
                                      int max_len) {
+  DecodeOptions o;
+  o.bos = bos;
+  o.eos = eos;
+  o.max_len = max_len;
+  return generate(src, batch, src_len, o).tokens;
+}
+
+Decoded Seq2Seq::generate(std::span<const int32_t> src, int batch, int src_len, const DecodeOptions& o) {
   Impl& m = *impl_;
-  check(bos >= 0 && bos < m.V, "bos = ", bos, " is out of range: expected a token id in [0, ", m.V, ")");
-  check(eos >= 0 && eos < m.V, "eos = ", eos, " is out of range: expected a token id in [0, ", m.V, ")");
-  check(max_len >= 1 && max_len < m.config.context, "max_len = ", max_len,
+  check(o.bos >= 0 && o.bos < m.V, "bos = ", o.bos, " is out of range: expected a token id in [0, ", m.V, ")");
+  check(o.eos >= 0 && o.eos < m.V, "eos = ", o.eos, " is out of range: expected a token id in [0, ", m.V, ")");
+  check(o.max_len >= 1 && o.max_len < m.config.context, "max_len = ", o.max_len,
         " is invalid: expected 1 <= max_len < context = ", m.config.context);
-  // The decoder input grows one token per step: bos, then the tokens chosen so far.
-  std::vector<int32_t> in(static_cast<size_t>(batch) * (max_len + 1), m.config.pad_id);
-  for (int b = 0; b < batch; ++b) in[static_cast<size_t>(b) * (max_len + 1)] = bos;
-  m.load(src, std::span<const int32_t>(in).first(static_cast<size_t>(batch)), nullptr, batch, src_len, 1);
-  m.ensure_capacity(batch, src_len, max_len);
+  check(o.beam_width >= 1 && o.beam_width <= 64, "beam_width = ", o.beam_width,
+        " is invalid: expected an integer in [1, 64]");
+  check(std::isfinite(o.length_penalty) && o.length_penalty >= 0.f, "length_penalty = ", o.length_penalty,
+        " is invalid: expected a finite number >= 0");
+  models::check_dims(batch, src_len, m.config.context, "src_len", "context");
+  models::check_shape(src, "src", batch, src_len, "batch", "src_len");
+  models::check_ids(src, "src", m.config.src_vocab);
+  const int W = o.beam_width, R = batch * W, S = src_len, T_max = o.max_len, C = m.C, V = m.V;
+  const int L = m.decoder.size();
+  m.ensure_capacity(R, S, T_max);
+
+  // The encoder runs once, on the batch rows; each beam row then reads its source row's memory and padding.
+  m.src.assign(src.begin(), src.end());
+  models::pad_flags(m.src_pad, m.src, m.config.pad_id);
   m.drop = m.core.next_dropout(false);
-  m.encode(batch, src_len);  // once: the memory does not change while decoding
-  std::vector<int32_t> out(static_cast<size_t>(batch) * max_len, m.config.pad_id);
-  std::vector<uint8_t> done(static_cast<size_t>(batch), 0);
-  for (int t = 1; t <= max_len; ++t) {
-    m.tgt_in.resize(static_cast<size_t>(batch) * t);
-    for (int b = 0; b < batch; ++b)
-      for (int i = 0; i < t; ++i)
-        m.tgt_in[static_cast<size_t>(b) * t + i] = in[static_cast<size_t>(b) * (max_len + 1) + i];
-    models::pad_flags(m.tgt_pad, m.tgt_in, -1);  // no padding inside the decoded prefix
-    m.decode(batch, src_len, t);
-    bool all_done = true;
-    for (int b = 0; b < batch; ++b) {
-      if (done[b]) continue;
-      const float* z = m.logits.data() + (static_cast<size_t>(b) * t + t - 1) * m.V;
-      const int32_t next = static_cast<int32_t>(std::max_element(z, z + m.V) - z);
-      out[static_cast<size_t>(b) * max_len + t - 1] = next;
-      in[static_cast<size_t>(b) * (max_len + 1) + t] = next;
-      done[b] = next == eos;
-      all_done = all_done && done[b];
-    }
-    if (all_done) break;
+  m.encode(batch, S);
+  const size_t mem_row = static_cast<size_t>(S) * C;
+  std::vector<float> memory(static_cast<size_t>(R) * mem_row);
+  std::vector<uint8_t> memory_pad(static_cast<size_t>(R) * S);
+  for (int r = 0; r < R; ++r) {
+    const size_t b = static_cast<size_t>(r / W);
+    std::copy_n(m.encoder.output().begin() + static_cast<std::ptrdiff_t>(b * mem_row), mem_row,
+                memory.begin() + static_cast<std::ptrdiff_t>(r * mem_row));
+    std::copy_n(m.src_pad.begin() + static_cast<std::ptrdiff_t>(b * S), S,
+                memory_pad.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * S));
   }
-  return out;
+  const nn::AttentionMask self_mask{nullptr, true}, memory_mask{memory_pad.data(), false};
+
+  // The decoder as beam search steps it. With the caches: the new token of each row, one position. Without:
+  // the whole prefix (bos and the tokens so far) of each row, and the last position's logits.
+  std::vector<int32_t> prefix, grown;  // (R, t) without the caches
+  std::vector<float> last;             // (R, V) without the caches
+  if (o.use_cache) {
+    m.self_caches.reset(L, R, T_max, C);
+    m.cross_caches.reset(L, R, S, C, true);
+  }
+  const infer::BeamStep step = [&](std::span<const int32_t> parents, std::span<const int32_t> tokens) -> const float* {
+    if (o.use_cache) {
+      m.self_caches.reorder(parents);
+      m.tgt_emb.forward(m.decoder.input(), tokens.data(), R, 1, m.drop, m.self_caches.length());
+      m.decoder.forward(memory, self_mask, memory_mask, R, 1, S, m.drop, m.self_caches.layers(),
+                        m.cross_caches.layers());
+      m.generator.forward(m.logits, m.decoder.output(), R);
+      return m.logits.data();
+    }
+    const int t = static_cast<int>(prefix.size()) / R + 1;
+    grown.resize(static_cast<size_t>(R) * t);
+    for (int r = 0; r < R; ++r) {
+      const auto from = prefix.begin() + static_cast<std::ptrdiff_t>(parents[static_cast<size_t>(r)]) * (t - 1);
+      std::copy(from, from + (t - 1), grown.begin() + static_cast<std::ptrdiff_t>(r) * t);
+      grown[static_cast<size_t>(r) * t + t - 1] = tokens[static_cast<size_t>(r)];
+    }
+    prefix.swap(grown);
+    m.tgt_emb.forward(m.decoder.input(), prefix.data(), R, t, m.drop);
+    m.decoder.forward(memory, self_mask, memory_mask, R, t, S, m.drop);
+    m.generator.forward(m.logits, m.decoder.output(), R * t);
+    last.resize(static_cast<size_t>(R) * V);
+    for (int r = 0; r < R; ++r)
+      std::copy_n(m.logits.begin() + (static_cast<std::ptrdiff_t>(r) * t + t - 1) * V, V,
+                  last.begin() + static_cast<std::ptrdiff_t>(r) * V);
+    return last.data();
+  };
+  infer::BeamSearchOptions bo;
+  bo.batch = batch;
+  bo.width = W;
+  bo.vocab = V;
+  bo.max_len = T_max;
+  bo.bos = o.bos;
+  bo.eos = o.eos;
+  bo.length_penalty = o.length_penalty;
+  const std::vector<infer::Hypothesis> best = infer::beam_search(bo, step);
+
+  Decoded d;
+  d.tokens.assign(static_cast<size_t>(batch) * T_max, m.config.pad_id);
+  for (int b = 0; b < batch; ++b) {
+    const infer::Hypothesis& h = best[static_cast<size_t>(b)];
+    std::copy(h.tokens.begin(), h.tokens.end(), d.tokens.begin() + static_cast<std::ptrdiff_t>(b) * T_max);
+    d.scores.push_back(static_cast<float>(h.score));
+    d.lengths.push_back(static_cast<int32_t>(h.tokens.size()));
+  }
+  return d;
 }
 
 std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "qkv/error.h"
 #include "qkv/thread_pool.h"
 
 namespace qkv::nn {
@@ -41,29 +42,59 @@ kernels::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int
   return {B, Tq, Tk, C_, H_, C_, 2 * C_, mask.key_pad, mask.causal, drop.p, drop.seed_for(stream_)};
 }
 
-void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
-                                 const Dropout& drop) {
-  const int rq = B * Tq, rk = B * Tk, C = C_;
-  const float* w = w_in_.value.data();
-  kernels::gemm(false, true, rq, C, C, 1.f, xq.data(), C, w, C, 0.f, q_.data(), C);
-  kernels::gemm(false, true, rk, 2 * C, C, 1.f, xkv.data(), C, w + static_cast<size_t>(C) * C, C, 0.f, kv_.data(),
+void MultiHeadAttention::project_kv(float* kv, const float* x, int rows) {
+  const int C = C_;
+  kernels::gemm(false, true, rows, 2 * C, C, 1.f, x, C, w_in_.value.data() + static_cast<size_t>(C) * C, C, 0.f, kv,
                 2 * C);
+  if (!b_in_) return;
+  const float* b = b_in_->value.data() + C;
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < 2 * C; ++i) kv[static_cast<size_t>(r) * 2 * C + i] += b[i];
+}
+
+void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
+                                 const Dropout& drop, KvCache* cache) {
+  const int rq = B * Tq, C = C_;
+  kernels::gemm(false, true, rq, C, C, 1.f, xq.data(), C, w_in_.value.data(), C, 0.f, q_.data(), C);
   if (b_in_) {
     const float* b = b_in_->value.data();
     for (int r = 0; r < rq; ++r)
       for (int i = 0; i < C; ++i) q_[static_cast<size_t>(r) * C + i] += b[i];
-    for (int r = 0; r < rk; ++r)
-      for (int i = 0; i < 2 * C; ++i) kv_[static_cast<size_t>(r) * 2 * C + i] += b[C + i];
   }
+  if (cache) return forward_cached(out, xkv, mask, B, Tq, Tk, drop, *cache);
+  project_kv(kv_.data(), xkv.data(), B * Tk);
   const kernels::AttentionShape s = shape(mask, B, Tq, Tk, drop);
   kernels::attention_forward(y_, lse_, scratch_, q_.data(), kv_.data(), kv_.data() + C, s);
   out_proj_.forward(out, y_, rq);
   last_ = s;
   if (mask.key_pad) {
-    std::copy_n(mask.key_pad, rk, pad_.begin());
+    std::copy_n(mask.key_pad, B * Tk, pad_.begin());
     last_.key_pad = pad_.data();
   }
   has_last_ = true;
+}
+
+// The new rows' keys and values go into the cache (self-attention: after the `length` kept ones; cross-
+// attention: the memory, on the first call only), then the queries attend over everything it holds.
+void MultiHeadAttention::forward_cached(Span out, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
+                                        const Dropout& drop, KvCache& cache) {
+  const int C = C_, start = cache.fixed ? 0 : cache.length;
+  if (!cache.fixed || cache.length == 0) {
+    check(start + Tk <= cache.capacity, "KV cache: ", start, " + ", Tk, " positions exceed its capacity of ",
+          cache.capacity);
+    project_kv(kv_.data(), xkv.data(), B * Tk);
+    const size_t row = 2 * static_cast<size_t>(C);
+    for (int b = 0; b < B; ++b)
+      std::copy_n(kv_.data() + static_cast<size_t>(b) * Tk * row, Tk * row,
+                  cache.kv + (static_cast<size_t>(b) * cache.capacity + start) * row);
+    cache.length = start + Tk;
+  }
+  kernels::AttentionShape s = shape(mask, B, Tq, cache.length, drop);
+  s.q_pos = cache.fixed ? 0 : start;
+  s.k_rows = cache.capacity;
+  kernels::attention_forward(y_, lse_, scratch_, q_.data(), cache.kv, cache.kv + C, s);
+  out_proj_.forward(out, y_, B * Tq);
+  has_last_ = false;  // the keys live in the cache, not in kv_
 }
 
 std::vector<float> MultiHeadAttention::weights() const {

@@ -18,13 +18,29 @@ struct AttentionMask {
   bool causal = false;
 };
 
+// Keys and values kept across forward calls, so that generation costs one step per new token instead of a
+// re-run of the whole context (inference only: no backward goes through it). The storage, (B, capacity, 2C)
+// holding k | v per row as the layer's kv buffer does, belongs to the caller (infer/kv_cache.h).
+//   self-attention (fixed = false): a call with Tq new rows appends their keys and values at `length`, and
+//     its queries, positions length .. length + Tq - 1, attend causally over all length + Tq keys;
+//   cross-attention (fixed = true): the first call projects the memory (capacity = its S rows); later calls
+//     reuse it.
+struct KvCache {
+  float* kv = nullptr;
+  int capacity = 0;
+  int length = 0;  // positions filled
+  bool fixed = false;
+};
+
 class MultiHeadAttention {
  public:
   MultiHeadAttention(Parameters& params, const std::string& prefix, int C, int H, bool bias, float init_std,
                      float out_init_std);
   void plan(Workspace& ws, int B, int Tq, int Tk);
-  // xq (B,Tq,C), xkv (B,Tk,C) -> out (B,Tq,C). Attention dropout from `drop`.
-  void forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop);
+  // xq (B,Tq,C), xkv (B,Tk,C) -> out (B,Tq,C). Attention dropout from `drop`. With a cache (KvCache above)
+  // the keys come from it; its key_pad, if any, is (B, capacity); weights() is then unavailable.
+  void forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,
+               KvCache* cache = nullptr);
   // dxq (B,Tq,C) is overwritten, then dxkv (B,Tk,C) ACCUMULATES (+=): for self-attention pass the same span
   // twice; for cross-attention dxkv is the memory's gradient, summed over decoder layers.
   void backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
@@ -36,6 +52,10 @@ class MultiHeadAttention {
 
  private:
   kernels::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
+  // [k | v] (rows, 2C) = x W_kv^T + b_kv
+  void project_kv(float* kv, const float* x, int rows);
+  void forward_cached(Span out, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,
+                      KvCache& cache);
 
   int C_, H_;
   uint64_t stream_;

@@ -19,8 +19,8 @@ Embedding::Embedding(Parameters& params, const std::string& token_name, const st
   }
 }
 
-void Embedding::forward(Span x, const int32_t* tokens, int B, int T, const Dropout& drop) const {
-  const CSpan pos = wpe_ ? CSpan(wpe_->value) : table_.span();
+void Embedding::forward(Span x, const int32_t* tokens, int B, int T, const Dropout& drop, int pos0) const {
+  const CSpan pos = (wpe_ ? CSpan(wpe_->value) : CSpan(table_.span())).subspan(static_cast<size_t>(pos0) * C_);
   kernels::embedding_forward(x, tokens, wte_.value, pos, scale_, B, T, C_);
   const size_t n = static_cast<size_t>(B) * T * C_;
   if (drop.active()) kernels::dropout_forward(x.first(n), x.first(n), drop.p, drop.seed_for(stream_));

@@ -16,8 +16,8 @@ class Embedding {
   // token_name: e.g. "tok_emb.weight"; position_name: the learned table's name (unused for sinusoidal).
   Embedding(Parameters& params, const std::string& token_name, const std::string& position_name, int V, int T_max,
             int C, bool scale, Positions positions, float init_std);
-  // tokens (B,T) -> x (B,T,C)
-  void forward(Span x, const int32_t* tokens, int B, int T, const Dropout& drop) const;
+  // tokens (B,T) at positions pos0 .. pos0 + T - 1 -> x (B,T,C). pos0 > 0: new tokens after a KV cache's.
+  void forward(Span x, const int32_t* tokens, int B, int T, const Dropout& drop, int pos0 = 0) const;
   // dx is consumed (dropout's backward runs in place on it).
   void backward(Span dx, const int32_t* tokens, int B, int T, const Dropout& drop);
 

@@ -48,10 +48,10 @@ void EncoderStack::plan(Workspace& ws, int B, int T) {
   plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_);
 }
 
-void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropout& drop) {
+void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropout& drop, std::span<KvCache> caches) {
   for (size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop, pre_ && l > 0,
-                        next_norm(layers_, l, norm_.get(), out_, pre_));
+                        next_norm(layers_, l, norm_.get(), out_, pre_), caches.empty() ? nullptr : &caches[l]);
   if (norm_ && (!pre_ || layers_.empty())) norm_->forward(out_, xs_.back(), B * T);
 }
 
@@ -80,10 +80,12 @@ void DecoderStack::plan(Workspace& ws, int B, int T, int S) {
 }
 
 void DecoderStack::forward(CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B, int T,
-                           int S, const Dropout& drop) {
+                           int S, const Dropout& drop, std::span<KvCache> self_caches,
+                           std::span<KvCache> cross_caches) {
   for (size_t l = 0; l < layers_.size(); ++l)
     layers_[l]->forward(xs_[l + 1], xs_[l], memory, self_mask, memory_mask, B, T, S, drop, pre_ && l > 0,
-                        next_norm(layers_, l, norm_.get(), out_, pre_));
+                        next_norm(layers_, l, norm_.get(), out_, pre_), self_caches.empty() ? nullptr : &self_caches[l],
+                        cross_caches.empty() ? nullptr : &cross_caches[l]);
   if (norm_ && (!pre_ || layers_.empty())) norm_->forward(out_, xs_.back(), B * T);
 }
 

@@ -3,6 +3,7 @@
 // between layers. The three models build on these: LanguageModel is an encoder stack with a causal mask,
 // Classifier an encoder stack with a padding mask, Seq2Seq one of each.
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,8 @@ class EncoderStack {
   // Write the embedded input into input(), run forward, read output() (B,T,C).
   Span input() { return xs_.front(); }
   CSpan output() const { return norm_ ? CSpan(out_) : CSpan(xs_.back()); }
-  void forward(const AttentionMask& mask, int B, int T, const Dropout& drop);
+  // caches: none, or one per layer (generation: the input holds T new positions after the cached ones).
+  void forward(const AttentionMask& mask, int B, int T, const Dropout& drop, std::span<KvCache> caches = {});
   // Given d output (B,T,C), returns d input (B,T,C), a span owned by the stack.
   Span backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop);
 
@@ -43,8 +45,9 @@ class DecoderStack {
   void plan(Workspace& ws, int B, int T, int S);
   Span input() { return xs_.front(); }
   CSpan output() const { return norm_ ? CSpan(out_) : CSpan(xs_.back()); }
+  // self_caches, cross_caches: none, or one per layer each (generation).
   void forward(CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B, int T, int S,
-               const Dropout& drop);
+               const Dropout& drop, std::span<KvCache> self_caches = {}, std::span<KvCache> cross_caches = {});
   // Returns d input; d memory (B,S,C) ACCUMULATES into dmemory.
   Span backward(CSpan d_output, Span dmemory, CSpan memory, const AttentionMask& self_mask,
                 const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop);

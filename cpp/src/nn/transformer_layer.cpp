@@ -20,11 +20,12 @@ void EncoderLayer::plan(Workspace& ws, int B, int T) {
 }
 
 void EncoderLayer::forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop, bool x_normed,
-                           const NormInto& next) {
+                           const NormInto& next, KvCache* cache) {
   const int rows = B * T;
   const NormInto mid = ffn_res_.input_norm();  // pre-LN: the FFN's norm runs in the attention's add
   attn_res_.forward(
-      x1_, x, rows, drop, [&](Span out, CSpan in) { attn_.forward(out, in, in, mask, B, T, T, drop); }, x_normed, mid);
+      x1_, x, rows, drop, [&](Span out, CSpan in) { attn_.forward(out, in, in, mask, B, T, T, drop, cache); }, x_normed,
+      mid);
   ffn_res_.forward(
       y, x1_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); }, mid.norm != nullptr, next);
 }
@@ -63,15 +64,16 @@ void DecoderLayer::plan(Workspace& ws, int B, int T, int S) {
 
 void DecoderLayer::forward(Span y, CSpan x, CSpan memory, const AttentionMask& self_mask,
                            const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop, bool x_normed,
-                           const NormInto& next) {
+                           const NormInto& next, KvCache* self_cache, KvCache* cross_cache) {
   const int rows = B * T;
   const NormInto cross_in = cross_res_.input_norm(), ffn_in = ffn_res_.input_norm();  // pre-LN: chained
   self_res_.forward(
-      x1_, x, rows, drop, [&](Span out, CSpan in) { self_attn_.forward(out, in, in, self_mask, B, T, T, drop); },
-      x_normed, cross_in);
+      x1_, x, rows, drop,
+      [&](Span out, CSpan in) { self_attn_.forward(out, in, in, self_mask, B, T, T, drop, self_cache); }, x_normed,
+      cross_in);
   cross_res_.forward(
       x2_, x1_, rows, drop,
-      [&](Span out, CSpan in) { cross_attn_.forward(out, in, memory, memory_mask, B, T, S, drop); },
+      [&](Span out, CSpan in) { cross_attn_.forward(out, in, memory, memory_mask, B, T, S, drop, cross_cache); },
       cross_in.norm != nullptr, ffn_in);
   ffn_res_.forward(
       y, x2_, rows, drop, [&](Span out, CSpan in) { ffn_.forward(out, in, rows, drop); }, ffn_in.norm != nullptr, next);

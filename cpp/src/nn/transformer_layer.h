@@ -28,8 +28,9 @@ class EncoderLayer {
   void plan(Workspace& ws, int B, int T);
   // x, y: (B,T,C). x_normed and next chain pre-LN layers in a stack (Residual::forward): x's LayerNorm is
   // already done, and next gets LN(y) in the pass that makes y.
+  // With a cache, x holds T new positions after those the cache keeps (nn/attention.h's KvCache).
   void forward(Span y, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop, bool x_normed = false,
-               const NormInto& next = {});
+               const NormInto& next = {}, KvCache* cache = nullptr);
   // dx (B,T,C) is overwritten.
   void backward(Span dx, CSpan dy, CSpan x, const AttentionMask& mask, int B, int T, const Dropout& drop);
 
@@ -51,8 +52,10 @@ class DecoderLayer {
   DecoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o);
   void plan(Workspace& ws, int B, int T, int S);
   // x, y: (B,T,C); memory: (B,S,C). x_normed and next as EncoderLayer::forward.
+  // With caches, x holds T new positions (self_cache) and the memory is read only while cross_cache is empty.
   void forward(Span y, CSpan x, CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B,
-               int T, int S, const Dropout& drop, bool x_normed = false, const NormInto& next = {});
+               int T, int S, const Dropout& drop, bool x_normed = false, const NormInto& next = {},
+               KvCache* self_cache = nullptr, KvCache* cross_cache = nullptr);
   // dx (B,T,C) is overwritten; dmemory (B,S,C) ACCUMULATES (+=).
   void backward(Span dx, Span dmemory, CSpan dy, CSpan x, CSpan memory, const AttentionMask& self_mask,
                 const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop);

@@ -257,6 +257,90 @@ TEST(Attention, FusedRejectsTooSmallScratch) {
             std::string::npos);
 }
 
+// A KV cache's view (q_pos, k_rows): the newest Tn queries of a causal sequence of T, against keys that sit
+// in a cache of cap >= T rows per batch. Their outputs are the last Tn rows of the full causal attention
+// over T (fused, every instruction set), and the fused forward and backward with the offsets match the
+// reference with the same offsets (rows of the cache past T untouched). Tn spans one query, a part of a
+// tile and more than a tile; T puts the new queries inside, at and across key blocks.
+TEST(Attention, CacheOffsetsGiveTheRowsOfFullCausalAttention) {
+  struct CacheCase {
+    int B, H, hs, T, Tn, cap;
+    bool pad;
+  };
+  const CacheCase cases[] = {
+      {1, 4, 32, 1, 1, 8, false},     {2, 3, 5, 17, 1, 20, true},     {1, 2, 16, 64, 1, 64, false},
+      {3, 2, 16, 65, 1, 70, true},    {2, 1, 8, 67, 3, 129, false},   {1, 4, 32, 130, 40, 256, true},
+      {2, 2, 4, 100, 100, 101, true}, {2, 3, 7, 129, 70, 129, false}, {3, 2, 16, 66, 2, 80, true}};
+  for (const CacheCase& c : cases) {
+    const int C = c.H * c.hs;
+    const std::string where = "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " hs=" + std::to_string(c.hs) +
+                              " T=" + std::to_string(c.T) + " Tn=" + std::to_string(c.Tn) +
+                              " cap=" + std::to_string(c.cap) + " pad=" + std::to_string(c.pad);
+    // The full sequence: q (B,T,C), k | v (B,T,2C); and its padding (B,T), every third key from key 1.
+    const auto q = test::randn(static_cast<size_t>(c.B) * c.T * C, c.T + 1);
+    const auto kv = test::randn(static_cast<size_t>(c.B) * c.T * 2 * C, c.T + 2);
+    std::vector<uint8_t> pad(static_cast<size_t>(c.B) * c.T, 0), cache_pad(static_cast<size_t>(c.B) * c.cap, 1);
+    for (int b = 0; b < c.B; ++b)
+      for (int s = 0; s < c.T; ++s) cache_pad[static_cast<size_t>(b) * c.cap + s] = pad[b * c.T + s] = s % 3 == 1;
+    const kernels::AttentionShape full{c.B, c.T, c.T, C, c.H, C, 2 * C, c.pad ? pad.data() : nullptr, true, 0.f, 0};
+    std::vector<float> want(q.size()), att(static_cast<size_t>(c.B) * c.H * c.T * c.T);
+    kernels::attention_forward_reference(want, att, {}, q.data(), kv.data(), kv.data() + C, full);
+
+    // The cache: (B, cap, 2C), rows past T hold NaN (never read); the new queries (B,Tn,C).
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> cache(static_cast<size_t>(c.B) * c.cap * 2 * C, nan), qn(static_cast<size_t>(c.B) * c.Tn * C);
+    for (int b = 0; b < c.B; ++b) {
+      std::copy_n(kv.begin() + static_cast<std::ptrdiff_t>(b) * c.T * 2 * C, c.T * 2 * C,
+                  cache.begin() + static_cast<std::ptrdiff_t>(b) * c.cap * 2 * C);
+      std::copy_n(q.begin() + (static_cast<std::ptrdiff_t>(b) * c.T + c.T - c.Tn) * C, c.Tn * C,
+                  qn.begin() + static_cast<std::ptrdiff_t>(b) * c.Tn * C);
+    }
+    kernels::AttentionShape s{c.B, c.Tn, c.T, C, c.H, C, 2 * C, c.pad ? cache_pad.data() : nullptr, true, 0.f, 0};
+    s.q_pos = c.T - c.Tn;
+    s.k_rows = c.cap;
+    const float *k = cache.data(), *v = cache.data() + C;
+    test::for_each_isa([&](const std::string& isa) {
+      std::vector<float> out(qn.size(), nan), lse(static_cast<size_t>(c.B) * c.H * c.Tn, nan);
+      std::vector<float> scratch(kernels::attention_scratch_size(c.Tn, c.T, c.hs, 2), nan);
+      kernels::attention_forward(out, lse, scratch, qn.data(), k, v, s);
+      double err = 0;
+      for (int b = 0; b < c.B; ++b)
+        for (int t = 0; t < c.Tn; ++t)
+          for (int i = 0; i < C; ++i) {
+            const float got = out[(static_cast<size_t>(b) * c.Tn + t) * C + i];
+            const float w = want[(static_cast<size_t>(b) * c.T + c.T - c.Tn + t) * C + i];
+            err = std::max(err, std::isnan(got) ? 1e9 : std::abs(static_cast<double>(got) - w));
+          }
+      EXPECT_LE(err, kForwardTol) << where << " isa=" << isa;
+
+      // Backward with the offsets: fused against the reference; dk | dv rows past T are not written.
+      const auto dout = test::randn(qn.size(), c.T + 3);
+      const size_t tt = static_cast<size_t>(c.B) * c.H * c.Tn * c.T;
+      std::vector<float> ref_out(qn.size()), ref_att(tt), datt(tt);
+      std::vector<float> dq_ref(qn.size()), dkv_ref(cache.size(), nan), dq(qn.size(), nan), dkv(cache.size(), nan);
+      kernels::attention_forward_reference(ref_out, ref_att, {}, qn.data(), k, v, s);
+      kernels::attention_backward_reference(dq_ref.data(), dkv_ref.data(), dkv_ref.data() + C, datt, dout, qn.data(), k,
+                                            v, ref_att, {}, s);
+      kernels::attention_backward(dq.data(), dkv.data(), dkv.data() + C, scratch, dout, qn.data(), k, v, out, lse, s);
+      EXPECT_LE(rel_err(dq, dq_ref), kBackwardTol) << "dq, " << where << " isa=" << isa;
+      double dk_err = 0, mag = 1;
+      for (int b = 0; b < c.B; ++b)
+        for (int r = 0; r < c.cap; ++r)
+          for (int i = 0; i < 2 * C; ++i) {
+            const size_t at = (static_cast<size_t>(b) * c.cap + r) * 2 * C + i;
+            if (r >= c.T) {
+              ASSERT_TRUE(std::isnan(dkv[at])) << "row " << r << " past T was written, " << where;
+              continue;
+            }
+            dk_err = std::max(dk_err, std::isnan(dkv[at]) ? 1e9 : std::abs(static_cast<double>(dkv[at]) - dkv_ref[at]));
+            mag = std::max(mag, std::abs(static_cast<double>(dkv_ref[at])));
+          }
+      EXPECT_LE(dk_err / mag, kBackwardTol) << "dk | dv, " << where << " isa=" << isa;
+    });
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // The layer's weights() (recomputed on request) equal the reference's att for the same q and k, through
 // masks, cross-attention and dropout (the weights are before dropout), also after a backward, and do
 // not depend on the caller's mask buffer once the forward has returned.

@@ -78,6 +78,11 @@ TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {
       check_case({true, true, 67, 257, 67, 1.f, -0.5f}, isa);
       check_case({false, false, 400, 531, 600, 1.f, 0.f}, isa);
       check_case({false, true, 3, 1000, 517, 1.f, 1.f}, isa);
+      // One or two rows: the row kernels, threaded over column chunks, with a ragged last chunk.
+      check_case({false, true, 1, 1000, 517, 1.f, 1.f}, isa);
+      check_case({true, false, 2, 1003, 300, 0.5f, -0.5f}, isa);
+      check_case({true, true, 1, 999, 301, -1.f, 0.f}, isa);
+      check_case({false, false, 2, 1025, 260, 1.f, 0.f}, isa);
     });
   }
   set_num_threads(max_threads());
@@ -86,15 +91,16 @@ TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {
 // beta == 0 must not read C: NaN there must not leak into the result (BLAS semantics).
 TEST(Gemm, BetaZeroIgnoresGarbageInC) {
   test::for_each_isa([&](const std::string& isa) {
-    for (const auto& t : kTrans) {
-      const int M = 17, N = 35, K = 9;
-      auto A = test::randn(static_cast<size_t>(M) * K, 1), B = test::randn(static_cast<size_t>(K) * N, 2);
-      std::vector<float> C(static_cast<size_t>(M) * N, std::nanf("")), R(C.size());
-      kernels::gemm(t[0], t[1], M, N, K, 1.f, A.data(), t[0] ? M : K, B.data(), t[1] ? K : N, 0.f, C.data(), N);
-      kernels::gemm_reference(t[0], t[1], M, N, K, 1.f, A.data(), t[0] ? M : K, B.data(), t[1] ? K : N, 0.f, R.data(),
-                              N);
-      for (size_t i = 0; i < C.size(); ++i) ASSERT_NEAR(C[i], R[i], 1e-5f) << isa << " at " << i;
-    }
+    for (const auto& t : kTrans)
+      for (const int M : {17, 1}) {  // packed, and the row kernels
+        const int N = 35, K = 9;
+        auto A = test::randn(static_cast<size_t>(M) * K, 1), B = test::randn(static_cast<size_t>(K) * N, 2);
+        std::vector<float> C(static_cast<size_t>(M) * N, std::nanf("")), R(C.size());
+        kernels::gemm(t[0], t[1], M, N, K, 1.f, A.data(), t[0] ? M : K, B.data(), t[1] ? K : N, 0.f, C.data(), N);
+        kernels::gemm_reference(t[0], t[1], M, N, K, 1.f, A.data(), t[0] ? M : K, B.data(), t[1] ? K : N, 0.f, R.data(),
+                                N);
+        for (size_t i = 0; i < C.size(); ++i) ASSERT_NEAR(C[i], R[i], 1e-5f) << isa << " M " << M << " at " << i;
+      }
   });
 }
 

@@ -178,8 +178,8 @@ void for_each_head(const AttentionShape& s, Span scratch, const Slot& slot, F&& 
       for (int64_t p = heads * c / tasks; p < heads * (c + 1) / tasks; ++p) {
         const int b = static_cast<int>(p / s.H), h = static_cast<int>(p % s.H);
         const size_t qo = static_cast<size_t>(b) * s.Tq * s.ldq + h * hs;
-        const size_t ko = static_cast<size_t>(b) * s.Tk * s.ldkv + h * hs;
-        fn(Head{b, h, qo, ko, s.key_pad ? s.key_pad + static_cast<size_t>(b) * s.Tk : nullptr,
+        const size_t ko = static_cast<size_t>(b) * s.key_rows() * s.ldkv + h * hs;
+        fn(Head{b, h, qo, ko, s.key_pad ? s.key_pad + static_cast<size_t>(b) * s.key_rows() : nullptr,
                 scratch.data() + c * slot.floats});
       }
     }
@@ -224,13 +224,21 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
         m[r] = -INFINITY;
         l[r] = 0.f;
       }
-      const int s_end = s.causal ? std::min(Tk, t0 + rows) : Tk;  // the block's last query sees keys < s_end
+      // The block's last query sees keys < s_end.
+      const int s_end = s.causal ? std::min(Tk, t0 + rows + s.q_pos) : Tk;
       for (int s0 = 0; s0 < s_end; s0 += bk) {
         const int cols = std::min(bk, s_end - s0);
         // S = q_i k_j^T / sqrt(hs), then P and the running m, l; the output so far is rescaled by alpha.
-        transpose(kt, ld, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
-        gemm(false, false, rows, cols, hs, scale, qh + static_cast<size_t>(t0) * s.ldq, s.ldq, kt, ld, 0.f, S, ld);
-        const AttentionTile tile{S, ld, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 - s0 : cols};
+        const float* qi = qh + static_cast<size_t>(t0) * s.ldq;
+        if (rows <= 2) {  // a KV cache's new token or two: dot products with the keys in place, no transpose
+          gemm(false, true, rows, cols, hs, scale, qi, s.ldq, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 0.f, S,
+               ld);
+        } else {
+          transpose(kt, ld, kh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
+          gemm(false, false, rows, cols, hs, scale, qi, s.ldq, kt, ld, 0.f, S, ld);
+        }
+        const AttentionTile tile{
+            S, ld, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 + s.q_pos - s0 : cols};
         passes.softmax(tile, m, l, alpha);
         for (int r = 0; r < rows; ++r) {
           if (alpha[r] == 1.f) continue;
@@ -302,13 +310,14 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
       const float* bias_j = pad_bias(bias, hd.pad, s0, cols);
       transpose(kt, ld, kj, s.ldkv, cols, hs);
       transpose(vt, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
-      // Causal: queries t < s0 see none of these keys; start at the query block holding t = s0.
-      for (int t0 = s.causal ? s0 / bq * bq : 0; t0 < Tq; t0 += bq) {
+      // Causal: queries t < s0 - q_pos see none of these keys; start at the query block holding the first
+      // one that does.
+      for (int t0 = s.causal ? std::max(0, s0 - s.q_pos) / bq * bq : 0; t0 < Tq; t0 += bq) {
         const int rows = std::min(bq, Tq - t0);
         const float* qi = qh + static_cast<size_t>(t0) * s.ldq;
         const float* dOi = dO + static_cast<size_t>(t0) * s.C;
         gemm(false, false, rows, cols, hs, scale, qi, s.ldq, kt, ld, 0.f, S, ld);  // S = q_i k_j^T / sqrt(hs)
-        const AttentionTile tl{S, ld, rows, cols, bias_j, s.causal ? t0 - s0 : cols};
+        const AttentionTile tl{S, ld, rows, cols, bias_j, s.causal ? t0 + s.q_pos - s0 : cols};
         passes.probs(tl, lse_h + t0);                                            // P = exp(S - lse)
         gemm(false, false, rows, cols, hs, 1.f, dOi, s.C, vt, ld, 0.f, dP, ld);  // dPd = dout_i v_j^T
         const float* Pv = S;

@@ -21,8 +21,8 @@ namespace {
 
 // Whether key s is visible to query t in batch b.
 bool visible(const AttentionShape& s, int b, int t, int key) {
-  if (s.causal && key > t) return false;
-  return !(s.key_pad && s.key_pad[static_cast<size_t>(b) * s.Tk + key]);
+  if (s.causal && key > t + s.q_pos) return false;
+  return !(s.key_pad && s.key_pad[static_cast<size_t>(b) * s.key_rows() + key]);
 }
 
 }  // namespace
@@ -34,7 +34,7 @@ void attention_weights(Span att, const float* q, const float* k, const Attention
     for (int64_t p = p0; p < p1; ++p) {
       const int b = static_cast<int>(p / s.H), h = static_cast<int>(p % s.H);
       const float* qh = q + static_cast<size_t>(b) * Tq * s.ldq + h * hs;
-      const float* kh = k + static_cast<size_t>(b) * Tk * s.ldkv + h * hs;
+      const float* kh = k + static_cast<size_t>(b) * s.key_rows() * s.ldkv + h * hs;
       float* P = att.data() + static_cast<size_t>(p) * Tq * Tk;
       gemm(false, true, Tq, Tk, hs, scale, qh, s.ldq, kh, s.ldkv, 0.f, P, Tk);
       for (int t = 0; t < Tq; ++t) {
@@ -64,7 +64,7 @@ void attention_forward_reference(Span out, Span att, Span att_drop, const float*
   parallel_for(static_cast<int64_t>(s.B) * s.H, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int b = static_cast<int>(p / s.H), h = static_cast<int>(p % s.H);
-      const float* vh = v + static_cast<size_t>(b) * Tk * s.ldkv + h * hs;
+      const float* vh = v + static_cast<size_t>(b) * s.key_rows() * s.ldkv + h * hs;
       const size_t off = static_cast<size_t>(p) * Tq * Tk;
       const float* P = att.data() + off;
       const float* Pv = P;
@@ -91,7 +91,7 @@ void attention_backward_reference(float* dq, float* dk, float* dv, Span datt, CS
     for (int64_t p = p0; p < p1; ++p) {
       const int b = static_cast<int>(p / s.H), h = static_cast<int>(p % s.H);
       const size_t qo = static_cast<size_t>(b) * Tq * s.ldq + h * hs;
-      const size_t ko = static_cast<size_t>(b) * Tk * s.ldkv + h * hs;
+      const size_t ko = static_cast<size_t>(b) * s.key_rows() * s.ldkv + h * hs;
       const size_t off = static_cast<size_t>(p) * Tq * Tk;
       const float* P = att.data() + off;
       const float* Pv = drop ? att_drop.data() + off : P;

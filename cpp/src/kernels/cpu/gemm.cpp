@@ -7,6 +7,8 @@
 //      A panel of the tile (MC x KC, kept in L2), and the MR x NR register tile of C is updated once per block.
 // A row-major op(B) (no trans_b) is read in place when there are too few rows of A to repay packing it;
 // its last panel is packed anyway when N is not a multiple of NR, so the micro-kernel never reads past N.
+// Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
+// (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place.
 // Packed panels live in a per-thread buffer that grows to the largest product seen and is then reused: a
 // training loop with fixed shapes allocates nothing after its first step.
 #include <algorithm>
@@ -37,6 +39,42 @@ void gemm_micro_scalar(int kc, const float* a, const float* b, int ldb, float* c
   for (int r = 0; r < kScalarMR; ++r) {
     float* cr = c + static_cast<size_t>(r) * ldc;
     for (int j = 0; j < kScalarNR; ++j) cr[j] = alpha * acc[r][j] + (beta == 0.f ? 0.f : beta * cr[j]);
+  }
+}
+
+// The row kernels' contract in plain loops.
+void gemm_row_dot_scalar(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c) {
+  for (int n = 0; n < N; ++n) {
+    const float* bn = B + static_cast<size_t>(n) * ldb;
+    float s = 0.f;
+    for (int k = 0; k < K; ++k) s += a[k] * bn[k];
+    c[n] = beta == 0.f ? alpha * s : alpha * s + beta * c[n];
+  }
+}
+
+void gemm_row_axpy_scalar(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c) {
+  for (int n = 0; n < N; ++n) {
+    float s = 0.f;
+    for (int k = 0; k < K; ++k) s += a[k] * B[static_cast<size_t>(k) * ldb + n];
+    c[n] = beta == 0.f ? alpha * s : alpha * s + beta * c[n];
+  }
+}
+
+GemmRowKernels select_rows() {
+  switch (active_isa()) {
+#if QKV_ISA_AVX512
+    case Isa::AVX512: return gemm_row_kernels<xsimd::avx512f>();
+#endif
+#if QKV_ISA_AVX2
+    case Isa::AVX2: return gemm_row_kernels<xsimd::fma3<xsimd::avx2>>();
+#endif
+#if QKV_ISA_SSE41
+    case Isa::SSE41: return gemm_row_kernels<xsimd::sse4_1>();
+#endif
+#if QKV_ISA_NEON
+    case Isa::NEON: return gemm_row_kernels<xsimd::neon64>();
+#endif
+    default: return {&gemm_row_dot_scalar, &gemm_row_axpy_scalar};
   }
 }
 
@@ -131,6 +169,37 @@ void scale_c(const Problem& g) {
   }
 }
 
+// At most this many rows of op(A) go through the row kernels: packing would fill a register tile's MR rows
+// with zeros, and pack all of op(B), to use one or two of them.
+constexpr int kRowKernelMaxM = 2;
+
+// Small M: each row of C from its row of op(A) (gathered when A is transposed), threaded over columns.
+void gemm_rows(const Problem& g) {
+  const GemmRowKernels rk = select_rows();
+  const GemmRowFn fn = g.trans_b ? rk.dot : rk.axpy;
+  thread_local std::vector<float> gathered;
+  for (int i = 0; i < g.M; ++i) {
+    const float* a = g.A + static_cast<size_t>(i) * g.lda;
+    if (g.trans_a) {  // A is (K, M): row i of op(A) is column i of A
+      gathered.resize(static_cast<size_t>(g.K));
+      for (int k = 0; k < g.K; ++k) gathered[static_cast<size_t>(k)] = g.A[static_cast<size_t>(k) * g.lda + i];
+      a = gathered.data();
+    }
+    float* c = g.C + static_cast<size_t>(i) * g.ldc;
+    auto columns = [&](int64_t n0, int64_t n1) {
+      const float* b = g.trans_b ? g.B + static_cast<size_t>(n0) * g.ldb : g.B + n0;
+      fn(static_cast<int>(n1 - n0), g.K, g.alpha, a, b, g.ldb, g.beta, c + n0);
+    };
+    if (static_cast<int64_t>(g.N) * g.K >= (1 << 18) && num_threads() > 1) {
+      // Chunks of 64 columns: whole vectors, and a few per thread.
+      const int64_t chunks = ceil_div(g.N, 64);
+      parallel_for(chunks, [&](int64_t q0, int64_t q1) { columns(q0 * 64, std::min<int64_t>(q1 * 64, g.N)); });
+    } else {
+      columns(0, g.N);
+    }
+  }
+}
+
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -139,6 +208,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (M == 0 || N == 0) return;
   const Problem g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   if (K == 0) return scale_c(g);
+  if (M <= kRowKernelMaxM) return gemm_rows(g);
 
   const GemmMicroKernel mk = select();
   const int mr = mk.mr, nr = mk.nr;

@@ -21,9 +21,26 @@ struct GemmMicroKernel {
 template <class Arch>
 GemmMicroKernel gemm_micro_kernel();
 
+// The row kernels, for products with too few rows of op(A) to fill a register tile (generation: one new
+// token per step). Nothing is packed: one row of C from one contiguous row a (K) of op(A), over the
+// columns [0, N) of op(B); a column range is a shifted B and c.
+//   dot:  op(B) = B^T, B (N, K) row-major:  c[n] = alpha * dot(a, B[n]) + beta * c[n]
+//   axpy: op(B) = B,   B (K, N) row-major:  c = alpha * sum_k a[k] B[k] + beta * c
+// beta == 0 writes c without reading it.
+using GemmRowFn = void (*)(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c);
+struct GemmRowKernels {
+  GemmRowFn dot, axpy;
+};
+template <class Arch>
+GemmRowKernels gemm_row_kernels();
+
 extern template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>();
 extern template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
 extern template GemmMicroKernel gemm_micro_kernel<xsimd::sse4_1>();
 extern template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>();
+extern template GemmRowKernels gemm_row_kernels<xsimd::avx512f>();
+extern template GemmRowKernels gemm_row_kernels<xsimd::fma3<xsimd::avx2>>();
+extern template GemmRowKernels gemm_row_kernels<xsimd::sse4_1>();
+extern template GemmRowKernels gemm_row_kernels<xsimd::neon64>();
 
 }  // namespace qkv::kernels

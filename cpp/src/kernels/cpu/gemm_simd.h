@@ -2,6 +2,7 @@
 // The SIMD micro-kernel of the matrix product, written once over xsimd::batch<float, Arch> and instantiated
 // per instruction set in kernels/cpu/arch/<isa>.cpp (each compiled with that set's flags). Only those files
 // include this header; gemm.cpp sees the declarations in gemm_kernel.h.
+#include <cmath>
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/cpu/gemm_kernel.h"
@@ -65,6 +66,81 @@ void gemm_micro(int kc, const float* a, const float* b, int ldb, float* c, int l
 template <class Arch>
 GemmMicroKernel gemm_micro_kernel() {
   return {gemm_mr<Arch>(), 2 * static_cast<int>(xsimd::batch<float, Arch>::size), &gemm_micro<Arch>};
+}
+
+inline float gemm_store(float alpha, float acc, float beta, float c) {
+  return beta == 0.f ? alpha * acc : alpha * acc + beta * c;
+}
+
+// c[n] = alpha * dot(a, B[n]) + beta * c[n]: four rows of B at a time share each load of a; the vector
+// partial sums are added across lanes at the end, then the K % W tail.
+template <class Arch>
+void gemm_row_dot(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(V::size);
+  const int Kv = K / W * W;
+  int n = 0;
+  for (; n + 4 <= N; n += 4) {
+    const float* b[4] = {B + static_cast<size_t>(n) * ldb, B + static_cast<size_t>(n + 1) * ldb,
+                         B + static_cast<size_t>(n + 2) * ldb, B + static_cast<size_t>(n + 3) * ldb};
+    V s0(0.f), s1(0.f), s2(0.f), s3(0.f);
+    for (int k = 0; k < Kv; k += W) {
+      const V av = V::load_unaligned(a + k);
+      s0 = xsimd::fma(av, V::load_unaligned(b[0] + k), s0);
+      s1 = xsimd::fma(av, V::load_unaligned(b[1] + k), s1);
+      s2 = xsimd::fma(av, V::load_unaligned(b[2] + k), s2);
+      s3 = xsimd::fma(av, V::load_unaligned(b[3] + k), s3);
+    }
+    float d[4] = {xsimd::hadd(s0), xsimd::hadd(s1), xsimd::hadd(s2), xsimd::hadd(s3)};
+    for (int k = Kv; k < K; ++k)
+      for (int j = 0; j < 4; ++j) d[j] += a[k] * b[j][k];
+    for (int j = 0; j < 4; ++j) c[n + j] = gemm_store(alpha, d[j], beta, c[n + j]);
+  }
+  for (; n < N; ++n) {
+    const float* bn = B + static_cast<size_t>(n) * ldb;
+    V s(0.f);
+    for (int k = 0; k < Kv; k += W) s = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(bn + k), s);
+    float d = xsimd::hadd(s);
+    for (int k = Kv; k < K; ++k) d += a[k] * bn[k];
+    c[n] = gemm_store(alpha, d, beta, c[n]);
+  }
+}
+
+// c = alpha * sum_k a[k] B[k] + beta * c, two vectors of columns at a time, k in order (as the micro-kernel
+// sums each element), then one vector, then the scalar tail.
+template <class Arch>
+void gemm_row_axpy(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(V::size);
+  int n = 0;
+  for (; n + 2 * W <= N; n += 2 * W) {
+    V s0(0.f), s1(0.f);
+    const float* b = B + n;
+    for (int k = 0; k < K; ++k, b += ldb) {
+      const V ak(a[k]);
+      s0 = xsimd::fma(ak, V::load_unaligned(b), s0);
+      s1 = xsimd::fma(ak, V::load_unaligned(b + W), s1);
+    }
+    const V va(alpha);
+    if (beta == 0.f) {
+      (va * s0).store_unaligned(c + n);
+      (va * s1).store_unaligned(c + n + W);
+    } else {
+      const V vb(beta);
+      xsimd::fma(va, s0, vb * V::load_unaligned(c + n)).store_unaligned(c + n);
+      xsimd::fma(va, s1, vb * V::load_unaligned(c + n + W)).store_unaligned(c + n + W);
+    }
+  }
+  for (; n < N; ++n) {
+    float s = 0.f;
+    for (int k = 0; k < K; ++k) s = std::fma(a[k], B[static_cast<size_t>(k) * ldb + n], s);
+    c[n] = gemm_store(alpha, s, beta, c[n]);
+  }
+}
+
+template <class Arch>
+GemmRowKernels gemm_row_kernels() {
+  return {&gemm_row_dot<Arch>, &gemm_row_axpy<Arch>};
 }
 
 }  // namespace qkv::kernels

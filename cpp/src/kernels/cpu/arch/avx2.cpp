@@ -5,6 +5,7 @@
 
 namespace qkv::kernels {
 template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
+template GemmRowKernels gemm_row_kernels<xsimd::fma3<xsimd::avx2>>();
 template void attention_softmax_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, const float*);
 template void attention_dscores_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, float*, const float*);

@@ -12,6 +12,7 @@
 
 namespace qkv::kernels {
 template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>();
+template GemmRowKernels gemm_row_kernels<xsimd::avx512f>();
 template void attention_softmax_rows<xsimd::avx512f>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::avx512f>(const AttentionTile&, const float*);
 template void attention_dscores_rows<xsimd::avx512f>(const AttentionTile&, float*, const float*);

@@ -5,6 +5,7 @@
 
 namespace qkv::kernels {
 template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>();
+template GemmRowKernels gemm_row_kernels<xsimd::neon64>();
 template void attention_softmax_rows<xsimd::neon64>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::neon64>(const AttentionTile&, const float*);
 template void attention_dscores_rows<xsimd::neon64>(const AttentionTile&, float*, const float*);
