@@ -107,9 +107,11 @@ if (lat.length) {
       console.log(`   qkv vs ORT logits (1 x ${seq}): max |d| = ${d.toExponential(2)} ${d <= 1e-4 ? "<= 1e-4 ok" : "> 1e-4 MISMATCH"}`);
     }
   }
-  const o = lat.find((r) => r.side === "ort" && r.os_threads_started !== undefined);
-  const q = lat.find((r) => r.side === "qkv" && r.os_threads_started !== undefined);
-  console.log(`   OS threads each library started (pthread pools run on worker_threads): ORT ${o?.os_threads_started ?? "?"}, qkv ${q?.os_threads_started ?? "?"} (the calling thread works too)`);
+  const started = [...new Set(lat.map((r) => r.requested_threads))].filter((t) => t !== undefined).sort((a, b) => a - b).map((t) => {
+    const n = (side) => lat.find((r) => r.side === side && r.requested_threads === t && r.os_threads_started !== undefined)?.os_threads_started ?? "?";
+    return `threads ${t}: ORT ${n("ort")}, qkv ${n("qkv")}`;
+  });
+  console.log(`   OS threads each library started (its pool, on worker_threads): ${started.join("; ")}`);
 }
 
 // ---- 3. package size ----
