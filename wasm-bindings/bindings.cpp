@@ -395,6 +395,12 @@ qkv::SamplingOptions sampling_options(const val& options) {
   }
   const val stop = options["stopTokens"];
   if (!stop.isUndefined()) s.stop_tokens = int32_array(stop, "options.stopTokens");
+  const val cache = options["useCache"];
+  if (!cache.isUndefined()) {
+    if (!cache.isTrue() && !cache.isFalse())
+      throw_type_error("options.useCache must be true or false, got " + describe(cache));
+    s.use_cache = cache.isTrue();
+  }
   return s;
 }
 
@@ -494,8 +500,18 @@ class JsSeq2Seq {
       return to_js(m_->logits(int32_array(src, "src"), int32_array(tgt_in, "tgtIn"), batch, src_len, tgt_len));
     });
   }
-  val greedy(val src, int batch, int src_len, int bos, int eos, int max_len) {
-    return guarded([&] { return to_js(m_->greedy(int32_array(src, "src"), batch, src_len, bos, eos, max_len)); });
+  // options: { bos, eos, maxTokens, beamWidth, lengthPenalty, useCache }, types checked by the package.
+  val generate(val src, int batch, int src_len, val options) {
+    return guarded([&] {
+      qkv::DecodeOptions d;
+      d.bos = options["bos"].as<int>();
+      d.eos = options["eos"].as<int>();
+      d.max_len = options["maxTokens"].as<int>();
+      d.beam_width = options["beamWidth"].as<int>();
+      d.length_penalty = options["lengthPenalty"].as<float>();
+      d.use_cache = options["useCache"].as<bool>();
+      return to_js(m_->generate(int32_array(src, "src"), batch, src_len, d).tokens);
+    });
   }
   val attention(std::string kind, int layer) const {
     return guarded([&] { return to_js(m_->attention(attention_kind(kind), layer)); });
@@ -700,7 +716,7 @@ EMSCRIPTEN_BINDINGS(qkv) {
       .function("trainStep", &JsSeq2Seq::train_step)
       .function("evaluate", &JsSeq2Seq::evaluate)
       .function("logits", &JsSeq2Seq::logits)
-      .function("greedy", &JsSeq2Seq::greedy)
+      .function("generate", &JsSeq2Seq::generate)
       .function("attention", &JsSeq2Seq::attention)
       .function("save", &JsSeq2Seq::save)
       .function("loadWeights", &JsSeq2Seq::load_weights)

@@ -1,6 +1,6 @@
 // The qkv demo: a small character-level GPT trains on a built-in text, the loss is plotted live and the model
 // writes a sample every few hundred steps. Training runs in qkv's Worker; this thread only draws.
-import { CharTokenizer, init, LanguageModel, type RuntimeInfo } from "qkv";
+import { CharTokenizer, init, LanguageModel, Tokenizer, type RuntimeInfo } from "qkv";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 import corpus from "./corpus.txt?raw";
@@ -74,8 +74,7 @@ function describeRuntime(info: RuntimeInfo): string {
     : `single-threaded (the page is not cross-origin isolated) · SIMD ${info.simd} · qkv ${info.version}`;
 }
 
-function showModel(entries: Record<string, string | number>): void {
-  const dl = $("#model");
+function showModel(entries: Record<string, string | number>, dl = $("#model")): void {
   dl.replaceChildren();
   for (const [k, v] of Object.entries(entries)) {
     const dt = document.createElement("dt");
@@ -134,11 +133,73 @@ function makeChart(): { push(step: number, loss: number, smooth: number): void }
   };
 }
 
+/**
+ * "Your own model": a checkpoint from `qkv train` (or LanguageModel.save) loads here with its tokenizer
+ * (the `qkv.tokenizer` metadata) and writes 200 characters after the prompt, streamed into the panel when
+ * done. Errors (another model kind, a file without a tokenizer, a truncated file) show in the panel.
+ */
+function setupOwnModel(): void {
+  const fileInput = $<HTMLInputElement>("#checkpoint");
+  const button = $<HTMLButtonElement>("#generate");
+  const out = $("#own-sample");
+  let loaded: { model: LanguageModel; tok: Tokenizer } | undefined;
+  const fail = (e: unknown) => {
+    out.textContent = `Error: ${e instanceof Error ? e.message : String(e)}`;
+    out.dataset.done = "error";
+  };
+  const generate = async () => {
+    if (!loaded) return;
+    button.disabled = true;
+    out.dataset.done = "";
+    try {
+      const temperature = Math.max(0, Number($<HTMLInputElement>("#temperature").value) || 0);
+      const promptText = $<HTMLInputElement>("#prompt").value || "\n";
+      const prompt = await loaded.tok.encode(promptText);
+      const ids = await loaded.model.generate(prompt, { maxTokens: 200, temperature, seed: 1 });
+      out.textContent = promptText + (await loaded.tok.decode(ids));
+      out.dataset.done = "yes";
+    } catch (e) {
+      fail(e);
+    } finally {
+      button.disabled = false;
+    }
+  };
+  fileInput.onchange = async () => {
+    const file = fileInput.files?.[0];
+    if (!file) return;
+    button.disabled = true;
+    out.dataset.done = "";
+    out.textContent = `Loading ${file.name}…`;
+    try {
+      const bytes = new Uint8Array(await file.arrayBuffer());
+      const tok = await Tokenizer.fromCheckpoint(bytes);
+      const model = await LanguageModel.load(bytes);
+      loaded?.model.dispose();
+      loaded = { model, tok };
+      const c = model.config;
+      showModel(
+        {
+          file: `${file.name}, ${(bytes.length / 1024).toFixed(0)} KiB`,
+          model: `decoder-only, ${c.layers} layers, ${c.heads} heads, d_model ${c.dModel}, context ${c.context}`,
+          parameters: model.numParameters().toLocaleString("en-US"),
+          tokenizer: `${tok.kind}, ${tok.size} tokens`,
+        },
+        $("#own-model"),
+      );
+      await generate();
+    } catch (e) {
+      fail(e);
+    }
+  };
+  button.onclick = () => void generate();
+}
+
 async function main(): Promise<void> {
   publish();
   const info = await init();
   Object.assign(state, { threaded: info.threaded, threads: info.threads, simd: info.simd });
   statusEl.textContent = describeRuntime(info);
+  setupOwnModel();
 
   // Only the characters of the text: nothing is padded, and every sample starts from a real character.
   const tok = await CharTokenizer.fromText(corpus, { specials: { pad: false, bos: false, eos: false, unk: false } });

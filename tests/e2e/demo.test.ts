@@ -1,6 +1,7 @@
 // Opens the built demo in headless Chromium: the page must be cross-origin isolated, train threaded, and the
 // loss must fall below LOSS_THRESHOLD within TRAIN_TIMEOUT_MS; a sample must appear; no console errors.
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -120,6 +121,42 @@ describe("demo in headless Chromium", () => {
     mkdirSync(artifacts, { recursive: true });
     await page.screenshot({ path: path.join(artifacts, "demo.png"), fullPage: true });
     expect(consoleErrors).toEqual([]);
+  });
+
+  it("loads a checkpoint from the native `qkv train` and writes what `qkv generate` writes", async () => {
+    // The README's native quick start, end to end: train on a text file, generate natively, load the same
+    // checkpoint in the page; greedy decoding must give the same text in both.
+    const qkv = path.join(root, "build/native/cpp/tools/qkv");
+    expect(existsSync(qkv), "build/native/cpp/tools/qkv is missing: run scripts/build.sh first").toBe(true);
+    const dir = mkdtempSync(path.join(os.tmpdir(), "qkv-e2e-ckpt-"));
+    try {
+      const ckpt = path.join(dir, "lm.safetensors");
+      const run = (args: string[]) => execFileSync(qkv, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+      run(["train", "--data", path.join(root, "demo/src/corpus.txt"), "--steps", "40", "--threads", "1", "--out", ckpt]);
+      const native = run(["generate", "--ckpt", ckpt, "--prompt", "ROMEO:", "--max-tokens", "200", "--temperature", "0",
+        "--seed", "1", "--threads", "1"]).replace(/\n$/, "");
+      expect(native.length).toBeGreaterThan(6);
+
+      await page.fill("#prompt", "ROMEO:");
+      await page.fill("#temperature", "0");
+      await page.setInputFiles("#checkpoint", { name: "lm.safetensors", mimeType: "application/octet-stream",
+        buffer: readFileSync(ckpt) });
+      await until(page.waitForFunction(() => document.querySelector<HTMLElement>("#own-sample")?.dataset.done !== "",
+        null, { timeout: 30_000 }), "the loaded model's sample");
+      expect(await page.getAttribute("#own-sample", "data-done")).toBe("yes");
+      expect(await page.textContent("#own-sample")).toBe(native);
+      expect(await page.textContent("#own-model")).toMatch(/tokenizer\s*char, \d+ tokens/);
+
+      // A file that is not a checkpoint: the panel says so, and the page keeps working.
+      await page.setInputFiles("#checkpoint", { name: "bad.safetensors", mimeType: "application/octet-stream",
+        buffer: Buffer.from("not a checkpoint") });
+      await until(page.waitForFunction(() => document.querySelector<HTMLElement>("#own-sample")?.dataset.done === "error",
+        null, { timeout: 30_000 }), "the error of a bad file");
+      expect(await page.textContent("#own-sample")).toMatch(/^Error: /);
+      expect(consoleErrors).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("without COOP/COEP falls back to the single-threaded build, warns once naming the headers, and trains", async () => {

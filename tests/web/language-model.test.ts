@@ -199,6 +199,11 @@ describe("LanguageModel: predict, attention, generate options, save and load", (
     }
     expect(Array.from(greedy)).toEqual(seq.slice(prompt.length));
     expect(await model.generate(prompt, { maxTokens: 6, temperature: 1.5, topK: 1, seed: 9 })).toEqual(greedy);
+    // Without the KV cache: the same tokens, greedy and sampled.
+    expect(await model.generate(prompt, { maxTokens: 6, temperature: 0, useCache: false })).toEqual(greedy);
+    const sampled = { maxTokens: 20, temperature: 1, seed: 3 };
+    expect(await model.generate(prompt, { ...sampled, useCache: false })).toEqual(await model.generate(prompt, sampled));
+    await expect(model.generate(prompt, { maxTokens: 3, useCache: "no" as unknown as boolean })).rejects.toThrow(/options.useCache must be true or false/);
     // A stop token: generation ends right after emitting it.
     const stop = greedy[2]!;
     const stopped = await model.generate(prompt, { maxTokens: 6, temperature: 0, stopTokens: [stop] });

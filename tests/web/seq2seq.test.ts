@@ -75,6 +75,24 @@ describe("Seq2Seq", () => {
     expect(alone).toEqual(out.subarray(7 * 8, 8 * 8));
   });
 
+  it("beam search: width 1 and the uncached decoder give greedy's rows; width 4 reverses as well", async () => {
+    const srcLen = 6;
+    const src = new Int32Array(20 * srcLen).fill(PAD);
+    test.slice(0, 20).forEach((e, b) => src.set(e.src, b * srcLen));
+    const base = { maxTokens: 8, bos: BOS, eos: EOS, batch: 20 };
+    const greedy = await model.generate(src, base);
+    expect(await model.generate(src, { ...base, beamWidth: 1 })).toEqual(greedy);
+    expect(await model.generate(src, { ...base, useCache: false })).toEqual(greedy);
+    const beams = await model.generate(src, { ...base, beamWidth: 4, lengthPenalty: 0.6 });
+    expect(await model.generate(src, { ...base, beamWidth: 4, useCache: false })).toEqual(beams);
+    let exact = 0;
+    test.slice(0, 20).forEach((e, b) => {
+      const want = [...Array.from(e.src).reverse(), EOS];
+      if (want.every((v, i) => beams[b * 8 + i] === v)) exact++;
+    });
+    expect(exact).toBeGreaterThanOrEqual(19);
+  });
+
   it("predict's cross-entropy over non-pad targets is evaluate's loss", async () => {
     const { src, tgtIn, tgtOut } = paddedBatch();
     const logits = await model.predict(src, tgtIn, { batch: 2 });
@@ -159,7 +177,11 @@ describe("Seq2Seq bad input rejects naming the argument; the model stays usable"
       [() => model.generate(src, { maxTokens: 16, bos: BOS, eos: EOS, batch: 2 }), /max_len = 16 is invalid: expected 1 <= max_len < context = 16/],
       [() => model.generate(src, { maxTokens: 4, bos: V, eos: EOS, batch: 2 }), /bos = 13 is out of range/],
       [() => model.generate(src, { maxTokens: 4, bos: BOS } as unknown as { maxTokens: number; bos: number; eos: number }), /options.eos must be an integer, got undefined/],
-      [() => model.generate(src, { maxTokens: 4, bos: BOS, eos: EOS, beamWidth: 4 } as unknown as { maxTokens: number; bos: number; eos: number }), /options.beamWidth is not a Seq2Seq.generate option/],
+      [() => model.generate(src, { maxTokens: 4, bos: BOS, eos: EOS, beam: 4 } as unknown as { maxTokens: number; bos: number; eos: number }), /options.beam is not a Seq2Seq.generate option/],
+      [() => model.generate(src, { maxTokens: 4, bos: BOS, eos: EOS, batch: 2, beamWidth: 0 }), /beam_width = 0 is invalid/],
+      [() => model.generate(src, { maxTokens: 4, bos: BOS, eos: EOS, batch: 2, lengthPenalty: -1 }), /length_penalty = -1 is invalid/],
+      [() => model.generate(src, { maxTokens: 4, bos: BOS, eos: EOS, batch: 2, beamWidth: 1.5 }), /options.beamWidth must be an integer, got 1.5/],
+      [() => model.generate(src, { maxTokens: 4, bos: BOS, eos: EOS, useCache: 1 as unknown as boolean }), /options.useCache must be true or false/],
       [() => Seq2Seq.create({ ...CONFIG, encoderLayers: 0 }), /encoder_layers = 0 is invalid/],
       [() => Seq2Seq.create({ ...CONFIG, padId: V }), /pad_id = 13 is invalid/],
       [() => Seq2Seq.create({ ...CONFIG, labelSmoothing: "0.1" as unknown as number }), /config.labelSmoothing must be a number, got "0.1" \(a string\)/],

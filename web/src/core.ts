@@ -31,7 +31,7 @@ export interface CoreSeq2Seq extends CoreModelBase {
   trainStep(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): number;
   evaluate(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): Metrics;
   logits(src: Int32Array, tgtIn: Int32Array, batch: number, srcLen: number, tgtLen: number): Float32Array;
-  greedy(src: Int32Array, batch: number, srcLen: number, bos: number, eos: number, maxLen: number): Int32Array;
+  generate(src: Int32Array, batch: number, srcLen: number, options: Calls["seq2seqGenerate"]["in"]["options"]): Int32Array;
   attention(kind: string, layer: number): Float32Array;
 }
 
@@ -190,12 +190,12 @@ export class Engine {
         e.last = undefined;
         return { tokens: this.run(() => e.core.generate(prompt, options)) };
       }
-      case "greedy": {
+      case "seq2seqGenerate": {
         const e = this.get(req.in.model);
         if (e.kind !== "Seq2Seq") throw mismatch(e.kind, "Seq2Seq");
-        const { src, batch, srcLen, bos, eos, maxTokens } = req.in;
+        const { src, batch, srcLen, options } = req.in;
         e.last = undefined;
-        const tokens = this.run(() => e.core.greedy(src, batch, srcLen, bos, eos, maxTokens));
+        const tokens = this.run(() => e.core.generate(src, batch, srcLen, options));
         // The encoder ran once on the whole source; the decoder's last shape is the core's business.
         e.last = { batch, self: [srcLen, srcLen] };
         return { tokens };
@@ -293,9 +293,7 @@ export class Engine {
     if (e.kind === "Seq2Seq" && kind === undefined) {
       throw new Error('kind is missing: a Seq2Seq has "encoder", "decoder" and "cross" attention');
     }
-    const weights = this.run(() =>
-      e.kind === "Seq2Seq" ? e.core.attention(kind ?? "encoder", a.layer) : e.core.attention(a.layer),
-    );
+    // The shape first: after generate() (KV caches, no full forward) the core has no weights to show.
     const shape = kind === "decoder" ? e.last?.decoder : kind === "cross" ? e.last?.cross : e.last?.self;
     if (!e.last || !shape) {
       throw new Error(
@@ -303,6 +301,9 @@ export class Engine {
           "(or the last call failed): call predict() on the sequence first",
       );
     }
+    const weights = this.run(() =>
+      e.kind === "Seq2Seq" ? e.core.attention(kind ?? "encoder", a.layer) : e.core.attention(a.layer),
+    );
     const [tq, tk] = shape;
     const B = e.last.batch;
     const H = e.heads;

@@ -58,6 +58,17 @@ export interface SamplingIn {
   repetitionPenalty: number;
   seed: number;
   stopTokens: Int32Array;
+  useCache: boolean;
+}
+
+/** Seq2Seq.generate's decoding, defaults filled in. */
+export interface DecodeIn {
+  bos: number;
+  eos: number;
+  maxTokens: number;
+  beamWidth: number;
+  lengthPenalty: number;
+  useCache: boolean;
 }
 
 /** How a tokenizer is built: from a training text, bytes, or its JSON. */
@@ -100,8 +111,8 @@ export interface Calls {
   evaluate: { in: { model: number; batch: BatchIn }; out: Metrics };
   predict: { in: { model: number; inputs: InputsIn }; out: { logits: Float32Array } };
   generate: { in: { model: number; prompt: Int32Array; options: SamplingIn }; out: { tokens: Int32Array } };
-  greedy: {
-    in: { model: number; src: Int32Array; batch: number; srcLen: number; bos: number; eos: number; maxTokens: number };
+  seq2seqGenerate: {
+    in: { model: number; src: Int32Array; batch: number; srcLen: number; options: DecodeIn };
     out: { tokens: Int32Array };
   };
   attention: {

@@ -14,7 +14,9 @@ import type {
 import {
   checkAttention,
   checkConfig,
+  boolean,
   describe,
+  finiteNumber,
   int32Array,
   integer,
   object,
@@ -83,16 +85,18 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
   }
 
   /**
-   * Greedy decoding: for each of the `batch` source rows, starts from `bos` and appends the most likely
-   * token until `eos` or `maxTokens` tokens (below the context). Resolves to `(batch, maxTokens)` ids,
-   * row-major, `eos` included and `padId` after it. The encoder runs once.
+   * Decodes each of the `batch` source rows from `bos` until `eos` or `maxTokens` tokens (below the context):
+   * greedily, or with beam search (`beamWidth` > 1, see {@link Seq2SeqGenerateOptions}). Resolves to
+   * `(batch, maxTokens)` ids, row-major: each row's best hypothesis, `eos` included and `padId` after it.
+   * The encoder runs once; the decoder keeps KV caches unless `useCache` is false.
    */
   async generate(src: Int32Array, options: Seq2SeqGenerateOptions): Promise<Int32Array> {
     const s = int32Array("src", src);
-    const o = object("options", options, "{ maxTokens, bos, eos, batch? }");
+    const o = object("options", options, "{ maxTokens, bos, eos, batch?, beamWidth?, lengthPenalty?, useCache? }");
+    const known = ["maxTokens", "bos", "eos", "batch", "beamWidth", "lengthPenalty", "useCache"];
     for (const k of Object.keys(o)) {
-      if (!["maxTokens", "bos", "eos", "batch"].includes(k)) {
-        throw new TypeError(`options.${k} is not a Seq2Seq.generate option (known: maxTokens, bos, eos, batch)`);
+      if (!known.includes(k)) {
+        throw new TypeError(`options.${k} is not a Seq2Seq.generate option (known: ${known.join(", ")})`);
       }
     }
     const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
@@ -102,7 +106,15 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
       throw new (typeof o.batch === "number" ? Error : TypeError)(`options.batch must be a positive integer, got ${describe(o.batch)}`);
     }
     const { batch, seq: srcLen } = rows("src", s.length, { batch: (o.batch as number | undefined) ?? 1 }, 1, "srcLen");
-    return (await callModel(this, "generate", "greedy", { src: s, batch, srcLen, bos, eos, maxTokens })).tokens;
+    const decode = {
+      bos,
+      eos,
+      maxTokens,
+      beamWidth: o.beamWidth === undefined ? 1 : integer("options.beamWidth", o.beamWidth),
+      lengthPenalty: o.lengthPenalty === undefined ? 0.6 : finiteNumber("options.lengthPenalty", o.lengthPenalty),
+      useCache: o.useCache === undefined ? true : boolean("options.useCache", o.useCache),
+    };
+    return (await callModel(this, "generate", "seq2seqGenerate", { src: s, batch, srcLen, options: decode })).tokens;
   }
 
   /**

@@ -217,9 +217,18 @@ export interface GenerateOptions {
   seed?: number;
   /** Generation ends after emitting one of these token ids (it is included in the result). */
   stopTokens?: ArrayLike<number>;
+  /**
+   * Keep each layer's keys and values between tokens (a KV cache): each new token costs one position instead
+   * of a re-run of the context. `false` gives the same tokens, slower (for checks and benchmarks). Default true.
+   */
+  useCache?: boolean;
 }
 
-/** Options for {@link Seq2Seq.generate} (greedy decoding). */
+/**
+ * Options for {@link Seq2Seq.generate}: greedy decoding, or beam search with `beamWidth` > 1 (hypotheses
+ * scored log P / ((5 + length) / 6)^lengthPenalty, GNMT's penalty; a row stops when no live beam can enter
+ * its best `beamWidth` finished ones). Width 1 is greedy decoding exactly.
+ */
 export interface Seq2SeqGenerateOptions {
   /** Number of target tokens per row at most; must be below the model's context. */
   maxTokens: number;
@@ -229,6 +238,12 @@ export interface Seq2SeqGenerateOptions {
   eos: number;
   /** Number of source rows in `src` (default 1); `src` is `(batch, srcLen)`. */
   batch?: number;
+  /** Beam search width, 1 to 64; 1 (the default) decodes greedily. */
+  beamWidth?: number;
+  /** GNMT's length penalty alpha, >= 0 (0 ranks by log-probability alone). Default 0.6, the paper's. */
+  lengthPenalty?: number;
+  /** KV caches for the decoder (see {@link GenerateOptions.useCache}). Default true. */
+  useCache?: boolean;
 }
 
 /** Which attention map {@link LanguageModel.attention} and friends return. */

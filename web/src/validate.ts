@@ -176,7 +176,7 @@ export function checkBatch(
 /** Checks generate()'s arguments and fills the defaults of the sampling options. */
 export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int32Array; options: SamplingIn } {
   const p = int32Array("prompt", prompt);
-  const o = object("options", options, "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens? }");
+  const o = object("options", options, "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens?, useCache? }");
   const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
   let temperature = 1;
   if (o.temperature !== undefined) {
@@ -185,7 +185,7 @@ export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int3
     }
     temperature = o.temperature;
   }
-  const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens"];
+  const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens", "useCache"];
   for (const k of Object.keys(o)) {
     if (!known.includes(k)) throw new TypeError(`options.${k} is not a generate option (known: ${known.join(", ")})`);
   }
@@ -199,6 +199,7 @@ export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int3
       repetitionPenalty: o.repetitionPenalty === undefined ? 1 : finiteNumber("options.repetitionPenalty", o.repetitionPenalty),
       seed: o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed),
       stopTokens: o.stopTokens === undefined ? new Int32Array(0) : int32Like("options.stopTokens", arrayOf(o.stopTokens)),
+      useCache: o.useCache === undefined ? true : boolean("options.useCache", o.useCache),
     },
   };
 }

@@ -192,7 +192,9 @@ std::vector<float> LanguageModel::attention(int layer) const {
   check(layer >= 0 && layer < m.L, "layer = ", layer, " is out of range: expected 0 <= layer < ", m.L);
   const nn::MultiHeadAttention& a = m.stack.layer(layer).self_attention();
   std::vector<float> w = a.weights();
-  check(!w.empty(), "attention(", layer, "): no forward pass has run yet");
+  check(!w.empty(), "attention(", layer,
+        "): no weights to show: no full forward pass has run since the model was made, loaded or last generated "
+        "(generation keeps keys and values in its KV cache); run logits() or evaluate() on the sequence");
   return w;
 }
 
@@ -209,6 +211,7 @@ std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, in
 std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, const SamplingOptions& options,
                                              const std::function<bool(int32_t token)>& on_token) {
   check(!prompt.empty(), "prompt is empty: expected at least one token id");
+  models::check_ids(prompt, "prompt", impl_->V);
   const TokenCallback each = [&](int, int32_t token, std::span<const float>) { return !on_token || on_token(token); };
   return std::move(generate(prompt, 1, static_cast<int>(prompt.size()), options, each).front());
 }

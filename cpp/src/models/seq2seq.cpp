@@ -289,7 +289,8 @@ std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {
                                     : kind == AttentionKind::DecoderSelf ? m.decoder.layer(layer).self_attention()
                                                                          : m.decoder.layer(layer).cross_attention();
   std::vector<float> w = a.weights();
-  check(!w.empty(), "attention: no forward pass has run yet");
+  check(!w.empty(), "attention: no weights to show: no full forward pass has run since the model was made, loaded or ",
+        "last generated (generation keeps keys and values in its KV caches); run logits() or evaluate() first");
   return w;
 }
 
