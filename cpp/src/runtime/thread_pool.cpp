@@ -8,7 +8,8 @@
 // A training step is a few hundred short regions (one matrix product is tens of microseconds), and waking
 // a thread blocked on a condition variable costs about as much. So a worker that has finished its chunk,
 // and a caller waiting for the workers, first spin on the atomic counters for a short while (kSpin) and
-// only then block, as OpenMP runtimes do.
+// only then block, as OpenMP runtimes do; the spin yields the core now and then, so that it does not starve
+// the threads it waits for when the machine has more runnable threads than cores.
 #include "qkv/thread_pool.h"
 
 #include <algorithm>
@@ -50,7 +51,14 @@ bool spin_until(Done done) {
   for (int i = 0;; ++i) {
     if (done()) return true;
     cpu_relax();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() - start > kSpin) return done();
+    if ((i & 63) == 63) {
+      if (std::chrono::steady_clock::now() - start > kSpin) return done();
+      // Every few microseconds, let the OS run another thread on this core: on a busy machine (more runnable
+      // threads than cores) the thread we wait for may be the one waiting for our core. Measured on the
+      // 2-core machine with a build running beside it: the char GPT step at 2 threads, median of 8 runs,
+      // 81 ms with the yield against 132 ms without.
+      std::this_thread::yield();
+    }
   }
 }
 
