@@ -414,20 +414,46 @@ qkv::AttentionKind attention_kind(const std::string& kind) {
 // --- models ----------------------------------------------------------------------------------------------
 // Every entry point runs its whole body in guarded(): see LastError.
 
-class JsLanguageModel {
+// What every model's binding shares: create and load (nullptr, JS null, on error, with the error left for
+// takeError()), checkpoints, the learning rate and what it reports about itself. Self is the binding class
+// (CRTP), Model the core's class, Config its config; Self::kName names the kind in config errors.
+template <class Self, class Model, class Config>
+class JsModel {
  public:
-  explicit JsLanguageModel(std::unique_ptr<qkv::LanguageModel> m) : m_(std::move(m)) {}
+  explicit JsModel(std::unique_ptr<Model> m) : m_(std::move(m)) {}
 
-  // nullptr (JS null) on error, with the error left for takeError().
-  static JsLanguageModel* create(val config) {
+  static Self* create(val config) {
     return guarded([&] {
-      const auto c = read_config<qkv::LanguageModelConfig>(config, "LanguageModel");
-      return new JsLanguageModel(std::make_unique<qkv::LanguageModel>(c.first, c.second));
+      const auto c = read_config<Config>(config, Self::kName);
+      return new Self(std::make_unique<Model>(c.first, c.second));
     });
   }
-  static JsLanguageModel* load(val bytes) {
-    return guarded([&] { return new JsLanguageModel(qkv::LanguageModel::load(uint8_array(bytes, "bytes"))); });
+  static Self* load(val bytes) {
+    return guarded([&] { return new Self(Model::load(uint8_array(bytes, "bytes"))); });
   }
+
+  val save(bool with_optimizer) {
+    return guarded([&] { return to_js(m_->save(with_optimizer)); });
+  }
+  void load_weights(val bytes) {
+    guarded([&] { m_->load_weights(uint8_array(bytes, "bytes")); });
+  }
+  void set_learning_rate(float lr) {
+    guarded([&] { m_->set_learning_rate(lr); });
+  }
+  double num_parameters() const { return static_cast<double>(m_->num_parameters()); }
+  int step() const { return m_->step(); }
+  val config() const { return config_to_js(m_->config(), m_->optimizer()); }
+  val memory() const { return to_js(m_->memory()); }
+
+ protected:
+  std::unique_ptr<Model> m_;
+};
+
+class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv::LanguageModelConfig> {
+ public:
+  static constexpr const char* kName = "LanguageModel";
+  using JsModel::JsModel;
 
   float train_step(val inputs, val targets, int batch, int seq) {
     return guarded(
@@ -450,38 +476,12 @@ class JsLanguageModel {
       return to_js(m_->generate(p, sampling_options(options)));
     });
   }
-  val save(bool with_optimizer) {
-    return guarded([&] { return to_js(m_->save(with_optimizer)); });
-  }
-  void load_weights(val bytes) {
-    guarded([&] { m_->load_weights(uint8_array(bytes, "bytes")); });
-  }
-  void set_learning_rate(float lr) {
-    guarded([&] { m_->set_learning_rate(lr); });
-  }
-  double num_parameters() const { return static_cast<double>(m_->num_parameters()); }
-  int step() const { return m_->step(); }
-  val config() const { return config_to_js(m_->config(), m_->optimizer()); }
-  val memory() const { return to_js(m_->memory()); }
-
- private:
-  std::unique_ptr<qkv::LanguageModel> m_;
 };
 
-class JsSeq2Seq {
+class JsSeq2Seq : public JsModel<JsSeq2Seq, qkv::Seq2Seq, qkv::Seq2SeqConfig> {
  public:
-  explicit JsSeq2Seq(std::unique_ptr<qkv::Seq2Seq> m) : m_(std::move(m)) {}
-
-  // nullptr (JS null) on error, with the error left for takeError().
-  static JsSeq2Seq* create(val config) {
-    return guarded([&] {
-      const auto c = read_config<qkv::Seq2SeqConfig>(config, "Seq2Seq");
-      return new JsSeq2Seq(std::make_unique<qkv::Seq2Seq>(c.first, c.second));
-    });
-  }
-  static JsSeq2Seq* load(val bytes) {
-    return guarded([&] { return new JsSeq2Seq(qkv::Seq2Seq::load(uint8_array(bytes, "bytes"))); });
-  }
+  static constexpr const char* kName = "Seq2Seq";
+  using JsModel::JsModel;
 
   float train_step(val src, val tgt_in, val tgt_out, int batch, int src_len, int tgt_len) {
     return guarded([&] {
@@ -516,38 +516,12 @@ class JsSeq2Seq {
   val attention(std::string kind, int layer) const {
     return guarded([&] { return to_js(m_->attention(attention_kind(kind), layer)); });
   }
-  val save(bool with_optimizer) {
-    return guarded([&] { return to_js(m_->save(with_optimizer)); });
-  }
-  void load_weights(val bytes) {
-    guarded([&] { m_->load_weights(uint8_array(bytes, "bytes")); });
-  }
-  void set_learning_rate(float lr) {
-    guarded([&] { m_->set_learning_rate(lr); });
-  }
-  double num_parameters() const { return static_cast<double>(m_->num_parameters()); }
-  int step() const { return m_->step(); }
-  val config() const { return config_to_js(m_->config(), m_->optimizer()); }
-  val memory() const { return to_js(m_->memory()); }
-
- private:
-  std::unique_ptr<qkv::Seq2Seq> m_;
 };
 
-class JsClassifier {
+class JsClassifier : public JsModel<JsClassifier, qkv::Classifier, qkv::ClassifierConfig> {
  public:
-  explicit JsClassifier(std::unique_ptr<qkv::Classifier> m) : m_(std::move(m)) {}
-
-  // nullptr (JS null) on error, with the error left for takeError().
-  static JsClassifier* create(val config) {
-    return guarded([&] {
-      const auto c = read_config<qkv::ClassifierConfig>(config, "Classifier");
-      return new JsClassifier(std::make_unique<qkv::Classifier>(c.first, c.second));
-    });
-  }
-  static JsClassifier* load(val bytes) {
-    return guarded([&] { return new JsClassifier(qkv::Classifier::load(uint8_array(bytes, "bytes"))); });
-  }
+  static constexpr const char* kName = "Classifier";
+  using JsModel::JsModel;
 
   float train_step(val tokens, val labels, int batch, int seq) {
     return guarded(
@@ -563,22 +537,6 @@ class JsClassifier {
   val attention(int layer) const {
     return guarded([&] { return to_js(m_->attention(layer)); });
   }
-  val save(bool with_optimizer) {
-    return guarded([&] { return to_js(m_->save(with_optimizer)); });
-  }
-  void load_weights(val bytes) {
-    guarded([&] { m_->load_weights(uint8_array(bytes, "bytes")); });
-  }
-  void set_learning_rate(float lr) {
-    guarded([&] { m_->set_learning_rate(lr); });
-  }
-  double num_parameters() const { return static_cast<double>(m_->num_parameters()); }
-  int step() const { return m_->step(); }
-  val config() const { return config_to_js(m_->config(), m_->optimizer()); }
-  val memory() const { return to_js(m_->memory()); }
-
- private:
-  std::unique_ptr<qkv::Classifier> m_;
 };
 
 // --- tokenizers ------------------------------------------------------------------------------------------
@@ -678,6 +636,29 @@ double heap_max() { return static_cast<double>(emscripten_get_heap_max()); }
 // Bytes malloc has handed out and not taken back (the heap itself only grows, so this is what shows a leak).
 double heap_used() { return static_cast<double>(mallinfo().uordblks); }
 
+// The Embind class of a model binding with what JsModel gives every kind; the caller adds the rest.
+template <class T>
+emscripten::class_<T> model_class(const char* name) {
+  emscripten::class_<T> c(name);
+  c.class_function("create", &T::create, emscripten::allow_raw_pointers())
+      .class_function("load", &T::load, emscripten::allow_raw_pointers())
+      .function(
+          "save", +[](T& t, bool with_optimizer) { return t.save(with_optimizer); })
+      .function(
+          "loadWeights", +[](T& t, val bytes) { t.load_weights(bytes); })
+      .function(
+          "setLearningRate", +[](T& t, float lr) { t.set_learning_rate(lr); })
+      .function(
+          "numParameters", +[](const T& t) { return t.num_parameters(); })
+      .function(
+          "step", +[](const T& t) { return t.step(); })
+      .function(
+          "config", +[](const T& t) { return t.config(); })
+      .function(
+          "memory", +[](const T& t) { return t.memory(); });
+  return c;
+}
+
 }  // namespace
 
 EMSCRIPTEN_BINDINGS(qkv) {
@@ -694,52 +675,25 @@ EMSCRIPTEN_BINDINGS(qkv) {
   emscripten::function("checkpointMetadata", &checkpoint_metadata);
   emscripten::function("takeError", &take_error);
 
-  emscripten::class_<JsLanguageModel>("LanguageModel")
-      .class_function("create", &JsLanguageModel::create, allow_raw_pointers())
-      .class_function("load", &JsLanguageModel::load, allow_raw_pointers())
+  model_class<JsLanguageModel>("LanguageModel")
       .function("trainStep", &JsLanguageModel::train_step)
       .function("evaluate", &JsLanguageModel::evaluate)
       .function("logits", &JsLanguageModel::logits)
       .function("attention", &JsLanguageModel::attention)
-      .function("generate", &JsLanguageModel::generate)
-      .function("save", &JsLanguageModel::save)
-      .function("loadWeights", &JsLanguageModel::load_weights)
-      .function("setLearningRate", &JsLanguageModel::set_learning_rate)
-      .function("numParameters", &JsLanguageModel::num_parameters)
-      .function("step", &JsLanguageModel::step)
-      .function("config", &JsLanguageModel::config)
-      .function("memory", &JsLanguageModel::memory);
+      .function("generate", &JsLanguageModel::generate);
 
-  emscripten::class_<JsSeq2Seq>("Seq2Seq")
-      .class_function("create", &JsSeq2Seq::create, allow_raw_pointers())
-      .class_function("load", &JsSeq2Seq::load, allow_raw_pointers())
+  model_class<JsSeq2Seq>("Seq2Seq")
       .function("trainStep", &JsSeq2Seq::train_step)
       .function("evaluate", &JsSeq2Seq::evaluate)
       .function("logits", &JsSeq2Seq::logits)
       .function("generate", &JsSeq2Seq::generate)
-      .function("attention", &JsSeq2Seq::attention)
-      .function("save", &JsSeq2Seq::save)
-      .function("loadWeights", &JsSeq2Seq::load_weights)
-      .function("setLearningRate", &JsSeq2Seq::set_learning_rate)
-      .function("numParameters", &JsSeq2Seq::num_parameters)
-      .function("step", &JsSeq2Seq::step)
-      .function("config", &JsSeq2Seq::config)
-      .function("memory", &JsSeq2Seq::memory);
+      .function("attention", &JsSeq2Seq::attention);
 
-  emscripten::class_<JsClassifier>("Classifier")
-      .class_function("create", &JsClassifier::create, allow_raw_pointers())
-      .class_function("load", &JsClassifier::load, allow_raw_pointers())
+  model_class<JsClassifier>("Classifier")
       .function("trainStep", &JsClassifier::train_step)
       .function("evaluate", &JsClassifier::evaluate)
       .function("logits", &JsClassifier::logits)
-      .function("attention", &JsClassifier::attention)
-      .function("save", &JsClassifier::save)
-      .function("loadWeights", &JsClassifier::load_weights)
-      .function("setLearningRate", &JsClassifier::set_learning_rate)
-      .function("numParameters", &JsClassifier::num_parameters)
-      .function("step", &JsClassifier::step)
-      .function("config", &JsClassifier::config)
-      .function("memory", &JsClassifier::memory);
+      .function("attention", &JsClassifier::attention);
 
   emscripten::class_<JsTokenizer>("Tokenizer")
       .class_function("charLevel", &JsTokenizer::char_level, allow_raw_pointers())
