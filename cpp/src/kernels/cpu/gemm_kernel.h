@@ -6,12 +6,13 @@
 namespace qkv::kernels {
 
 // C (mr, nr) = alpha * sum_k a[k] (mr) outer b[k] (nr) + beta * C, for k in [0, kc).
-//   a: a packed panel, kc rows of mr contiguous values (column k of the mr rows of op(A)).
+//   a: element (r, k) of the mr x kc block of op(A) at a[r * rs_a + k * cs_a]: a packed panel has rs_a = 1,
+//      cs_a = mr (column k of the mr rows contiguous); a row-major A read in place has rs_a = lda, cs_a = 1.
 //   b: kc rows of nr contiguous values, row k at b + k * ldb (a packed panel has ldb = nr; a row-major
 //      op(B) that needs no packing is read in place with its own leading dimension).
 //   beta == 0 writes C without reading it (C may hold garbage, even NaN), as BLAS does.
-using GemmMicroFn = void (*)(int kc, const float* a, const float* b, int ldb, float* c, int ldc, float alpha,
-                             float beta);
+using GemmMicroFn = void (*)(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb, float* c, int ldc,
+                             float alpha, float beta);
 
 struct GemmMicroKernel {
   int mr, nr;  // the register tile: mr rows by nr columns of C held in registers over the k loop

@@ -22,7 +22,8 @@ constexpr int gemm_mr() {
 }
 
 template <class Arch>
-void gemm_micro(int kc, const float* a, const float* b, int ldb, float* c, int ldc, float alpha, float beta) {
+void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb, float* c, int ldc, float alpha,
+                float beta) {
   using V = xsimd::batch<float, Arch>;
   constexpr int W = static_cast<int>(V::size);
   constexpr int MR = gemm_mr<Arch>();
@@ -33,11 +34,11 @@ void gemm_micro(int kc, const float* a, const float* b, int ldb, float* c, int l
     const V b0 = V::load_unaligned(b), b1 = V::load_unaligned(b + W);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const V ar(a[r]);
+      const V ar(a[static_cast<ptrdiff_t>(r) * rs_a]);
       acc0[r] = xsimd::fma(ar, b0, acc0[r]);
       acc1[r] = xsimd::fma(ar, b1, acc1[r]);
     }
-    a += MR;
+    a += cs_a;
     b += ldb;
   }
   const V va(alpha);
