@@ -9,7 +9,7 @@
 // its last panel is packed anyway when N is not a multiple of NR, so the micro-kernel never reads past N.
 // Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
 // (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place.
-// A row-major op(A) (no trans_a) is likewise read in place when N is small (see gemm()).
+// op(A) is likewise read in place when N is small (see gemm()).
 // Packed panels live in a per-thread buffer that grows to the largest product seen and is then reused: a
 // training loop with fixed shapes allocates nothing after its first step.
 #include <algorithm>
@@ -225,7 +225,9 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   // nothing past M is read. Measured at 1 thread (CPU time, best of 6 alternated runs): in place is 20-39%
   // faster at N = 65-128 (768 x 128 x 128, 768 x 65 x 128, 64 x 128 x 128: the char GPT's narrow products),
   // 3-4% at N = 384, even at N = 512, and about 3% slower at 1024^3.
-  const bool a_in_place = !trans_a && N <= 512;
+  // A transposed A (K, M) is read in place too, MR contiguous floats a row of A, while rows are short:
+  // 128-512 x 128 x 768 1.23-1.36x, 512 x 512 x 6400 1.11-1.15x, but 1024 x 512 x 6400 (rows of 4 KB) 0.92x.
+  const bool a_in_place = N <= 512 && (!trans_a || M <= 512);
   const bool full_last_a = M % mr == 0;
   const int64_t packed_a = a_in_place ? (full_last_a ? 0 : 1) : panels_a;
   const size_t a_floats = static_cast<size_t>(packed_a) * mr * K;
@@ -296,10 +298,12 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
           for (int64_t p = p_begin; p < p_end; ++p) {
             const int i0 = static_cast<int>(p * mr), rows = std::min(mr, M - i0);
             const bool direct = a_in_place && rows == mr;
-            const float* ap =
-                direct ? A + static_cast<size_t>(i0) * lda + k0
-                       : pa + static_cast<size_t>(a_in_place ? 0 : p) * mr * K + static_cast<size_t>(k0) * mr;
-            const int rs_a = direct ? lda : 1, cs_a = direct ? 1 : mr;
+            // op(A)(i0 + r, k0 + k): A[(i0 + r) * lda + k0 + k] in place, or A[(k0 + k) * lda + i0 + r] with trans_a
+            const float* ap = !direct
+                                  ? pa + static_cast<size_t>(a_in_place ? 0 : p) * mr * K + static_cast<size_t>(k0) * mr
+                              : trans_a ? A + static_cast<size_t>(k0) * lda + i0
+                                        : A + static_cast<size_t>(i0) * lda + k0;
+            const int rs_a = !direct ? 1 : trans_a ? 1 : lda, cs_a = !direct ? mr : trans_a ? lda : 1;
             float* c = C + static_cast<size_t>(i0) * ldc + j0;
             if (rows == mr && cols == nr) {
               mk.fn(kc, ap, rs_a, cs_a, bp, ldbp, c, ldc, alpha, blk_beta);
