@@ -1,7 +1,8 @@
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
 
-// The built demo (demo/dist) in Debian's headless Chromium. Builds nothing: run build:web and build:demo first.
+// In Debian's headless Chromium: the built demo (demo/dist), web/dist as plain modules, and the packed tarball in
+// a fresh Vite app (which that test builds itself). Run build:web and build:demo first.
 export default defineConfig({
   root: fileURLToPath(new URL("../..", import.meta.url)),
   test: {

@@ -26,6 +26,30 @@ describe("package", () => {
     expect(Math.abs(r.loss - Math.log(5))).toBeLessThan(0.5);
   });
 
+  it(`require("qkv") in CommonJS gets the CommonJS entry, loads the threaded core, trains, and lets the process exit`, () => {
+    const script = `
+      const { init, LanguageModel, VERSION } = require("qkv");
+      (async () => {
+        const info = await init({ threads: 2 });
+        const m = await LanguageModel.create({ vocabSize: 7, context: 4, dModel: 8, heads: 2, layers: 1 });
+        const { loss } = await m.trainStep(Int32Array.of(0, 1, 2, 3), Int32Array.of(1, 2, 3, 4));
+        m.dispose();
+        console.log(JSON.stringify({ ...info, loss, VERSION, entry: require.resolve("qkv") }));
+      })().catch((e) => { console.error(e); process.exitCode = 1; });`;
+    // Node 20.19+ can require() an ES module; turn that off so that only a real CommonJS entry passes (as on
+    // Node 20.0-20.18, which the package's engines field admits).
+    const features = process.features as { require_module?: boolean };
+    const flags = features.require_module === undefined ? [] : ["--no-experimental-require-module"];
+    const out = execFileSync(process.execPath, [...flags, "-e", script], { cwd: root, encoding: "utf8", timeout: 60_000 });
+    const r = JSON.parse(out.trim().split("\n").at(-1)!) as { threaded: boolean; threads: number; loss: number; VERSION: string; entry: string };
+    expect(path.relative(root, r.entry)).toBe(path.join("web", "dist", "node.cjs"));
+    expect(r.VERSION).toBe("0.1.0");
+    expect(r.threaded).toBe(true);
+    expect(r.threads).toBe(2);
+    expect(Number.isFinite(r.loss)).toBe(true);
+    expect(Math.abs(r.loss - Math.log(7))).toBeLessThan(0.2); // 1.92 here
+  });
+
   it("the browser entry imports no Node module", () => {
     const seen = new Set<string>();
     const visit = (file: string) => {
@@ -56,6 +80,17 @@ describe("types", () => {
     let errors = "";
     try {
       execFileSync(process.execPath, [tsc, "-p", "tests/web/consumer/tsconfig.json"], { cwd: root, encoding: "utf8" });
+    } catch (e) {
+      errors = String((e as { stdout?: string }).stdout) || String(e);
+    }
+    expect(errors).toBe("");
+  });
+
+  it("a CommonJS consumer (module Node16) gets declarations it can require", () => {
+    const tsc = path.join(root, "node_modules/typescript/bin/tsc");
+    let errors = "";
+    try {
+      execFileSync(process.execPath, [tsc, "-p", "tests/web/consumer-cjs/tsconfig.json"], { cwd: root, encoding: "utf8" });
     } catch (e) {
       errors = String((e as { stdout?: string }).stdout) || String(e);
     }

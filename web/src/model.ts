@@ -1,6 +1,10 @@
 // What every model class shares: a handle on a model living in the core, disposal, checkpoints, the
 // learning rate and memory. LanguageModel, Seq2Seq and Classifier add their own training and inference.
 
+// The published model.d.ts names Symbol.dispose: this keeps it type-checking in a consumer whose lib is older
+// than ESNext (create-vite's ES2022, DOM) without skipLibCheck. Type declarations only; no runtime effect.
+/// <reference lib="esnext.disposable" preserve="true" />
+
 import type { Backend, ModelCallType } from "./platform.js";
 import type { Calls, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
