@@ -1,9 +1,17 @@
 // The thread pool behind parallel_for.
 //
-// A generation counter wakes the workers for each parallel region; each worker runs the chunk whose index
-// is its own, the caller runs chunk 0, and the caller waits until every chunk is done. Regions are
-// serialised by a mutex, and a region started from inside a chunk runs inline (thread_local flag), so
-// nested kernels are safe. In the single-threaded build (QKV_THREADS=0) everything runs inline.
+// A region cuts [0, n) into a few contiguous chunks per thread (kChunksPerThread) and hands them out on
+// demand: the caller and each woken worker claim the next unclaimed chunk until none is left, and the caller
+// returns once every chunk is done. Claiming on demand, rather than one fixed chunk per thread, matters on a
+// shared machine: when a worker is descheduled (more runnable threads than cores), the caller and the other
+// workers take its chunks instead of waiting for it, so a region costs at worst what it costs on fewer
+// threads. Chunk boundaries depend only on n and the thread count, never on who runs a chunk, and the kernels'
+// results do not depend on either (they sum in fixed blocks).
+//
+// A generation counter wakes the workers for each region. Regions are serialised by a mutex, and a region
+// started from inside a chunk runs inline (thread_local flag), so nested kernels are safe. In the
+// single-threaded build (QKV_THREADS=0) everything runs inline. An exception thrown by a chunk is caught,
+// the region's other chunks still finish, and the first exception is rethrown to the caller.
 //
 // A training step is a few hundred short regions (one matrix product is tens of microseconds), and waking
 // a thread blocked on a condition variable costs about as much. So a worker that has finished its chunk,
@@ -15,6 +23,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <exception>
+#include <utility>
 
 #include "qkv/error.h"
 
@@ -90,58 +100,89 @@ class ThreadPool {
     stop_ = false;
     // A new worker must only react to regions started after it exists.
     const uint64_t now = generation_;
-    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i, now] { work(i, now); });
+    for (int i = 1; i < threads; ++i) workers_.emplace_back([this, now] { work(now); });
   }
 
   void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
     std::lock_guard region(region_mutex_);
-    const int chunks = static_cast<int>(std::min<int64_t>(n, size()));
+    const int chunks = static_cast<int>(std::min<int64_t>(n, static_cast<int64_t>(size()) * kChunksPerThread));
     {
       std::lock_guard lock(mutex_);
       fn_ = &fn;
       n_ = n;
       chunks_ = chunks;
-      pending_.store(chunks - 1, std::memory_order_relaxed);  // the workers that take part; the caller does chunk 0
-      generation_.fetch_add(1, std::memory_order_release);
+      error_ = nullptr;
+      done_chunks_.store(0, std::memory_order_relaxed);
+      const uint64_t region_id = generation_.load(std::memory_order_relaxed) + 1;
+      // Published before the generation: a worker that sees the new generation sees this region's claims.
+      claim_.store(region_id << 32 | static_cast<uint64_t>(chunks) << 16, std::memory_order_release);
+      generation_.store(region_id, std::memory_order_release);
     }
     wake_.notify_all();
-    run_chunk(0);
-    if (!spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    run_claimed_chunks();
+    auto finished = [this, chunks] { return done_chunks_.load(std::memory_order_acquire) == chunks; };
+    if (!spin_until(finished)) {
       std::unique_lock lock(mutex_);
-      done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+      done_.wait(lock, finished);
     }
     fn_ = nullptr;
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
  private:
-  void run_chunk(int chunk) {
-    const int64_t begin = n_ * chunk / chunks_, end = n_ * (chunk + 1) / chunks_;
-    t_inside_region = true;
-    (*fn_)(begin, end);
-    t_inside_region = false;
+  // claim_ = region id (32 bits) | chunk count (16) | next unclaimed chunk (16). The id makes a stale claim
+  // from an earlier region fail its compare-exchange. A successful claim pins the region: it cannot finish,
+  // nor fn_ and n_ change, before that chunk is done.
+  bool try_claim(int& chunk) {
+    uint64_t v = claim_.load(std::memory_order_acquire);
+    for (;;) {
+      const int next = static_cast<int>(v & 0xffff), count = static_cast<int>(v >> 16 & 0xffff);
+      if (next >= count) return false;
+      if (claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        chunk = next;
+        return true;
+      }
+    }
   }
 
-  void work(int index, uint64_t seen) {
-    for (;;) {
-      auto started = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-      const bool spun = spin_until(started);
-      int chunks = 0;
-      {
-        // Under the lock, so that the generation and its region's fields are read as one snapshot.
-        std::unique_lock lock(mutex_);
-        if (!spun) wake_.wait(lock, started);
-        seen = generation_.load(std::memory_order_relaxed);
-        if (stop_) return;
-        chunks = chunks_;
+  void run_claimed_chunks() {
+    int chunk = 0;
+    while (try_claim(chunk)) {
+      // Read before this chunk counts as done: after that the caller may start the next region.
+      const int chunks = chunks_;
+      const int64_t begin = n_ * chunk / chunks, end = n_ * (chunk + 1) / chunks;
+      t_inside_region = true;
+      try {
+        (*fn_)(begin, end);
+      } catch (...) {
+        std::lock_guard lock(mutex_);
+        if (!error_) error_ = std::current_exception();
       }
-      if (index >= chunks) continue;
-      run_chunk(index);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      t_inside_region = false;
+      if (done_chunks_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
         std::lock_guard lock(mutex_);  // the caller may be between its check and its wait
         done_.notify_one();
       }
     }
   }
+
+  void work(uint64_t seen) {
+    for (;;) {
+      auto started = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+      const bool spun = spin_until(started);
+      {
+        std::unique_lock lock(mutex_);
+        if (!spun) wake_.wait(lock, started);
+        seen = generation_.load(std::memory_order_relaxed);
+        if (stop_) return;
+      }
+      run_claimed_chunks();
+    }
+  }
+
+  // Chunks per thread in a region: enough that the others can take over a descheduled thread's share, few
+  // enough that claiming (one compare-exchange each) stays negligible.
+  static constexpr int kChunksPerThread = 4;
 
   std::mutex region_mutex_;  // one parallel region at a time
   std::mutex mutex_;
@@ -150,7 +191,9 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int chunks_ = 0;
-  std::atomic<int> pending_{0};
+  std::exception_ptr error_;
+  std::atomic<int> done_chunks_{0};
+  std::atomic<uint64_t> claim_{0};
   std::atomic<uint64_t> generation_{0};
   bool stop_ = false;
 };

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "qkv/error.h"
@@ -31,6 +34,51 @@ TEST(ThreadPool, NestedRegionsRunInline) {
     for (int64_t i = b; i < e; ++i) parallel_for(10, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
   });
   EXPECT_EQ(total.load(), 80);
+}
+
+// A worker that is slow to run its chunk (as when the OS deschedules it on a busy machine) does not hold
+// the region up: the caller claims the chunks that are left. Each item is still run exactly once.
+TEST(ThreadPool, OthersTakeOverTheChunksOfASlowThread) {
+  if (max_threads() < 2) GTEST_SKIP() << "single-threaded build";
+  set_num_threads(2);
+  const auto caller = std::this_thread::get_id();
+  const int64_t n = 800;
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  std::atomic<int64_t> by_caller{0};
+  std::atomic<bool> slept{false};
+  parallel_for(n, [&](int64_t b, int64_t e) {
+    if (std::this_thread::get_id() != caller) {
+      if (!slept.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } else {
+      // Let the worker claim its first chunk, so that there is a slow thread to take over from.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!slept.load() && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    }
+    for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    if (std::this_thread::get_id() == caller) by_caller += e - b;
+  });
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << i;
+  ASSERT_TRUE(slept.load()) << "the worker never ran a chunk";
+  // 2 threads x 4 chunks of 100: the worker held one chunk at most while it slept, and then found none left.
+  EXPECT_GE(by_caller.load(), 700);
+}
+
+// An exception from any chunk reaches the caller once the region is over; the pool stays usable.
+TEST(ThreadPool, AChunksExceptionReachesTheCaller) {
+  set_num_threads(std::min(2, max_threads()));
+  for (int round = 0; round < 50; ++round) {
+    std::atomic<int64_t> ran{0};
+    EXPECT_THROW(parallel_for(64,
+                              [&](int64_t b, int64_t e) {
+                                ran += e - b;
+                                if (b <= 40 && 40 < e) throw std::runtime_error("item 40");
+                              }),
+                 std::runtime_error);
+    EXPECT_EQ(ran.load(), 64);  // the other chunks still ran
+  }
+  std::atomic<int64_t> total{0};
+  parallel_for(100, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 100);
 }
 
 TEST(ThreadPool, RejectsBadThreadCounts) {
