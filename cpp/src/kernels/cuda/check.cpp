@@ -30,8 +30,30 @@ std::string cuda_error_message(const char* op, const char* call, cudaError_t cod
 }
 
 std::string cublas_error_message(const char* op, const char* call, int status) {
-  const auto s = static_cast<cublasStatus_t>(status);
-  return detail::cat(op, " (cuda): ", call, " failed: ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ")");
+  // cuBLAS's own cublasGetStatusName/String would need cuBLAS loaded (gemm.cpp loads it lazily): the names
+  // of cublas_api.h's cublasStatus_t, with a short description each.
+  const char *name = "CUBLAS_STATUS_UNKNOWN", *what = "unknown cuBLAS status";
+  switch (static_cast<cublasStatus_t>(status)) {
+    case CUBLAS_STATUS_SUCCESS: name = "CUBLAS_STATUS_SUCCESS", what = "success"; break;
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      name = "CUBLAS_STATUS_NOT_INITIALIZED", what = "cuBLAS could not initialise: no device, or no driver";
+      break;
+    case CUBLAS_STATUS_ALLOC_FAILED: name = "CUBLAS_STATUS_ALLOC_FAILED", what = "resource allocation failed"; break;
+    case CUBLAS_STATUS_INVALID_VALUE: name = "CUBLAS_STATUS_INVALID_VALUE", what = "an invalid value was passed"; break;
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      name = "CUBLAS_STATUS_ARCH_MISMATCH", what = "the device does not support this feature";
+      break;
+    case CUBLAS_STATUS_MAPPING_ERROR: name = "CUBLAS_STATUS_MAPPING_ERROR", what = "GPU memory access failed"; break;
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      name = "CUBLAS_STATUS_EXECUTION_FAILED", what = "the GPU program failed to execute";
+      break;
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      name = "CUBLAS_STATUS_INTERNAL_ERROR", what = "an internal operation failed";
+      break;
+    case CUBLAS_STATUS_NOT_SUPPORTED: name = "CUBLAS_STATUS_NOT_SUPPORTED", what = "not supported"; break;
+    case CUBLAS_STATUS_LICENSE_ERROR: name = "CUBLAS_STATUS_LICENSE_ERROR", what = "license error"; break;
+  }
+  return detail::cat(op, " (cuda): ", call, " failed: ", name, " (", what, ")");
 }
 
 void throw_cuda_error(const char* op, const char* call, cudaError_t code) {
