@@ -59,6 +59,7 @@ if [[ " $only " == *" torch "* ]]; then
   for bench in char-gpt seq2seq; do
     for precision in fp32 tf32; do
       python3 bench/cuda_torch.py "$bench" --precision "$precision" --steps "$steps" 2>&1 | tee -a "$out/torch.log" | tail -3
+      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     done
   done
   echo "qkv side: not measured (the model-level CUDA path is not wired yet; see cpp/src/kernels/cuda/README.md)"
