@@ -2,7 +2,8 @@
 # The CUDA checks and benchmarks, in one command on the lent GPU machine (issue 9). Prepare here first with
 # bench/cuda_carry.sh, then, through the device tool, with carry [".carry"]:
 #   bash bench/run_cuda.sh            # build, CUDA tests, PyTorch peers; logs under $OUT (or build/cuda/bench-cuda)
-# Variables: CUDA_BENCH_ONLY="tests ops torch" (default all three), CUDA_BENCH_STEPS (50), CUDA_BENCH_JOBS (16).
+# Variables: CUDA_BENCH_ONLY="tests ops torch" (default; add "sanitize" for compute-sanitizer memcheck and
+# racecheck over the CUDA op tests, a few minutes), CUDA_BENCH_STEPS (50), CUDA_BENCH_JOBS (16).
 #
 # What it runs:
 #   1. configure + build the `cuda` preset (sm_90 + PTX) with the carried headers and GoogleTest;
@@ -25,7 +26,7 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee "$out/gpu.txt"
 nvcc --version | tail -2
 
-if [[ " $only " == *" tests "* || " $only " == *" ops "* ]]; then
+if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sanitize "* ]]; then
   extra=()
   if [ -d .carry/usr ]; then
     extra=(-DQKV_SYSTEM_INCLUDE="$PWD/.carry/usr/include" -DCMAKE_PREFIX_PATH="$PWD/.carry/usr")
@@ -45,6 +46,14 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* ]]; then
         { echo "attention tests failed with QKV_CUDA_SYNC=1 (see cuda_tests_sync.log)"; status=1; }
       build/cuda/tests/cpp/qkv_tests --gtest_brief=1 >"$out/all_tests.log" 2>&1 || { echo "full suite failed (all_tests.log)"; status=1; }
       tail -3 "$out/all_tests.log"
+    fi
+    if [[ " $only " == *" sanitize "* ]]; then
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool "$tool" --error-exitcode 3 build/cuda/tests/cpp/qkv_tests \
+          --gtest_filter='CudaOps.*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
+          { echo "compute-sanitizer $tool found errors (sanitize_$tool.log)"; status=1; }
+        tail -2 "$out/sanitize_$tool.log"
+      done
     fi
     if [[ " $only " == *" ops "* ]]; then
       build/cuda/bench/qkv_cuda_bench 2>&1 | tee "$out/ops.log" | grep -v '^RESULT' || status=1
