@@ -7,6 +7,9 @@ namespace qkv {
 
 bool cuda_built();
 int cuda_device_count();
+// Why CUDA cannot be used here, in one line ("" when a device is present): "CUDA was not built (...)" or
+// "no CUDA device: cudaGetDeviceCount returned <name> (<CUDA's description>)". Tests print it when they skip.
+std::string cuda_unavailable_reason();
 // A one-line description for logs and `--help`, e.g. "cpu (avx512, 2 threads); cuda: not built".
 std::string device_summary();
 

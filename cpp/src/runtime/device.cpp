@@ -14,12 +14,28 @@ bool cuda_built() { return true; }
 int cuda_device_count() {
   int n = 0;
   // No driver or no GPU is an error code here, not a crash: report zero devices.
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: leave no error behind for the next CUDA call to report
+    return 0;
+  }
   return n;
+}
+std::string cuda_unavailable_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device: cudaGetDeviceCount returned ") + cudaGetErrorName(e) + " (" +
+           cudaGetErrorString(e) + ")";
+  }
+  return n > 0 ? std::string() : std::string("no CUDA device: cudaGetDeviceCount reports 0 devices");
 }
 #else
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
+std::string cuda_unavailable_reason() {
+  return "CUDA was not built (no nvcc at configure time, or QKV_CUDA=OFF): no CUDA device can be used";
+}
 #endif
 
 std::string device_summary() {

@@ -1,0 +1,165 @@
+// qkv_cuda_bench: the CUDA ops one by one at the char GPT's GPU shapes (B 64, T 256, C 384, H 6, hs 64, V 65,
+// d_ff 1536), timed with CUDA events (median of --reps after warm-up), on random data. For each op: the time, and
+// the floor it is judged against (bench/README.md's method): bytes it must move at the measured copy bandwidth,
+// or FLOPs at the measured fp32/TF32 matrix rate (both measured first, in the same run). Built only with CUDA.
+//   usage: qkv_cuda_bench [--reps N]
+// Prints a table and a RESULT line per op: RESULT bench=cuda-op op=<name> ms=<median> floor_ms=<x>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/arena.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "qkv/device.h"
+#include "runtime/random.h"
+
+namespace kc = qkv::kernels::cuda;
+
+namespace {
+
+int reps = 50;
+
+// Median milliseconds of fn over `reps` runs, each between two events, after 3 warm-up runs.
+double time_ms(const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEvent_t a, b;
+  kc::check_cuda(cudaEventCreate(&a), "bench", "cudaEventCreate");
+  kc::check_cuda(cudaEventCreate(&b), "bench", "cudaEventCreate");
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    kc::check_cuda(cudaEventRecord(a), "bench", "cudaEventRecord");
+    fn();
+    kc::check_cuda(cudaEventRecord(b), "bench", "cudaEventRecord");
+    kc::check_cuda(cudaEventSynchronize(b), "bench", "cudaEventSynchronize");
+    float t = 0;
+    kc::check_cuda(cudaEventElapsedTime(&t, a, b), "bench", "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void fill(float* dst, size_t n, uint64_t seed) {
+  qkv::Rng rng(seed);
+  std::vector<float> h(n);
+  for (float& x : h) x = static_cast<float>(rng.normal());
+  kc::upload(dst, h, "bench");
+}
+
+void row(const char* op, double ms, double floor_ms, const char* bound) {
+  std::printf("%-28s %9.3f %9.3f %6.1f%%  %s\n", op, ms, floor_ms, 100.0 * floor_ms / ms, bound);
+  std::printf("RESULT bench=cuda-op op=%s ms=%.4f floor_ms=%.4f\n", op, ms, floor_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (!std::strcmp(argv[i], "--reps")) reps = std::max(1, std::atoi(argv[i + 1]));
+  if (qkv::cuda_device_count() == 0) {
+    std::printf("qkv_cuda_bench: %s\n", qkv::cuda_unavailable_reason().c_str());
+    return 1;
+  }
+  const int B = 64, T = 256, C = 384, H = 6, V = 65, F = 4 * C, rows = B * T;
+  const size_t n = static_cast<size_t>(rows) * C, nf = static_cast<size_t>(rows) * F;
+  const size_t big = size_t{1} << 28;  // 1 GiB of floats each way, for the bandwidth
+  kc::DeviceArena arena;
+  float *x, *y, *r, *mean, *rstd, *w, *b, *dx, *dw, *db, *dbf, *scratch, *h, *a, *wf, *qkv, *out, *lse, *dqkv, *logits,
+      *loss;
+  float *copy_src, *copy_dst, *attn_scratch;
+  int32_t* targets;
+  const qkv::kernels::AttentionShape s{B, T, T, C, H, 3 * C, 3 * C, nullptr, true, 0.f, 0};
+  arena.plan([&](kc::DeviceArena& m) {
+    x = m.take(n), y = m.take(n), r = m.take(n), mean = m.take(rows), rstd = m.take(rows), w = m.take(C);
+    b = m.take(C), dx = m.take(n), dw = m.take(C), db = m.take(C), dbf = m.take(F);
+    scratch =
+        m.take(std::max(kc::layernorm_backward_scratch_size(rows, C), kc::bias_act_backward_scratch_size(rows, F)));
+    h = m.take(nf), a = m.take(nf), wf = m.take(static_cast<size_t>(F) * C), qkv = m.take(3 * n), out = m.take(n);
+    lse = m.take(static_cast<size_t>(B) * H * T), dqkv = m.take(3 * n), logits = m.take(static_cast<size_t>(rows) * V);
+    loss = m.take(rows), targets = m.take_ints(rows), attn_scratch = m.take(kc::attention_backward_scratch_size(s));
+    copy_src = m.take(big), copy_dst = m.take(big);
+  });
+  // Random data everywhere an op reads (never zeros: METHOD.md); the big copy buffer gets a 1M-float random block
+  // repeated.
+  uint64_t seed = 1;
+  for (auto [p, count] : std::vector<std::pair<float*, size_t>>{{x, n},
+                                                                {y, n},
+                                                                {w, C},
+                                                                {b, C},
+                                                                {h, nf},
+                                                                {wf, size_t(F) * C},
+                                                                {qkv, 3 * n},
+                                                                {out, n},
+                                                                {logits, size_t(rows) * V}})
+    fill(p, count, seed++);
+  const size_t block = size_t{1} << 20;
+  fill(copy_src, block, seed++);
+  for (size_t at = block; at < big; at += block)
+    kc::check_cuda(cudaMemcpy(copy_src + at, copy_src, block * sizeof(float), cudaMemcpyDeviceToDevice), "bench",
+                   "fill");
+  std::vector<int32_t> t(rows);
+  for (int i = 0; i < rows; ++i) t[i] = i % V;
+  kc::upload_ids(targets, t, V, std::nullopt, "bench", "targets");
+
+  // The two ceilings, measured here: copy bandwidth (bytes read + written) and the matrix rates.
+  const double copy_ms = time_ms([&] {
+    kc::check_cuda(cudaMemcpy(copy_dst, copy_src, big * sizeof(float), cudaMemcpyDeviceToDevice), "bench", "copy");
+  });
+  const double bw = 2.0 * big * sizeof(float) / (copy_ms / 1e3);  // bytes/s
+  const auto gemm_rate = [&](bool tf32) {
+    kc::set_gemm_tf32(tf32);
+    const int M = 8192;  // copy_src / copy_dst hold 2^28 floats: 8192^2 * 3 fits
+    const double ms = time_ms(
+        [&] { kc::gemm(false, false, M, M, M, 1.f, copy_src, M, copy_src + size_t(M) * M, M, 0.f, copy_dst, M); });
+    return 2.0 * M * M * M / (ms / 1e3);
+  };
+  const double fp32 = gemm_rate(false), tf32 = gemm_rate(true);
+  kc::set_gemm_tf32(false);
+  std::printf("%s\ncopy %.0f GB/s (read + write), gemm 8192^3 fp32 %.1f TFLOP/s, tf32 %.1f TFLOP/s\n",
+              qkv::device_summary().c_str(), bw / 1e9, fp32 / 1e12, tf32 / 1e12);
+  std::printf("%-28s %9s %9s %7s  %s\n", "op (B64 T256 C384 H6)", "ms", "floor ms", "of floor", "floor from");
+  const auto mem = [&](double floats) { return floats * 4 / bw * 1e3; };
+
+  row("layernorm_forward", time_ms([&] { kc::layernorm_forward(y, mean, rstd, x, w, b, rows, C); }), mem(2.0 * n),
+      "bytes");
+  row("residual_layernorm_forward",
+      time_ms([&] { kc::residual_layernorm_forward(r, y, mean, rstd, x, y, w, b, rows, C); }), mem(4.0 * n), "bytes");
+  row("layernorm_backward",
+      time_ms([&] { kc::layernorm_backward(dx, dw, db, scratch, dx, y, x, w, mean, rstd, rows, C); }), mem(4.0 * n),
+      "bytes");
+  row("bias_act_forward gelu", time_ms([&] { kc::bias_act_forward(a, h, wf, qkv::kernels::Act::GELU, rows, F); }),
+      mem(3.0 * nf), "bytes");
+  row("bias_act_backward gelu",
+      time_ms([&] { kc::bias_act_backward(a, dbf, scratch, a, h, qkv::kernels::Act::GELU, rows, F); }), mem(3.0 * nf),
+      "bytes");
+  row("dropout_forward", time_ms([&] { kc::dropout_forward(a, a, nf, 0.1f, 7); }), mem(2.0 * nf), "bytes");
+  for (bool t32 : {false, true}) {
+    kc::set_gemm_tf32(t32);
+    row(t32 ? "gemm fc (16384x1536x384) tf32" : "gemm fc (16384x1536x384) fp32",
+        time_ms([&] { kc::gemm(false, true, rows, F, C, 1.f, x, C, wf, C, 0.f, h, F); }),
+        2.0 * rows * F * C / (t32 ? tf32 : fp32) * 1e3, "FLOPs");
+  }
+  kc::set_gemm_tf32(false);
+  const double attn_flops = 4.0 * B * H * T * T * (C / H) / 2;  // causal: half of QK^T and PV
+  row("attention_forward causal", time_ms([&] { kc::attention_forward(out, lse, qkv, qkv + C, qkv + 2 * C, s); }),
+      attn_flops / fp32 * 1e3, "FLOPs (fp32)");
+  row("attention_backward causal", time_ms([&] {
+        kc::attention_backward(dqkv, dqkv + C, dqkv + 2 * C, attn_scratch, out, qkv, qkv + C, qkv + 2 * C, out, lse, s);
+      }),
+      2.5 * attn_flops / fp32 * 1e3, "FLOPs (fp32)");
+  row("crossentropy_forward_backward",
+      time_ms([&] { kc::crossentropy_forward_backward(loss, logits, logits, targets, 1.f / rows, rows, V, -1, 0.f); }),
+      mem(2.0 * rows * V), "bytes");
+  kc::synchronize("bench");
+  return 0;
+}

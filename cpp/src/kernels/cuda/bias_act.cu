@@ -1,0 +1,142 @@
+// Bias + activation, the epilogue of a Linear layer (kernels.h: Act), and dropout, the other elementwise op:
+// both are one pass over a buffer.
+//   Identity: h += b
+//   ReLU: a = max(h, 0);  dh = h > 0 ? da : 0   (PyTorch's choice at 0; a select, so 0 * inf is not NaN)
+//     reference: https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html
+//   GELU, exact: a = h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;  dh = da * (Phi(h) + h * phi(h)),
+//     phi(h) = exp(-h^2/2) / sqrt(2 pi).  reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
+//   Dropout (inverted): y = hash(seed, i) >= p * 2^32 ? x / (1 - p) : 0, the CPU's hash (dropout_hash.h).
+//     reference: https://pytorch.org/docs/stable/generated/torch.nn.Dropout.html
+// Layout: h, a, da, dh (rows, N); b, db (N). Each element is read and written by one thread: dh may alias
+// da, a may alias h (Identity), y may alias x.
+// db: one thread per (block of 32 rows, column) writes dh for its rows and sums them (common.cuh), so the
+// backward is one pass over da and h whether or not dh is wanted.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/dropout_hash.h"
+#include "qkv/error.h"
+
+namespace qkv::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float act_of(Act act, float h) {
+  switch (act) {
+    case Act::Identity: return h;
+    case Act::ReLU: return fmaxf(h, 0.f);
+    case Act::GELU: return 0.5f * h * (1.f + erff(h * 0.70710678118654752f));
+  }
+  return h;
+}
+
+// da * act'(h).
+__device__ inline float grad_of(Act act, float da, float h) {
+  switch (act) {
+    case Act::Identity: return da;
+    case Act::ReLU: return h > 0.f ? da : 0.f;
+    case Act::GELU: {
+      const float cdf = 0.5f * (1.f + erff(h * 0.70710678118654752f));
+      const float pdf = 0.3989422804014327f * expf(-0.5f * h * h);
+      return da * (cdf + h * pdf);
+    }
+  }
+  return da;
+}
+
+__global__ void bias_act_forward_kernel(float* a, float* h, const float* b, Act act, size_t n, int N) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    float v = h[i];
+    if (b) h[i] = v = v + b[i % N];
+    a[i] = act_of(act, v);
+  }
+}
+
+// dh only (no bias gradient wanted).
+__global__ void bias_act_backward_kernel(float* dh, const float* da, const float* h, Act act, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    dh[i] = grad_of(act, da[i], h ? h[i] : 0.f);
+}
+
+// partial (blocks, N): [k][c] = sum of dh over block k's rows, in row order; dh written on the way (dh null: not).
+__global__ void bias_act_columns_kernel(float* partial, float* dh, const float* da, const float* h, Act act, int rows,
+                                        int N) {
+  const int k = blockIdx.x, c = blockIdx.y * kColumnThreads + threadIdx.x;
+  if (c >= N) return;
+  const int r1 = min(rows, (k + 1) * kColumnBlockRows);
+  float sum = 0.f;
+  for (int r = k * kColumnBlockRows; r < r1; ++r) {
+    const size_t i = static_cast<size_t>(r) * N + c;
+    const float d = grad_of(act, da[i], h ? h[i] : 0.f);
+    if (dh) dh[i] = d;
+    sum += d;
+  }
+  partial[static_cast<size_t>(k) * N + c] = sum;
+}
+
+__global__ void dropout_kernel(float* out, const float* in, size_t n, uint32_t threshold, float scale, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    out[i] = dropout_hash(seed, i) >= threshold ? in[i] * scale : 0.f;
+}
+
+void check_sizes(const char* op, int rows, int N) {
+  check(rows >= 0, op, " (cuda): rows = ", rows, ": expected >= 0");
+  check(N > 0, op, " (cuda): N = ", N, ": expected > 0");
+}
+
+void dropout(const char* op, float* out, const float* in, size_t n, float p, uint64_t seed) {
+  check(p >= 0.f && p <= 1.f, op, " (cuda): p = ", p, ": expected 0 <= p <= 1");
+  if (n == 0) return;
+  check(out && in, op, " (cuda): null device pointer");
+  dropout_kernel<<<grid_for(n, kThreads), kThreads>>>(out, in, n, dropout_threshold(p), 1.f / (1.f - p), seed);
+  check_launch(op);
+}
+
+}  // namespace
+
+void bias_act_forward(float* a, float* h, const float* b, Act act, int rows, int N) {
+  const char* op = "bias_act_forward";
+  check_sizes(op, rows, N);
+  if (rows == 0) return;
+  check(a && h, op, " (cuda): null device pointer");
+  const size_t n = static_cast<size_t>(rows) * N;
+  bias_act_forward_kernel<<<grid_for(n, kThreads), kThreads>>>(a, h, b, act, n, N);
+  check_launch(op);
+}
+
+size_t bias_act_backward_scratch_size(int rows, int N) {
+  return static_cast<size_t>(column_blocks(rows)) * static_cast<size_t>(N);
+}
+
+void bias_act_backward(float* dh, float* db, float* scratch, const float* da, const float* h, Act act, int rows,
+                       int N) {
+  const char* op = "bias_act_backward";
+  check_sizes(op, rows, N);
+  if (rows == 0) return;
+  check(da && (h || act == Act::Identity), op, " (cuda): null device pointer");
+  if (!db) {
+    if (!dh) return;
+    const size_t n = static_cast<size_t>(rows) * N;
+    bias_act_backward_kernel<<<grid_for(n, kThreads), kThreads>>>(dh, da, h, act, n);
+    check_launch(op);
+    return;
+  }
+  check(scratch != nullptr, op, " (cuda): scratch is null (bias_act_backward_scratch_size floats)");
+  const int blocks = column_blocks(rows);
+  bias_act_columns_kernel<<<dim3(blocks, (N + kColumnThreads - 1) / kColumnThreads), kColumnThreads>>>(scratch, dh, da,
+                                                                                                       h, act, rows, N);
+  check_launch(op);
+  add_column_sums(db, scratch, blocks, N, N, op);
+}
+
+void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed) {
+  dropout("dropout_forward", y, x, n, p, seed);
+}
+void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed) {
+  dropout("dropout_backward", dx, dy, n, p, seed);
+}
+
+}  // namespace qkv::kernels::cuda

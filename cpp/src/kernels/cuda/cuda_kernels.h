@@ -1,0 +1,136 @@
+#pragma once
+// The CUDA op set: kernels.h's ops with the same contracts (formulas, masks, aliasing rules, what the
+// forward saves, parameter gradients that ACCUMULATE), on device pointers. Every pointer argument below
+// is device memory unless its comment says "host"; sizes are host ints. Pure C++: no CUDA header here,
+// so that layers and tests include it with the C++ compiler.
+//
+// Each op checks its sizes and pointers on the host and throws qkv::Error before any launch; a CUDA or
+// cuBLAS failure becomes a qkv::Error naming the op (check.h). Token ids and targets cannot be checked on
+// the device without a round trip, so they reach it only through upload_ids, which validates them on the
+// host first: the ops that read ids take them as already validated, as the CPU ops do.
+//
+// All work goes to CUDA's default stream, in order; nothing here synchronises except download,
+// sum_squares and synchronize. Buffers come from a DeviceArena (arena.h): no op allocates.
+//
+// Dimension legend: B batch, T sequence, C channels, H heads, hs = C/H, V vocabulary, N a row's width.
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kernels/kernels.h"
+
+namespace qkv::kernels::cuda {
+
+// ---- Moving data (copy.cpp) ----
+
+// Host -> device and device -> host copies of n floats; download waits for the work queued before it.
+void upload(float* dst, std::span<const float> src, const char* op);
+void download(std::span<float> dst, const float* src, const char* op);
+// Throws qkv::Error naming the op, `what`, the first bad position and its value unless every id lies in
+// [0, limit) or equals ignore_index (when given). Host memory only: this is how bad ids are refused before
+// anything reaches the GPU.
+void check_ids(std::span<const int32_t> ids, int limit, std::optional<int> ignore_index, const char* op,
+               const char* what);
+// check_ids, then the copy: the only way ids reach the device ops.
+void upload_ids(int32_t* dst, std::span<const int32_t> ids, int limit, std::optional<int> ignore_index, const char* op,
+                const char* what);
+// Waits for all queued work; reports an error from inside a kernel under `op`.
+void synchronize(const char* op);
+
+// ---- Matrix product (gemm.cpp), cuBLAS ----
+
+// kernels::gemm's contract (row-major, leading dimensions, all four transpose cases, beta == 0 does not read C).
+// fp32 by default. With set_gemm_tf32(true) cuBLAS may use TF32 tensor cores (10-bit mantissa inputs, fp32
+// accumulate): each product then carries a relative error of about 2^-11 per input rounding, so a K-long dot
+// product lands within about 1e-3 relative of fp32 (kGemmTf32Tolerance, which the tests use, measured
+// against the sum of |a||b| so that cancellation does not inflate it).
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc);
+void set_gemm_tf32(bool on);
+bool gemm_tf32();
+constexpr double kGemmTf32Tolerance = 2e-3;
+
+// ---- LayerNorm and the fused residual add (layernorm.cu) ----
+
+// kernels.h: layernorm_forward / residual_layernorm_forward. x, f, r, y: (rows, C); w, b: (C); mean, rstd: (rows).
+void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int rows,
+                       int C);
+void residual_layernorm_forward(float* r, float* y, float* mean, float* rstd, const float* x, const float* f,
+                                const float* w, const float* b, int rows, int C);
+// kernels.h: layernorm_backward (dr may alias dx, or be null). dw and db are summed in fixed blocks of 32
+// rows and then block after block, the CPU's order: deterministic. scratch: layernorm_backward_scratch_size floats.
+size_t layernorm_backward_scratch_size(int rows, int C);
+void layernorm_backward(float* dx, float* dw, float* db, float* scratch, const float* dr, const float* dy,
+                        const float* x, const float* w, const float* mean, const float* rstd, int rows, int C);
+
+// ---- Bias + activation (bias_act.cu) ----
+
+// kernels.h: bias_act_forward / bias_act_backward. h, a: (rows, N); b: (N) or null for no bias.
+// dh may alias da or be null (only db); db null: no bias gradient. scratch: bias_act_backward_scratch_size.
+void bias_act_forward(float* a, float* h, const float* b, Act act, int rows, int N);
+size_t bias_act_backward_scratch_size(int rows, int N);
+void bias_act_backward(float* dh, float* db, float* scratch, const float* da, const float* h, Act act, int rows, int N);
+
+// ---- Dropout (dropout.cu) ----
+
+// kernels.h: dropout_forward / dropout_backward over n elements, with the CPU's counter-based hash
+// (dropout_hash.h): for the same (seed, p) the masks are identical, element for element.
+void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed);
+void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed);
+
+// ---- Attention (attention.cu) ----
+
+// kernels.h: attention_forward / attention_backward / attention_weights; s.key_pad, when set, is DEVICE memory
+// (B, key_rows). Fused: one warp per query row, keys in tiles of 32 through shared memory, online softmax;
+// the (Tq,Tk) matrix is never stored. lse (B,H,Tq) as on the CPU. Limit: hs <= kAttentionMaxHeadSize.
+constexpr int kAttentionMaxHeadSize = 128;
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s);
+// scratch: attention_backward_scratch_size floats (D = rowsum(dout * out) per (b, h, t)).
+size_t attention_backward_scratch_size(const AttentionShape& s);
+void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse, const AttentionShape& s);
+// att (B,H,Tq,Tk) = P: the scores, then the masked softmax of each row, materialised (only when asked for).
+void attention_weights(float* att, const float* q, const float* k, const AttentionShape& s);
+
+// ---- Embedding (embedding.cu; the bucketing in embedding_buckets.cpp) ----
+
+// kernels.h: embedding_forward. tokens: (B,T) device ids from upload_ids.
+void embedding_forward(float* x, const int32_t* tokens, const float* wte, const float* pos, float scale, int B, int T,
+                       int C);
+// The backward's scatter, deterministic and with no atomics: the rows of each distinct token are listed in
+// increasing order (a counting sort on the host, where the ids are anyway), and one thread per (token,
+// column) adds them in that order, the CPU's order, with unfused multiply and add: dwte equals the CPU's bit
+// for bit. packed = [token (count) | start (count + 1) | row (B*T)]; token_buckets_size(V, B*T) bounds it.
+struct TokenBuckets {
+  int count = 0;                // distinct tokens
+  std::vector<int32_t> packed;  // host
+};
+TokenBuckets bucket_tokens(std::span<const int32_t> tokens, int V);  // throws qkv::Error on an id outside [0, V)
+size_t token_buckets_size(int V, int rows);
+// dwte (V,C) += scale * dx at each token's rows; dpos (T_max,C), when not null, += dx summed over the batch.
+void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* buckets, int bucket_count,
+                        float scale, int B, int T, int C);
+
+// ---- Softmax cross-entropy (crossentropy.cu) ----
+
+// kernels.h: crossentropy_forward / crossentropy_forward_backward. targets: (rows) device ids from upload_ids.
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int rows, int V, int ignore_index,
+                          float smoothing);
+void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
+                                   float scale, int rows, int V, int ignore_index, float smoothing);
+
+// ---- Adam(W) and the gradient norm (adamw.cu) ----
+
+// kernels.h: adam_step over elements [0, n) where n = the last range's end; ranges: n_ranges AdamRange
+// (device memory, uploaded once per model: upload_ranges), sorted and disjoint. One fused pass, one launch.
+void upload_ranges(AdamRange* dst, std::span<const AdamRange> ranges, const char* op);
+void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ranges, int n_ranges, size_t n,
+               const AdamHyper& h);
+// sum(x^2) in double over a fixed grid (the same partial sums whatever the GPU), added on the host in order.
+// scratch: sum_squares_scratch_size() doubles. Synchronises (the result is a host value).
+size_t sum_squares_scratch_size();
+double sum_squares(const float* x, size_t n, double* scratch);
+
+}  // namespace qkv::kernels::cuda

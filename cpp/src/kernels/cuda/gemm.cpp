@@ -1,0 +1,103 @@
+// The matrix product through cuBLAS, with kernels::gemm's row-major contract.
+// cuBLAS is column-major. A row-major (r, c) matrix with leading dimension ld is, read column-major, its
+// transpose (c, r) with the same ld. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call
+// cuBLAS with the operands swapped (B first), m = N, n = M, and each operand's own transpose flag.
+//   fp32 (default): CUBLAS_DEFAULT_MATH, which never uses TF32 unless NVIDIA_TF32_OVERRIDE says so.
+//   TF32 (set_gemm_tf32): CUBLAS_TF32_TENSOR_OP_MATH; tolerance in cuda_kernels.h (kGemmTf32Tolerance).
+// One cuBLAS handle per process (device 0, the default stream), created on first use: its creation is where
+// a missing device or driver shows up, as a qkv::Error naming gemm.
+// cuBLAS is loaded with dlopen on that first use, not linked: cuBLASLt's static initialisation costs about 0.15 s
+// of every process start (measured here), which every test process and every `qkv` command would otherwise
+// pay whether or not it touches the GPU. The soname is the major version compiled against
+// (libcublas.so.<CUBLAS_VER_MAJOR>), found through the loader's path or, failing that, the toolkit's library
+// folder seen at configure time (QKV_CUDA_LIBRARY_DIR).
+#include <cublas_v2.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "qkv/error.h"
+
+namespace qkv::kernels::cuda {
+namespace {
+
+std::atomic<bool> tf32{false};
+
+// The cuBLAS entry points gemm uses (cublas_v2.h's cublasCreate and cublasSgemm are macros for the _v2 symbols).
+struct Cublas {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSgemm_v2) sgemm;
+};
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) throw_cublas_error("gemm", call, static_cast<int>(status));
+}
+
+Cublas load_cublas() {
+  const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef QKV_CUDA_LIBRARY_DIR
+  if (!lib) lib = dlopen((std::string(QKV_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+  check(lib != nullptr, "gemm (cuda): cannot load cuBLAS (", soname, "): ", dlerror());
+  const auto sym = [&](const char* name) {
+    void* f = dlsym(lib, name);
+    check(f != nullptr, "gemm (cuda): ", soname, " has no ", name);
+    return f;
+  };
+  return Cublas{reinterpret_cast<decltype(&cublasCreate_v2)>(sym("cublasCreate_v2")),
+                reinterpret_cast<decltype(&cublasSetMathMode)>(sym("cublasSetMathMode")),
+                reinterpret_cast<decltype(&cublasSgemm_v2)>(sym("cublasSgemm_v2"))};
+}
+
+struct Handle {
+  Cublas api;
+  cublasHandle_t h;
+};
+
+const Handle& handle() {
+  static std::mutex mutex;
+  static Handle state{};  // lives until the process ends: destroying it at exit can race the driver
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!state.h) {
+    if (!state.api.create) state.api = load_cublas();
+    cublasHandle_t made = nullptr;
+    const cublasStatus_t status = state.api.create(&made);
+    cudaGetLastError();  // a failed creation leaves a (non-sticky) runtime error behind: not ours to report later
+    check_cublas(status, "cublasCreate");
+    state.h = made;
+  }
+  return state;
+}
+
+}  // namespace
+
+void set_gemm_tf32(bool on) { tf32.store(on); }
+bool gemm_tf32() { return tf32.load(); }
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  check(M >= 0 && N >= 0 && K >= 0, "gemm (cuda): sizes M = ", M, ", N = ", N, ", K = ", K, ": expected non-negative");
+  // Row-major leading dimensions: each is at least its matrix's row length (cuBLAS would say only
+  // "invalid value").
+  check(ldc >= std::max(1, N), "gemm (cuda): ldc = ", ldc, ": expected >= N = ", N);
+  check(lda >= std::max(1, trans_a ? M : K), "gemm (cuda): lda = ", lda,
+        ": expected >= ", trans_a ? "M = " : "K = ", trans_a ? M : K);
+  check(ldb >= std::max(1, trans_b ? K : N), "gemm (cuda): ldb = ", ldb,
+        ": expected >= ", trans_b ? "K = " : "N = ", trans_b ? K : N);
+  if (M == 0 || N == 0) return;
+  check(C != nullptr && (K == 0 || (A != nullptr && B != nullptr)), "gemm (cuda): null device pointer");
+  const Handle& c = handle();
+  check_cublas(c.api.set_math_mode(c.h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  check_cublas(c.api.sgemm(c.h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                           &alpha, B, ldb, A, lda, &beta, C, ldc),
+               "cublasSgemm");
+}
+
+}  // namespace qkv::kernels::cuda
