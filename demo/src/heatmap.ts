@@ -29,11 +29,26 @@ export interface HeatmapOptions {
   colTitle: string;
 }
 
+/** The last map drawn on each canvas, to redraw it at a new width. */
+const drawn = new WeakMap<HTMLCanvasElement, { weights: Float32Array; o: HeatmapOptions; width: number }>();
+
 /**
- * Draws `weights` (rows × cols, row-major) into `canvas`, sized to its CSS width. Throws naming the
- * argument when the sizes disagree.
+ * Draws `weights` (rows × cols, row-major) into `canvas`, sized to its container's width, and draws it again
+ * when that width changes (a rotated phone, a resized window). Throws naming the argument when the sizes
+ * disagree.
  */
 export function drawHeatmap(canvas: HTMLCanvasElement, weights: Float32Array, o: HeatmapOptions): void {
+  const box = canvas.parentElement;
+  if (box && !drawn.has(canvas)) {
+    new ResizeObserver(() => {
+      const last = drawn.get(canvas);
+      if (last && box.clientWidth > 0 && box.clientWidth !== last.width) draw(canvas, last.weights, last.o);
+    }).observe(box);
+  }
+  draw(canvas, weights, o);
+}
+
+function draw(canvas: HTMLCanvasElement, weights: Float32Array, o: HeatmapOptions): void {
   const R = o.rows.length;
   const C = o.cols.length;
   if (weights.length !== R * C) {
@@ -45,7 +60,9 @@ export function drawHeatmap(canvas: HTMLCanvasElement, weights: Float32Array, o:
   ctx.font = font;
   const labelW = Math.max(...o.rows.map((r) => ctx.measureText(r).width), 8) + 22;
   const legendW = 56;
-  const cssWidth = Math.max(200, canvas.parentElement?.clientWidth ?? 400);
+  const boxWidth = canvas.parentElement?.clientWidth ?? 0;
+  drawn.set(canvas, { weights, o, width: boxWidth });
+  const cssWidth = Math.max(200, boxWidth || 400);
   // Cells are square, at most 32 px, and the whole map fits the width (a phone gets small cells).
   const cell = Math.max(6, Math.min(32, Math.floor((cssWidth - labelW - legendW - 8) / Math.max(C, 1))));
   // Column labels wider than a cell (words) are written at 45 degrees, which needs more room above.

@@ -21,7 +21,10 @@ function showRuntime(info: RuntimeInfo, heap?: { heapBytes: number; heapUsedByte
   const what = info.threaded
     ? `threaded: ${info.threads} threads`
     : `single-threaded${state.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)"}`;
-  const mem = heap ? ` · wasm memory ${mib(heap.heapUsedBytes)} in use of ${mib(heap.heapBytes)}` : "";
+  // The bytes in use come from the allocator's statistics; where a build reports none (0), the heap's size.
+  const mem = !heap ? ""
+    : heap.heapUsedBytes > 0 ? ` · wasm memory ${mib(heap.heapUsedBytes)} in use of ${mib(heap.heapBytes)}`
+    : ` · wasm heap ${mib(heap.heapBytes)}`;
   statusEl.textContent = `${what} · SIMD ${info.simd} · qkv ${info.version}${mem}`;
   const d = statusEl.dataset;
   d.state = "ready";
