@@ -191,6 +191,25 @@ describe("demo in headless Chromium", () => {
     await page.keyboard.press("ArrowRight"); // wraps around
     expect(await selected()).toBe("tab-lm");
     expect(await page.getAttribute("#panel-lm", "aria-labelledby")).toBe("tab-lm");
+
+    // The page stays responsive while the LM trains (in the Worker): timers on this thread keep firing.
+    await page.waitForFunction(() => window.__qkv!.lm.state === "training" && window.__qkv!.lm.step > 0);
+    const gap = await page.evaluate(async () => {
+      let worst = 0;
+      let last = performance.now();
+      const end = last + 1000;
+      while (performance.now() < end) {
+        await new Promise((r) => setTimeout(r, 0));
+        const now = performance.now();
+        worst = Math.max(worst, now - last);
+        last = now;
+      }
+      return worst;
+    });
+    // A main thread that ran the steps would stall for a whole step (batch 8 × 32 tokens) at a time.
+    const stepMs = (8 * 32 * 1000) / (await demo()).lm.tokensPerSecond;
+    console.log(`e2e: longest main-thread timer gap while training ${gap.toFixed(1)} ms; one step ${stepMs.toFixed(1)} ms`);
+    expect(gap).toBeLessThan(stepMs);
   });
 
   it("LM tab: the validation loss falls below the target and a sample appears", async () => {
@@ -280,6 +299,23 @@ describe("demo in headless Chromium", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it("LM tab: trains on pasted text, and says why when the text is too short", async () => {
+    await page.selectOption("#lm-source", "own");
+    expect(await page.isVisible("#lm-text")).toBe(true);
+    await page.fill("#lm-text", "too short");
+    await page.click("#lm-new");
+    await expect.poll(() => page.textContent("#lm-error")).toMatch(/^your text has 9 characters: give at least 200/);
+    // 11 distinct characters (newline included), 3,150 characters long.
+    const text = "the cat sat on a mat\n".repeat(150);
+    await page.fill("#lm-text", text);
+    await page.click("#lm-new");
+    await until(page.waitForFunction(() => window.__qkv!.lm.step >= 5 && window.__qkv!.lm.state === "training"), "training on pasted text");
+    expect(await page.textContent("#lm-model")).toMatch(/tokenizer\s*char, 11 tokens/);
+    expect(await page.textContent("#lm-error")).toBe("");
+    await page.selectOption("#lm-source", "builtin");
+    expect(consoleErrors).toEqual([]);
   });
 
   it("seq2seq tab: reverse reaches 99% held-out accuracy and the attention heatmap is drawn", async () => {
