@@ -364,6 +364,30 @@ describe("demo in headless Chromium", () => {
     expect(consoleErrors).toEqual([]);
   });
 
+  it("seq2seq tab: sort, addition and dates train and answer; input outside a task's alphabet is refused by name", async () => {
+    await page.fill("#s2s-input", "abc!");
+    await page.press("#s2s-input", "Enter");
+    await expect.poll(() => page.textContent("#s2s-error"))
+      .toBe('input[3] = "!" is not in this task\'s alphabet: expected one of "abcdefghij"');
+    for (const [task, example] of [["sort", "jchbfa"], ["add", "457+68"], ["dates", "22 November 2026"]] as const) {
+      await page.selectOption("#s2s-task", task);
+      expect(await page.inputValue("#s2s-input")).toBe(example);
+      await page.click("#s2s-train");
+      // One held-out evaluation (step 25) runs the example and draws its map.
+      await until(page.waitForFunction((t) => {
+        const s = window.__qkv!.seq2seq;
+        return s.state === "error" || (s.task === t && s.accuracy !== null && s.input === document.querySelector<HTMLInputElement>("#s2s-input")!.value);
+      }, task, { timeout: 60_000 }), `the ${task} task's first evaluation`);
+      const s = (await demo()).seq2seq;
+      expect(s.error).toBeNull();
+      expect(s.accuracy).toBeGreaterThanOrEqual(0);
+      expect(s.lastLoss!).toBeLessThan(s.firstLoss!);
+      expect(await page.textContent("#s2s-output")).toBe(s.output);
+    }
+    await page.click("#s2s-toggle");
+    expect(consoleErrors).toEqual([]);
+  });
+
   it("classifier tab: held-out accuracy well above chance, a full confusion matrix", async () => {
     await page.click("#tab-classifier");
     await page.click("#cls-train");
