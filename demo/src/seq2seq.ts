@@ -146,7 +146,7 @@ export function setupSeq2Seq(): void {
     const go = async () => {
       const text = input.value.trim();
       const { task: t, vocab } = { task: ss.task, vocab: ss.data.vocab };
-      const ids = vocab.encode(text);
+      const ids = vocab.encode(t.normalize?.(text) ?? text);
       if (ids.length < 1 || ids.length > t.maxIn) {
         throw new Error(`input has ${ids.length} characters: expected 1 to ${t.maxIn} for ${t.title}`);
       }

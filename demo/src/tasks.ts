@@ -80,6 +80,8 @@ export interface Seq2SeqTask {
   input(random: () => number): string;
   /** The correct output for an input; throws naming the problem for a malformed input. */
   solve(input: string): string;
+  /** What the model reads for a typed input (e.g. numbers zero-padded); the input itself by default. */
+  normalize?(input: string): string;
   /** Shown in the input box at first. */
   example: string;
 }
@@ -148,19 +150,26 @@ export const TASKS: readonly Seq2SeqTask[] = [
     example: "jchbfa",
   },
   {
+    // Two digits, not three: with three, this model's loss stalled near 0.95 for 2000+ steps (tried here with
+    // pre-LN, learned positions, a wider model and the sum written backwards); with two it reaches ~95%
+    // held-out in about 2000 steps. The page writes both numbers with two digits so that they line up.
     id: "add",
     title: "Add two numbers",
-    about: "Add two numbers below 1000, written as digits: the model must learn to carry.",
+    about: "Add two numbers below 100 (the page writes them with two digits): the model must learn to carry.",
     alphabet: "0123456789+",
-    maxIn: 7,
-    maxOut: 4,
-    input: (r) => `${int(r, 0, 999)}+${int(r, 0, 999)}`,
+    maxIn: 5,
+    maxOut: 3,
+    input: (r) => `${pad2(int(r, 0, 99))}+${pad2(int(r, 0, 99))}`,
+    normalize: (s) => {
+      const m = s.match(/^(\d{1,2})\+(\d{1,2})$/);
+      return m ? `${pad2(Number(m[1]))}+${pad2(Number(m[2]))}` : s;
+    },
     solve: (s) => {
-      const m = s.match(/^(\d{1,3})\+(\d{1,3})$/);
-      if (!m) throw new Error(`input ${JSON.stringify(s)} is not "a+b" with a and b of 1 to 3 digits`);
+      const m = s.match(/^(\d{1,2})\+(\d{1,2})$/);
+      if (!m) throw new Error(`input ${JSON.stringify(s)} is not "a+b" with a and b of 1 or 2 digits`);
       return String(Number(m[1]) + Number(m[2]));
     },
-    example: "457+68",
+    example: "57+68",
   },
   {
     id: "dates",
