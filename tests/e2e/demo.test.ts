@@ -360,6 +360,10 @@ describe("demo in headless Chromium", () => {
     await page.selectOption("#s2s-kind", "encoder");
     await page.selectOption("#s2s-layer", { value: "1" }); // the second layer
     await until(page.waitForFunction((n) => window.__qkv!.seq2seq.heatmaps > n, after.heatmaps), "the encoder heatmap");
+    // Back to the cross-attention (reverse's anti-diagonal) for the screenshots.
+    const encoder = (await demo()).seq2seq.heatmaps;
+    await page.selectOption("#s2s-kind", "cross");
+    await until(page.waitForFunction((n) => window.__qkv!.seq2seq.heatmaps > n, encoder), "the cross-attention heatmap");
     await screenshots(page, "seq2seq");
     expect(consoleErrors).toEqual([]);
   });
