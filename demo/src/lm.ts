@@ -180,7 +180,14 @@ export function setupLanguageModel(): void {
   sampleNow.onclick = () => void sample();
 
   /** Makes `model` (with `tok`) the tab's model, ready to train on the chosen text where it can. */
-  async function use(model: LanguageModel, tok: AnyTokenizer, text: string, batch: number, train: boolean): Promise<void> {
+  async function use(
+    model: LanguageModel,
+    tok: AnyTokenizer,
+    text: string,
+    batch: number,
+    train: boolean,
+    about: Record<string, string> = {},
+  ): Promise<void> {
     await loop.stop();
     session?.model.dispose();
     session = undefined;
@@ -204,6 +211,7 @@ export function setupLanguageModel(): void {
     }
     session = { model, tok, trainer, evaluator, batch, seq: c.context, recent: [], sampleSeed: 0 };
     facts($("#lm-model"), {
+      ...about,
       model: `decoder-only, ${c.layers} layers, ${c.heads} heads, d_model ${c.dModel}, context ${c.context}`,
       parameters: model.numParameters().toLocaleString("en-US"),
       tokenizer: `${tok.kind}, ${tok.size} tokens`,
@@ -279,8 +287,9 @@ export function setupLanguageModel(): void {
       const model = await LanguageModel.load(bytes);
       const batch = Math.floor(numberInput("#lm-batch", 1, 128));
       // Not training yet: what it writes first is what the saved model wrote ("Train" goes on from there).
-      await use(model, tok, source.value === "builtin" ? corpus : textArea.value, batch, false);
-      facts($("#lm-model"), { file: `${file.name}, ${(bytes.length / 1024).toFixed(0)} KiB`, ...currentFacts() });
+      await use(model, tok, source.value === "builtin" ? corpus : textArea.value, batch, false, {
+        file: `${file.name}, ${(bytes.length / 1024).toFixed(0)} KiB`,
+      });
       await sample(1);
     } catch (e) {
       sampleEl.textContent = `Error: ${errorText(e)}`;
@@ -289,13 +298,6 @@ export function setupLanguageModel(): void {
       loadInput.value = "";
     }
   };
-
-  function currentFacts(): Record<string, string> {
-    const out: Record<string, string> = {};
-    const dl = $("#lm-model");
-    for (const dt of dl.querySelectorAll("dt")) out[dt.textContent ?? ""] = dt.nextElementSibling?.textContent ?? "";
-    return out;
-  }
 
   // The first model: the built-in text at the tiny preset, training at once (the page's first impression).
   for (const b of [newButton, sampleNow, saveButton]) b.disabled = false;
