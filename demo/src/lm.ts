@@ -18,8 +18,9 @@ interface Shape {
 }
 
 /**
- * tiny learns visibly in seconds on two cores (train loss ~2.2 in ~20 s); small is nanoGPT's CPU recipe
- * (TOOLCHAIN.md), for a longer run on a bigger text.
+ * tiny learns visibly in seconds on two cores (validation loss 2.0 at step ~900, about a minute on a busy
+ * 2-core machine); small has the shape of nanoGPT's CPU recipe (TOOLCHAIN.md; constant learning rate here),
+ * for a longer run on a bigger text.
  */
 export const PRESETS: Record<"tiny" | "small", Shape> = {
   tiny: { context: 32, dModel: 64, heads: 4, layers: 2, batch: 8, lr: 3e-3 },
