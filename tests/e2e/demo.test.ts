@@ -1,5 +1,16 @@
-// Opens the built demo in headless Chromium: the page must be cross-origin isolated, train threaded, and the
-// loss must fall below LOSS_THRESHOLD within TRAIN_TIMEOUT_MS; a sample must appear; no console errors.
+// Opens the built demo (demo/dist) in headless Chromium and drives its three tabs as a user would:
+// - the page is cross-origin isolated and runs threaded; the tabs follow the ARIA pattern (arrow keys);
+// - Language model: the validation loss falls below LM_VAL_TARGET within LM_TIMEOUT_MS, a sample appears,
+//   a saved model loads back and writes the same text at temperature 0, a `qkv train` checkpoint writes
+//   what `qkv generate` writes, a bad file shows an error;
+// - Sequence to sequence: reverse reaches 99% held-out accuracy within S2S_TIMEOUT_MS and the heatmap canvas
+//   holds a drawn map (its pixels are read);
+// - Classifier: held-out accuracy well above chance and a full confusion matrix;
+// - without COOP/COEP the page runs the single-threaded build and still trains;
+// - no console error during the whole run; a screenshot of each tab (laptop and phone width) in
+//   tests/e2e/artifacts.
+// The times to the issue's figures (validation loss 2.0, reverse 99%) are printed as "figure:" lines; with
+// QKV_DEMO_FIGURES=1 the single-threaded page is also trained to both targets (about two minutes more).
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
@@ -13,24 +24,38 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const artifacts = path.join(root, "tests/e2e/artifacts");
-/**
- * ln(vocab) of the demo text is ln 58 = 4.06. Measured here (2 cores, headless Chromium 156): the mean of the
- * last 10 losses passes 2.5 at ~6 s (step ~140), 2.2 at ~22 s (step ~500), 1.9 at ~45 s; 120 s is a wide bound.
- */
-const LOSS_THRESHOLD = 2.2;
-const TRAIN_TIMEOUT_MS = 120_000;
 
-declare global {
-  interface Window {
-    __qkv?: DemoState;
-  }
-}
+/**
+ * The LM tab's default (tiny preset, built-in text): ln(58) = 4.06 at the start. The validation loss is
+ * measured every 50 steps on 4 k characters of the held-out last 10%. Measured here (2 cores shared with
+ * three builds, load average 8-14): below 2.0 at step ~900, after 60-100 s of training (threaded); 200 s
+ * is the bound.
+ */
+const LM_VAL_TARGET = 2.0;
+const LM_TIMEOUT_MS = 200_000;
+/** Reverse, 200 held-out inputs, greedy decoding: measured here 22-42 s to 99% (step ~175) under the same load. */
+const S2S_TARGET = 0.99;
+const S2S_TIMEOUT_MS = 150_000;
+/** Three topics: chance is 1/3; the shared words ("hot", "cold", "fast") keep it from 100%. */
+const CLS_TARGET = 0.8;
+const CLS_TIMEOUT_MS = 90_000;
+const FIGURES = process.env.QKV_DEMO_FIGURES === "1";
+
+// window.__qkv is declared by demo/src/state.ts (imported through the DemoState type).
 
 let server: PreviewServer;
 let context: BrowserContext;
 let page: Page;
 let userDataDir: string;
+/** Every console error and uncaught exception of every page, over the whole run. */
 const consoleErrors: string[] = [];
+
+function watch(p: Page, errors: string[]): void {
+  p.on("console", (m) => {
+    if (m.type() === "error") errors.push(`${m.text()} (${m.location().url})`);
+  });
+  p.on("pageerror", (e) => errors.push(`pageerror: ${e.message}`));
+}
 
 beforeAll(async () => {
   if (!existsSync(path.join(root, "demo/dist/index.html"))) {
@@ -44,10 +69,7 @@ beforeAll(async () => {
   userDataDir = mkdtempSync(path.join(os.tmpdir(), "qkv-e2e-"));
   context = await launch(userDataDir, { width: 1000, height: 1000 });
   page = context.pages()[0] ?? (await context.newPage());
-  page.on("console", (m) => {
-    if (m.type() === "error") consoleErrors.push(`${m.text()} (${m.location().url})`);
-  });
-  page.on("pageerror", (e) => consoleErrors.push(`pageerror: ${e.message}`));
+  watch(page, consoleErrors);
 });
 
 afterAll(async () => {
@@ -56,20 +78,82 @@ afterAll(async () => {
   if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
+const demo = (p: Page = page) => p.evaluate(() => window.__qkv!);
+
 /** Awaits a page wait; on failure saves a screenshot and reports the demo's state. */
-async function until(wait: Promise<unknown>, what: string): Promise<void> {
+async function until(wait: Promise<unknown>, what: string, p: Page = page): Promise<void> {
   try {
     await wait;
   } catch (e) {
     mkdirSync(artifacts, { recursive: true });
-    await page.screenshot({ path: path.join(artifacts, "demo-failed.png"), fullPage: true }).catch(() => {});
-    const state = await page.evaluate(() => window.__qkv).catch(() => undefined);
+    await p.screenshot({ path: path.join(artifacts, "demo-failed.png"), fullPage: true }).catch(() => {});
+    const state = await p.evaluate(() => window.__qkv).catch(() => undefined);
     throw new Error(`waiting for ${what}: ${(e as Error).message}\ndemo state: ${JSON.stringify(state)}\nconsole errors: ${JSON.stringify(consoleErrors)}`);
   }
 }
 
+/** Saves a full-page screenshot of the current tab at laptop width and at phone width (390 px). */
+async function screenshots(p: Page, name: string): Promise<void> {
+  mkdirSync(artifacts, { recursive: true });
+  await p.screenshot({ path: path.join(artifacts, `demo-${name}.png`), fullPage: true });
+  const size = p.viewportSize();
+  await p.setViewportSize({ width: 390, height: 844 });
+  try {
+    await p.waitForTimeout(300); // the charts and heatmaps follow their container's width on the next frame
+    await p.screenshot({ path: path.join(artifacts, `demo-${name}-phone.png`), fullPage: true });
+    // Nothing wider than a phone: no horizontal scrolling of the page.
+    expect(await p.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+  } finally {
+    if (size) await p.setViewportSize(size);
+  }
+}
+
+/** Trains the LM tab of `p` until the validation loss is below the target; returns the state then. */
+async function trainLanguageModel(p: Page): Promise<DemoState> {
+  await until(
+    p.waitForFunction(
+      (target) => {
+        const s = window.__qkv?.lm;
+        return s?.state === "error" || (s?.valLoss != null && s.valLoss < target);
+      },
+      LM_VAL_TARGET,
+      { timeout: LM_TIMEOUT_MS, polling: 250 },
+    ),
+    `the validation loss to fall below ${LM_VAL_TARGET}`,
+    p,
+  );
+  return demo(p);
+}
+
+/** Trains reverse on the seq2seq tab of `p` until 99% held-out accuracy; returns the state then. */
+async function trainReverse(p: Page): Promise<DemoState> {
+  await p.selectOption("#s2s-task", "reverse");
+  await p.click("#s2s-train");
+  await until(
+    p.waitForFunction(
+      (target) => {
+        const s = window.__qkv?.seq2seq;
+        return s?.state === "error" || (s?.task === "reverse" && s.accuracy != null && s.accuracy >= target);
+      },
+      S2S_TARGET,
+      { timeout: S2S_TIMEOUT_MS, polling: 250 },
+    ),
+    `reverse to reach ${S2S_TARGET * 100}% held-out accuracy`,
+    p,
+  );
+  return demo(p);
+}
+
+function figure(what: string, s: DemoState, seconds: number | null, steps: number): void {
+  console.log(
+    `figure: ${what}: ${seconds === null ? "not reached" : `${seconds.toFixed(1)} s of training`} (step ${steps}), ` +
+      `headless Chromium, ${s.threaded ? `threaded, ${s.threads} threads` : "single-threaded"}, SIMD ${s.simd}; ` +
+      `load average ${os.loadavg().map((l) => l.toFixed(1)).join(" ")} on ${os.cpus().length} cores`,
+  );
+}
+
 describe("demo in headless Chromium", () => {
-  it("is cross-origin isolated, trains threaded, the loss falls and a sample appears", async () => {
+  it("is cross-origin isolated, runs threaded, and its tabs follow the ARIA tabs pattern", async () => {
     const url = server.resolvedUrls?.local[0];
     expect(url, "vite preview reported no local URL").toBeTruthy();
     const response = await page.goto(url!);
@@ -77,53 +161,112 @@ describe("demo in headless Chromium", () => {
     expect(response?.headers()["cross-origin-opener-policy"]).toBe("same-origin");
     expect(response?.headers()["cross-origin-embedder-policy"]).toBe("require-corp");
     expect(await page.evaluate(() => globalThis.crossOriginIsolated)).toBe(true);
+    expect(await page.isHidden("#isolation-note")).toBe(true);
 
-    await page.waitForFunction(() => window.__qkv?.threaded != null || window.__qkv?.state === "error", null, {
-      timeout: 30_000,
-    });
-    const loaded = (await page.evaluate(() => window.__qkv))!;
+    await page.waitForFunction(() => window.__qkv?.threaded != null || window.__qkv?.error != null, null, { timeout: 30_000 });
+    const loaded = await demo();
     expect(loaded.error).toBeNull();
-    expect(loaded.crossOriginIsolated).toBe(true);
-    expect(loaded.threaded).toBe(true);
+    expect(loaded).toMatchObject({ crossOriginIsolated: true, threaded: true });
     expect(loaded.threads).toBeGreaterThan(1);
     expect(loaded.simd).toBeTruthy();
-    await expect
-      .poll(() => page.textContent("#status"))
-      .toMatch(new RegExp(`threaded: ${loaded.threads} threads`));
+    // The status line says what runs, and (after its first refresh) the wasm memory in use.
+    await expect.poll(() => page.textContent("#status"), { timeout: 10_000 })
+      .toMatch(new RegExp(`threaded: ${loaded.threads} threads · SIMD ${loaded.simd} .*wasm memory [\\d.]+ MiB in use`));
 
+    // Tabs: one tablist, three tabs each controlling a panel; arrow keys move the selection and the focus.
+    const tabs = page.locator('[role="tablist"] [role="tab"]');
+    expect(await tabs.count()).toBe(3);
+    const selected = () => page.getAttribute('[role="tab"][aria-selected="true"]', "id");
+    expect(await selected()).toBe("tab-lm");
+    expect(await page.isVisible("#panel-lm")).toBe(true);
+    expect(await page.isHidden("#panel-seq2seq")).toBe(true);
+    await page.focus("#tab-lm");
+    await page.keyboard.press("ArrowRight");
+    expect(await selected()).toBe("tab-seq2seq");
+    expect(await page.evaluate(() => document.activeElement?.id)).toBe("tab-seq2seq");
+    expect(await page.isVisible("#panel-seq2seq")).toBe(true);
+    expect(await page.isHidden("#panel-lm")).toBe(true);
+    expect(await page.getAttribute("#tab-lm", "tabindex")).toBe("-1");
+    await page.keyboard.press("End");
+    expect(await selected()).toBe("tab-classifier");
+    await page.keyboard.press("ArrowRight"); // wraps around
+    expect(await selected()).toBe("tab-lm");
+    expect(await page.getAttribute("#panel-lm", "aria-labelledby")).toBe("tab-lm");
+
+    // The page stays responsive while the LM trains (in the Worker): timers on this thread keep firing.
+    await page.waitForFunction(() => window.__qkv!.lm.state === "training" && window.__qkv!.lm.step > 0);
+    const gap = await page.evaluate(async () => {
+      let worst = 0;
+      let last = performance.now();
+      const end = last + 1000;
+      while (performance.now() < end) {
+        await new Promise((r) => setTimeout(r, 0));
+        const now = performance.now();
+        worst = Math.max(worst, now - last);
+        last = now;
+      }
+      return worst;
+    });
+    // A main thread that ran the steps would stall for a whole step (batch 8 × 32 tokens) at a time.
+    const stepMs = (8 * 32 * 1000) / (await demo()).lm.tokensPerSecond;
+    console.log(`e2e: longest main-thread timer gap while training ${gap.toFixed(1)} ms; one step ${stepMs.toFixed(1)} ms`);
+    expect(gap).toBeLessThan(stepMs);
+  });
+
+  it("LM tab: the validation loss falls below the target and a sample appears", async () => {
     const t0 = Date.now();
-    await until(page.waitForFunction(
-      (threshold) => {
-        const s = window.__qkv;
-        if (s?.state === "error" || s?.state === "done") return true; // the asserts below say what went wrong
-        return s?.lastLoss != null && s.step >= 10 && s.lastLoss < threshold;
-      },
-      LOSS_THRESHOLD,
-      { timeout: TRAIN_TIMEOUT_MS, polling: 250 },
-    ), `the loss to fall below ${LOSS_THRESHOLD}`);
-    const trained = (await page.evaluate(() => window.__qkv))!;
-    expect(trained.error).toBeNull();
-    console.log(
-      `e2e: ${trained.threads} threads, SIMD ${trained.simd}: loss ${trained.firstLoss?.toFixed(3)} -> ` +
-        `${trained.lastLoss?.toFixed(3)} (< ${LOSS_THRESHOLD}) at step ${trained.step}, ${((Date.now() - t0) / 1000).toFixed(1)} s`,
-    );
-    expect(trained.firstLoss!).toBeGreaterThan(LOSS_THRESHOLD + 1);
-    expect(trained.lastLoss!).toBeLessThan(LOSS_THRESHOLD);
-    // The status element mirrors the state for non-JS readers.
-    const dataLoss = Number(await page.getAttribute("#status", "data-loss"));
-    expect(dataLoss).toBeLessThan(LOSS_THRESHOLD + 0.5);
+    const trained = await trainLanguageModel(page);
+    const s = trained.lm;
+    expect(s.error).toBeNull();
+    expect(s.firstLoss!).toBeGreaterThan(3.5); // ln(58) = 4.06 for a fresh model
+    expect(s.valLoss!).toBeLessThan(LM_VAL_TARGET);
+    expect(s.secondsToVal2).not.toBeNull();
+    expect(s.tokensPerSecond).toBeGreaterThan(0);
+    figure(`char-LM to validation loss ${LM_VAL_TARGET} (tiny preset)`, trained, s.secondsToVal2, s.step);
+    console.log(`e2e: LM loss ${s.firstLoss!.toFixed(3)} -> train ${s.lastLoss!.toFixed(3)}, validation ${s.valLoss!.toFixed(3)} ` +
+      `at step ${s.step}, ${((Date.now() - t0) / 1000).toFixed(1)} s wall`);
+    // The stats show the same numbers.
+    expect(await page.textContent("#lm-stats")).toContain(s.valLoss!.toFixed(3));
 
-    await until(page.waitForFunction(() => (window.__qkv?.sampleStep ?? 0) > 0, null, { timeout: 60_000 }), "a sample");
-    const sample = (await page.evaluate(() => window.__qkv!.sample))!;
-    expect(sample.length).toBeGreaterThan(50);
-    expect(await page.textContent("#sample")).toBe(sample);
+    // Samples come every 200 steps; validation < 2 takes longer than that.
+    await until(page.waitForFunction(() => (window.__qkv?.lm.sampleStep ?? 0) > 0, null, { timeout: 60_000 }), "a sample");
+    const sampled = (await demo()).lm;
+    expect(sampled.sample.startsWith("First Citizen:")).toBe(true);
+    expect(sampled.sample.length).toBeGreaterThan(100);
+    expect(await page.textContent("#lm-sample")).toBe(sampled.sample);
+    await screenshots(page, "lm");
+    expect(consoleErrors).toEqual([]);
+  }, LM_TIMEOUT_MS + 90_000);
 
-    mkdirSync(artifacts, { recursive: true });
-    await page.screenshot({ path: path.join(artifacts, "demo.png"), fullPage: true });
+  it("LM tab: a saved model loads back and writes the same text at temperature 0", async () => {
+    await page.click("#lm-toggle"); // pause: the model must not change between the two samples
+    await page.waitForFunction(() => window.__qkv?.lm.state === "paused");
+    await page.fill("#lm-temperature", "0");
+    await page.fill("#lm-prompt", "MENENIUS:");
+    const samples = (await demo()).lm.samples;
+    await page.click("#lm-sample-now");
+    await until(page.waitForFunction((n) => window.__qkv!.lm.samples > n && document.querySelector<HTMLElement>("#lm-sample")?.dataset.done === "yes", samples), "the sample before saving");
+    const before = (await demo()).lm;
+
+    const [download] = await Promise.all([page.waitForEvent("download"), page.click("#lm-save")]);
+    const saved = readFileSync((await download.path())!);
+    expect(download.suggestedFilename()).toMatch(/^qkv-lm-step\d+\.safetensors$/);
+    expect(saved.length).toBeGreaterThan(100_000); // weights + Adam moments of ~110 k parameters
+    // The tokenizer is in the file's metadata, so the file is self-contained.
+    const header = JSON.parse(saved.subarray(8, 8 + Number(saved.readBigUInt64LE(0))).toString("utf8"));
+    expect(JSON.parse(header.__metadata__["qkv.tokenizer"]).kind).toBe("char");
+
+    await page.setInputFiles("#lm-load", { name: "saved.safetensors", mimeType: "application/octet-stream", buffer: saved });
+    await until(page.waitForFunction((n) => window.__qkv!.lm.samples > n && document.querySelector<HTMLElement>("#lm-sample")?.dataset.done !== "", before.samples), "the loaded model's sample");
+    expect(await page.getAttribute("#lm-sample", "data-done")).toBe("yes");
+    const after = (await demo()).lm;
+    expect(after.sample.length).toBeGreaterThan("MENENIUS:".length + 100);
+    expect(after.sample).toBe(before.sample);
+    expect(await page.textContent("#lm-model")).toContain("saved.safetensors");
     expect(consoleErrors).toEqual([]);
   });
 
-  it("loads a checkpoint from the native `qkv train` and writes what `qkv generate` writes", async () => {
+  it("LM tab: loads a checkpoint from the native `qkv train` and writes what `qkv generate` writes", async () => {
     // The README's native quick start, end to end: train on a text file, generate natively, load the same
     // checkpoint in the page; greedy decoding must give the same text in both.
     const qkv = path.join(root, "build/native/cpp/tools/qkv");
@@ -137,29 +280,151 @@ describe("demo in headless Chromium", () => {
         "--seed", "1", "--threads", "1"]).replace(/\n$/, "");
       expect(native.length).toBeGreaterThan(6);
 
-      await page.fill("#prompt", "ROMEO:");
-      await page.fill("#temperature", "0");
-      await page.setInputFiles("#checkpoint", { name: "lm.safetensors", mimeType: "application/octet-stream",
-        buffer: readFileSync(ckpt) });
-      await until(page.waitForFunction(() => document.querySelector<HTMLElement>("#own-sample")?.dataset.done !== "",
-        null, { timeout: 30_000 }), "the loaded model's sample");
-      expect(await page.getAttribute("#own-sample", "data-done")).toBe("yes");
-      expect(await page.textContent("#own-sample")).toBe(native);
-      expect(await page.textContent("#own-model")).toMatch(/tokenizer\s*char, \d+ tokens/);
+      await page.fill("#lm-prompt", "ROMEO:");
+      await page.fill("#lm-temperature", "0");
+      await page.fill("#lm-length", "200");
+      const samples = (await demo()).lm.samples;
+      await page.setInputFiles("#lm-load", { name: "lm.safetensors", mimeType: "application/octet-stream", buffer: readFileSync(ckpt) });
+      await until(page.waitForFunction((n) => window.__qkv!.lm.samples > n, samples, { timeout: 30_000 }), "the loaded model's sample");
+      expect(await page.getAttribute("#lm-sample", "data-done")).toBe("yes");
+      expect(await page.textContent("#lm-sample")).toBe(native);
+      expect(await page.textContent("#lm-model")).toMatch(/tokenizer\s*char, \d+ tokens/);
 
       // A file that is not a checkpoint: the panel says so, and the page keeps working.
-      await page.setInputFiles("#checkpoint", { name: "bad.safetensors", mimeType: "application/octet-stream",
+      await page.setInputFiles("#lm-load", { name: "bad.safetensors", mimeType: "application/octet-stream",
         buffer: Buffer.from("not a checkpoint") });
-      await until(page.waitForFunction(() => document.querySelector<HTMLElement>("#own-sample")?.dataset.done === "error",
+      await until(page.waitForFunction(() => document.querySelector<HTMLElement>("#lm-sample")?.dataset.done === "error",
         null, { timeout: 30_000 }), "the error of a bad file");
-      expect(await page.textContent("#own-sample")).toMatch(/^Error: /);
+      expect(await page.textContent("#lm-sample")).toMatch(/^Error: /);
       expect(consoleErrors).toEqual([]);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
   });
 
-  it("without COOP/COEP falls back to the single-threaded build, warns once naming the headers, and trains", async () => {
+  it("LM tab: trains on pasted text, and says why when the text is too short", async () => {
+    await page.selectOption("#lm-source", "own");
+    expect(await page.isVisible("#lm-text")).toBe(true);
+    await page.fill("#lm-text", "too short");
+    await page.click("#lm-new");
+    await expect.poll(() => page.textContent("#lm-error")).toMatch(/^your text has 9 characters: give at least 200/);
+    // 11 distinct characters (newline included), 3,150 characters long.
+    const text = "the cat sat on a mat\n".repeat(150);
+    await page.fill("#lm-text", text);
+    await page.click("#lm-new");
+    await until(page.waitForFunction(() => window.__qkv!.lm.step >= 5 && window.__qkv!.lm.state === "training"), "training on pasted text");
+    expect(await page.textContent("#lm-model")).toMatch(/tokenizer\s*char, 11 tokens/);
+    expect(await page.textContent("#lm-error")).toBe("");
+    await page.selectOption("#lm-source", "builtin");
+    expect(consoleErrors).toEqual([]);
+  });
+
+  it("seq2seq tab: reverse reaches 99% held-out accuracy and the attention heatmap is drawn", async () => {
+    await page.click("#tab-seq2seq");
+    const trained = await trainReverse(page);
+    const s = trained.seq2seq;
+    expect(s.error).toBeNull();
+    expect(s.accuracy!).toBeGreaterThanOrEqual(S2S_TARGET);
+    expect(s.secondsTo99).not.toBeNull();
+    figure("reverse to 99% held-out accuracy", trained, s.secondsTo99, s.step);
+    // Training may stop by itself at 100%; pause it either way so the heatmap below stays put.
+    if (s.state === "training") await page.click("#s2s-toggle");
+    await page.waitForFunction(() => window.__qkv?.seq2seq.state !== "training");
+
+    const heatmaps = (await demo()).seq2seq.heatmaps;
+    await page.fill("#s2s-input", "hgfedcba");
+    await page.press("#s2s-input", "Enter");
+    await until(page.waitForFunction((n) => window.__qkv!.seq2seq.heatmaps > n && window.__qkv!.seq2seq.input === "hgfedcba", heatmaps), "the heatmap");
+    const after = (await demo()).seq2seq;
+    expect(await page.textContent("#s2s-output")).toBe(after.output);
+    expect(after.output).toMatch(/^[a-j]{1,8}$/);
+
+    // The canvas holds a map: many non-white pixels in several colours (cells, labels, legend).
+    const pixels = await page.evaluate(() => {
+      const c = document.querySelector<HTMLCanvasElement>("#s2s-heatmap")!;
+      const d = c.getContext("2d")!.getImageData(0, 0, c.width, c.height).data;
+      let ink = 0;
+      const colours = new Set<number>();
+      for (let i = 0; i < d.length; i += 4) {
+        if (d[i] !== 255 || d[i + 1] !== 255 || d[i + 2] !== 255) ink++;
+        colours.add((d[i]! << 16) | (d[i + 1]! << 8) | d[i + 2]!);
+      }
+      return { width: c.width, height: c.height, ink, colours: colours.size };
+    });
+    expect(pixels.width).toBeGreaterThan(100);
+    expect(pixels.height).toBeGreaterThan(100);
+    // 8 × 9 cells of at least 10 px square are at least 7200 px; most of them are not white.
+    expect(pixels.ink).toBeGreaterThan(5000);
+    expect(pixels.colours).toBeGreaterThan(20);
+
+    // Self-attention of the encoder, another layer and head: the map is redrawn.
+    await page.selectOption("#s2s-kind", "encoder");
+    await page.selectOption("#s2s-layer", { value: "1" }); // the second layer
+    await until(page.waitForFunction((n) => window.__qkv!.seq2seq.heatmaps > n, after.heatmaps), "the encoder heatmap");
+    // Back to the cross-attention (reverse's anti-diagonal) for the screenshots.
+    const encoder = (await demo()).seq2seq.heatmaps;
+    await page.selectOption("#s2s-kind", "cross");
+    await until(page.waitForFunction((n) => window.__qkv!.seq2seq.heatmaps > n, encoder), "the cross-attention heatmap");
+    await screenshots(page, "seq2seq");
+    expect(consoleErrors).toEqual([]);
+  });
+
+  it("seq2seq tab: sort, addition and dates train and answer; input outside a task's alphabet is refused by name", async () => {
+    await page.fill("#s2s-input", "abc!");
+    await page.press("#s2s-input", "Enter");
+    await expect.poll(() => page.textContent("#s2s-error"))
+      .toBe('input[3] = "!" is not in this task\'s alphabet: expected one of "abcdefghij"');
+    for (const [task, example] of [["sort", "jchbfa"], ["add", "57+68"], ["dates", "22 November 2026"]] as const) {
+      await page.selectOption("#s2s-task", task);
+      expect(await page.inputValue("#s2s-input")).toBe(example);
+      await page.click("#s2s-train");
+      // One held-out evaluation (step 25) runs the example and draws its map.
+      await until(page.waitForFunction((t) => {
+        const s = window.__qkv!.seq2seq;
+        return s.state === "error" || (s.task === t && s.accuracy !== null && s.input === document.querySelector<HTMLInputElement>("#s2s-input")!.value);
+      }, task, { timeout: 60_000 }), `the ${task} task's first evaluation`);
+      const s = (await demo()).seq2seq;
+      expect(s.error).toBeNull();
+      expect(s.accuracy).toBeGreaterThanOrEqual(0);
+      expect(s.lastLoss!).toBeLessThan(s.firstLoss!);
+      expect(await page.textContent("#s2s-output")).toBe(s.output);
+    }
+    await page.click("#s2s-toggle");
+    expect(consoleErrors).toEqual([]);
+  });
+
+  it("classifier tab: held-out accuracy well above chance, a full confusion matrix", async () => {
+    await page.click("#tab-classifier");
+    await page.click("#cls-train");
+    await until(
+      page.waitForFunction(
+        (target) => {
+          const s = window.__qkv?.classifier;
+          return s?.state === "error" || (s?.accuracy != null && s.accuracy >= target);
+        },
+        CLS_TARGET,
+        { timeout: CLS_TIMEOUT_MS, polling: 250 },
+      ),
+      `the classifier to reach ${CLS_TARGET * 100}%`,
+    );
+    const s = (await demo()).classifier;
+    expect(s.error).toBeNull();
+    expect(s.accuracy!).toBeGreaterThanOrEqual(CLS_TARGET);
+    const total = s.confusion!.flat().reduce((a, b) => a + b, 0);
+    expect(total).toBe(300);
+    const diagonal = s.confusion!.reduce((a, row, i) => a + row[i]!, 0);
+    expect(diagonal / total).toBeCloseTo(s.accuracy!, 10);
+    expect(await page.locator("#cls-confusion tbody tr").count()).toBe(3);
+    console.log(`e2e: classifier ${(100 * s.accuracy!).toFixed(1)}% at step ${s.step}, ${s.seconds.toFixed(1)} s`);
+    await page.click("#cls-toggle");
+    await page.click("#cls-run");
+    await page.waitForFunction(() => (document.querySelector("#cls-output")?.textContent ?? "").includes("%"));
+    expect(await page.textContent("#cls-output")).toMatch(/^weather \d+% · food \d+% · sport \d+%$/);
+    await screenshots(page, "classifier");
+    expect(consoleErrors).toEqual([]);
+  });
+
+  it("without COOP/COEP falls back to the single-threaded build, says so, and trains", async () => {
     // The same build served with no isolation headers (no config file: nothing to merge them from).
     const plain = await preview({
       configFile: false,
@@ -169,33 +434,51 @@ describe("demo in headless Chromium", () => {
       build: { outDir: "dist" },
       preview: { host: "127.0.0.1", port: 0, strictPort: false, open: false },
     });
+    // Only this page computes now: the isolated one would share the cores.
+    await page.close();
     const p = await context.newPage();
     const warnings: string[] = [];
-    const errors: string[] = [];
     p.on("console", (m) => {
       if (m.type() === "warning") warnings.push(m.text());
-      if (m.type() === "error") errors.push(m.text());
     });
+    watch(p, consoleErrors);
     try {
       const response = await p.goto(plain.resolvedUrls!.local[0]!);
       expect(response?.headers()["cross-origin-opener-policy"]).toBeUndefined();
       expect(await p.evaluate(() => globalThis.crossOriginIsolated)).toBe(false);
-      await p.waitForFunction(() => window.__qkv?.state === "error" || (window.__qkv?.step ?? 0) >= 5, null, {
-        timeout: 60_000,
-      });
-      const s = (await p.evaluate(() => window.__qkv))!;
+      expect(await p.isVisible("#isolation-note")).toBe(true);
+      expect(await p.textContent("#isolation-note")).toContain("Cross-Origin-Embedder-Policy: require-corp");
+      await p.waitForFunction(() => window.__qkv?.error != null || (window.__qkv?.lm.step ?? 0) >= 5, null, { timeout: 60_000 });
+      const s = await demo(p);
       expect(s.error).toBeNull();
       expect(s).toMatchObject({ crossOriginIsolated: false, threaded: false, threads: 1 });
-      expect(s.lastLoss).toBeGreaterThan(0);
+      expect(s.lm.lastLoss).toBeGreaterThan(0);
+      expect(s.lm.lastLoss).toBeLessThan(s.lm.firstLoss! + 0.5);
       expect(await p.textContent("#status")).toMatch(/single-threaded/);
       const fallback = warnings.filter((w) => w.includes("not cross-origin isolated"));
       expect(fallback).toHaveLength(1);
       expect(fallback[0]).toContain("Cross-Origin-Opener-Policy: same-origin");
       expect(fallback[0]).toContain("Cross-Origin-Embedder-Policy: require-corp");
-      expect(errors).toEqual([]);
+      mkdirSync(artifacts, { recursive: true });
+      await p.screenshot({ path: path.join(artifacts, "demo-single-threaded.png"), fullPage: true });
+
+      if (FIGURES) {
+        const lm = await trainLanguageModel(p);
+        expect(lm.lm.valLoss!).toBeLessThan(LM_VAL_TARGET);
+        figure(`char-LM to validation loss ${LM_VAL_TARGET} (tiny preset)`, lm, lm.lm.secondsToVal2, lm.lm.step);
+        await p.click("#tab-seq2seq");
+        const rev = await trainReverse(p);
+        expect(rev.seq2seq.accuracy!).toBeGreaterThanOrEqual(S2S_TARGET);
+        figure("reverse to 99% held-out accuracy", rev, rev.seq2seq.secondsTo99, rev.seq2seq.step);
+      }
+      expect(consoleErrors).toEqual([]);
     } finally {
       await p.close();
       await plain.close();
     }
+  }, FIGURES ? 600_000 : 120_000);
+
+  it("logged no console error and no uncaught exception during the whole run", () => {
+    expect(consoleErrors).toEqual([]);
   });
 });

@@ -1,0 +1,90 @@
+// The page's machine-readable state: what the e2e tests (and a curious reader, in the console as
+// `window.__qkv`) read. Each tab updates its own part; nothing here drives the page.
+
+/** One tab's training progress. */
+export interface TrainingState {
+  /** "idle" before the first step, "training", "paused", or "error" (the tab's error in `error`). */
+  state: "idle" | "training" | "paused" | "error";
+  step: number;
+  /** Mean training loss of the last 10 steps. */
+  lastLoss: number | null;
+  /** Loss of the first step of the current model. */
+  firstLoss: number | null;
+  /** Seconds of training (steps and evaluations; pauses excluded) of the current model. */
+  seconds: number;
+  /** Training tokens per second of the last 10 steps. */
+  tokensPerSecond: number;
+  error: string | null;
+}
+
+export interface LanguageModelState extends TrainingState {
+  /** Validation loss of the last evaluation (held-out last 10% of the text). */
+  valLoss: number | null;
+  /** Training seconds when the validation loss first fell below 2.0 (the issue's figure). */
+  secondsToVal2: number | null;
+  /** Step at which the current sample was written (0: none yet). */
+  sampleStep: number;
+  /** The prompt and what the model wrote after it. */
+  sample: string;
+  /** Incremented each time a sample is written. */
+  samples: number;
+}
+
+export interface Seq2SeqState extends TrainingState {
+  task: string;
+  /** Held-out exact-match accuracy (greedy decoding), of the last evaluation. */
+  accuracy: number | null;
+  /** Training seconds when the held-out accuracy first reached 99%. */
+  secondsTo99: number | null;
+  /** The last input typed (or picked) and the model's output for it. */
+  input: string;
+  output: string;
+  /** Incremented each time the heatmap is redrawn. */
+  heatmaps: number;
+}
+
+export interface ClassifierState extends TrainingState {
+  accuracy: number | null;
+  /** confusion[true][predicted] on the held-out set. */
+  confusion: number[][] | null;
+}
+
+export interface DemoState {
+  crossOriginIsolated: boolean;
+  threaded: boolean | null;
+  threads: number | null;
+  simd: string | null;
+  /** Set when the core failed to load (the page cannot work at all). */
+  error: string | null;
+  lm: LanguageModelState;
+  seq2seq: Seq2SeqState;
+  classifier: ClassifierState;
+}
+
+declare global {
+  interface Window {
+    __qkv: DemoState;
+  }
+}
+
+function training(): TrainingState {
+  return { state: "idle", step: 0, lastLoss: null, firstLoss: null, seconds: 0, tokensPerSecond: 0, error: null };
+}
+
+export const state: DemoState = {
+  crossOriginIsolated: globalThis.crossOriginIsolated === true,
+  threaded: null,
+  threads: null,
+  simd: null,
+  error: null,
+  lm: { ...training(), valLoss: null, secondsToVal2: null, sampleStep: 0, sample: "", samples: 0 },
+  seq2seq: { ...training(), task: "", accuracy: null, secondsTo99: null, input: "", output: "", heatmaps: 0 },
+  classifier: { ...training(), accuracy: null, confusion: null },
+};
+
+/** Resets the training fields of a tab's state (a new model). */
+export function resetTraining(s: TrainingState): void {
+  Object.assign(s, training());
+}
+
+window.__qkv = state;
