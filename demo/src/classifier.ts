@@ -3,7 +3,7 @@
 import { Classifier, Trainer } from "qkv";
 import { liveChart } from "./chart.js";
 import { colour, drawHeatmap } from "./heatmap.js";
-import { TrainingLoop } from "./loop.js";
+import { tabLoop } from "./loop.js";
 import { resetTraining, state } from "./state.js";
 import { CLASSES, encodeWords, makeClassifierData, type ClassifierData } from "./tasks.js";
 import { $, errorText, facts, indexOptions } from "./ui.js";
@@ -88,19 +88,7 @@ export function setupClassifier(): void {
     showConfusion(m);
   }
 
-  const loop = new TrainingLoop(
-    () => serial(step),
-    (running) => {
-      toggle.textContent = running ? "Pause" : "Resume";
-      if (s.state !== "error") s.state = running ? "training" : s.step > 0 ? "paused" : "idle";
-    },
-    (e) => {
-      s.state = "error";
-      s.error = errorText(e);
-      errorEl.textContent = `Training stopped: ${s.error}`;
-    },
-  );
-  toggle.onclick = () => (loop.running ? loop.pause() : loop.start());
+  const loop = tabLoop(() => serial(step), s, toggle, errorEl);
 
   async function step(): Promise<boolean> {
     const ss = session;

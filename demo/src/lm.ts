@@ -4,7 +4,7 @@ import { CharTokenizer, LanguageModel, Tokenizer, Trainer, type AnyTokenizer } f
 import { liveChart } from "./chart.js";
 import { withMetadata } from "./checkpoint.js";
 import corpus from "./corpus.txt?raw";
-import { TrainingLoop } from "./loop.js";
+import { tabLoop } from "./loop.js";
 import { resetTraining, state } from "./state.js";
 import { $, errorText, facts, numberInput } from "./ui.js";
 
@@ -111,19 +111,7 @@ export function setupLanguageModel(): void {
     sampleEl.dataset.step = String(s.sampleStep);
   };
 
-  const loop = new TrainingLoop(
-    () => step(),
-    (running) => {
-      toggle.textContent = running ? "Pause" : "Resume";
-      if (s.state !== "error") s.state = running ? "training" : s.step > 0 ? "paused" : "idle";
-    },
-    (e) => {
-      s.state = "error";
-      s.error = errorText(e);
-      errorEl.textContent = `Training stopped: ${s.error}`;
-    },
-  );
-  toggle.onclick = () => (loop.running ? loop.pause() : loop.start());
+  const loop = tabLoop(() => step(), s, toggle, errorEl);
 
   async function step(): Promise<boolean> {
     const ss = session;

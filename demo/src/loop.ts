@@ -1,6 +1,9 @@
 // A pausable training loop. The three tabs share one core (one Worker), so two trainings at once would
 // each run at half speed and their tokens/s would mislead: starting one loop pauses the others.
 
+import type { TrainingState } from "./state.js";
+import { errorText } from "./ui.js";
+
 const loops = new Set<TrainingLoop>();
 
 export class TrainingLoop {
@@ -56,4 +59,30 @@ export class TrainingLoop {
     this.pause();
     await this.#active;
   }
+}
+
+/**
+ * A tab's loop, wired the way every tab shows it: `toggle` starts and pauses it and says which it will do,
+ * `s.state` follows it, and an error stops it with its message in `s.error` and in `errorEl`.
+ */
+export function tabLoop(
+  body: () => Promise<boolean>,
+  s: TrainingState,
+  toggle: HTMLButtonElement,
+  errorEl: HTMLElement,
+): TrainingLoop {
+  const loop = new TrainingLoop(
+    body,
+    (running) => {
+      toggle.textContent = running ? "Pause" : "Resume";
+      if (s.state !== "error") s.state = running ? "training" : s.step > 0 ? "paused" : "idle";
+    },
+    (e) => {
+      s.state = "error";
+      s.error = errorText(e);
+      errorEl.textContent = `Training stopped: ${s.error}`;
+    },
+  );
+  toggle.onclick = () => (loop.running ? loop.pause() : loop.start());
+  return loop;
 }

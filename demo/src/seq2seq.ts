@@ -4,7 +4,7 @@
 import { Seq2Seq, Trainer } from "qkv";
 import { liveChart } from "./chart.js";
 import { drawHeatmap } from "./heatmap.js";
-import { TrainingLoop } from "./loop.js";
+import { tabLoop } from "./loop.js";
 import { resetTraining, state } from "./state.js";
 import { CharVocab, makeSeq2SeqData, TASKS, type Seq2SeqData, type Seq2SeqTask } from "./tasks.js";
 import { $, errorText, facts, indexOptions } from "./ui.js";
@@ -96,19 +96,7 @@ export function setupSeq2Seq(): void {
     return right / rows;
   }
 
-  const loop = new TrainingLoop(
-    () => serial(step),
-    (running) => {
-      toggle.textContent = running ? "Pause" : "Resume";
-      if (s.state !== "error") s.state = running ? "training" : s.step > 0 ? "paused" : "idle";
-    },
-    (e) => {
-      s.state = "error";
-      s.error = errorText(e);
-      errorEl.textContent = `Training stopped: ${s.error}`;
-    },
-  );
-  toggle.onclick = () => (loop.running ? loop.pause() : loop.start());
+  const loop = tabLoop(() => serial(step), s, toggle, errorEl);
 
   async function step(): Promise<boolean> {
     const ss = session;
