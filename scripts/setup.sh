@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(cmake make g++ libgtest-dev emscripten libxsimd-dev nlohmann-json3-dev libcli11-dev chromium)
+# clang + libclang-rt-dev: libFuzzer and the sanitizer runtimes of the fuzz targets (tests/fuzz).
+packages=(cmake make g++ clang libclang-rt-dev libgtest-dev emscripten libxsimd-dev nlohmann-json3-dev libcli11-dev
+  chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

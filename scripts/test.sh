@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: sets up, builds, then runs every suite — native GoogleTest (Release, then
-# Debug with AddressSanitizer + UndefinedBehaviorSanitizer), Vitest in Node against the real .wasm, and
-# the demo end to end in headless Chromium.
+# Debug with AddressSanitizer + UndefinedBehaviorSanitizer + LeakSanitizer), a short bounded run of every
+# parser's fuzz target, Vitest in Node against the real .wasm, and the demo end to end in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,12 +10,19 @@ bash scripts/build.sh
 echo "== native tests (Release)"
 ctest --preset native -j "$(nproc)"
 
-echo "== native tests (Debug + ASan/UBSan)"
+echo "== native tests (Debug + ASan/UBSan/LSan)"
+# Said explicitly rather than left to the default: every test process must end with no leak reported, and
+# any UBSan finding fails its test.
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}
 cmake --preset native-asan >/dev/null
 cmake --build --preset native-asan -j "$(nproc)"
 # The learning tests (minutes of training) run in the Release suite above; under the sanitizers every
 # other test exercises the same layers and kernels, in seconds.
 ctest --preset native-asan -j "$(nproc)" -E "^Learning\."
+
+echo "== fuzz (libFuzzer, a bounded run of each parser's target; the long run: scripts/fuzz.sh --seconds N)"
+bash scripts/fuzz.sh --short
 
 echo "== web tests (Vitest, Node)"
 # The native loss trajectory the wasm parity test compares against.

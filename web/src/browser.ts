@@ -2,8 +2,9 @@
 // Imports no Node module. The worker and every build file are referenced with new URL(..., import.meta.url)
 // so that bundlers (Vite, webpack) emit them as assets; init({ wasmPath }) points elsewhere (a CDN).
 
-import type { CallType, Calls, LoadPlan, Request, Response } from "./protocol.js";
+import type { LoadPlan } from "./protocol.js";
 import { MAX_DEFAULT_THREADS, setPlatform, type Backend } from "./platform.js";
+import { WorkerClient } from "./worker-client.js";
 import type { RuntimeInfo } from "./types.js";
 
 let warnedFallback = false;
@@ -47,54 +48,6 @@ function plan(threaded: boolean, threads: number, wasmPath: string | URL | undef
       };
 }
 
-/** Sends requests to the worker and matches replies by id. */
-class WorkerClient implements Backend {
-  private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (out: unknown) => void; reject: (e: Error) => void }>();
-  private failure: Error | undefined;
-
-  constructor(private readonly worker: Worker) {
-    worker.onmessage = (e: MessageEvent<Response>) => {
-      const r = e.data;
-      const p = this.pending.get(r.id);
-      if (!p) return;
-      this.pending.delete(r.id);
-      if ("err" in r) {
-        // The same class as in Node (a wrong JS type is a TypeError), the name as thrown.
-        const err = r.err.name === "TypeError" ? new TypeError(r.err.message) : new Error(r.err.message);
-        err.name = r.err.name;
-        p.reject(err);
-      } else {
-        p.resolve(r.out);
-      }
-    };
-    worker.onerror = (e: ErrorEvent) => {
-      e.preventDefault();
-      this.fail(new Error(`qkv: the core's worker failed: ${e.message || "the worker script could not be loaded"}`));
-    };
-    worker.onmessageerror = () => this.fail(new Error("qkv: a message from the core's worker could not be read"));
-  }
-
-  private fail(e: Error): void {
-    this.failure = e;
-    for (const p of this.pending.values()) p.reject(e);
-    this.pending.clear();
-  }
-
-  send<K extends CallType>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]> {
-    if (this.failure) return Promise.reject(this.failure);
-    const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (out: unknown) => void, reject });
-      this.worker.postMessage({ type, id, in: input } as Request);
-    });
-  }
-
-  call<K extends Exclude<CallType, "init">>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]> {
-    return this.send(type, input);
-  }
-}
-
 setPlatform({
   defaultThreads() {
     const n = typeof navigator !== "undefined" && navigator.hardwareConcurrency ? navigator.hardwareConcurrency : 4;
@@ -112,8 +65,13 @@ setPlatform({
     const threaded = options.threaded ?? isolated;
     if (!threaded && options.threaded === undefined) warnFallback();
     const client = new WorkerClient(new Worker(new URL("./worker.js", import.meta.url)));
-    const info = await client.send("init", plan(threaded, options.threads, options.wasmPath));
-    return { backend: client, info };
+    try {
+      const info = await client.send("init", plan(threaded, options.threads, options.wasmPath));
+      return { backend: client as Backend, info };
+    } catch (e) {
+      client.fail(e instanceof Error ? e : new Error(String(e)));  // a failed load leaves no worker running
+      throw e;
+    }
   },
 });
 

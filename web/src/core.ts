@@ -107,6 +107,24 @@ export function toError(e: unknown): Error {
   return new Error(String(e));
 }
 
+/**
+ * Whether an error means the core itself is broken rather than one call's input: a WebAssembly trap
+ * (unreachable, out-of-bounds access, stack overflow) or an Emscripten abort, after which the wasm
+ * module's memory can no longer be trusted. A qkv::Error, a TypeError or an out-of-memory from the core is
+ * not fatal: the core reports those and stays usable.
+ */
+export function isFatal(e: unknown): boolean {
+  return e instanceof WebAssembly.RuntimeError || (e instanceof Error && /^Aborted\(/.test(e.message));
+}
+
+/** The error every call gets once the core has crashed, naming the cause and what to do. */
+export function crashError(cause: unknown): Error {
+  return new Error(
+    `qkv: the core crashed (${toError(cause).message}); the models it held are lost. ` +
+      "Call init() again to start a new core, then create or load the models again",
+  );
+}
+
 /** Checks the loaded core's version and thread count, returning what runs. */
 export function describeCore(core: QkvCore, threads: number): RuntimeInfo {
   const version = core.version();

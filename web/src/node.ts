@@ -5,7 +5,7 @@ import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Engine, describeCore, toError, type CoreFactory } from "./core.js";
+import { Engine, crashError, describeCore, isFatal, toError, type CoreFactory } from "./core.js";
 import { MAX_DEFAULT_THREADS, setPlatform, type Backend } from "./platform.js";
 
 const require = createRequire(import.meta.url);
@@ -57,12 +57,17 @@ setPlatform({
     const info = describeCore(core, threads);
     allowExit(core);
     const engine = new Engine(core);
+    let failure: Error | undefined;
     const backend: Backend = {
+      failed: () => failure,
       async call(type, input) {
+        if (failure) throw failure;
         try {
           // The request union is keyed by type; the cast pairs them up again.
           return engine.handle({ type, id: 0, in: input } as Parameters<Engine["handle"]>[0]) as never;
         } catch (e) {
+          // A trap or abort: this core is done; init() starts a new one (runtime.ts).
+          if (isFatal(e)) throw (failure = crashError(e));
           throw toError(e);
         }
       },

@@ -8,6 +8,8 @@ export type ModelCallType = Exclude<CallType, "init">;
 /** Serves model calls: directly on the caller's thread (Node) or through a Worker (browser). */
 export interface Backend {
   call<K extends ModelCallType>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]>;
+  /** The error that ended this backend (a crashed worker or core), or undefined while it serves calls. */
+  failed(): Error | undefined;
 }
 
 export interface Platform {

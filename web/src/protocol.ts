@@ -142,6 +142,8 @@ export type ModelRequest = Exclude<Request, { type: "init" }>;
 export interface WireError {
   name: string;
   message: string;
+  /** The core trapped or aborted: the worker is no longer usable (core.ts isFatal). */
+  fatal?: boolean;
 }
 
 export type Response = { id: number; out: Calls[CallType]["out"] } | { id: number; err: WireError };

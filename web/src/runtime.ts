@@ -11,14 +11,21 @@ let loading: Promise<{ backend: Backend; info: RuntimeInfo }> | undefined;
  * Loads the core: the threaded build where the environment allows it (always in Node; in a browser when
  * the page is cross-origin isolated), the single-threaded build otherwise (with one console warning naming
  * the headers to set). Calling it again returns the first call's result; after a failed load it retries.
- * Every `create`, `load` and tokenizer factory calls it with defaults when you have not.
+ * Every `create`, `load` and tokenizer factory calls it with defaults when you have not. After the core
+ * crashed (a WebAssembly trap, or the browser Worker died), its models reject every call with an Error
+ * saying so, and the next `init()` starts a new core.
  */
 export async function init(options: InitOptions = {}): Promise<RuntimeInfo> {
   return (await load(options)).info;
 }
 
-/** The loaded backend (loading it with `options` first if needed). */
-export function load(options: InitOptions = {}): Promise<{ backend: Backend; info: RuntimeInfo }> {
+/** The loaded backend (loading it with `options` first if needed; again if the loaded one crashed). */
+export async function load(options: InitOptions = {}): Promise<{ backend: Backend; info: RuntimeInfo }> {
+  if (loading) {
+    const current = loading;
+    const loaded = await current.catch(() => undefined);
+    if (loaded?.backend.failed() && loading === current) loading = undefined;
+  }
   if (!loading) {
     loading = (async () => {
       if (typeof options !== "object" || options === null) {

@@ -1,7 +1,7 @@
 // The browser Worker that hosts the core (a classic worker: bundled to one plain script, no imports at run
 // time). It loads the Emscripten glue with importScripts and serves requests with the direct API of core.ts.
 
-import { Engine, describeCore, toError, type CoreFactory } from "./core.js";
+import { Engine, crashError, describeCore, isFatal, toError, type CoreFactory } from "./core.js";
 import type { LoadPlan, Request, Response } from "./protocol.js";
 import type { RuntimeInfo } from "./types.js";
 
@@ -48,6 +48,11 @@ async function serve(req: Request): Promise<Response> {
     if (!engine) throw new Error("qkv: the core is not loaded yet (init() first)");
     return { id: req.id, out: engine.handle(req) };
   } catch (e) {
+    if (isFatal(e)) {
+      // The wasm memory can no longer be trusted: serve nothing more (the client terminates this worker).
+      engine = undefined;
+      return { id: req.id, err: { name: "Error", message: crashError(e).message, fatal: true } };
+    }
     const err = toError(e);
     return { id: req.id, err: { name: err.name, message: err.message } };
   }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "io/checksum.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
 
@@ -33,7 +34,7 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
       refs.emplace_back(kV + p.name, p.shape, CSpan(p.v));
     }
   }
-  const std::map<std::string, std::string> meta = {
+  std::map<std::string, std::string> meta = {
       {"qkv.model", kind},
       {"qkv.config", config_json},
       {"qkv.optimizer", to_json(core.optimizer.config())},
@@ -43,12 +44,14 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
       {"qkv.version", QKV_VERSION},
       {"format", "pt"},
   };
+  meta[kChecksumKey] = checksum_metadata(refs);
   return serialize_safetensors(refs, meta);
 }
 
 Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
   Checkpoint c;
   c.file = parse_safetensors(bytes);
+  verify_checksums(c.file);
   const auto& meta = c.file.metadata;
   const auto it = meta.find("qkv.model");
   check(it != meta.end(), "checkpoint: the file has no \"qkv.model\" metadata: expected a qkv checkpoint of a ", kind,
@@ -115,7 +118,9 @@ void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
 }
 
 void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes) {
-  restore(core, parse_safetensors(bytes), false);
+  const SafetensorsFile file = parse_safetensors(bytes);
+  verify_checksums(file);
+  restore(core, file, false);
 }
 
 void check_same_config(const std::string& model_json, const std::string& checkpoint_json) {

@@ -2,6 +2,7 @@
 // directions, so a new field is one line.
 #include "qkv/config.h"
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -27,16 +28,25 @@ struct Field {
 };
 
 int as_int(const json& v, const std::string& where) {
-  check(v.is_number_integer() || (v.is_number_float() && v.get<double>() == static_cast<int64_t>(v.get<double>())),
-        where, " must be an integer, got ", type_name(v), " ", v.dump());
-  const auto i = v.get<int64_t>();
+  // A float such as 64.0 counts when it is whole. Its range is checked before any cast: casting 1e300 to an
+  // integer is undefined behaviour (found by tests/fuzz/config_fuzz).
+  const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                           std::abs(v.get<double>()) < 0x1p62 && v.get<double>() == std::floor(v.get<double>());
+  check(v.is_number_integer() || whole_float, where, " must be an integer, got ", type_name(v), " ", v.dump());
+  check(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max()), where,
+        " = ", v.dump(), " is out of range for a 32-bit integer");
+  const auto i = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
   check(i >= std::numeric_limits<int>::min() && i <= std::numeric_limits<int>::max(), where, " = ", i,
         " is out of range for a 32-bit integer");
   return static_cast<int>(i);
 }
 float as_float(const json& v, const std::string& where) {
   check(v.is_number(), where, " must be a number, got ", type_name(v), " ", v.dump());
-  return v.get<float>();
+  // Narrowing a double beyond float's range is undefined behaviour: refuse it with the value instead.
+  const double d = v.get<double>();
+  check(std::abs(d) <= static_cast<double>(std::numeric_limits<float>::max()), where, " = ", v.dump(),
+        " is out of range for a 32-bit float");
+  return static_cast<float>(d);
 }
 bool as_bool(const json& v, const std::string& where) {
   check(v.is_boolean(), where, " must be true or false, got ", type_name(v), " ", v.dump());

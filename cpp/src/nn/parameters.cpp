@@ -1,6 +1,7 @@
 #include "nn/parameters.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "qkv/error.h"
 #include "runtime/random.h"
@@ -15,8 +16,16 @@ Param& Parameters::add(std::string name, std::vector<int64_t> shape, Init init, 
   p.init = init;
   p.init_std = init_std;
   p.decay = p.shape.size() >= 2;
+  // Checked: on wasm32 (32-bit size_t) a model far too large would otherwise wrap to a small size.
+  constexpr size_t kMax = std::numeric_limits<size_t>::max() / sizeof(float) - 16;
   p.numel = 1;
-  for (int64_t d : p.shape) p.numel *= static_cast<size_t>(d);
+  for (int64_t d : p.shape) {
+    check(d >= 0 && (d == 0 || p.numel <= kMax / static_cast<uint64_t>(d)), "out of memory: parameter ", p.name,
+          " is too large for this build's address space");
+    p.numel *= static_cast<size_t>(d);
+  }
+  check(p.numel <= kMax - total_, "out of memory: the parameters reach ", p.name,
+        " beyond this build's address space (a model this large cannot be held)");
   p.offset = total_;
   total_ += (p.numel + 15) / 16 * 16;  // 64-byte aligned tensors
   params_.push_back(std::move(p));

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "qkv/error.h"
@@ -12,6 +13,10 @@ void AlignedDeleter::operator()(float* p) const noexcept { std::free(p); }
 
 AlignedFloats allocate_floats(size_t count) {
   if (count == 0) return nullptr;
+  // On wasm32 size_t is 32 bits: a model far too large would wrap the byte count to a small number and
+  // the buffer would be overrun. Refuse it as the out-of-memory it is.
+  check(count <= (std::numeric_limits<size_t>::max() - 63) / sizeof(float), "out of memory: ", count,
+        " floats do not fit in this build's address space (", sizeof(size_t) * 8, "-bit)");
   const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes);
   check(p != nullptr, "out of memory: could not allocate ", bytes, " bytes");
@@ -24,6 +29,8 @@ Tensor::Tensor(std::vector<int64_t> shape, Device device) : shape_(std::move(sha
   size_t n = 1;
   for (int64_t d : shape_) {
     check(d >= 0, "Tensor shape ", shape_string(), ": dimensions must be >= 0");
+    check(d == 0 || n <= std::numeric_limits<size_t>::max() / static_cast<uint64_t>(d), "out of memory: Tensor shape ",
+          shape_string(), " has more elements than this build's address space holds");
     n *= static_cast<size_t>(d);
   }
   numel_ = n;

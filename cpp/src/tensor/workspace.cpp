@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "qkv/error.h"
 
@@ -34,6 +35,9 @@ void Workspace::plan(const std::function<void(Workspace&)>& fn) {
 Span Workspace::take(size_t n) {
   check(planning_, "Workspace::take called outside Workspace::plan");
   const size_t start = offset_;
+  // Checked: on wasm32 (32-bit size_t) a batch far too large would otherwise wrap to a small arena.
+  check(n <= std::numeric_limits<size_t>::max() / sizeof(float) - 16 - offset_,
+        "out of memory: the activations of this batch do not fit in this build's address space");
   offset_ += (n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
   if (counting_) return {};
   return {buffer_.get() + start, n};
