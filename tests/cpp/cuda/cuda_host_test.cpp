@@ -1,7 +1,7 @@
 // The host side of the CUDA backend, which runs on every machine that built it, GPU or not: the error
 // messages, the checks that refuse bad input before any launch, the arena's sizing, the embedding
-// backward's token buckets, the dropout hash's device twin against the CPU's, and (on a machine without a
-// GPU) that every op turns the CUDA failure into a qkv::Error naming the op instead of aborting.
+// backward's token buckets, and (on a machine without a GPU) that every op turns the CUDA failure into a qkv::Error
+// naming the op instead of aborting.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -10,7 +10,6 @@
 #include "cuda_test_util.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/dropout_hash.h"
 #include "runtime/random.h"
 #include "test_util.h"
 
@@ -117,16 +116,6 @@ TEST(CudaHost, TokenBucketsListEachTokensRowsInOrder) {
     }
   }
   EXPECT_TRUE(has(message_of([] { kc::bucket_tokens(std::vector<int32_t>{0, 3}, 3); }), "tokens[1] = 3"));
-}
-
-TEST(CudaHost, DropoutHashTwinEqualsTheCpuHash) {
-  Rng rng(11);
-  for (int k = 0; k < 100000; ++k) {
-    const uint64_t seed = rng.next_u64(), i = k < 50000 ? static_cast<uint64_t>(k) : rng.next_u64();
-    ASSERT_EQ(kc::dropout_hash(seed, i), kernels::dropout_hash(seed, i)) << "seed " << seed << ", i " << i;
-  }
-  for (float p : {0.f, 1e-7f, 0.1f, 0.5f, 0.9f, 0.999999f, 1.f})
-    EXPECT_EQ(kc::dropout_threshold(p), kernels::dropout_threshold(p)) << p;
 }
 
 // Without a GPU, each op's first CUDA call fails: every one must say which op it was, as a qkv::Error.

@@ -1,11 +1,19 @@
 #pragma once
-// The counter-based keep decision shared by the dropout kernels (elementwise and attention weights).
+// The counter-based keep decision shared by the dropout kernels (elementwise and attention weights), on the
+// CPU and, compiled by nvcc, in the CUDA kernels (kernels/cuda/dropout_hash.h): one definition, so that a CUDA
+// mask equals the CPU's element for element.
 #include <cstdint>
+
+#if defined(__CUDACC__)
+#define QKV_HOST_DEVICE __host__ __device__
+#else
+#define QKV_HOST_DEVICE
+#endif
 
 namespace qkv::kernels {
 
 // splitmix64 finaliser of (seed, i): a different, reproducible stream per seed.
-inline uint32_t dropout_hash(uint64_t seed, uint64_t i) {
+QKV_HOST_DEVICE inline uint32_t dropout_hash(uint64_t seed, uint64_t i) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
