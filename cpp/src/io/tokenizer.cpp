@@ -307,8 +307,10 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
   json j;
   try {
     j = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    throw Error(std::string("tokenizer JSON: not valid JSON (malformed or truncated): ") + e.what());
+  } catch (const json::exception& e) {
+    // parse_error for malformed or truncated text, out_of_range for a number beyond a double (found by fuzzing).
+    throw Error(std::string("tokenizer JSON: not valid JSON (malformed, truncated or a number out of range): ") +
+                e.what());
   }
   try {
     return detail::TokenizerJson::parse(j);

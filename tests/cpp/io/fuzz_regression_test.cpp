@@ -7,6 +7,7 @@
 
 #include "qkv/config.h"
 #include "qkv/error.h"
+#include "qkv/tokenizer.h"
 #include "test_util.h"
 
 namespace qkv {
@@ -53,6 +54,17 @@ TEST(FuzzRegression, ConfigFloatBeyondFloatRange) {
             }).find("optimizer.lr = -1e+39 is out of range for a 32-bit float"),
             std::string::npos);
   EXPECT_FLOAT_EQ(optimizer_config_from_json(R"({"lr":3e38})").lr, 3e38f);
+}
+
+// Tokenizer::from_json caught nlohmann's parse_error only; a number beyond a double's range throws its
+// out_of_range (406) instead, which escaped as a non-qkv exception (tokenizer_fuzz, a 240 s run).
+TEST(FuzzRegression, TokenizerJsonNumberBeyondADouble) {
+  for (const char* text : {R"({"version": 14444444444E44444444444444444443, "kind": "word"})",
+                           R"({"version": 1, "kind": "char", "vocab": [1e400]})"}) {
+    const std::string message = message_of([&] { Tokenizer::from_json(text); });
+    EXPECT_NE(message.find("tokenizer JSON: not valid JSON"), std::string::npos) << text << ": " << message;
+    EXPECT_NE(message.find("number overflow"), std::string::npos) << text << ": " << message;
+  }
 }
 
 }  // namespace
