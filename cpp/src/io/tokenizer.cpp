@@ -307,10 +307,11 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
   json j;
   try {
     j = json::parse(text.begin(), text.end());
+  } catch (const json::parse_error& e) {
+    throw Error(std::string("tokenizer JSON: not valid JSON (malformed or truncated): ") + e.what());
   } catch (const json::exception& e) {
-    // parse_error for malformed or truncated text, out_of_range for a number beyond a double (found by fuzzing).
-    throw Error(std::string("tokenizer JSON: not valid JSON (malformed, truncated or a number out of range): ") +
-                e.what());
+    // A number beyond a double's range is not a parse_error but an out_of_range (406); found by fuzzing.
+    throw Error(std::string("tokenizer JSON: not valid JSON (a number out of range): ") + e.what());
   }
   try {
     return detail::TokenizerJson::parse(j);
