@@ -450,6 +450,21 @@ class JsModel {
   std::unique_ptr<Model> m_;
 };
 
+// A generation in progress (LanguageModel::start_generation), one token per next(): what the package's
+// stream() and generate({ onToken }) step through, handing JS the thread between two tokens. It must be
+// deleted before its model (web/src/core.ts does so on dispose).
+class JsGeneration {
+ public:
+  explicit JsGeneration(qkv::LanguageModel::Generation g) : g_(std::move(g)) {}
+  // The next token, or -1 once generation has ended (and on error, left for takeError()).
+  int next() {
+    return guarded([&] { return g_.next().value_or(-1); });
+  }
+
+ private:
+  qkv::LanguageModel::Generation g_;
+};
+
 class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv::LanguageModelConfig> {
  public:
   static constexpr const char* kName = "LanguageModel";
@@ -474,6 +489,13 @@ class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv:
     return guarded([&] {
       const auto p = int32_array(prompt, "prompt");
       return to_js(m_->generate(p, sampling_options(options)));
+    });
+  }
+  // nullptr (JS null) on error, with the error left for takeError().
+  JsGeneration* start_generation(val prompt, val options) {
+    return guarded([&] {
+      const auto p = int32_array(prompt, "prompt");
+      return new JsGeneration(m_->start_generation(p, sampling_options(options)));
     });
   }
 };
@@ -680,7 +702,10 @@ EMSCRIPTEN_BINDINGS(qkv) {
       .function("evaluate", &JsLanguageModel::evaluate)
       .function("logits", &JsLanguageModel::logits)
       .function("attention", &JsLanguageModel::attention)
-      .function("generate", &JsLanguageModel::generate);
+      .function("generate", &JsLanguageModel::generate)
+      .function("startGeneration", &JsLanguageModel::start_generation, allow_raw_pointers());
+
+  emscripten::class_<JsGeneration>("Generation").function("next", &JsGeneration::next);
 
   model_class<JsSeq2Seq>("Seq2Seq")
       .function("trainStep", &JsSeq2Seq::train_step)

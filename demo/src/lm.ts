@@ -152,7 +152,19 @@ export function setupLanguageModel(): void {
       const maxTokens = Math.floor(numberInput("#lm-length", 1, 2000));
       const promptText = $<HTMLInputElement>("#lm-prompt").value || "\n";
       const prompt = await ss.tok.encode(promptText);
-      const out = await ss.model.generate(prompt, { maxTokens, temperature, topK, seed: seed ?? ++ss.sampleSeed });
+      let shown = promptText;
+      const out = await ss.model.generate(prompt, {
+        maxTokens,
+        temperature,
+        topK,
+        seed: seed ?? ++ss.sampleSeed,
+        // The text appears as it is made, each token as its vocabulary entry; the decoded whole replaces it
+        // at the end (a byte tokenizer's multi-byte characters only decode as a whole).
+        onToken: (token) => {
+          shown += ss.tok.vocabulary[token] ?? "";
+          sampleEl.textContent = shown;
+        },
+      });
       s.sample = promptText + (await ss.tok.decode(out));
       s.sampleStep = s.step;
       s.samples++;

@@ -81,6 +81,46 @@ describe("WorkerClient", () => {
     w.reply({ id: w.sent[0]!.id, out: null });
   });
 
+  it("a stream hands over each token message before its reply, and stop() sends a cancel once", async () => {
+    const w = new FakeWorker();
+    const c = new WorkerClient(w);
+    const input = { model: 1, prompt: Int32Array.of(1), options: {} as never };
+    const tokens: number[] = [];
+    const s = c.stream(input, (t) => tokens.push(t));
+    const other = c.call("dispose", { model: 2 });
+    const id = w.sent[0]!.id;
+    expect(w.sent[0]).toMatchObject({ type: "stream", id, in: input });
+    w.reply({ id, token: 4 });
+    w.reply({ id: w.sent[1]!.id, out: null }); // another call's reply between two tokens
+    w.reply({ id, token: 2 });
+    expect(tokens).toEqual([4, 2]);
+    s.stop();
+    expect(w.sent[2]).toEqual({ type: "cancel", id });
+    w.reply({ id, token: 7 }); // made before the worker saw the cancel
+    w.reply({ id, out: { tokens: Int32Array.of(4, 2, 7) } });
+    await expect(s.result).resolves.toEqual(Int32Array.of(4, 2, 7));
+    await expect(other).resolves.toBeNull();
+    expect(tokens).toEqual([4, 2, 7]); // the client delivers them all; LanguageModel drops those after a stop
+    s.stop(); // after the reply: nothing to cancel
+    w.reply({ id, token: 9 }); // and a stray token of an ended stream is ignored
+    expect(w.sent).toHaveLength(3);
+    expect(tokens).toEqual([4, 2, 7]);
+  });
+
+  it("a failed stream rejects with the worker's error; a crash rejects it like any call", async () => {
+    const w = new FakeWorker();
+    const c = new WorkerClient(w);
+    const input = { model: 1, prompt: Int32Array.of(1), options: {} as never };
+    const bad = c.stream(input, () => undefined);
+    w.reply({ id: w.sent[0]!.id, err: { name: "Error", message: "top_p = 0 is invalid" } });
+    await expect(bad.result).rejects.toThrow(/top_p = 0 is invalid/);
+    const running = c.stream(input, () => undefined);
+    w.crash("out of memory");
+    await expect(running.result).rejects.toThrow(/worker crashed \(out of memory\)/);
+    running.stop(); // a dead worker gets no cancel
+    expect(w.sent.map((m) => m.type)).toEqual(["stream", "stream"]);
+  });
+
   it("a trap in the core (a fatal error reply) fails that call and every other one, and ends the worker", async () => {
     const w = new FakeWorker();
     const c = new WorkerClient(w);

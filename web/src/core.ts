@@ -1,6 +1,7 @@
 // The Embind module (the C++ core compiled to wasm) and the direct API over it: model handles by id,
 // one `switch` from a request to a core call. Used in Node on the caller's thread and in the browser Worker.
 
+import type { TokenStream } from "./platform.js";
 import type { Calls, ConfigIn, ModelOut, ModelRequest, TokenizerIn, TokenizerOut } from "./protocol.js";
 import type { MemoryUsage, Metrics, ModelKind, RuntimeInfo } from "./types.js";
 import { VERSION } from "./version.js";
@@ -24,6 +25,13 @@ export interface CoreLanguageModel extends CoreModelBase {
   logits(inputs: Int32Array, batch: number, seq: number): Float32Array;
   attention(layer: number): Float32Array;
   generate(prompt: Int32Array, options: Calls["generate"]["in"]["options"]): Int32Array;
+  startGeneration(prompt: Int32Array, options: Calls["stream"]["in"]["options"]): CoreGeneration | null;
+}
+
+/** A `Generation` object of the Embind module: generate() one token per next(), -1 once it ended. */
+export interface CoreGeneration {
+  next(): number;
+  delete(): void;
 }
 
 /** A `Seq2Seq` object of the Embind module. */
@@ -156,6 +164,98 @@ type Entry =
   | { kind: "Seq2Seq"; core: CoreSeq2Seq; heads: number; last?: ForwardShape }
   | { kind: "Classifier"; core: CoreClassifier; heads: number; last?: ForwardShape };
 
+/** A generation that stream() steps through; closed (its core object deleted) at its end or its model's dispose. */
+interface Stepping {
+  model: number;
+  core: CoreGeneration;
+  closed: boolean;
+}
+
+let ticks: MessageChannel | undefined;
+const ticking: (() => void)[] = [];
+
+/**
+ * Resolves in a later task of the event loop, after the messages, I/O and timers already queued: a stop(),
+ * another call, or (in Node) a write to a socket runs between two tokens of a stream.
+ */
+export function nextTask(): Promise<void> {
+  const immediate = (globalThis as { setImmediate?: (f: () => void) => unknown }).setImmediate;
+  if (typeof immediate === "function") return new Promise((resolve) => void immediate(resolve));
+  // A Worker has no setImmediate; a MessageChannel message is a task that no timer clamping delays.
+  if (!ticks) {
+    ticks = new MessageChannel();
+    ticks.port1.onmessage = () => ticking.shift()?.();
+  }
+  const channel = ticks;
+  return new Promise((resolve) => {
+    ticking.push(resolve);
+    channel.port2.postMessage(null);
+  });
+}
+
+/**
+ * Keeps each model's calls in the order they were made while it streams. A stream holds its model until it
+ * ends, as one generate() call does: a call on that model made meanwhile (a trainStep, a predict, another
+ * stream) waits for it, so a stream's tokens are always generate()'s, whatever the page does meanwhile. Calls
+ * on other models, and every call while its model is not streaming, run at once (in Node, synchronously
+ * inside the call, as before). Node's backend and the Worker each keep one.
+ */
+export class CallOrder {
+  /** Per model: what its next call must wait for (settles, never rejects, when the model is free). */
+  private readonly tails = new Map<number, Promise<void>>();
+
+  /** Runs `f` now when `model` is free (or undefined: no model), else after the model's earlier calls. */
+  call<T>(model: number | undefined, f: () => T): T | Promise<T> {
+    const tail = model === undefined ? undefined : this.tails.get(model);
+    if (model === undefined || !tail) return f();
+    const p = tail.then(f);
+    this.hold(model, p);
+    return p;
+  }
+
+  /** Starts a stream on `model` now or after its earlier calls; the model is held until the stream ends. */
+  stream(model: number, start: () => TokenStream): TokenStream {
+    const tail = this.tails.get(model);
+    if (!tail) {
+      const s = start();
+      this.hold(model, s.result);
+      return s;
+    }
+    let s: TokenStream | undefined;
+    let stopped = false;
+    const result = tail.then(() => {
+      s = start();
+      if (stopped) s.stop();
+      return s.result;
+    });
+    this.hold(model, result);
+    return {
+      result,
+      stop: () => {
+        stopped = true;
+        s?.stop();
+      },
+    };
+  }
+
+  private hold(model: number, busy: Promise<unknown>): void {
+    const tail = busy.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.tails.set(model, tail);
+    void tail.then(() => {
+      if (this.tails.get(model) === tail) this.tails.delete(model);
+    });
+  }
+}
+
+/** The model a call's input names, if any. */
+export function modelOf(input: unknown): number | undefined {
+  if (typeof input !== "object" || input === null || !("model" in input)) return undefined;
+  return typeof input.model === "number" ? input.model : undefined;
+}
+
 /** At most this many tokenizers stay parsed in the core (tokenizers cross as their JSON). */
 const TOKENIZER_CACHE = 8;
 
@@ -163,6 +263,7 @@ const TOKENIZER_CACHE = 8;
 export class Engine {
   private readonly models = new Map<number, Entry>();
   private readonly tokenizers = new Map<string, CoreTokenizer>();
+  private readonly generations = new Set<Stepping>();
   private nextId = 1;
 
   constructor(readonly core: QkvCore) {}
@@ -238,6 +339,8 @@ export class Engine {
         const e = this.models.get(req.in.model);
         if (e) {
           this.models.delete(req.in.model);
+          // A core Generation must not outlive its model: its streams end (and reject, saying why).
+          for (const g of this.generations) if (g.model === req.in.model) this.close(g);
           e.core.delete();
         }
         return null;
@@ -266,6 +369,63 @@ export class Engine {
         return { bytes: this.run(() => t.decode(ids, skipSpecial)) };
       }
     }
+  }
+
+  /**
+   * Generates token by token (Backend.stream): each step makes one token in the core, hands it to `onToken`
+   * and gives the thread back to the event loop, where stop() and calls on other models run (CallOrder keeps
+   * this model's own calls for after the stream). Throws at once for invalid arguments (the core checks them
+   * when the generation starts).
+   */
+  stream(input: Calls["stream"]["in"], onToken: (token: number) => void): TokenStream {
+    const e = this.get(input.model);
+    if (e.kind !== "LanguageModel") throw mismatch(e.kind, "LanguageModel");
+    const { prompt, options } = input;
+    const core = this.run(() => e.core.startGeneration(prompt, options));
+    if (!core) throw new Error("qkv: the core returned no generation and no error; please report this");
+    const g: Stepping = { model: input.model, core, closed: false };
+    this.generations.add(g);
+    let stopped = false;
+    const result = (async () => {
+      const tokens: number[] = [];
+      try {
+        for (;;) {
+          // First, so that no token reaches onToken before stream() has returned.
+          await nextTask();
+          if (g.closed) {
+            throw new Error("qkv: the LanguageModel was disposed during generation; its generation ended");
+          }
+          if (stopped) break;
+          e.last = undefined; // a step runs the model: attention() asks for a predict()
+          const token = this.run(() => core.next());
+          if (token < 0) break;
+          tokens.push(token);
+          onToken(token);
+        }
+      } catch (err) {
+        try {
+          this.close(g);
+        } catch {
+          // After a trap the core may fail again here: the first error is the one to report.
+        }
+        throw err;
+      }
+      this.close(g);
+      return Int32Array.from(tokens);
+    })();
+    return {
+      result,
+      stop: () => {
+        stopped = true;
+      },
+    };
+  }
+
+  private close(g: Stepping): void {
+    this.generations.delete(g);
+    if (g.closed) return;
+    g.closed = true;
+    g.core.delete();
   }
 
   /** Calls into the core and throws the error it recorded, if any (see takeError in wasm-bindings/). */

@@ -1,8 +1,8 @@
 // LanguageModel: a decoder-only (GPT-style) Transformer in the core (qkv/language_model.h).
 
-import { Model, callModel, createIn, loadIn } from "./model.js";
-import type { Backend } from "./platform.js";
-import type { ModelOut } from "./protocol.js";
+import { Model, callModel, createIn, loadIn, streamModel } from "./model.js";
+import type { Backend, TokenStream } from "./platform.js";
+import type { ModelOut, SamplingIn } from "./protocol.js";
 import type { AttentionOptions, BatchShape, GenerateOptions, LanguageModelConfig, Metrics, StepResult } from "./types.js";
 import { checkAttention, checkBatch, checkConfig, checkGenerate, int32Array, rows } from "./validate.js";
 
@@ -58,11 +58,64 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * Generates up to `maxTokens` new tokens after `prompt` and resolves to them (the prompt excluded): greedy
    * with `temperature: 0`, otherwise sampled with temperature, top-k, top-p and a repetition penalty, as
    * the core's `qkv::SamplingOptions`. The same seed and options give the same tokens. When the sequence
-   * outgrows the context, the window slides.
+   * outgrows the context, the window slides. With `onToken`, each token is also handed over as soon as it
+   * is made (see {@link GenerateOptions.onToken} and {@link LanguageModel.stream}).
    */
   async generate(prompt: Int32Array, options: GenerateOptions): Promise<Int32Array> {
-    const g = checkGenerate(prompt, options);
-    return (await callModel(this, "generate", "generate", g)).tokens;
+    const { onToken, ...g } = checkGenerate(prompt, options);
+    if (!onToken) return (await callModel(this, "generate", "generate", g)).tokens;
+    return generating(this, "generate", g, onToken).result;
+  }
+
+  /**
+   * The tokens {@link LanguageModel.generate} makes with the same prompt and options, each yielded as soon as
+   * the core has made it (in a browser the core runs in a Worker, so the page stays responsive):
+   *
+   * ```ts
+   * for await (const token of lm.stream(prompt, { maxTokens: 200, temperature: 0.8, seed: 1 })) {
+   *   output.textContent += await tok.decode(Int32Array.of(token));
+   *   if (stopClicked) break; // ends generation in the core; the model is ready for the next call
+   * }
+   * ```
+   *
+   * Generation runs ahead of a slow loop (the tokens wait for it) and ends in the core as soon as the loop
+   * ends early (`break`, `return`, or a throw); a bad argument rejects the first step of the loop. Like one
+   * `generate()` call, a stream holds its model until it ends: a call on this model made meanwhile (even
+   * inside the loop) waits for the last token, so nothing changes the stream's tokens; other models' calls
+   * run at once. `dispose()` does not wait: it ends the stream, whose loop then throws.
+   */
+  async *stream(prompt: Int32Array, options: GenerateOptions): AsyncGenerator<number, void, undefined> {
+    const { onToken, ...g } = checkGenerate(prompt, options);
+    const ready: number[] = [];
+    let wake: (() => void) | undefined;
+    let ended = false;
+    const s = generating(this, "stream", g, (token, index) => {
+      onToken?.(token, index);
+      ready.push(token);
+      wake?.();
+    });
+    const result = s.result.finally(() => {
+      ended = true;
+      wake?.();
+    });
+    result.catch(() => undefined); // rethrown to the loop below; a loop abandoned without return() must not crash Node
+    try {
+      for (let next = 0; ; ) {
+        if (next < ready.length) {
+          yield ready[next++]!;
+        } else if (ended) {
+          await result; // throws what failed
+          return;
+        } else {
+          await new Promise<void>((resolve) => (wake = resolve));
+          wake = undefined;
+        }
+      }
+    } finally {
+      // The loop ended early: stop the core, and wait until it has, so that the next call finds it idle.
+      s.stop();
+      await result.catch(() => undefined);
+    }
   }
 
   /**
@@ -74,4 +127,40 @@ export class LanguageModel extends Model<LanguageModelConfig> {
     const { layer, head, batchIndex } = checkAttention(options);
     return (await callModel(this, "attention", "attention", { layer, head, batchIndex })).weights;
   }
+}
+
+/**
+ * Starts generating token by token, handing each token and its index to `each` until stop() or until `each`
+ * throws: then generation stops in the core, and after a throw `result` rejects with what was thrown.
+ */
+function generating(
+  m: LanguageModel,
+  method: string,
+  input: { prompt: Int32Array; options: SamplingIn },
+  each: (token: number, index: number) => void,
+): TokenStream {
+  let thrown: { error: unknown } | undefined;
+  let stopped = false;
+  let index = 0;
+  const stop = (): void => {
+    stopped = true;
+    s.stop();
+  };
+  // The backend never calls back synchronously inside stream(), so `s` is set by the first token.
+  const s: TokenStream = streamModel(m, method, input, (token) => {
+    if (stopped) return; // tokens already on their way from the Worker when it stopped
+    try {
+      each(token, index++);
+    } catch (error) {
+      thrown = { error };
+      stop();
+    }
+  });
+  return {
+    result: s.result.then((tokens) => {
+      if (thrown) throw thrown.error;
+      return tokens;
+    }),
+    stop,
+  };
 }

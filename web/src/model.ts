@@ -5,7 +5,7 @@
 // than ESNext (create-vite's ES2022, DOM) without skipLibCheck. Type declarations only; no runtime effect.
 /// <reference lib="esnext.disposable" preserve="true" />
 
-import type { Backend, ModelCallType } from "./platform.js";
+import type { Backend, ModelCallType, TokenStream } from "./platform.js";
 import type { Calls, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import type { MemoryUsage, ModelKind, SaveOptions } from "./types.js";
@@ -37,6 +37,14 @@ export let callModel: <K extends ModelCallType>(
   input: Omit<Calls[K]["in"], "model">,
 ) => Promise<Calls[K]["out"]>;
 
+/** A model's token-by-token generation (Backend.stream); not part of the public API either. */
+export let streamModel: (
+  m: Model<object>,
+  method: string,
+  input: Omit<Calls["stream"]["in"], "model">,
+  onToken: (token: number) => void,
+) => TokenStream;
+
 /**
  * A model living in the wasm core: the base of {@link LanguageModel}, {@link Seq2Seq} and {@link Classifier}.
  * Free it with {@link Model.dispose} (or `using`). Every method rejects with an `Error` naming the bad
@@ -52,6 +60,10 @@ export abstract class Model<C extends object> {
     callModel = (m, method, type, input) => {
       const h = m.#alive(method);
       return h.backend.call(type, { ...input, model: h.id } as Calls[typeof type]["in"]);
+    };
+    streamModel = (m, method, input, onToken) => {
+      const h = m.#alive(method);
+      return h.backend.stream({ ...input, model: h.id }, onToken);
     };
   }
 

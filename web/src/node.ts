@@ -5,7 +5,7 @@ import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { Engine, crashError, describeCore, isFatal, toError, type CoreFactory } from "./core.js";
+import { CallOrder, Engine, crashError, describeCore, isFatal, modelOf, toError, type CoreFactory } from "./core.js";
 import { MAX_DEFAULT_THREADS, setPlatform, type Backend } from "./platform.js";
 
 const require = createRequire(import.meta.url);
@@ -57,18 +57,35 @@ setPlatform({
     const info = describeCore(core, threads);
     allowExit(core);
     const engine = new Engine(core);
+    const order = new CallOrder();
     let failure: Error | undefined;
+    // A trap or abort: this core is done; init() starts a new one (runtime.ts).
+    const fail = (e: unknown): Error => (isFatal(e) ? (failure = crashError(e)) : toError(e));
     const backend: Backend = {
       failed: () => failure,
       async call(type, input) {
         if (failure) throw failure;
+        // The request union is keyed by type; the cast pairs them up again.
+        const handle = () => engine.handle({ type, id: 0, in: input } as Parameters<Engine["handle"]>[0]) as never;
         try {
-          // The request union is keyed by type; the cast pairs them up again.
-          return engine.handle({ type, id: 0, in: input } as Parameters<Engine["handle"]>[0]) as never;
+          // dispose() at once, even while its model streams: that ends the stream.
+          return type === "dispose" ? handle() : await order.call(modelOf(input), handle);
         } catch (e) {
-          // A trap or abort: this core is done; init() starts a new one (runtime.ts).
-          if (isFatal(e)) throw (failure = crashError(e));
-          throw toError(e);
+          throw fail(e);
+        }
+      },
+      stream(input, onToken) {
+        if (failure) return { result: Promise.reject(failure), stop() {} };
+        try {
+          const s = order.stream(input.model, () => engine.stream(input, onToken));
+          return {
+            result: s.result.catch((e: unknown) => {
+              throw fail(e);
+            }),
+            stop: s.stop,
+          };
+        } catch (e) {
+          return { result: Promise.reject(fail(e)), stop() {} };
         }
       },
     };

@@ -3,11 +3,25 @@
 import type { CallType, Calls } from "./protocol.js";
 import type { InitOptions, RuntimeInfo } from "./types.js";
 
-export type ModelCallType = Exclude<CallType, "init">;
+export type ModelCallType = Exclude<CallType, "init" | "stream">;
+
+/** A generation under way (Backend.stream). */
+export interface TokenStream {
+  /** All the new tokens, once generation ended (by itself, or after {@link stop}). */
+  readonly result: Promise<Int32Array>;
+  /** Ends generation in the core after the token being made; `result` then resolves to the tokens so far. */
+  stop(): void;
+}
 
 /** Serves model calls: directly on the caller's thread (Node) or through a Worker (browser). */
 export interface Backend {
   call<K extends ModelCallType>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]>;
+  /**
+   * Generates token by token: `onToken` gets each new token as the core makes it, in order and never
+   * synchronously inside this call, before `result` resolves. Between two tokens the core's thread is free,
+   * so that a stop() or another call is served at once.
+   */
+  stream(input: Calls["stream"]["in"], onToken: (token: number) => void): TokenStream;
   /** The error that ended this backend (a crashed worker or core), or undefined while it serves calls. */
   failed(): Error | undefined;
 }

@@ -1,6 +1,8 @@
 // The message protocol between the browser client (browser.ts) and the Worker (worker.ts):
 // `{ type, id, in }` → `{ id, out } | { id, err }`. The same calls are served directly in Node (node.ts).
 // Typed arrays in an `out` are fresh copies and cross back as transferables (worker.ts).
+// A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
+// `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
 import type { MemoryReport, Metrics, ModelKind, RuntimeInfo } from "./types.js";
 
@@ -111,6 +113,8 @@ export interface Calls {
   evaluate: { in: { model: number; batch: BatchIn }; out: Metrics };
   predict: { in: { model: number; inputs: InputsIn }; out: { logits: Float32Array } };
   generate: { in: { model: number; prompt: Int32Array; options: SamplingIn }; out: { tokens: Int32Array } };
+  /** generate() one token at a time, each reported as it is made (Backend.stream, TokenMessage). */
+  stream: { in: { model: number; prompt: Int32Array; options: SamplingIn }; out: { tokens: Int32Array } };
   seq2seqGenerate: {
     in: { model: number; src: Int32Array; batch: number; srcLen: number; options: DecodeIn };
     out: { tokens: Int32Array };
@@ -135,8 +139,23 @@ export type CallType = keyof Calls;
 /** A request, discriminated by `type`. */
 export type Request = { [K in CallType]: { type: K; id: number; in: Calls[K]["in"] } }[CallType];
 
-/** The input of a call served by the engine (everything but `init`), discriminated by `type`. */
-export type ModelRequest = Exclude<Request, { type: "init" }>;
+/** The input of a call the engine serves in one go (all but `init` and `stream`), discriminated by `type`. */
+export type ModelRequest = Exclude<Request, { type: "init" | "stream" }>;
+
+/** Ends the `stream` call `id` after the token being made; it then replies with the tokens made so far. */
+export interface CancelRequest {
+  type: "cancel";
+  id: number;
+}
+
+/** What the client sends the worker. */
+export type WorkerMessage = Request | CancelRequest;
+
+/** One new token of the `stream` call `id`, sent as soon as the core made it. */
+export interface TokenMessage {
+  id: number;
+  token: number;
+}
 
 /** An error as it crosses postMessage. */
 export interface WireError {
@@ -146,4 +165,4 @@ export interface WireError {
   fatal?: boolean;
 }
 
-export type Response = { id: number; out: Calls[CallType]["out"] } | { id: number; err: WireError };
+export type Response = { id: number; out: Calls[CallType]["out"] } | { id: number; err: WireError } | TokenMessage;

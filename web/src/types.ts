@@ -222,6 +222,13 @@ export interface GenerateOptions {
    * of a re-run of the context. `false` gives the same tokens, slower (for checks and benchmarks). Default true.
    */
   useCache?: boolean;
+  /**
+   * Called with each new token as soon as the core has made it, and its index among the new tokens (0, 1,
+   * ...), in order and before the promise resolves; the promise still resolves to all of them. For a chat
+   * page that shows text as it is made. When it throws, generation stops and the promise rejects with what
+   * it threw (the model stays usable). {@link LanguageModel.stream} gives the same tokens as an async iterable.
+   */
+  onToken?: (token: number, index: number) => void;
 }
 
 /**

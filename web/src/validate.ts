@@ -174,9 +174,16 @@ export function checkBatch(
 }
 
 /** Checks generate()'s arguments and fills the defaults of the sampling options. */
-export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int32Array; options: SamplingIn } {
+export function checkGenerate(
+  prompt: unknown,
+  options: unknown,
+): { prompt: Int32Array; options: SamplingIn; onToken?: (token: number, index: number) => void } {
   const p = int32Array("prompt", prompt);
-  const o = object("options", options, "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens?, useCache? }");
+  const o = object(
+    "options",
+    options,
+    "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens?, useCache?, onToken? }",
+  );
   const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
   let temperature = 1;
   if (o.temperature !== undefined) {
@@ -185,11 +192,15 @@ export function checkGenerate(prompt: unknown, options: unknown): { prompt: Int3
     }
     temperature = o.temperature;
   }
-  const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens", "useCache"];
+  const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens", "useCache", "onToken"];
   for (const k of Object.keys(o)) {
     if (!known.includes(k)) throw new TypeError(`options.${k} is not a generate option (known: ${known.join(", ")})`);
   }
+  if (o.onToken !== undefined && typeof o.onToken !== "function") {
+    throw new TypeError(`options.onToken must be a function (token, index) => void, got ${describe(o.onToken)}`);
+  }
   return {
+    ...(o.onToken !== undefined && { onToken: o.onToken as (token: number, index: number) => void }),
     prompt: p,
     options: {
       maxTokens,

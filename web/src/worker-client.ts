@@ -2,8 +2,8 @@
 // detects a crashed Worker. Kept apart from browser.ts (which starts the Worker) so that it depends on no
 // browser global and its failure handling is tested in Node with a stand-in Worker (tests/web).
 
-import type { CallType, Calls, Request, Response } from "./protocol.js";
-import type { Backend } from "./platform.js";
+import type { CallType, Calls, CancelRequest, Request, Response } from "./protocol.js";
+import type { Backend, TokenStream } from "./platform.js";
 
 /** What the client needs of a Worker: the DOM Worker has it, and so does a test's stand-in. */
 export interface WorkerLike {
@@ -17,7 +17,10 @@ export interface WorkerLike {
 /** Sends requests to the worker and matches replies by id. */
 export class WorkerClient implements Backend {
   private nextId = 1;
-  private readonly pending = new Map<number, { resolve: (out: unknown) => void; reject: (e: Error) => void }>();
+  private readonly pending = new Map<
+    number,
+    { resolve: (out: unknown) => void; reject: (e: Error) => void; onToken?: (token: number) => void }
+  >();
   private failure: Error | undefined;
 
   constructor(private readonly worker: WorkerLike) {
@@ -25,6 +28,10 @@ export class WorkerClient implements Backend {
       const r = e.data;
       const p = this.pending.get(r.id);
       if (!p) return;
+      if ("token" in r) {
+        p.onToken?.(r.token); // a stream's token: its reply comes later
+        return;
+      }
       this.pending.delete(r.id);
       if ("err" in r) {
         // The same class as in Node (a wrong JS type is a TypeError), the name as thrown.
@@ -67,10 +74,33 @@ export class WorkerClient implements Backend {
   }
 
   send<K extends CallType>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]> {
-    if (this.failure) return Promise.reject(this.failure);
+    return this.request(type, input).reply;
+  }
+
+  call<K extends Exclude<CallType, "init" | "stream">>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]> {
+    return this.send(type, input);
+  }
+
+  stream(input: Calls["stream"]["in"], onToken: (token: number) => void): TokenStream {
+    const { id, reply } = this.request("stream", input, onToken);
+    return {
+      result: reply.then((out) => out.tokens),
+      stop: () => {
+        // Once the reply came (or the worker failed) there is nothing left to stop.
+        if (this.pending.has(id)) this.worker.postMessage({ type: "cancel", id } satisfies CancelRequest);
+      },
+    };
+  }
+
+  private request<K extends CallType>(
+    type: K,
+    input: Calls[K]["in"],
+    onToken?: (token: number) => void,
+  ): { id: number; reply: Promise<Calls[K]["out"]> } {
+    if (this.failure) return { id: 0, reply: Promise.reject(this.failure) };
     const id = this.nextId++;
-    return new Promise((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (out: unknown) => void, reject });
+    const reply = new Promise<Calls[K]["out"]>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve as (out: unknown) => void, reject, ...(onToken && { onToken }) });
       try {
         this.worker.postMessage({ type, id, in: input } as Request);
       } catch (e) {
@@ -79,9 +109,6 @@ export class WorkerClient implements Backend {
         reject(e instanceof Error ? e : new Error(String(e)));
       }
     });
-  }
-
-  call<K extends Exclude<CallType, "init">>(type: K, input: Calls[K]["in"]): Promise<Calls[K]["out"]> {
-    return this.send(type, input);
+    return { id, reply };
   }
 }

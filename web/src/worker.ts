@@ -1,12 +1,16 @@
 // The browser Worker that hosts the core (a classic worker: bundled to one plain script, no imports at run
 // time). It loads the Emscripten glue with importScripts and serves requests with the direct API of core.ts.
 
-import { Engine, crashError, describeCore, isFatal, toError, type CoreFactory } from "./core.js";
-import type { LoadPlan, Request, Response } from "./protocol.js";
+import { CallOrder, Engine, crashError, describeCore, isFatal, modelOf, toError, type CoreFactory } from "./core.js";
+import type { TokenStream } from "./platform.js";
+import type { LoadPlan, Request, Response, TokenMessage, WorkerMessage } from "./protocol.js";
 import type { RuntimeInfo } from "./types.js";
 
 const scope = self as unknown as DedicatedWorkerGlobalScope & { createQkvCore?: CoreFactory };
 let engine: Engine | undefined;
+/** The `stream` calls under way, by request id, for their `cancel`. */
+const streams = new Map<number, TokenStream>();
+const order = new CallOrder();
 
 async function load(p: LoadPlan): Promise<RuntimeInfo> {
   const override = "point init({ wasmPath }) at the folder holding qkv.js and qkv.wasm";
@@ -45,8 +49,22 @@ async function load(p: LoadPlan): Promise<RuntimeInfo> {
 async function serve(req: Request): Promise<Response> {
   try {
     if (req.type === "init") return { id: req.id, out: await load(req.in) };
-    if (!engine) throw new Error("qkv: the core is not loaded yet (init() first)");
-    return { id: req.id, out: engine.handle(req) };
+    const e = engine;
+    if (!e) throw new Error("qkv: the core is not loaded yet (init() first)");
+    if (req.type === "stream") {
+      // Each token goes out as soon as it is made; between two tokens this worker serves other messages.
+      const post = (token: number) => scope.postMessage({ id: req.id, token } satisfies TokenMessage);
+      const s = order.stream(req.in.model, () => e.stream(req.in, post));
+      streams.set(req.id, s);
+      try {
+        return { id: req.id, out: { tokens: await s.result } };
+      } finally {
+        streams.delete(req.id);
+      }
+    }
+    // dispose() at once, even while its model streams: that ends the stream.
+    if (req.type === "dispose") return { id: req.id, out: e.handle(req) };
+    return { id: req.id, out: await order.call(modelOf(req.in), () => e.handle(req)) };
   } catch (e) {
     if (isFatal(e)) {
       // The wasm memory can no longer be trusted: serve nothing more (the client terminates this worker).
@@ -68,8 +86,13 @@ function transferables(out: unknown): ArrayBuffer[] {
   return buffers;
 }
 
-scope.onmessage = (e: MessageEvent<Request>) => {
-  void serve(e.data).then((r) => {
+scope.onmessage = (e: MessageEvent<WorkerMessage>) => {
+  const m = e.data;
+  if (m.type === "cancel") {
+    streams.get(m.id)?.stop(); // a stream that already ended has replied: nothing to do
+    return;
+  }
+  void serve(m).then((r) => {
     scope.postMessage(r, "out" in r ? transferables(r.out) : []);
   });
 };

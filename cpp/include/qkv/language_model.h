@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -95,6 +96,16 @@ class LanguageModel {
   std::vector<std::vector<int32_t>> generate(std::span<const int32_t> prompts, int batch, int prompt_len,
                                              const SamplingOptions& options, const TokenCallback& on_token = {});
 
+  // Generation one token per call, for callers that cannot be called back from inside generate() (a
+  // JavaScript async iterator: its consumer runs between two tokens, on the same thread). Generation::next()
+  // makes the next token that generate(prompt, options) makes, or returns std::nullopt once generation has
+  // ended (max_new_tokens made, or a stop token emitted). Stopping is dropping the object; it costs nothing.
+  // Other calls on the model between two tokens are allowed: after one that ran the model or loaded weights,
+  // the next token re-reads the tokens so far (rebuilding the KV cache) under the weights as they are then.
+  // The model must outlive its Generations. Throws qkv::Error as generate() does for invalid arguments.
+  class Generation;
+  Generation start_generation(std::span<const int32_t> prompt, const SamplingOptions& options);
+
   const LanguageModelConfig& config() const;
   const OptimizerConfig& optimizer() const;
   void set_learning_rate(float lr);
@@ -127,6 +138,23 @@ class LanguageModel {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// See LanguageModel::start_generation.
+class LanguageModel::Generation {
+ public:
+  Generation(Generation&&) noexcept;
+  Generation& operator=(Generation&&) noexcept;
+  ~Generation();
+
+  // The next new token, or std::nullopt when generation has ended (then every later call returns nullopt).
+  std::optional<int32_t> next();
+
+ private:
+  friend class LanguageModel;
+  struct State;
+  explicit Generation(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace qkv

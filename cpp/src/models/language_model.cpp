@@ -46,6 +46,9 @@ struct LanguageModel::Impl {
   std::vector<int32_t> tokens, targets;  // copies of the current batch, (B,T)
   nn::Dropout drop;                      // of the last forward
   infer::KvCaches caches;                // generation's, one per layer
+  // Which Generation's keys and values the caches hold (0: none, or stale since the model ran or loaded
+  // weights): a Generation that finds it is not the owner rebuilds them before its next token.
+  uint64_t caches_owner = 0, generations = 0;
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
   Impl(const LanguageModelConfig& c, const OptimizerConfig& o)
@@ -101,6 +104,7 @@ struct LanguageModel::Impl {
 
   // tokens (B,T) -> logits (B,T,V)
   void forward(int B, int T, bool train_pass) {
+    caches_owner = 0;  // the caches stay, but a paused Generation must not trust them (weights may change next)
     drop = core.next_dropout(train_pass);
     embedding.forward(stack.input(), tokens.data(), B, T, drop);
     stack.forward({nullptr, true}, B, T, drop);
@@ -216,42 +220,65 @@ std::vector<int32_t> LanguageModel::generate(std::span<const int32_t> prompt, co
   return std::move(generate(prompt, 1, static_cast<int>(prompt.size()), options, each).front());
 }
 
-std::vector<std::vector<int32_t>> LanguageModel::generate(std::span<const int32_t> prompts, int batch, int prompt_len,
-                                                          const SamplingOptions& options,
-                                                          const TokenCallback& on_token) {
-  Impl& m = *impl_;
-  check(batch >= 1, "batch = ", batch, " is invalid: expected an integer >= 1");
-  check(prompt_len >= 1, "prompt_len = ", prompt_len, " is invalid: expected an integer >= 1");
-  models::check_shape(prompts, "prompts", batch, prompt_len, "batch", "prompt_len");
-  models::check_ids(prompts, "prompts", m.V);
-  validate(options, m.V);
-  const int ctx = m.config.context;
-  const size_t B = static_cast<size_t>(batch);
-  m.ensure_capacity(batch, ctx);
-  // Every row has the same length n: a row that has stopped keeps being fed (token 0), unseen.
-  std::vector<std::vector<int32_t>> seq(B), out(B);
+// The state of a generation between two steps: generate() runs its steps back to back, a Generation one
+// per next(). Every row has the same length n: a row that has stopped keeps being fed (token 0), unseen.
+struct LanguageModel::Generation::State {
+  Impl& m;
+  const SamplingOptions options;
+  const int batch, ctx;
+  const uint64_t id;  // for Impl::caches_owner
+  std::vector<std::vector<int32_t>> seq, out;
   std::vector<Rng> rngs;
-  for (size_t b = 0; b < B; ++b) {
-    seq[b].assign(prompts.begin() + static_cast<std::ptrdiff_t>(b * prompt_len),
-                  prompts.begin() + static_cast<std::ptrdiff_t>((b + 1) * prompt_len));
-    seq[b].reserve(static_cast<size_t>(prompt_len + options.max_new_tokens));
-    out[b].reserve(static_cast<size_t>(options.max_new_tokens));
-    rngs.emplace_back(options.seed + b);
+  std::vector<uint8_t> done;
+  std::vector<int32_t> window;  // (B, ctx)
+  int start = 0;                // with the cache: the position-0 token of the window it holds
+  int made = 0;                 // steps taken
+  bool ended = false;
+
+  State(Impl& model, std::span<const int32_t> prompts, int B, int prompt_len, const SamplingOptions& o)
+      : m(model), options(o), batch(B), ctx(model.config.context), id(++model.generations) {
+    check(batch >= 1, "batch = ", batch, " is invalid: expected an integer >= 1");
+    check(prompt_len >= 1, "prompt_len = ", prompt_len, " is invalid: expected an integer >= 1");
+    models::check_shape(prompts, "prompts", batch, prompt_len, "batch", "prompt_len");
+    models::check_ids(prompts, "prompts", m.V);
+    validate(options, m.V);
+    m.ensure_capacity(batch, ctx);
+    const size_t rows = static_cast<size_t>(batch);
+    seq.resize(rows);
+    out.resize(rows);
+    // Room for the tokens to come, up to a bound: an open-ended stream (a huge max_new_tokens that the
+    // caller stops) must not allocate for all of them up front.
+    const size_t room = static_cast<size_t>(std::min(options.max_new_tokens, 4096));
+    for (size_t b = 0; b < rows; ++b) {
+      seq[b].assign(prompts.begin() + static_cast<std::ptrdiff_t>(b * prompt_len),
+                    prompts.begin() + static_cast<std::ptrdiff_t>((b + 1) * prompt_len));
+      seq[b].reserve(static_cast<size_t>(prompt_len) + room);
+      out[b].reserve(room);
+      rngs.emplace_back(options.seed + b);
+    }
+    done.assign(rows, 0);
+    window.resize(rows * static_cast<size_t>(ctx));
+    ended = options.max_new_tokens == 0;
   }
-  std::vector<uint8_t> done(B, 0);
-  std::vector<int32_t> window(B * static_cast<size_t>(ctx));
+
   // window (B,T) = the tokens [from, from + T) of every row
-  auto gather = [&](int from, int T) {
-    for (size_t b = 0; b < B; ++b)
+  void gather(int from, int T) {
+    for (size_t b = 0; b < seq.size(); ++b)
       std::copy_n(seq[b].begin() + from, T, window.begin() + static_cast<std::ptrdiff_t>(b * T));
-  };
-  if (options.use_cache) m.caches.reset(m.L, batch, ctx, m.C);
-  int start = 0;  // with the cache: the position-0 token of the window it holds
-  for (int i = 0; i < options.max_new_tokens; ++i) {
+  }
+
+  // One token for every row still going, each passed to on_token. Returns false, doing nothing, once
+  // generation has ended.
+  bool step(const TokenCallback& on_token) {
+    if (ended) return false;
     const int n = static_cast<int>(seq[0].size());
     const float* z;  // row b's next-token logits at z + b * z_stride
     size_t z_stride;
     if (options.use_cache) {
+      if (m.caches_owner != id) {  // first step, or the model ran something else since the last one
+        m.caches.reset(m.L, batch, ctx, m.C);
+        m.caches_owner = id;
+      }
       if (n - start > ctx) {  // the window slides: every position moves, so the cache starts over
         start = n - ctx;
         m.caches.clear();
@@ -264,13 +291,13 @@ std::vector<std::vector<int32_t>> LanguageModel::generate(std::span<const int32_
     } else {
       const int T = std::min(n, ctx);
       gather(n - T, T);
-      m.tokens.assign(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(B * T));
+      m.tokens.assign(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(batch) * T));
       m.forward(batch, T, false);
       z = m.logits.data() + static_cast<size_t>(T - 1) * m.V;
       z_stride = static_cast<size_t>(T) * m.V;
     }
     bool all_done = true, cancelled = false;
-    for (size_t b = 0; b < B; ++b) {
+    for (size_t b = 0; b < seq.size(); ++b) {
       if (done[b]) {
         seq[b].push_back(0);
         continue;
@@ -283,9 +310,40 @@ std::vector<std::vector<int32_t>> LanguageModel::generate(std::span<const int32_
       all_done = all_done && done[b];
       if (on_token && !on_token(static_cast<int>(b), next, zb)) cancelled = true;
     }
-    if (all_done || cancelled) break;
+    ended = all_done || cancelled || ++made == options.max_new_tokens;
+    return true;
   }
-  return out;
+};
+
+std::vector<std::vector<int32_t>> LanguageModel::generate(std::span<const int32_t> prompts, int batch, int prompt_len,
+                                                          const SamplingOptions& options,
+                                                          const TokenCallback& on_token) {
+  Generation::State g(*impl_, prompts, batch, prompt_len, options);
+  while (g.step(on_token)) {
+  }
+  return std::move(g.out);
+}
+
+LanguageModel::Generation LanguageModel::start_generation(std::span<const int32_t> prompt,
+                                                          const SamplingOptions& options) {
+  check(!prompt.empty(), "prompt is empty: expected at least one token id");
+  models::check_ids(prompt, "prompt", impl_->V);
+  return Generation(std::make_unique<Generation::State>(*impl_, prompt, 1, static_cast<int>(prompt.size()), options));
+}
+
+LanguageModel::Generation::Generation(std::unique_ptr<State> state) : state_(std::move(state)) {}
+LanguageModel::Generation::Generation(Generation&&) noexcept = default;
+LanguageModel::Generation& LanguageModel::Generation::operator=(Generation&&) noexcept = default;
+LanguageModel::Generation::~Generation() = default;
+
+std::optional<int32_t> LanguageModel::Generation::next() {
+  std::optional<int32_t> token;
+  if (state_)
+    state_->step([&](int, int32_t t, std::span<const float>) {
+      token = t;
+      return true;
+    });
+  return token;
 }
 
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
@@ -316,8 +374,12 @@ void LanguageModel::load_state(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
   io::check_same_config(to_json(impl_->config), c.config_json);
   io::restore_checkpoint(impl_->core, c);
+  impl_->caches_owner = 0;  // keys and values of the old weights
 }
 
-void LanguageModel::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
+void LanguageModel::load_weights(std::span<const uint8_t> bytes) {
+  io::restore_weights(impl_->core, bytes);
+  impl_->caches_owner = 0;  // keys and values of the old weights
+}
 
 }  // namespace qkv
