@@ -78,6 +78,8 @@ TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {
       check_case({true, true, 67, 257, 67, 1.f, -0.5f}, isa);
       check_case({false, false, 400, 531, 600, 1.f, 0.f}, isa);
       check_case({false, true, 3, 1000, 517, 1.f, 1.f}, isa);
+      // A transposed A with N > 512 is packed whole, every panel (not only a ragged last one).
+      check_case({true, false, 531, 40, 520, 1.f, 0.5f}, isa);
       // One or two rows: the row kernels, threaded over column chunks, with a ragged last chunk.
       check_case({false, true, 1, 1000, 517, 1.f, 1.f}, isa);
       check_case({true, false, 2, 1003, 300, 0.5f, -0.5f}, isa);

@@ -3,8 +3,12 @@
 //      rows past M), and op(B) into panels of NR columns (row k of the panel is NR contiguous floats, zero
 //      columns past N). Packing absorbs every transposition, so one micro-kernel serves all four variants.
 //   2. C is cut into tiles of MC x NC; threads take whole tiles (no two write the same C element). Inside a
-//      tile, K is cut into blocks of KC: for each block, each B panel (KC x NR, kept in L1) is swept by every
-//      A panel of the tile (MC x KC, kept in L2), and the MR x NR register tile of C is updated once per block.
+//      tile, K is cut into blocks of KC: for each block, each A panel (MR x KC, kept in L1) sweeps every B
+//      panel of the tile (KC x NC, kept in L2), and the MR x NR register tile of C is updated once per block.
+//      This is BLIS's order for a kernel that broadcasts A and loads vectors of B: per k step it reads MR
+//      floats of A (from L1) and 2 vectors of B, which L2 delivers in time (128 bytes per 2*MR FMAs). The
+//      other order (a B panel in L1 swept by the A panels) measured 3% slower at 1024^3 (1 thread, CPU
+//      time, alternated in one process) and the same on the char GPT's shapes.
 // A row-major op(B) (no trans_b) is read in place when there are too few rows of A to repay packing it;
 // its last panel is packed anyway when N is not a multiple of NR, so the micro-kernel never reads past N.
 // Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
@@ -25,9 +29,9 @@
 namespace qkv::kernels {
 namespace {
 
-constexpr int kKC = 256;  // K block: a KC x NR panel of B is 32 KB at NR = 32, inside a 48 KB L1
-constexpr int kMC = 192;  // rows per tile (rounded down to a multiple of MR): MC x KC of A is <= 192 KB of L2
-constexpr int kNC = 512;  // columns per tile (a multiple of every NR)
+constexpr int kKC = 256;  // K block: an MR x KC panel of A is 8 KB at MR = 8, a KC x NR panel of B 32 KB
+constexpr int kMC = 192;  // rows per tile (rounded down to a multiple of MR)
+constexpr int kNC = 512;  // columns per tile (a multiple of every NR): KC x NC of B is 512 KB of L2
 
 // The scalar fallback's register tile, and the micro-kernel's contract (gemm_kernel.h) in plain loops.
 constexpr int kScalarMR = 4, kScalarNR = 4;
@@ -41,6 +45,14 @@ void gemm_micro_scalar(int kc, const float* a, int rs_a, int cs_a, const float* 
   for (int r = 0; r < kScalarMR; ++r) {
     float* cr = c + static_cast<size_t>(r) * ldc;
     for (int j = 0; j < kScalarNR; ++j) cr[j] = alpha * acc[r][j] + (beta == 0.f ? 0.f : beta * cr[j]);
+  }
+}
+
+// Packing's copy (gemm_kernel.h) in plain loops.
+void gemm_pack_rows_scalar(float* dst, int width, const float* src, int ld, int rows, int cols) {
+  for (int k = 0; k < rows; ++k, dst += width, src += static_cast<ptrdiff_t>(ld)) {
+    for (int j = 0; j < cols; ++j) dst[j] = src[j];
+    for (int j = cols; j < width; ++j) dst[j] = 0.f;
   }
 }
 
@@ -94,7 +106,7 @@ GemmMicroKernel select() {
 #if QKV_ISA_NEON
     case Isa::NEON: return gemm_micro_kernel<xsimd::neon64>();
 #endif
-    default: return {kScalarMR, kScalarNR, &gemm_micro_scalar};
+    default: return {kScalarMR, kScalarNR, &gemm_micro_scalar, &gemm_pack_rows_scalar};
   }
 }
 
@@ -122,16 +134,9 @@ struct Problem {
 };
 
 // Panel p of op(A): dst[k * mr + r] = op(A)(p*mr + r, k), zero past M.
-void pack_a(float* dst, const Problem& g, int mr, int64_t p) {
-  const int i0 = static_cast<int>(p * mr), rows = std::min(mr, g.M - i0);
-  if (g.trans_a) {  // A is (K, M): row k holds the mr values contiguously
-    for (int k = 0; k < g.K; ++k, dst += mr) {
-      const float* src = g.A + static_cast<size_t>(k) * g.lda + i0;
-      for (int r = 0; r < rows; ++r) dst[r] = src[r];
-      for (int r = rows; r < mr; ++r) dst[r] = 0.f;
-    }
-    return;
-  }
+void pack_a(float* dst, const Problem& g, const GemmMicroKernel& mk, int64_t p) {
+  const int mr = mk.mr, i0 = static_cast<int>(p * mr), rows = std::min(mr, g.M - i0);
+  if (g.trans_a) return mk.pack_rows(dst, mr, g.A + i0, g.lda, g.K, rows);  // A is (K, M): row k holds the mr values
   for (int r = 0; r < mr; ++r) {  // A is (M, K): read each row once, scatter with stride mr
     if (r < rows) {
       const float* src = g.A + static_cast<size_t>(i0 + r) * g.lda;
@@ -143,16 +148,9 @@ void pack_a(float* dst, const Problem& g, int mr, int64_t p) {
 }
 
 // Panel q of op(B): dst[k * nr + j] = op(B)(k, q*nr + j), zero past N.
-void pack_b(float* dst, const Problem& g, int nr, int64_t q) {
-  const int j0 = static_cast<int>(q * nr), cols = std::min(nr, g.N - j0);
-  if (!g.trans_b) {  // B is (K, N)
-    for (int k = 0; k < g.K; ++k, dst += nr) {
-      const float* src = g.B + static_cast<size_t>(k) * g.ldb + j0;
-      for (int j = 0; j < cols; ++j) dst[j] = src[j];
-      for (int j = cols; j < nr; ++j) dst[j] = 0.f;
-    }
-    return;
-  }
+void pack_b(float* dst, const Problem& g, const GemmMicroKernel& mk, int64_t q) {
+  const int nr = mk.nr, j0 = static_cast<int>(q * nr), cols = std::min(nr, g.N - j0);
+  if (!g.trans_b) return mk.pack_rows(dst, nr, g.B + j0, g.ldb, g.K, cols);  // B is (K, N)
   for (int j = 0; j < nr; ++j) {  // B is (N, K): read each row once, scatter with stride nr
     if (j < cols) {
       const float* src = g.B + static_cast<size_t>(j0 + j) * g.ldb;
@@ -243,10 +241,10 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   auto pack = [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       if (i < packed_a) {
-        pack_a(pa + static_cast<size_t>(i) * mr * K, g, mr, a_in_place ? panels_a - 1 : i);
+        pack_a(pa + static_cast<size_t>(i) * mr * K, g, mk, a_in_place ? panels_a - 1 : i);
       } else {
         const int64_t slot = i - packed_a;
-        pack_b(pb + static_cast<size_t>(slot) * nr * K, g, nr, pack_all_b ? slot : panels_b - 1);
+        pack_b(pb + static_cast<size_t>(slot) * nr * K, g, mk, pack_all_b ? slot : panels_b - 1);
       }
     }
   };
@@ -291,19 +289,19 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
       for (int k0 = 0; k0 < K; k0 += kKC) {
         const int kc = std::min(kKC, K - k0);
         const float blk_beta = k0 == 0 ? beta : 1.f;
-        for (int64_t q = q_begin; q < q_end; ++q) {
-          int ldbp = 0;
-          const float* bp = b_panel(q, k0, ldbp);
-          const int j0 = static_cast<int>(q * nr), cols = std::min(nr, N - j0);
-          for (int64_t p = p_begin; p < p_end; ++p) {
-            const int i0 = static_cast<int>(p * mr), rows = std::min(mr, M - i0);
-            const bool direct = a_in_place && rows == mr;
-            // op(A)(i0 + r, k0 + k): A[(i0 + r) * lda + k0 + k] in place, or A[(k0 + k) * lda + i0 + r] with trans_a
-            const float* ap = !direct
-                                  ? pa + static_cast<size_t>(a_in_place ? 0 : p) * mr * K + static_cast<size_t>(k0) * mr
-                              : trans_a ? A + static_cast<size_t>(k0) * lda + i0
-                                        : A + static_cast<size_t>(i0) * lda + k0;
-            const int rs_a = !direct ? 1 : trans_a ? 1 : lda, cs_a = !direct ? mr : trans_a ? lda : 1;
+        for (int64_t p = p_begin; p < p_end; ++p) {
+          const int i0 = static_cast<int>(p * mr), rows = std::min(mr, M - i0);
+          const bool direct = a_in_place && rows == mr;
+          // op(A)(i0 + r, k0 + k): A[(i0 + r) * lda + k0 + k] in place, or A[(k0 + k) * lda + i0 + r] with trans_a
+          const float* ap = !direct
+                                ? pa + static_cast<size_t>(a_in_place ? 0 : p) * mr * K + static_cast<size_t>(k0) * mr
+                            : trans_a ? A + static_cast<size_t>(k0) * lda + i0
+                                      : A + static_cast<size_t>(i0) * lda + k0;
+          const int rs_a = !direct ? 1 : trans_a ? 1 : lda, cs_a = !direct ? mr : trans_a ? lda : 1;
+          for (int64_t q = q_begin; q < q_end; ++q) {
+            int ldbp = 0;
+            const float* bp = b_panel(q, k0, ldbp);
+            const int j0 = static_cast<int>(q * nr), cols = std::min(nr, N - j0);
             float* c = C + static_cast<size_t>(i0) * ldc + j0;
             if (rows == mr && cols == nr) {
               mk.fn(kc, ap, rs_a, cs_a, bp, ldbp, c, ldc, alpha, blk_beta);

@@ -14,9 +14,14 @@ namespace qkv::kernels {
 using GemmMicroFn = void (*)(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb, float* c, int ldc,
                              float alpha, float beta);
 
+// Packing's copy: row k of dst (width floats, at dst + k * width) = the first cols floats of row k of src
+// (at src + k * ld), zero-padded past cols; for k in [0, rows). cols <= width.
+using GemmPackRowsFn = void (*)(float* dst, int width, const float* src, int ld, int rows, int cols);
+
 struct GemmMicroKernel {
   int mr, nr;  // the register tile: mr rows by nr columns of C held in registers over the k loop
   GemmMicroFn fn;
+  GemmPackRowsFn pack_rows;  // in the same instruction set: whole vectors where a row holds them
 };
 
 template <class Arch>

@@ -64,9 +64,24 @@ void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int 
   }
 }
 
+// Packing a row-major op(B) (rows of NR = 2 vectors) or a transposed A (rows of MR) is a strided copy of
+// short rows; whole vectors move a B panel's row in two loads and two stores.
+template <class Arch>
+void gemm_pack_rows(float* dst, int width, const float* src, int ld, int rows, int cols) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(V::size);
+  for (int k = 0; k < rows; ++k, dst += width, src += static_cast<ptrdiff_t>(ld)) {
+    int j = 0;
+    for (; j + W <= cols; j += W) V::load_unaligned(src + j).store_unaligned(dst + j);
+    for (; j < cols; ++j) dst[j] = src[j];
+    for (; j < width; ++j) dst[j] = 0.f;
+  }
+}
+
 template <class Arch>
 GemmMicroKernel gemm_micro_kernel() {
-  return {gemm_mr<Arch>(), 2 * static_cast<int>(xsimd::batch<float, Arch>::size), &gemm_micro<Arch>};
+  return {gemm_mr<Arch>(), 2 * static_cast<int>(xsimd::batch<float, Arch>::size), &gemm_micro<Arch>,
+          &gemm_pack_rows<Arch>};
 }
 
 inline float gemm_store(float alpha, float acc, float beta, float c) {
