@@ -13,12 +13,21 @@ namespace qkv::kernels {
 // live at once. Each k step does 2 loads of b, MR broadcasts of a and 2*MR FMAs, so the FMA units, not the
 // loads, bound it. MR per register file: 32 vector registers (AVX-512, NEON) take MR = 8 (16 accumulators,
 // and 8 divides the batch x context row counts the models use, where 12 would leave ragged panels);
-// 16 registers (AVX2, SSE, and SIMD128 as V8 maps it onto x86) take MR = 6 (12 accumulators), which still
-// covers FMA latency x throughput (4 cycles x 2 ports = 8 in flight).
+// 16 registers (AVX2, SSE) take MR = 6 (12 accumulators), which still covers FMA latency x throughput
+// (4 cycles x 2 ports = 8 in flight).
+// WebAssembly (SIMD128, no FMA) takes MR = 4: V8 maps it onto x86's 16 xmm registers but keeps one as its
+// scratch, and without FMA each product needs a temporary, so MR = 6 (12 accumulators + 2 vectors of b + a +
+// the product = 16 live) spills. Measured in Node 20, the char GPT step's CPU time, the three builds
+// alternated in one process (min of 24 steps each, three orders): MR 6 203-208 ms, MR 5 185-188, MR 4 186-190.
+// 4 rather than 5 divides the batch x context row counts.
 template <class Arch>
 constexpr int gemm_mr() {
   if constexpr (std::is_same_v<Arch, xsimd::avx512f> || std::is_same_v<Arch, xsimd::neon64>) return 8;
+#ifdef __EMSCRIPTEN__
+  return 4;
+#else
   return 6;
+#endif
 }
 
 template <class Arch>
