@@ -1,5 +1,8 @@
 // Instantiates the SIMD kernel bodies for xsimd::sse4_1; this file alone is compiled with that set's flags
-// (cpp/CMakeLists.txt), so nothing else in the library needs them.
+// (cpp/CMakeLists.txt), so nothing else in the library needs them. In the WebAssembly build these are the
+// kernels that run, through Emscripten's SSE emulation: wasm_sse.h first replaces its slow conversions.
+#include "kernels/cpu/wasm_sse.h"
+// (wasm_sse.h must come before any xsimd header)
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/gemm_simd.h"
 
