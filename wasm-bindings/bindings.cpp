@@ -168,6 +168,7 @@ void visit_optimizer(V& v, qkv::OptimizerConfig& o) {
   v("warmupSteps", o.warmup_steps);
   v("totalSteps", o.total_steps);
   v("minLr", o.min_lr);
+  v("nonFinite", o.non_finite);
 }
 
 // The layer choices every model shares.
@@ -314,6 +315,9 @@ class Reader {
     return qkv::parse_optimizer_kind(s, f);
   }
   static qkv::Schedule parse(const std::string& s, const char* f, qkv::Schedule*) { return qkv::parse_schedule(s, f); }
+  static qkv::NonFinite parse(const std::string& s, const char* f, qkv::NonFinite*) {
+    return qkv::parse_non_finite(s, f);
+  }
 
   const val& config_;
   std::string model_;
@@ -447,6 +451,15 @@ class JsModel {
   val memory() const { return to_js(m_->memory()); }
 
  protected:
+  // What a trainStep resolves to: the loss, and whether the model skipped the update (NonFinite::Skip).
+  val step_result(float loss) const {
+    val out = val::object();
+    out.set("loss", loss);
+    out.set("skipped", m_->last_step_skipped());
+    out.set("skippedSteps", m_->skipped_steps());
+    return out;
+  }
+
   std::unique_ptr<Model> m_;
 };
 
@@ -470,9 +483,10 @@ class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv:
   static constexpr const char* kName = "LanguageModel";
   using JsModel::JsModel;
 
-  float train_step(val inputs, val targets, int batch, int seq) {
-    return guarded(
-        [&] { return m_->train_step(int32_array(inputs, "inputs"), int32_array(targets, "targets"), batch, seq); });
+  val train_step(val inputs, val targets, int batch, int seq) {
+    return guarded([&] {
+      return step_result(m_->train_step(int32_array(inputs, "inputs"), int32_array(targets, "targets"), batch, seq));
+    });
   }
   val evaluate(val inputs, val targets, int batch, int seq) {
     return guarded([&] {
@@ -505,10 +519,10 @@ class JsSeq2Seq : public JsModel<JsSeq2Seq, qkv::Seq2Seq, qkv::Seq2SeqConfig> {
   static constexpr const char* kName = "Seq2Seq";
   using JsModel::JsModel;
 
-  float train_step(val src, val tgt_in, val tgt_out, int batch, int src_len, int tgt_len) {
+  val train_step(val src, val tgt_in, val tgt_out, int batch, int src_len, int tgt_len) {
     return guarded([&] {
-      return m_->train_step(int32_array(src, "src"), int32_array(tgt_in, "tgtIn"), int32_array(tgt_out, "tgtOut"),
-                            batch, src_len, tgt_len);
+      return step_result(m_->train_step(int32_array(src, "src"), int32_array(tgt_in, "tgtIn"),
+                                        int32_array(tgt_out, "tgtOut"), batch, src_len, tgt_len));
     });
   }
   val evaluate(val src, val tgt_in, val tgt_out, int batch, int src_len, int tgt_len) {
@@ -545,9 +559,10 @@ class JsClassifier : public JsModel<JsClassifier, qkv::Classifier, qkv::Classifi
   static constexpr const char* kName = "Classifier";
   using JsModel::JsModel;
 
-  float train_step(val tokens, val labels, int batch, int seq) {
-    return guarded(
-        [&] { return m_->train_step(int32_array(tokens, "tokens"), int32_array(labels, "labels"), batch, seq); });
+  val train_step(val tokens, val labels, int batch, int seq) {
+    return guarded([&] {
+      return step_result(m_->train_step(int32_array(tokens, "tokens"), int32_array(labels, "labels"), batch, seq));
+    });
   }
   val evaluate(val tokens, val labels, int batch, int seq) {
     return guarded(

@@ -164,6 +164,7 @@ int run_train(const TrainArgs& a) {
     with_data_hint(*task, [&] { task->set_data(a.data, text); });
     if (task->train.batch < 1) task->train.batch = 8;  // a checkpoint written by the library, not the tool
     if (a.lr.given) task->set_learning_rate(static_cast<float>(a.lr.value));
+    if (a.non_finite.given) task->set_non_finite(parse_non_finite(a.non_finite.value, "--non-finite"));
     if (!a.steps.given && task->train.steps == 0) task->train.steps = 1000;
   } else {
     const Kind kind = parse_kind(a.model.value);
@@ -171,6 +172,7 @@ int run_train(const TrainArgs& a) {
     const int steps = a.steps.given ? a.steps.value : 1000;
     nlohmann::json opt = setup.optimizer;
     if (a.lr.given) opt["lr"] = a.lr.value;
+    if (a.non_finite.given) opt["non_finite"] = a.non_finite.value;
     if (opt.value("schedule", "") == "cosine" && opt.value("total_steps", 0) == 0) opt["total_steps"] = steps;
     const std::string source = a.config.empty() || a.config == "tiny" || a.config == "small" ? "" : a.config;
     const OptimizerConfig optimizer = [&] {
@@ -196,7 +198,8 @@ int run_train(const TrainArgs& a) {
   }
   task->check_trainable();
   const std::string out = !a.out.empty() ? a.out : !a.resume.empty() ? a.resume : "model.safetensors";
-  const int start = task->step(), total = t.steps;
+  // A skipped step drew its batch too: the next batch is the one after every step taken or skipped.
+  const int start = task->step() + task->skipped_steps(), total = t.steps;
   std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n",
                kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
                out.c_str());
@@ -222,6 +225,11 @@ int run_train(const TrainArgs& a) {
     ++step;
     const Batch b = task->train_batch(t.seed, step, t.batch);
     loss = task->train_step(b);
+    if (task->last_step_skipped()) {
+      progress.clear();
+      std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", step,
+                   std::isfinite(loss) ? "the gradient norm" : "the loss", task->skipped_steps());
+    }
     progress.update(step, loss, b.tokens);
     saved = evaluated = false;
     if (t.eval_every > 0 && step % t.eval_every == 0) {
@@ -240,6 +248,9 @@ int run_train(const TrainArgs& a) {
   if (!saved) task->save(out);
   if (!evaluated) evaluate(step);
   say(&progress, "done step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
+  if (task->skipped_steps() > 0)
+    std::fprintf(stderr, "%d steps were skipped for a non-finite loss or gradient (--non-finite skip)\n",
+                 task->skipped_steps());
   return 0;
 }
 
@@ -319,7 +330,9 @@ int run_info(const InfoArgs& a) {
   const auto get = [&](const char* key) { return meta.count(key) ? meta.at(key) : std::string(); };
   if (meta.count("qkv.model")) {
     row("model", get("qkv.model") + " (qkv " + get("qkv.version") + ")");
-    row("step", get("qkv.step") + (get("qkv.optimizer_state") == "true" ? " (with optimizer state)" : ""));
+    const std::string skipped = get("qkv.skipped_steps");
+    row("step", get("qkv.step") + (get("qkv.optimizer_state") == "true" ? " (with optimizer state)" : "") +
+                    (!skipped.empty() && skipped != "0" ? "; " + skipped + " skipped (non-finite)" : ""));
     row("config", get("qkv.config"));
     row("optimizer", get("qkv.optimizer"));
   } else {

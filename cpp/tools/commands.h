@@ -15,7 +15,7 @@ struct Flag {
 
 struct TrainArgs {
   std::string data, config, out, resume, device = "cpu";
-  Flag<std::string> model{"lm"};
+  Flag<std::string> model{"lm"}, non_finite{"error"};
   Flag<int> steps, threads, batch, eval_every, log_every;
   Flag<double> lr;
   Flag<uint64_t> seed;

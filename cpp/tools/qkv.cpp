@@ -53,7 +53,13 @@ Presets (tiny is the default):
 Checkpoints (--out, default model.safetensors; with --resume, the resumed file) are written atomically at
 every evaluation and at the end, with the tokenizer inside. Ctrl-C saves one and exits with status 130.
 --resume continues up to --steps (default: the planned total) with the same batches and losses as an
-uninterrupted run; the model, optimizer, batch size and seed come from the checkpoint.
+uninterrupted run; the model, optimizer, batch size and seed come from the checkpoint (--lr and --non-finite
+may still be given).
+
+Non-finite steps (--non-finite, or "non_finite" in the optimizer config): by default a NaN or infinite loss
+or gradient norm stops training with status 1 (the last checkpoint is kept). With skip, such a step leaves
+the weights, the Adam moments and the schedule as they were, is reported on stderr and counted (the count
+is saved in the checkpoint); it still counts toward --steps, as its batch was drawn.
 
 Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (checkpoint saved).)";
 
@@ -82,6 +88,8 @@ int main(int argc, char** argv) {
   t->add_option("--device", train.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   flags.add(t, "--batch", train.batch, "Rows per batch (default: the preset's)")->check(CLI::PositiveNumber);
   flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
+  flags.add(t, "--non-finite", train.non_finite, "On a NaN/inf loss or gradient: error stops, skip skips the step")
+      ->check(CLI::IsMember({"error", "skip"}));
   flags.add(t, "--eval-every", train.eval_every, "Evaluate and save every N steps (default steps/10; 0: at the end)")
       ->check(CLI::NonNegativeNumber);
   flags.add(t, "--log-every", train.log_every, "Progress line every N steps when stderr is not a terminal (10)")

@@ -165,6 +165,9 @@ class LmTask final : public Task {
   }
 
   int step() const override { return model_->step(); }
+  int skipped_steps() const override { return model_->skipped_steps(); }
+  bool last_step_skipped() const override { return model_->last_step_skipped(); }
+  void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
   size_t num_parameters() const override { return model_->num_parameters(); }
   void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
   std::string config_json() const override { return to_json(model_->config()); }
@@ -301,6 +304,9 @@ class Seq2SeqTask final : public RowTask {
   }
 
   int step() const override { return model_->step(); }
+  int skipped_steps() const override { return model_->skipped_steps(); }
+  bool last_step_skipped() const override { return model_->last_step_skipped(); }
+  void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
   size_t num_parameters() const override { return model_->num_parameters(); }
   void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
   std::string config_json() const override { return to_json(model_->config()); }
@@ -371,6 +377,9 @@ class ClassifierTask final : public RowTask {
   }
 
   int step() const override { return model_->step(); }
+  int skipped_steps() const override { return model_->skipped_steps(); }
+  bool last_step_skipped() const override { return model_->last_step_skipped(); }
+  void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
   size_t num_parameters() const override { return model_->num_parameters(); }
   void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
   std::string config_json() const override { return to_json(model_->config()); }

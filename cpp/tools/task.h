@@ -88,7 +88,12 @@ class Task {
   // Loss, accuracy and perplexity over the held-out split or the whole data, `batch` rows at a time and at
   // most max_batches batches (0: all). count is 0 when there is nothing to evaluate.
   virtual Metrics evaluate(bool held_out, int batch, int max_batches) = 0;
-  virtual int step() const = 0;
+  virtual int step() const = 0;  // optimizer steps taken
+  // Steps skipped under NonFinite::Skip (each drew its batch, so a run's next batch is step() + this), and
+  // whether the last train_step was one.
+  virtual int skipped_steps() const = 0;
+  virtual bool last_step_skipped() const = 0;
+  virtual void set_non_finite(NonFinite policy) = 0;
   virtual size_t num_parameters() const = 0;
   virtual void set_learning_rate(float lr) = 0;
   virtual std::string config_json() const = 0;

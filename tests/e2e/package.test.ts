@@ -31,6 +31,16 @@ const PAGE = `<!doctype html>
     result.generated = Array.from(await m.generate(Int32Array.of(0), { maxTokens: 6, temperature: 0 }));
     m.dispose();
     result.disposed = await m.evaluate(x, y).then(() => "resolved", (e) => e.message);
+    // nonFinite: "skip" through the Worker: an lr that overflows the weights, then a step that is skipped.
+    const sk = await LanguageModel.create({ vocabSize: 5, context: 4, dModel: 8, heads: 2, layers: 1, nonFinite: "skip" });
+    await sk.setLearningRate(1e30);
+    result.skip = [];
+    for (let i = 0; i < 2; i++) {
+      const s = await sk.trainStep(x, y);
+      result.skip.push([Number.isFinite(s.loss), s.skipped, s.skippedSteps]);
+    }
+    sk.dispose();
+    result.skipBad = await LanguageModel.create({ vocabSize: 5, context: 4, dModel: 8, heads: 2, layers: 1, nonFinite: "sometimes" }).then(() => "resolved", (e) => e instanceof Error && e.message);
 
     // The rest of the API through the Worker: arrays back as transferables, errors as Errors, the worker alive.
     const tok = await CharTokenizer.fromText("abcd");
@@ -128,6 +138,8 @@ describe("browser entry without a bundler", () => {
       wrongConfig: string;
       generated: number[];
       disposed: string;
+      skip: [boolean, boolean, number][];
+      skipBad: string;
       tokJson: string;
       roundTrip: string;
       logits: [string, number];
@@ -157,6 +169,11 @@ describe("browser entry without a bundler", () => {
     expect(r.generated).toHaveLength(6);
     expect(r.generated.every((t) => t >= 0 && t < 5)).toBe(true);
     expect(r.disposed).toMatch(/evaluate\(\) was called after dispose\(\)/);
+    expect(r.skip).toEqual([
+      [true, false, 0],
+      [false, true, 1],
+    ]);
+    expect(r.skipBad).toMatch(/config\.nonFinite = "sometimes" is unknown: expected "error" or "skip"/);
     expect(r.tokJson).toBe('{"version":1,"kind":"char","special":{"pad":true,"bos":true,"eos":true,"unk":true},"vocab":["a","b","c","d"]}');
     expect(r.roundTrip).toBe("dcba");
     expect(r.logits).toEqual(["Float32Array", 4 * 8]);

@@ -1,9 +1,11 @@
 // Reliability in Node against the real .wasm: a call that fails inside the core (a qkv::Error, an
 // out-of-memory in the wasm heap) rejects that call alone and leaves the core and the other models usable;
-// a non-finite loss stops the step with the weights unchanged; a saved checkpoint carries the CRC-32 of
-// every tensor and a damaged one is refused naming the tensor.
+// a non-finite loss stops the step with the weights unchanged, or under `nonFinite: "skip"` skips and
+// counts it; a saved checkpoint carries the CRC-32 of every tensor and a damaged one is refused naming the
+// tensor.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { checkpointMetadata, init, LanguageModel, memory } from "../../web/dist/node.js";
+import { checkpointMetadata, Classifier, init, LanguageModel, memory, Trainer } from "../../web/dist/node.js";
+import type { StepProgress } from "../../web/dist/node.js";
 import { rng } from "./helpers.js";
 
 const CONFIG = { vocabSize: 12, context: 8, dModel: 16, heads: 2, layers: 1, seed: 3 };
@@ -28,6 +30,28 @@ async function trains(m: LanguageModel): Promise<void> {
 function tensorBytes(file: Uint8Array): Uint8Array {
   const header = Number(new DataView(file.buffer, file.byteOffset, 8).getBigUint64(0, true));
   return file.subarray(8 + header);
+}
+
+/**
+ * A copy of a safetensors file with the first float of `tensor` set to `value` and the CRC-32s dropped from
+ * the metadata (a file without them loads unchecked, as a PyTorch state dict does). The header keeps its
+ * length (padded with spaces), so the tensors stay where they were.
+ */
+function poisoned(file: Uint8Array, tensor: string, value: number): Uint8Array {
+  const view = new DataView(file.buffer, file.byteOffset, file.byteLength);
+  const n = Number(view.getBigUint64(0, true));
+  const header = JSON.parse(new TextDecoder().decode(file.subarray(8, 8 + n))) as Record<string, unknown> & {
+    __metadata__: Record<string, string>;
+  };
+  delete header.__metadata__["qkv.crc32"];
+  const json = new TextEncoder().encode(JSON.stringify(header));
+  const out = file.slice();
+  out.fill(0x20, 8, 8 + n);
+  out.set(json, 8);
+  const entry = header[tensor] as { dtype: string; data_offsets: [number, number] };
+  expect(entry.dtype).toBe("F32");
+  new DataView(out.buffer).setFloat32(8 + n + entry.data_offsets[0], value, true);
+  return out;
 }
 
 let a: LanguageModel;
@@ -95,6 +119,98 @@ describe("numerical faults", () => {
     expect(Buffer.from(tensorBytes(after)).equals(Buffer.from(tensorBytes(saved)))).toBe(true);
     expect((await checkpointMetadata(after))["qkv.step"]).toBe("1");
     m.dispose();
+    await trains(a); // the core is fine
+  });
+});
+
+describe('nonFinite: "skip"', () => {
+  const SKIP = { ...CONFIG, seed: 11, nonFinite: "skip" as const, warmupSteps: 10 };
+  const shape = { batch: BATCH, seq: SEQ };
+
+  it("skips a NaN-loss step and counts it; weights and moments stay bit for bit; the next step is a twin's", async () => {
+    using m = await LanguageModel.create(SKIP);
+    using twin = await LanguageModel.create(SKIP);
+    expect(m.config.nonFinite).toBe("skip");
+    const batches = [batch(), batch(), batch(), batch(), batch()];
+    for (const { inputs, targets } of batches.slice(0, 2)) {
+      const r = await m.trainStep(inputs, targets, shape);
+      expect(r).toEqual({ loss: (await twin.trainStep(inputs, targets, shape)).loss, skipped: false, skippedSteps: 0 });
+      expect(Number.isFinite(r.loss)).toBe(true);
+    }
+    const weights = await m.save({ optimizer: false });
+    const before = tensorBytes(await m.save());
+    // A NaN weight, as the native tests do it (through loadWeights, which keeps the optimizer state).
+    await m.loadWeights(poisoned(weights, "tok_emb.weight", Number.NaN));
+    const poisonedState = tensorBytes(await m.save());
+
+    const bad = await m.trainStep(batches[2]!.inputs, batches[2]!.targets, shape);
+    expect(bad.skipped).toBe(true);
+    expect(bad.skippedSteps).toBe(1);
+    expect(Number.isNaN(bad.loss)).toBe(true);
+    const after = await m.save();
+    expect(Buffer.from(tensorBytes(after)).equals(Buffer.from(poisonedState))).toBe(true);
+    const meta = await checkpointMetadata(after);
+    expect(meta["qkv.step"]).toBe("2"); // the schedule's position did not move
+    expect(meta["qkv.skipped_steps"]).toBe("1");
+    expect(JSON.parse(meta["qkv.optimizer"] ?? "{}")).toMatchObject({ non_finite: "skip" });
+
+    await m.loadWeights(weights);
+    expect(Buffer.from(tensorBytes(await m.save())).equals(Buffer.from(before))).toBe(true);
+    for (const { inputs, targets } of batches.slice(3)) {
+      const r = await m.trainStep(inputs, targets, shape);
+      const t = await twin.trainStep(inputs, targets, shape);
+      expect(r).toEqual({ loss: t.loss, skipped: false, skippedSteps: 1 });
+      expect(t.skippedSteps).toBe(0);
+    }
+    expect(Buffer.from(tensorBytes(await m.save())).equals(Buffer.from(tensorBytes(await twin.save())))).toBe(true);
+
+    // The count and the option travel in the checkpoint.
+    using again = await LanguageModel.load(await m.save());
+    expect(again.config.nonFinite).toBe("skip");
+    const { inputs, targets } = batch();
+    const r = await again.trainStep(inputs, targets, shape);
+    expect(r).toEqual({ loss: (await m.trainStep(inputs, targets, shape)).loss, skipped: false, skippedSteps: 1 });
+  });
+
+  it("an lr that overflows the weights: the step resolves skipped, nothing changes, the Trainer reports it", async () => {
+    using m = await LanguageModel.create(SKIP);
+    await m.setLearningRate(1e30); // as the "error" test above: the next forward pass overflows
+    await trains(m);
+    const saved = await m.save();
+    const { inputs, targets } = batch();
+    const r = await m.trainStep(inputs, targets, shape);
+    expect(r.skipped).toBe(true);
+    expect(r.skippedSteps).toBe(1);
+    expect(Number.isFinite(r.loss)).toBe(false);
+    const after = await m.save();
+    expect(Buffer.from(tensorBytes(after)).equals(Buffer.from(tensorBytes(saved)))).toBe(true);
+    expect((await checkpointMetadata(after))["qkv.step"]).toBe("1");
+
+    const data = new Int32Array(200).map((_, i) => (i * 7) % CONFIG.vocabSize);
+    const seen: StepProgress[] = [];
+    const fit = await new Trainer(m, { data, batchSize: BATCH, seqLen: SEQ }).fit({ steps: 2, onStep: (p) => void seen.push(p) });
+    expect(seen.map((p) => [p.step, p.skipped, p.skippedSteps])).toEqual([
+      [1, true, 2],
+      [2, true, 3],
+    ]);
+    expect(Number.isFinite(fit.loss)).toBe(false);
+    expect((await checkpointMetadata(await m.save()))["qkv.step"]).toBe("1");
+  });
+
+  it('the default is "error": a step result says skipped false; bad values are refused naming the field', async () => {
+    using m = await LanguageModel.create({ ...CONFIG, seed: 12 });
+    expect(m.config.nonFinite).toBe("error");
+    const { inputs, targets } = batch();
+    expect(await m.trainStep(inputs, targets, shape)).toMatchObject({ skipped: false, skippedSteps: 0 });
+    using k = await Classifier.create({ vocabSize: 7, context: 5, dModel: 8, heads: 2, layers: 1, classes: 3, nonFinite: "skip" });
+    expect(await k.trainStep(Int32Array.of(1, 2, 3, 0, 0), Int32Array.of(2))).toMatchObject({ skipped: false, skippedSteps: 0 });
+
+    await expect(
+      LanguageModel.create({ ...CONFIG, nonFinite: "foo" as unknown as "skip" }),
+    ).rejects.toThrow(/config\.nonFinite = "foo" is unknown: expected "error" or "skip"/);
+    await expect(LanguageModel.create({ ...CONFIG, nonFinite: 1 as unknown as "skip" })).rejects.toThrow(
+      expect.objectContaining({ name: "TypeError", message: expect.stringMatching(/config\.nonFinite must be a string, got 1 \(a number\)/) }),
+    );
     await trains(a); // the core is fine
   });
 });

@@ -40,7 +40,8 @@ export class Classifier extends Model<ClassifierConfig> {
 
   /**
    * One optimisation step on `tokens` (batch, seq), padded with `padId`, and one label per row in
-   * `[0, classes)`; `batch` defaults to `labels.length`. Resolves to the mean loss before the update.
+   * `[0, classes)`; `batch` defaults to `labels.length`. Resolves to the mean loss before the update, and
+   * whether the update was skipped for a non-finite loss or gradient (`nonFinite: "skip"`; see {@link StepResult}).
    */
   async trainStep(tokens: Int32Array, labels: Int32Array | readonly number[], shape?: BatchShape): Promise<StepResult> {
     const b = checkLabelled(tokens, labels, shape);

@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import type { Calls, ConfigIn, ModelOut, ModelRequest, TokenizerIn, TokenizerOut } from "./protocol.js";
-import type { MemoryUsage, Metrics, ModelKind, RuntimeInfo } from "./types.js";
+import type { MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -20,7 +20,7 @@ interface CoreModelBase {
 
 /** A `LanguageModel` object of the Embind module. */
 export interface CoreLanguageModel extends CoreModelBase {
-  trainStep(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): number;
+  trainStep(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): StepResult;
   evaluate(inputs: Int32Array, targets: Int32Array, batch: number, seq: number): Metrics;
   logits(inputs: Int32Array, batch: number, seq: number): Float32Array;
   attention(layer: number): Float32Array;
@@ -36,7 +36,7 @@ export interface CoreGeneration {
 
 /** A `Seq2Seq` object of the Embind module. */
 export interface CoreSeq2Seq extends CoreModelBase {
-  trainStep(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): number;
+  trainStep(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): StepResult;
   evaluate(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, batch: number, srcLen: number, tgtLen: number): Metrics;
   logits(src: Int32Array, tgtIn: Int32Array, batch: number, srcLen: number, tgtLen: number): Float32Array;
   generate(src: Int32Array, batch: number, srcLen: number, options: Calls["seq2seqGenerate"]["in"]["options"]): Int32Array;
@@ -45,7 +45,7 @@ export interface CoreSeq2Seq extends CoreModelBase {
 
 /** A `Classifier` object of the Embind module. */
 export interface CoreClassifier extends CoreModelBase {
-  trainStep(tokens: Int32Array, labels: Int32Array, batch: number, seq: number): number;
+  trainStep(tokens: Int32Array, labels: Int32Array, batch: number, seq: number): StepResult;
   evaluate(tokens: Int32Array, labels: Int32Array, batch: number, seq: number): Metrics;
   logits(tokens: Int32Array, batch: number, seq: number): Float32Array;
   attention(layer: number): Float32Array;
@@ -281,7 +281,7 @@ export class Engine {
       case "trainStep": {
         const e = this.get(req.in.model);
         const b = req.in.batch;
-        return { loss: this.forward(e, b, () => this.batchCall(e, b, "trainStep") as number) };
+        return this.forward(e, b, () => this.batchCall(e, b, "trainStep") as StepResult);
       }
       case "evaluate": {
         const e = this.get(req.in.model);
@@ -451,7 +451,7 @@ export class Engine {
     return out;
   }
 
-  private batchCall(e: Entry, b: Calls["trainStep"]["in"]["batch"], method: "trainStep" | "evaluate"): number | Metrics {
+  private batchCall(e: Entry, b: Calls["trainStep"]["in"]["batch"], method: "trainStep" | "evaluate"): StepResult | Metrics {
     if (e.kind === "LanguageModel" && b.kind === "LanguageModel") {
       return e.core[method](b.inputs, b.targets, b.batch, b.seq);
     }

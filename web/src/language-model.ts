@@ -33,7 +33,8 @@ export class LanguageModel extends Model<LanguageModelConfig> {
 
   /**
    * One optimisation step: forward, backward and an optimizer update on a batch laid out as `(batch, seq)`.
-   * `targets[i]` is the token that should follow `inputs[i]`. Resolves to the loss before the update.
+   * `targets[i]` is the token that should follow `inputs[i]`. Resolves to the loss before the update, and
+   * whether the update was skipped for a non-finite loss or gradient (`nonFinite: "skip"`; see {@link StepResult}).
    */
   async trainStep(inputs: Int32Array, targets: Int32Array, shape?: BatchShape): Promise<StepResult> {
     const b = checkBatch(inputs, targets, shape);

@@ -4,7 +4,7 @@
 // A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
 // `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
-import type { MemoryReport, Metrics, ModelKind, RuntimeInfo } from "./types.js";
+import type { MemoryReport, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -109,7 +109,7 @@ export interface Calls {
   init: { in: LoadPlan; out: RuntimeInfo };
   create: { in: { kind: ModelKind; config: ConfigIn }; out: ModelOut };
   load: { in: { kind: ModelKind; bytes: Uint8Array }; out: ModelOut };
-  trainStep: { in: { model: number; batch: BatchIn }; out: { loss: number } };
+  trainStep: { in: { model: number; batch: BatchIn }; out: StepResult };
   evaluate: { in: { model: number; batch: BatchIn }; out: Metrics };
   predict: { in: { model: number; inputs: InputsIn }; out: { logits: Float32Array } };
   generate: { in: { model: number; prompt: Int32Array; options: SamplingIn }; out: { tokens: Int32Array } };

@@ -65,7 +65,8 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
 
   /**
    * One optimisation step on `src` (batch, srcLen) and `tgtIn`, `tgtOut` (batch, tgtLen); the lengths are
-   * derived from `batch` (default 1). Resolves to the mean loss over non-pad targets, before the update.
+   * derived from `batch` (default 1). Resolves to the mean loss over non-pad targets, before the update, and
+   * whether the update was skipped for a non-finite loss or gradient (`nonFinite: "skip"`; see {@link StepResult}).
    */
   async trainStep(src: Int32Array, tgtIn: Int32Array, tgtOut: Int32Array, shape?: Seq2SeqShape): Promise<StepResult> {
     const b = checkPair(src, tgtIn, tgtOut, shape);

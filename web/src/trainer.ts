@@ -44,6 +44,10 @@ export interface StepProgress {
   step: number;
   /** The step's loss (before its update). */
   loss: number;
+  /** Whether the model skipped this step's update (a non-finite loss or gradient under `nonFinite: "skip"`). */
+  skipped: boolean;
+  /** Steps the model has skipped so far (see {@link StepResult.skippedSteps}). */
+  skippedSteps: number;
   /**
    * Tokens per second over this `fit` call so far, counting the steps' time only: the batch's tokens
    * (LanguageModel: batch × seq; Seq2Seq: source and target tokens; Classifier: tokens; padding excluded).
@@ -342,11 +346,13 @@ export class Trainer {
       if (signal?.aborted) throw abortError(signal);
       const batch = this.#train.next();
       const t0 = performance.now();
-      loss = (await batch.train()).loss;
+      const result = await batch.train();
+      loss = result.loss;
       seconds += (performance.now() - t0) / 1000;
       tokens += batch.tokens;
       this.#step++;
-      await onStep?.({ step: this.#step, loss, tokensPerSecond: seconds > 0 ? tokens / seconds : 0 });
+      const { skipped, skippedSteps } = result;
+      await onStep?.({ step: this.#step, loss, skipped, skippedSteps, tokensPerSecond: seconds > 0 ? tokens / seconds : 0 });
       if (this.#eval && (i % evalEvery === 0 || i === steps)) {
         if (signal?.aborted) throw abortError(signal);
         const e = { step: this.#step, ...(await this.evaluate(evalBatches)) };

@@ -69,6 +69,14 @@ export interface OptimizerOptions {
   totalSteps?: number;
   /** Cosine schedule: the final learning rate. Default 0. */
   minLr?: number;
+  /**
+   * What a step whose loss or gradient norm is not finite (NaN, ±Infinity) does. `"error"` (the default):
+   * `trainStep` rejects with an `Error` saying so. `"skip"`: it resolves with `skipped: true` instead, as
+   * PyTorch's `GradScaler` skips such steps; either way the weights, the Adam moments and the step count
+   * (so the schedule's position) are unchanged, and under `"skip"` the model counts the step in
+   * {@link StepResult.skippedSteps} (saved in checkpoints with the optimizer state).
+   */
+  nonFinite?: "error" | "skip";
 }
 
 /** The layer choices every model shares. Every field is optional; defaults differ per model (see each config). */
@@ -182,8 +190,19 @@ export interface Seq2SeqShape {
 
 /** Result of a `trainStep`. */
 export interface StepResult {
-  /** Mean cross-entropy loss over the counted positions, before the update. */
+  /**
+   * Mean cross-entropy loss over the counted positions, before the update. NaN or ±Infinity only for a
+   * step skipped under `nonFinite: "skip"` (a skipped step may also have a finite loss and a non-finite
+   * gradient).
+   */
   loss: number;
+  /**
+   * Whether the step was skipped because its loss or gradient norm was not finite (`nonFinite: "skip"`):
+   * nothing was updated. Always false under the default `nonFinite: "error"`, where such a step rejects.
+   */
+  skipped: boolean;
+  /** Steps this model has skipped so far, this one included (it continues across `save` and `load`). */
+  skippedSteps: number;
 }
 
 /** Result of an `evaluate`. */

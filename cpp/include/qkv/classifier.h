@@ -51,11 +51,12 @@ class Classifier {
   float train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   float forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then
-  // apply_gradients() takes one optimizer step.
+  // apply_gradients() takes one optimizer step (false when skipped). A non-finite loss or gradient norm
+  // throws, or under NonFinite::Skip skips the step, as LanguageModel::train_step and apply_gradients.
   void zero_grad();
   float accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,
                    float weight = 1.f);
-  void apply_gradients();
+  bool apply_gradients();
   Metrics evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   // Logits (batch, classes).
   std::vector<float> logits(std::span<const int32_t> tokens, int batch, int seq);
@@ -66,15 +67,18 @@ class Classifier {
   const OptimizerConfig& optimizer() const;
   void set_training(bool training);
   void set_learning_rate(float lr);
+  void set_non_finite(NonFinite policy);  // as LanguageModel::set_non_finite
   size_t num_parameters() const;
   // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
   MemoryUsage memory() const;
   int step() const;
+  int skipped_steps() const;       // as LanguageModel::skipped_steps
+  bool last_step_skipped() const;  // as LanguageModel::last_step_skipped
   std::vector<ParameterView> parameters();
 
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
-  // and, with_optimizer, the Adam moments and step count so training resumes exactly. save_file writes a
-  // temporary file and renames it into place: a failed save never damages an existing file.
+  // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
+  // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
   std::vector<uint8_t> save(bool with_optimizer = true);
   void save_file(const std::string& path, bool with_optimizer = true);
   static std::unique_ptr<Classifier> load(std::span<const uint8_t> bytes);

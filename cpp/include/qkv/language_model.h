@@ -51,16 +51,21 @@ class LanguageModel {
   LanguageModel& operator=(const LanguageModel&) = delete;
 
   // One optimisation step on a batch: inputs and targets are (batch, seq) token ids, row-major.
-  // Returns the mean cross-entropy before the update. Throws qkv::Error on bad input, or when the loss
-  // or gradient is not finite (then the weights are left unchanged).
+  // Returns the mean cross-entropy before the update. Throws qkv::Error on bad input. When the loss or
+  // the gradient norm is not finite, the weights, Adam moments and step() are left unchanged and, as
+  // OptimizerConfig::non_finite says, it throws qkv::Error (Error, the default) or returns with the step
+  // skipped (Skip: last_step_skipped() is true, skipped_steps() grew by one; the returned loss is the
+  // batch's, which may be finite when only the gradient was not).
   float train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
 
   // Gradient accumulation: accumulate() adds weight * d(mean loss) to the gradients (zero them first with
-  // zero_grad()); apply_gradients() then takes one optimizer step.
+  // zero_grad()); apply_gradients() then takes one optimizer step and returns true, or false when it was
+  // skipped under NonFinite::Skip. Under Skip, a micro-batch whose loss is not finite returns that loss
+  // without adding to the gradients, and the apply_gradients() that follows skips the whole step.
   void zero_grad();
   float accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
                    float weight = 1.f);
-  void apply_gradients();
+  bool apply_gradients();
 
   // Loss, next-token accuracy and perplexity of a batch, without updating anything (dropout off).
   Metrics evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
@@ -109,19 +114,25 @@ class LanguageModel {
   const LanguageModelConfig& config() const;
   const OptimizerConfig& optimizer() const;
   void set_learning_rate(float lr);
+  // Changes OptimizerConfig::non_finite from now on (e.g. to resume with Skip a run that stopped on a NaN).
+  void set_non_finite(NonFinite policy);
   // Training mode (dropout on) is the default; eval mode turns dropout off everywhere.
   void set_training(bool training);
   size_t num_parameters() const;
   // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
   MemoryUsage memory() const;
   int step() const;  // optimizer steps taken
+  // Steps skipped under NonFinite::Skip (not counted in step(); saved in checkpoints with the optimizer
+  // state), and whether the last optimizer step (train_step or apply_gradients) was one of them.
+  int skipped_steps() const;
+  bool last_step_skipped() const;
 
   // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name.
   std::vector<ParameterView> parameters();
 
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
-  // and, with_optimizer, the Adam moments and step count so training resumes exactly. save_file writes a
-  // temporary file and renames it into place: a failed save never damages an existing file.
+  // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
+  // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
   std::vector<uint8_t> save(bool with_optimizer = true);
   void save_file(const std::string& path, bool with_optimizer = true);
   static std::unique_ptr<LanguageModel> load(std::span<const uint8_t> bytes);

@@ -12,6 +12,11 @@ enum class Schedule {
   InverseSqrt,  // the paper's: lr * min(t / warmup, sqrt(warmup / t)), peak lr at t = warmup
   Cosine,       // linear warm-up, then cosine decay from lr to min_lr at total_steps
 };
+// What a training step does when its loss or its global gradient norm is not finite (NaN or +-inf).
+enum class NonFinite {
+  Error,  // throw qkv::Error; the weights, the Adam moments and the step count are unchanged
+  Skip,   // do not update: clear the gradients, count the skip and go on (as torch.cuda.amp.GradScaler)
+};
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::AdamW;
@@ -28,6 +33,12 @@ struct OptimizerConfig {
   int warmup_steps = 0;
   int total_steps = 0;  // cosine: the step where lr reaches min_lr
   float min_lr = 0.f;
+  // A step whose loss or gradient norm is not finite. Under Skip nothing is updated: the weights, the Adam
+  // moments and the step count (so the schedule's position) stay as they were, the gradients are zeroed, and
+  // the model's skipped_steps() grows by one. With gradient accumulation, one micro-batch with a non-finite
+  // loss skips the whole optimizer step (its backward is not run; the other micro-batches' gradients are
+  // dropped with it), as a non-finite gradient in any micro-batch does.
+  NonFinite non_finite = NonFinite::Error;
 };
 
 // Throws qkv::Error naming the field when a value is out of range.
@@ -37,8 +48,10 @@ float learning_rate_at(const OptimizerConfig& config, int t);
 
 std::string to_string(OptimizerKind k);
 std::string to_string(Schedule s);
+std::string to_string(NonFinite n);
 OptimizerKind parse_optimizer_kind(const std::string& s, const char* field = "optimizer.kind");
 Schedule parse_schedule(const std::string& s, const char* field = "optimizer.schedule");
+NonFinite parse_non_finite(const std::string& s, const char* field = "optimizer.non_finite");
 
 // What an evaluation reports. accuracy: the fraction of counted positions (or examples) where the argmax
 // equals the target; perplexity = exp(loss).

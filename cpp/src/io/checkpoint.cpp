@@ -39,6 +39,7 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
       {"qkv.config", config_json},
       {"qkv.optimizer", to_json(core.optimizer.config())},
       {"qkv.step", std::to_string(core.optimizer.steps())},
+      {"qkv.skipped_steps", std::to_string(core.optimizer.skipped())},
       {"qkv.passes", std::to_string(core.passes)},
       {"qkv.optimizer_state", with_optimizer ? "true" : "false"},
       {"qkv.version", QKV_VERSION},
@@ -68,6 +69,18 @@ Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
     throw Error("checkpoint: \"qkv.step\" = \"" + meta.at("qkv.step") + "\" is not a step count");
   }
   check(c.step >= 0, "checkpoint: \"qkv.step\" = ", c.step, " is invalid: expected >= 0");
+  // Absent in checkpoints written before NonFinite::Skip existed: none were skipped.
+  if (meta.count("qkv.skipped_steps")) {
+    const std::string& text = meta.at("qkv.skipped_steps");
+    size_t used = 0;
+    try {
+      c.skipped = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check(used > 0 && used == text.size() && c.skipped >= 0, "checkpoint: \"qkv.skipped_steps\" = \"", text,
+          "\" is invalid: expected an integer >= 0");
+  }
   c.has_optimizer_state = meta.count("qkv.optimizer_state") && meta.at("qkv.optimizer_state") == "true";
   return c;
 }
@@ -114,6 +127,7 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
 void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
   restore(core, c.file, c.has_optimizer_state);
   core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
+  core.optimizer.set_skipped(c.has_optimizer_state ? c.skipped : 0);
   core.passes = c.passes;
 }
 

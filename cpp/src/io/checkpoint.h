@@ -1,10 +1,11 @@
 #pragma once
 // Checkpoints: safetensors files holding a model's weights under their PyTorch-style names, and in
 // __metadata__ the model kind ("qkv.model"), its config JSON ("qkv.config"), the optimizer config
-// ("qkv.optimizer"), the steps taken ("qkv.step"), the dropout pass counter ("qkv.passes") and the qkv
-// version. With the optimizer state, the Adam moments are stored too ("optimizer.m.<name>",
-// "optimizer.v.<name>"), so that training resumes exactly where it stopped. Reading ignores metadata keys it
-// does not know: the qkv tool adds its tokenizers and training state ("qkv.tokenizer", cpp/tools/task.h).
+// ("qkv.optimizer"), the steps taken ("qkv.step") and skipped under NonFinite::Skip ("qkv.skipped_steps"),
+// the dropout pass counter ("qkv.passes") and the qkv version. With the optimizer state, the Adam moments are
+// stored too ("optimizer.m.<name>", "optimizer.v.<name>"), so that training resumes exactly where it stopped.
+// Reading ignores metadata keys it does not know: the qkv tool adds its tokenizers and training state
+// ("qkv.tokenizer", cpp/tools/task.h).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -20,6 +21,7 @@ struct Checkpoint {
   std::string config_json;
   OptimizerConfig optimizer;
   int step = 0;
+  int skipped = 0;  // steps skipped under NonFinite::Skip ("qkv.skipped_steps"; 0 when absent)
   uint64_t passes = 0;
   bool has_optimizer_state = false;
 };

@@ -185,7 +185,8 @@ const std::vector<Field<OptimizerConfig>>& optimizer_fields() {
                                           QKV_ENUM(C, schedule, parse_schedule),
                                           QKV_INT(C, warmup_steps, false),
                                           QKV_INT(C, total_steps, false),
-                                          QKV_FLOAT(C, min_lr)};
+                                          QKV_FLOAT(C, min_lr),
+                                          QKV_ENUM(C, non_finite, parse_non_finite)};
   return f;
 }
 

@@ -150,7 +150,7 @@ struct Classifier::Impl {
     const models::LossSum l =
         models::cross_entropy_with_gradient(logits, losses, labels.data(), weight, B, K, INT32_MIN, 0.f);
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
-    check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
+    if (!core.check_loss(mean)) return mean;  // NonFinite::Skip: no backward, the step will be skipped
     const CSpan dlogits = logits;
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
@@ -189,7 +189,7 @@ Classifier::~Classifier() = default;
 float Classifier::forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch,
                                    int seq) {
   impl_->load(tokens, &labels, batch, seq);
-  impl_->core.params.zero_grad();
+  impl_->core.zero_grad();
   return impl_->forward_backward(batch, seq);
 }
 
@@ -226,6 +226,9 @@ void Classifier::set_learning_rate(float lr) { impl_->core.optimizer.set_learnin
 size_t Classifier::num_parameters() const { return impl_->core.num_parameters(); }
 MemoryUsage Classifier::memory() const { return impl_->core.memory(); }
 int Classifier::step() const { return impl_->core.optimizer.steps(); }
+int Classifier::skipped_steps() const { return impl_->core.optimizer.skipped(); }
+bool Classifier::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
+void Classifier::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
 std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params); }
 
 std::vector<uint8_t> Classifier::save(bool with_optimizer) {
@@ -251,13 +254,13 @@ void Classifier::load_state(std::span<const uint8_t> bytes) {
 
 void Classifier::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
 
-void Classifier::zero_grad() { impl_->core.params.zero_grad(); }
+void Classifier::zero_grad() { impl_->core.zero_grad(); }
 float Classifier::accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,
                              float weight) {
   check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
   impl_->load(tokens, &labels, batch, seq);
   return impl_->forward_backward(batch, seq, weight);
 }
-void Classifier::apply_gradients() { impl_->core.optimizer.step(impl_->core.params); }
+bool Classifier::apply_gradients() { return impl_->core.apply_gradients(); }
 
 }  // namespace qkv

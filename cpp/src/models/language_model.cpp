@@ -144,9 +144,7 @@ struct LanguageModel::Impl {
     const models::LossSum s =
         models::cross_entropy_with_gradient(logits, losses, targets.data(), weight, B * T, V, INT32_MIN, 0.f);
     const float l = static_cast<float>(s.loss / s.count);
-    check(std::isfinite(l), "the loss is not finite (", l,
-          "); no gradient was accumulated and the weights are unchanged (try a lower lr)");
-    backward(B, T);
+    if (core.check_loss(l)) backward(B, T);
     return l;
   }
 };
@@ -158,7 +156,7 @@ LanguageModel::~LanguageModel() = default;
 
 float LanguageModel::forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch,
                                       int seq) {
-  impl_->core.params.zero_grad();
+  impl_->core.zero_grad();
   return impl_->accumulate(inputs, targets, batch, seq, 1.f);
 }
 
@@ -166,7 +164,7 @@ float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const
   return impl_->core.train_step([&] { return impl_->accumulate(inputs, targets, batch, seq, 1.f); });
 }
 
-void LanguageModel::zero_grad() { impl_->core.params.zero_grad(); }
+void LanguageModel::zero_grad() { impl_->core.zero_grad(); }
 
 float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
                                 float weight) {
@@ -174,7 +172,7 @@ float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const
   return impl_->accumulate(inputs, targets, batch, seq, weight);
 }
 
-void LanguageModel::apply_gradients() { impl_->core.optimizer.step(impl_->core.params); }
+bool LanguageModel::apply_gradients() { return impl_->core.apply_gradients(); }
 
 Metrics LanguageModel::evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
   Impl& m = *impl_;
@@ -349,6 +347,9 @@ std::optional<int32_t> LanguageModel::Generation::next() {
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
 const OptimizerConfig& LanguageModel::optimizer() const { return impl_->core.optimizer.config(); }
 int LanguageModel::step() const { return impl_->core.optimizer.steps(); }
+int LanguageModel::skipped_steps() const { return impl_->core.optimizer.skipped(); }
+bool LanguageModel::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
+void LanguageModel::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
 void LanguageModel::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
 void LanguageModel::set_training(bool training) { impl_->core.training = training; }
 size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters(); }

@@ -34,15 +34,43 @@ struct ModelCore {
     return {train_pass && training ? dropout : 0.f, seed * 0x9E3779B97F4A7C15ull + passes};
   }
 
-  // forward_backward() returns the loss after accumulating gradients. A non-finite loss or gradient throws
-  // and leaves the weights untouched.
+  // Set when a micro-batch's loss since the gradients were last zeroed was not finite (NonFinite::Skip):
+  // the next optimizer step is then skipped, whatever the gradients of the other micro-batches.
+  bool nonfinite_loss = false;
+
+  void zero_grad() {
+    params.zero_grad();
+    nonfinite_loss = false;
+  }
+
+  // Every model checks its loss here, between its forward and its backward. A finite loss returns true:
+  // run the backward. A non-finite one throws under NonFinite::Error (nothing is accumulated; the weights
+  // are untouched); under Skip it marks the pending optimizer step as skipped and returns false, and the
+  // backward is not run (its gradients would be dropped anyway).
+  bool check_loss(float loss) {
+    if (std::isfinite(loss)) return true;
+    check(optimizer.config().non_finite == NonFinite::Skip, "the loss is not finite (", loss,
+          "); no gradient was accumulated and the weights are unchanged (try a lower lr)");
+    nonfinite_loss = true;
+    return false;
+  }
+
+  // One optimizer step on the accumulated gradients; false when it was skipped (NonFinite::Skip: a
+  // non-finite loss or gradient norm; the gradients are then zeroed). See Optimizer::step.
+  bool apply_gradients() {
+    const bool finite_loss = !nonfinite_loss;
+    nonfinite_loss = false;
+    return optimizer.step(params, finite_loss);
+  }
+
+  // forward_backward() returns the loss after accumulating gradients (checked with check_loss). A
+  // non-finite loss or gradient throws, or under NonFinite::Skip skips the update; either way the weights
+  // are untouched.
   template <class F>
   float train_step(F&& forward_backward) {
-    params.zero_grad();
+    zero_grad();
     const float loss = forward_backward();
-    check(std::isfinite(loss), "train_step: the loss is not finite (", loss,
-          "); the step was skipped and the weights are unchanged (try a lower lr)");
-    optimizer.step(params);
+    apply_gradients();
     return loss;
   }
 

@@ -138,7 +138,7 @@ struct Seq2Seq::Impl {
                                                                   config.pad_id, config.label_smoothing);
     check(l.count > 0, "tgt_out holds only pad_id = ", config.pad_id, ": expected at least one target token");
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
-    check(std::isfinite(mean), "the loss is not finite (", mean, "); the weights are unchanged (try a lower lr)");
+    if (!core.check_loss(mean)) return mean;  // NonFinite::Skip: no backward, the step will be skipped
     const CSpan dlogits = logits;
     generator.backward(d_top, dlogits, decoder.output(), rows);
     const size_t nm = static_cast<size_t>(B) * S * C;
@@ -158,7 +158,7 @@ Seq2Seq::~Seq2Seq() = default;
 float Seq2Seq::forward_backward(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                                 std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len) {
   impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
-  impl_->core.params.zero_grad();
+  impl_->core.zero_grad();
   return impl_->forward_backward(batch, src_len, tgt_len);
 }
 
@@ -301,6 +301,9 @@ void Seq2Seq::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_r
 size_t Seq2Seq::num_parameters() const { return impl_->core.num_parameters(); }
 MemoryUsage Seq2Seq::memory() const { return impl_->core.memory(); }
 int Seq2Seq::step() const { return impl_->core.optimizer.steps(); }
+int Seq2Seq::skipped_steps() const { return impl_->core.optimizer.skipped(); }
+bool Seq2Seq::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
+void Seq2Seq::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
 std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params); }
 
 std::vector<uint8_t> Seq2Seq::save(bool with_optimizer) {
@@ -326,13 +329,13 @@ void Seq2Seq::load_state(std::span<const uint8_t> bytes) {
 
 void Seq2Seq::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
 
-void Seq2Seq::zero_grad() { impl_->core.params.zero_grad(); }
+void Seq2Seq::zero_grad() { impl_->core.zero_grad(); }
 float Seq2Seq::accumulate(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                           std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len, float weight) {
   check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
   impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
   return impl_->forward_backward(batch, src_len, tgt_len, weight);
 }
-void Seq2Seq::apply_gradients() { impl_->core.optimizer.step(impl_->core.params); }
+bool Seq2Seq::apply_gradients() { return impl_->core.apply_gradients(); }
 
 }  // namespace qkv

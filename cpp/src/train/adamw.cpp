@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/kernels.h"
 #include "qkv/error.h"
@@ -19,10 +20,23 @@ void Optimizer::set_learning_rate(float lr) {
   config_.min_lr = std::min(config_.min_lr, lr);
 }
 
-double Optimizer::step(nn::Parameters& params) {
-  const double norm = grad_norm(params);
-  check(std::isfinite(norm), "the gradient norm (", norm,
-        ") is not finite; the step was skipped and the weights are unchanged (try a lower lr)");
+bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
+  last_skipped_ = false;
+  // A non-finite loss never ran its backward, so the norm would not see it: the model passes it in.
+  const double norm = finite_loss ? grad_norm(params) : std::numeric_limits<double>::quiet_NaN();
+  if (!std::isfinite(norm)) {
+    if (config_.non_finite == NonFinite::Error) {
+      check(finite_loss, "a loss since the gradients were zeroed is not finite; the step was skipped and the ",
+            "weights are unchanged (try a lower lr)");
+      throw Error(detail::cat("the gradient norm (", norm,
+                              ") is not finite; the step was skipped and the weights are unchanged (try a lower lr)"));
+    }
+    // GradScaler's skip: no update, t (and so the schedule) stays, the next step starts from clean gradients.
+    params.zero_grad();
+    ++skipped_;
+    last_skipped_ = true;
+    return false;
+  }
   // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1, a float32
   // factor as torch's. The update applies it; the gradients themselves are left as accumulated.
   float grad_scale = 1.f;
@@ -49,7 +63,7 @@ double Optimizer::step(nn::Parameters& params) {
                              t_,
                              grad_scale};
   kernels::adam_step(params.values(), params.moments1(), params.moments2(), params.grads(), ranges_, h);
-  return norm;
+  return true;
 }
 
 }  // namespace qkv::train

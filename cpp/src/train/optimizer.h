@@ -13,19 +13,29 @@ class Optimizer {
  public:
   explicit Optimizer(const OptimizerConfig& config);
 
-  // Applies the accumulated gradients. Throws qkv::Error, leaving the weights unchanged, when the gradient
-  // norm is not finite. Returns the norm before clipping.
-  double step(nn::Parameters& params);
+  // Applies the accumulated gradients and returns true. When the gradient norm is not finite, or
+  // finite_loss is false (a micro-batch's loss was not finite, so its backward was not run), no update
+  // happens: under NonFinite::Error it throws qkv::Error (the gradients left as they are); under
+  // NonFinite::Skip it zeroes the gradients, counts the skip and returns false. Either way the weights,
+  // the moments and t are unchanged.
+  bool step(nn::Parameters& params, bool finite_loss = true);
 
   const OptimizerConfig& config() const { return config_; }
   void set_learning_rate(float lr);
+  void set_non_finite(NonFinite policy) { config_.non_finite = policy; }
   int steps() const { return t_; }
   void set_steps(int t) { t_ = t; }
+  // Steps not taken under NonFinite::Skip (not counted in steps()), and whether the last step() was one.
+  int skipped() const { return skipped_; }
+  void set_skipped(int n) { skipped_ = n; }
+  bool last_skipped() const { return last_skipped_; }
   float current_lr() const { return learning_rate_at(config_, t_ + 1); }
 
  private:
   OptimizerConfig config_;
   int t_ = 0;
+  int skipped_ = 0;
+  bool last_skipped_ = false;
   std::vector<kernels::AdamRange> ranges_;  // per step, reusing its capacity
 };
 

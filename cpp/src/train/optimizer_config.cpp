@@ -51,6 +51,7 @@ std::string to_string(Schedule s) {
   }
   return "constant";
 }
+std::string to_string(NonFinite n) { return n == NonFinite::Skip ? "skip" : "error"; }
 OptimizerKind parse_optimizer_kind(const std::string& s, const char* field) {
   if (s == "adam") return OptimizerKind::Adam;
   if (s == "adamw") return OptimizerKind::AdamW;
@@ -61,6 +62,11 @@ Schedule parse_schedule(const std::string& s, const char* field) {
   if (s == "inverse_sqrt") return Schedule::InverseSqrt;
   if (s == "cosine") return Schedule::Cosine;
   throw Error(detail::cat(field, " = \"", s, "\" is unknown: expected \"constant\", \"inverse_sqrt\" or \"cosine\""));
+}
+NonFinite parse_non_finite(const std::string& s, const char* field) {
+  if (s == "error") return NonFinite::Error;
+  if (s == "skip") return NonFinite::Skip;
+  throw Error(detail::cat(field, " = \"", s, "\" is unknown: expected \"error\" or \"skip\""));
 }
 
 }  // namespace qkv

@@ -67,6 +67,21 @@ TEST(ConfigJson, OptimizerRoundTripsAndIsValidated) {
             std::string::npos);
 }
 
+TEST(ConfigJson, NonFiniteRoundTripsDefaultsToErrorAndIsValidated) {
+  EXPECT_EQ(optimizer_config_from_json("{}").non_finite, NonFinite::Error);
+  OptimizerConfig o;
+  o.non_finite = NonFinite::Skip;
+  EXPECT_NE(to_json(o).find(R"("non_finite":"skip")"), std::string::npos) << to_json(o);
+  EXPECT_EQ(optimizer_config_from_json(to_json(o)).non_finite, NonFinite::Skip);
+  EXPECT_EQ(to_json(optimizer_config_from_json(to_json(o))), to_json(o));
+  EXPECT_EQ(optimizer_config_from_json(R"({"non_finite": "error"})").non_finite, NonFinite::Error);
+  const std::string bad = message_of([] { optimizer_config_from_json(R"({"non_finite": "foo"})"); });
+  EXPECT_NE(bad.find(R"(optimizer.non_finite = "foo" is unknown: expected "error" or "skip")"), std::string::npos)
+      << bad;
+  const std::string type = message_of([] { optimizer_config_from_json(R"({"non_finite": true})"); });
+  EXPECT_NE(type.find("optimizer.non_finite must be a string, got boolean true"), std::string::npos) << type;
+}
+
 TEST(ConfigJson, BadInputNamesTheField) {
   const std::string base = R"("context": 8, "d_model": 16, "heads": 2, "layers": 1)";
   auto lm = [&](const std::string& extra) {
