@@ -310,8 +310,9 @@ export interface SaveOptions {
    * Extra string entries for the file's safetensors `__metadata__` (what `checkpointMetadata()`
    * lists; loading ignores them), e.g. `{ "qkv.tokenizer.target": JSON.stringify(targetTokenizer) }` for a
    * seq2seq model that `qkv generate` should run. The keys the checkpoint writes itself (`qkv.model`,
-   * `qkv.config`, `qkv.optimizer`, `qkv.step`, `qkv.passes`, `qkv.optimizer_state`, `qkv.version`,
-   * `qkv.crc32`, `format`) are refused, as is `qkv.tokenizer` together with {@link SaveOptions.tokenizer}.
+   * `qkv.config`, `qkv.optimizer`, `qkv.step`, `qkv.skipped_steps`, `qkv.passes`, `qkv.optimizer_state`,
+   * `qkv.version`, `qkv.crc32`, `format`) are refused, as is `qkv.tokenizer` together with
+   * {@link SaveOptions.tokenizer}.
    */
   metadata?: Record<string, string>;
 }
