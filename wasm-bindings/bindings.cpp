@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -119,6 +120,25 @@ std::vector<uint8_t> uint8_array(const val& v, const char* name) {
   if (!v.instanceof (val::global("Uint8Array")))
     throw_type_error(std::string(name) + " must be a Uint8Array, got " + describe(v));
   return emscripten::convertJSArrayToNumberVector<uint8_t>(v);
+}
+
+// A plain object of string values (save's metadata) as the core's map. Values must be strings already
+// (web/src/validate.ts checks and names them for the user): this only refuses what it cannot convert.
+std::map<std::string, std::string> string_map(const val& v, const char* name) {
+  std::map<std::string, std::string> out;
+  if (v.isUndefined() || v.isNull()) return out;
+  if (v.typeOf().as<std::string>() != "object")
+    throw_type_error(std::string(name) + " must be an object of string values, got " + describe(v));
+  const val keys = val::global("Object").call<val>("keys", v);
+  const int n = keys["length"].as<int>();
+  for (int i = 0; i < n; ++i) {
+    const std::string key = keys[i].as<std::string>();
+    const val value = v[key];
+    if (!value.isString())
+      throw_type_error(std::string(name) + "[\"" + key + "\"] must be a string, got " + describe(value));
+    out.emplace(key, value.as<std::string>());
+  }
+  return out;
 }
 
 // Fresh JS typed arrays holding a copy of `data` (slice() copies out of the heap into an ordinary buffer).
@@ -436,8 +456,8 @@ class JsModel {
     return guarded([&] { return new Self(Model::load(uint8_array(bytes, "bytes"))); });
   }
 
-  val save(bool with_optimizer) {
-    return guarded([&] { return to_js(m_->save(with_optimizer)); });
+  val save(bool with_optimizer, val metadata) {
+    return guarded([&] { return to_js(m_->save(with_optimizer, string_map(metadata, "options.metadata"))); });
   }
   void load_weights(val bytes) {
     guarded([&] { m_->load_weights(uint8_array(bytes, "bytes")); });
@@ -654,9 +674,15 @@ class JsTokenizer {
 val checkpoint_metadata(val bytes) {
   return guarded([&] {
     const qkv::SafetensorsFile f = qkv::parse_safetensors(uint8_array(bytes, "bytes"));
-    val out = val::object();
-    for (const auto& [key, value] : f.metadata) out.set(key, value);
-    return out;
+    // Object.fromEntries defines own properties, so any key (even "__proto__") comes back as a key.
+    val entries = val::array();
+    for (const auto& [key, value] : f.metadata) {
+      val entry = val::array();
+      entry.set(0, key);
+      entry.set(1, value);
+      entries.call<void>("push", entry);
+    }
+    return val::global("Object").call<val>("fromEntries", entries);
   });
 }
 
@@ -680,7 +706,7 @@ emscripten::class_<T> model_class(const char* name) {
   c.class_function("create", &T::create, emscripten::allow_raw_pointers())
       .class_function("load", &T::load, emscripten::allow_raw_pointers())
       .function(
-          "save", +[](T& t, bool with_optimizer) { return t.save(with_optimizer); })
+          "save", +[](T& t, bool with_optimizer, val metadata) { return t.save(with_optimizer, metadata); })
       .function(
           "loadWeights", +[](T& t, val bytes) { t.load_weights(bytes); })
       .function(

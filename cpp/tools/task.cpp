@@ -173,7 +173,9 @@ class LmTask final : public Task {
   std::string config_json() const override { return to_json(model_->config()); }
 
  protected:
-  std::vector<uint8_t> model_bytes() override { return model_->save(true); }
+  std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) override {
+    return model_->save(true, metadata);
+  }
   std::map<std::string, std::string> metadata() const override { return {{"qkv.tokenizer", tok_.to_json()}}; }
 
  private:
@@ -312,7 +314,9 @@ class Seq2SeqTask final : public RowTask {
   std::string config_json() const override { return to_json(model_->config()); }
 
  protected:
-  std::vector<uint8_t> model_bytes() override { return model_->save(true); }
+  std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) override {
+    return model_->save(true, metadata);
+  }
   std::map<std::string, std::string> metadata() const override {
     return {{"qkv.tokenizer", src_tok_.to_json()}, {"qkv.tokenizer.target", tgt_tok_.to_json()}};
   }
@@ -385,7 +389,9 @@ class ClassifierTask final : public RowTask {
   std::string config_json() const override { return to_json(model_->config()); }
 
  protected:
-  std::vector<uint8_t> model_bytes() override { return model_->save(true); }
+  std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) override {
+    return model_->save(true, metadata);
+  }
   std::map<std::string, std::string> metadata() const override {
     return {{"qkv.tokenizer", tok_.to_json()}, {"qkv.labels", json(labels_).dump()}};
   }
@@ -658,21 +664,7 @@ void Task::save(const std::string& path) {
   meta["qkv.train"] =
       json{{"seed", train.seed}, {"batch", train.batch}, {"steps", train.steps}, {"eval_every", train.eval_every}}
           .dump();
-  write_safetensors_atomic(path, with_metadata(model_bytes(), meta));
-}
-
-std::vector<uint8_t> with_metadata(std::span<const uint8_t> bytes, const std::map<std::string, std::string>& extra) {
-  uint64_t header_size = 0;
-  json header = header_of(bytes, header_size);
-  for (const auto& [key, value] : extra) header["__metadata__"][key] = value;
-  std::string text = header.dump();
-  while ((8 + text.size()) % 8 != 0) text += ' ';  // keep the tensors 8-byte aligned, as the reference writer does
-  const size_t data_size = bytes.size() - 8 - header_size;
-  std::vector<uint8_t> out(8 + text.size() + data_size);
-  for (size_t i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(text.size() >> (8 * i));
-  std::memcpy(out.data() + 8, text.data(), text.size());
-  if (data_size) std::memcpy(out.data() + 8 + text.size(), bytes.data() + 8 + header_size, data_size);
-  return out;
+  write_safetensors_atomic(path, model_bytes(meta));
 }
 
 }  // namespace qkv::cli

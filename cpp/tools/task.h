@@ -112,12 +112,9 @@ class Task {
   std::string checkpoint_path;  // where the task was loaded from ("" for a new one), for messages
 
  protected:
-  virtual std::vector<uint8_t> model_bytes() = 0;
+  // The model's checkpoint with these extra "__metadata__" keys (the core writes the header once).
+  virtual std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) = 0;
   virtual std::map<std::string, std::string> metadata() const = 0;
 };
-
-// Adds (or replaces) "__metadata__" keys of a safetensors file held in memory, leaving the tensors' bytes
-// as they are. qkv::Error when the header is malformed.
-std::vector<uint8_t> with_metadata(std::span<const uint8_t> bytes, const std::map<std::string, std::string>& extra);
 
 }  // namespace qkv::cli

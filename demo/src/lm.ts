@@ -2,7 +2,6 @@
 // and validation loss, tokens/s, samples every N steps and on demand, and save / load of the model.
 import { CharTokenizer, LanguageModel, Tokenizer, Trainer, type AnyTokenizer } from "qkv";
 import { liveChart } from "./chart.js";
-import { withMetadata } from "./checkpoint.js";
 import corpus from "./corpus.txt?raw";
 import { tabLoop } from "./loop.js";
 import { resetTraining, state } from "./state.js";
@@ -263,8 +262,11 @@ export function setupLanguageModel(): void {
     if (!ss) return;
     saveButton.disabled = true;
     try {
-      const bytes = withMetadata(await ss.model.save(), { "qkv.tokenizer": JSON.stringify(ss.tok) });
-      const url = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
+      // With its tokenizer (metadata "qkv.tokenizer"), so the file loads back here and runs in `qkv generate`.
+      const bytes = await ss.model.save({ tokenizer: ss.tok });
+      // save() resolves to a fresh copy in an ordinary ArrayBuffer; its declared type (ArrayBufferLike, as it may
+      // be shared memory in general) is one Blob's types refuse.
+      const url = URL.createObjectURL(new Blob([bytes as Uint8Array<ArrayBuffer>], { type: "application/octet-stream" }));
       const a = document.createElement("a");
       a.href = url;
       a.download = `qkv-lm-step${s.step}.safetensors`;

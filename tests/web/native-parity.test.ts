@@ -6,14 +6,15 @@
 // Checkpoints cross both ways: the native helper qkv_checkpoint_trace (tests/cpp/tools) saves a trained model
 // of each kind with its logits on a probe batch, the package loads it and must give the same logits (to
 // 1e-5); the package trains on, saves, and the native helper must read the file and give the package's
-// logits. And a checkpoint from the `qkv train` tool carries its tokenizer, which the package decodes with.
+// logits. And a checkpoint from the `qkv train` tool carries its tokenizer, which the package decodes with;
+// one the package saves with save({ tokenizer }) runs in `qkv generate`, writing the package's greedy text.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CharTokenizer, Classifier, init, LanguageModel, Seq2Seq, Tokenizer, checkpointMetadata } from "../../web/dist/node.js";
+import { CharTokenizer, Classifier, init, LanguageModel, Seq2Seq, Tokenizer, Trainer, checkpointMetadata } from "../../web/dist/node.js";
 
 interface Trace {
   config: { vocabSize: number; context: number; dModel: number; heads: number; layers: number; dFF: number; seed: number; lr: number };
@@ -198,5 +199,41 @@ describe("a checkpoint from the native `qkv train` tool", () => {
     expect(text).toContain(prompt + mine);
     expect(mine.length).toBe(30);
     await expect(Tokenizer.fromCheckpoint(bytes, "qkv.tokenizer.target")).rejects.toThrow(/the checkpoint has no "qkv.tokenizer.target" metadata \(it holds: .*qkv\.tokenizer/);
+  });
+});
+
+describe("a checkpoint the package saves with its tokenizer runs in the native `qkv generate`", () => {
+  let dir: string;
+  const text = "the quick brown fox jumps over the lazy dog. ".repeat(60);
+  beforeAll(() => {
+    dir = mkdtempSync(path.join(os.tmpdir(), "qkv-save-tok-"));
+  });
+  afterAll(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("save({ tokenizer }) is all `qkv generate` needs, and it writes the package's greedy text", async () => {
+    const tok = await CharTokenizer.fromText(text);
+    const ids = await tok.encode(text);
+    // Small enough to train in a few seconds, long enough to learn the sentence: greedy decoding is then
+    // far from ties, so wasm (no FMA) and native pick the same tokens.
+    using lm = await LanguageModel.create({ vocabSize: tok.size, context: 32, dModel: 48, heads: 4, layers: 2, lr: 5e-3, seed: 3 });
+    const trainer = new Trainer(lm, { data: ids, batchSize: 8, seed: 1 });
+    await trainer.fit({ steps: 150 });
+    const file = path.join(dir, "from-package.safetensors");
+    writeFileSync(file, await lm.save({ tokenizer: tok, metadata: { "app.trained-in": "node" } }));
+
+    const prompt = "the quick";
+    const mine = await tok.decode(await lm.generate(await tok.encode(prompt), { maxTokens: 40, temperature: 0 }));
+    const theirs = native(qkvTool, ["generate", "--ckpt", file, "--prompt", prompt, "--max-tokens", "40", "--temperature", "0", "--threads", "2"]);
+    // The tool prints the prompt, the new text and a newline.
+    expect(theirs).toBe(prompt + mine + "\n");
+    expect(text).toContain(prompt + mine);
+    expect(mine.length).toBe(40);
+    // `qkv info` reads the same file: the tokenizer, the step the package trained to, the caller's key.
+    const info = native(qkvTool, ["info", "--ckpt", file]);
+    expect(info).toMatch(new RegExp(`tokenizer\\s+char, ${tok.size} tokens`));
+    expect(info).toMatch(/step\s+150 \(with optimizer state\)/);
+    expect(info).toMatch(/app\.trained-in\s+node/);
   });
 });

@@ -8,7 +8,7 @@ import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
 interface CoreModelBase {
-  save(withOptimizer: boolean): Uint8Array;
+  save(withOptimizer: boolean, metadata: Record<string, string>): Uint8Array;
   loadWeights(bytes: Uint8Array): void;
   setLearningRate(lr: number): void;
   numParameters(): number;
@@ -322,8 +322,8 @@ export class Engine {
       case "attention":
         return { weights: this.attention(req.in) };
       case "save": {
-        const { model, optimizer } = req.in;
-        return { bytes: this.run(() => this.get(model).core.save(optimizer)) };
+        const { model, optimizer, metadata } = req.in;
+        return { bytes: this.run(() => this.get(model).core.save(optimizer, metadata)) };
       }
       case "loadWeights": {
         const { model, bytes } = req.in;

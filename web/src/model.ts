@@ -8,8 +8,9 @@
 import type { Backend, ModelCallType, TokenStream } from "./platform.js";
 import type { Calls, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
+import { tokenizerJSON } from "./tokenizer.js";
 import type { MemoryUsage, ModelKind, SaveOptions } from "./types.js";
-import { boolean, bytes, object, positiveFinite } from "./validate.js";
+import { boolean, bytes, describe, object, positiveFinite, stringRecord } from "./validate.js";
 
 /** A model in the core: which backend serves it, its id there, and whether it was disposed. */
 interface Handle {
@@ -90,11 +91,29 @@ export abstract class Model<C extends object> {
    * The model as a safetensors checkpoint: weights under their PyTorch-style names, the config in the
    * metadata and (by default) the optimizer state, so that `load` continues training exactly. The same
    * bytes load in the native build (`qkv::LanguageModel::load_file` and the `qkv` tool) and in PyTorch.
+   * `tokenizer` stores a tokenizer under the metadata key `qkv.tokenizer` (as `qkv train` does, so
+   * `qkv generate` runs the file and `Tokenizer.fromCheckpoint` reads it back); `metadata` adds string
+   * keys of your own. A key the checkpoint writes itself (`qkv.config`, `qkv.crc32`, ...) rejects with an
+   * `Error` naming it.
    */
   async save(options: SaveOptions = {}): Promise<Uint8Array> {
-    const o = object("options", options, "{ optimizer? }");
+    const o = object("options", options, "{ optimizer?, tokenizer?, metadata? }");
     const optimizer = o.optimizer === undefined ? true : boolean("options.optimizer", o.optimizer);
-    return (await callModel(this, "save", "save", { optimizer })).bytes;
+    const metadata = o.metadata === undefined ? {} : stringRecord("options.metadata", o.metadata);
+    if (o.tokenizer !== undefined) {
+      const json = tokenizerJSON(o.tokenizer);
+      if (json === undefined) {
+        throw new TypeError(
+          "options.tokenizer must be a tokenizer of this package (CharTokenizer.fromText, ByteTokenizer.create, " +
+            `WordTokenizer.fromText, Tokenizer.fromJSON, ...), got ${describe(o.tokenizer)}`,
+        );
+      }
+      if (Object.hasOwn(metadata, "qkv.tokenizer")) {
+        throw new Error('options.metadata["qkv.tokenizer"] and options.tokenizer both give the key "qkv.tokenizer": pass one');
+      }
+      metadata["qkv.tokenizer"] = json;
+    }
+    return (await callModel(this, "save", "save", { optimizer, metadata })).bytes;
   }
 
   /**

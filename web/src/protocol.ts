@@ -123,7 +123,7 @@ export interface Calls {
     in: { model: number; layer: number; head: number; batchIndex: number; kind?: "encoder" | "decoder" | "cross" };
     out: { weights: Float32Array };
   };
-  save: { in: { model: number; optimizer: boolean }; out: { bytes: Uint8Array } };
+  save: { in: { model: number; optimizer: boolean; metadata: Record<string, string> }; out: { bytes: Uint8Array } };
   loadWeights: { in: { model: number; bytes: Uint8Array }; out: null };
   setLearningRate: { in: { model: number; lr: number }; out: null };
   dispose: { in: { model: number }; out: null };

@@ -51,6 +51,13 @@ export interface DecodeOptions {
 /** Any of the three tokenizer classes. */
 export type AnyTokenizer = CharTokenizer | ByteTokenizer | WordTokenizer;
 
+/**
+ * The core's JSON of a tokenizer made by this package, or undefined for any other value (a look-alike
+ * object, another copy of the package's class): what `save({ tokenizer })` stores. Not part of the public
+ * API (index.ts does not export it).
+ */
+export let tokenizerJSON: (t: unknown) => string | undefined;
+
 const utf8 = new TextDecoder();
 
 function specials(options: unknown): { pad: boolean; bos: boolean; eos: boolean; unk: boolean } {
@@ -104,6 +111,11 @@ export abstract class Tokenizer {
   readonly vocabulary: readonly string[];
   readonly #backend: Backend;
   readonly #json: string;
+
+  static {
+    // The private field, not toJSON(): the exact string the core wrote, whatever a subclass overrides.
+    tokenizerJSON = (t) => (typeof t === "object" && t !== null && #json in t ? t.#json : undefined);
+  }
 
   /** @internal Use a factory: `CharTokenizer.fromText`, `ByteTokenizer.create`, `WordTokenizer.fromText`, `fromJSON`. */
   protected constructor(b: Backend, out: TokenizerOut) {

@@ -232,3 +232,21 @@ export function checkAttention(options: unknown): { layer: number; head: number;
     kind: o.kind,
   };
 }
+
+/**
+ * Extra checkpoint metadata: a plain object of strings, copied (into an object without a prototype, so a
+ * key such as `"__proto__"` stays a key). Keys and values must be well-formed text, as they are stored as
+ * UTF-8. Which keys are allowed is the core's decision (it owns the keys it writes).
+ */
+export function stringRecord(name: string, v: unknown): Record<string, string> {
+  const proto: unknown = typeof v === "object" && v !== null ? Object.getPrototypeOf(v) : undefined;
+  if (proto !== Object.prototype && proto !== null) {
+    throw new TypeError(`${name} must be an object of string values like { "key": "value" }, got ${describe(v)}`);
+  }
+  const out = Object.create(null) as Record<string, string>;
+  for (const [key, value] of Object.entries(v as object)) {
+    text(`${name} key ${JSON.stringify(key)}`, key);
+    out[key] = text(`${name}[${JSON.stringify(key)}]`, value);
+  }
+  return out;
+}

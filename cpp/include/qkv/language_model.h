@@ -10,6 +10,7 @@
 // workspace planned per (batch, sequence) shape, so a training loop at a fixed shape never allocates.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -133,8 +134,13 @@ class LanguageModel {
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
   // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
   // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
-  std::vector<uint8_t> save(bool with_optimizer = true);
-  void save_file(const std::string& path, bool with_optimizer = true);
+  // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
+  // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
+  // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
+  // "qkv.crc32", "format") is refused with qkv::Error naming it.
+  std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
+  void save_file(const std::string& path, bool with_optimizer = true,
+                 const std::map<std::string, std::string>& metadata = {});
   static std::unique_ptr<LanguageModel> load(std::span<const uint8_t> bytes);
   static std::unique_ptr<LanguageModel> load_file(const std::string& path);
   // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error

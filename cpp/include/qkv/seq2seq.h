@@ -8,6 +8,7 @@
 //     attention; source padding on cross-attention) -> decoder.norm -> generator -> logits (B,T,V_tgt)
 //   loss: cross-entropy against tgt_out, ignoring pad_id, with optional label smoothing
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -111,8 +112,13 @@ class Seq2Seq {
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
   // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
   // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
-  std::vector<uint8_t> save(bool with_optimizer = true);
-  void save_file(const std::string& path, bool with_optimizer = true);
+  // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
+  // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
+  // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
+  // "qkv.crc32", "format") is refused with qkv::Error naming it.
+  std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
+  void save_file(const std::string& path, bool with_optimizer = true,
+                 const std::map<std::string, std::string>& metadata = {});
   static std::unique_ptr<Seq2Seq> load(std::span<const uint8_t> bytes);
   static std::unique_ptr<Seq2Seq> load_file(const std::string& path);
   // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error

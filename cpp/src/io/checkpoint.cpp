@@ -24,7 +24,7 @@ std::string shape_text(std::span<const int64_t> s) {
 }  // namespace
 
 std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
-                                     bool with_optimizer) {
+                                     bool with_optimizer, const std::map<std::string, std::string>& extra) {
   std::vector<TensorRef> refs;
   std::vector<std::string> names;
   for (nn::Param& p : core.params.all()) {
@@ -44,8 +44,19 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
       {"qkv.optimizer_state", with_optimizer ? "true" : "false"},
       {"qkv.version", QKV_VERSION},
       {"format", "pt"},
+      {kChecksumKey, ""},  // computed below, once the extra keys are known to be allowed
   };
+  // The keys written above are what loading reads and verifies: letting a caller replace one would make a
+  // checkpoint that lies about its config or fails its own checksums, so they are refused, not overwritten.
+  for (const auto& [key, value] : extra) {
+    if (!meta.count(key)) continue;
+    std::string reserved;
+    for (const auto& [own, unused] : meta) reserved += (reserved.empty() ? "" : ", ") + own;
+    throw Error(detail::cat("checkpoint: metadata key \"", key, "\" is reserved: the checkpoint writes it itself (",
+                            reserved, "); use another key"));
+  }
   meta[kChecksumKey] = checksum_metadata(refs);
+  meta.insert(extra.begin(), extra.end());
   return serialize_safetensors(refs, meta);
 }
 

@@ -5,8 +5,10 @@
 // the dropout pass counter ("qkv.passes") and the qkv version. With the optimizer state, the Adam moments are
 // stored too ("optimizer.m.<name>", "optimizer.v.<name>"), so that training resumes exactly where it stopped.
 // Reading ignores metadata keys it does not know: the qkv tool adds its tokenizers and training state
-// ("qkv.tokenizer", cpp/tools/task.h).
+// ("qkv.tokenizer", cpp/tools/task.h) through save_checkpoint's `extra`, and the npm package a tokenizer and
+// the user's own keys.
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,8 +28,10 @@ struct Checkpoint {
   bool has_optimizer_state = false;
 };
 
+// The checkpoint's bytes, the header written once. `extra` adds metadata keys; one that the checkpoint
+// writes itself ("qkv.model", "qkv.config", ..., "qkv.crc32", "format") raises qkv::Error naming it.
 std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
-                                     bool with_optimizer);
+                                     bool with_optimizer, const std::map<std::string, std::string>& extra = {});
 // Parses and checks the header: a qkv checkpoint of this kind. qkv::Error otherwise (naming what it is).
 Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind);
 // Copies the weights (and, when present, the moments and step counts) into the model. Every parameter

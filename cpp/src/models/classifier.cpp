@@ -231,11 +231,12 @@ bool Classifier::last_step_skipped() const { return impl_->core.optimizer.last_s
 void Classifier::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
 std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params); }
 
-std::vector<uint8_t> Classifier::save(bool with_optimizer) {
-  return io::save_checkpoint(impl_->core, "classifier", to_json(impl_->config), with_optimizer);
+std::vector<uint8_t> Classifier::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
+  return io::save_checkpoint(impl_->core, "classifier", to_json(impl_->config), with_optimizer, metadata);
 }
-void Classifier::save_file(const std::string& path, bool with_optimizer) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer)); });
+void Classifier::save_file(const std::string& path, bool with_optimizer,
+                           const std::map<std::string, std::string>& metadata) {
+  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
 }
 std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");

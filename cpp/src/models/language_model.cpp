@@ -356,11 +356,12 @@ size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters
 MemoryUsage LanguageModel::memory() const { return impl_->core.memory(); }
 std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params); }
 
-std::vector<uint8_t> LanguageModel::save(bool with_optimizer) {
-  return io::save_checkpoint(impl_->core, "language_model", to_json(impl_->config), with_optimizer);
+std::vector<uint8_t> LanguageModel::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
+  return io::save_checkpoint(impl_->core, "language_model", to_json(impl_->config), with_optimizer, metadata);
 }
-void LanguageModel::save_file(const std::string& path, bool with_optimizer) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer)); });
+void LanguageModel::save_file(const std::string& path, bool with_optimizer,
+                              const std::map<std::string, std::string>& metadata) {
+  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
 }
 std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");

@@ -306,11 +306,12 @@ bool Seq2Seq::last_step_skipped() const { return impl_->core.optimizer.last_skip
 void Seq2Seq::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
 std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params); }
 
-std::vector<uint8_t> Seq2Seq::save(bool with_optimizer) {
-  return io::save_checkpoint(impl_->core, "seq2seq", to_json(impl_->config), with_optimizer);
+std::vector<uint8_t> Seq2Seq::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
+  return io::save_checkpoint(impl_->core, "seq2seq", to_json(impl_->config), with_optimizer, metadata);
 }
-void Seq2Seq::save_file(const std::string& path, bool with_optimizer) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer)); });
+void Seq2Seq::save_file(const std::string& path, bool with_optimizer,
+                        const std::map<std::string, std::string>& metadata) {
+  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
 }
 std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");

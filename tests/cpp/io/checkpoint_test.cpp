@@ -1,12 +1,15 @@
 // Checkpoints: save -> load gives the same outputs; with the optimizer state, training resumes on exactly
 // the same trajectory; truncated, foreign and mismatched files raise qkv::Error and change nothing; a
-// failed save leaves the previous file intact.
+// failed save leaves the previous file intact; extra metadata is stored, and the checkpoint's own keys
+// cannot be replaced.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 #include "qkv/classifier.h"
@@ -14,6 +17,7 @@
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"
+#include "qkv/tokenizer.h"
 #include "test_util.h"
 
 namespace qkv {
@@ -121,6 +125,95 @@ TEST(Checkpoint, AFailedSaveLeavesThePreviousFileIntact) {
   EXPECT_NE(message_of([&] { LanguageModel::load_file(bad); }).find(bad), std::string::npos);
   // The good file still loads.
   EXPECT_NO_THROW(LanguageModel::load_file(path));
+  std::filesystem::remove_all(dir);
+}
+
+// Extra metadata (what `qkv train` and the npm package's save({ tokenizer, metadata }) add) is written in the
+// one header the core writes: it reads back as given, the tensors and their checksums are the same bytes as
+// without it, and every loader still accepts the file.
+TEST(Checkpoint, ExtraMetadataIsStoredAndTheFileStillLoadsAndVerifies) {
+  LanguageModel a(lm_config());
+  a.train_step(batch(0).in, batch(0).tg, 2, 8);
+  const Tokenizer tok = Tokenizer::char_level("abcdefgh", {.pad = true, .bos = false, .eos = false, .unk = false});
+  const std::map<std::string, std::string> extra = {
+      {"qkv.tokenizer", tok.to_json()}, {"app.note", "caf\xc3\xa9 \"quoted\"\n"}, {"", "empty key"}};
+  const auto plain = a.save(true), with = a.save(true, extra);
+  const auto file = parse_safetensors(with), base = parse_safetensors(plain);
+  for (const auto& [key, value] : extra) EXPECT_EQ(file.metadata.at(key), value) << key;
+  EXPECT_EQ(file.metadata.size(), base.metadata.size() + extra.size());
+  for (const auto& [key, value] : base.metadata) EXPECT_EQ(file.metadata.at(key), value) << key;  // crc32 included
+  ASSERT_EQ(file.tensors.size(), base.tensors.size());
+  for (size_t i = 0; i < file.tensors.size(); ++i) EXPECT_EQ(file.tensors[i].bytes, base.tensors[i].bytes);
+  EXPECT_EQ(Tokenizer::from_json(file.metadata.at("qkv.tokenizer")).encode("hgfa"), tok.encode("hgfa"));
+
+  const auto b = LanguageModel::load(with);  // verifies the CRC-32s
+  EXPECT_EQ(b->logits(batch(1).in, 2, 8), a.logits(batch(1).in, 2, 8));
+  EXPECT_EQ(b->step(), 1);
+  LanguageModel c(lm_config());
+  c.load_weights(with);
+  EXPECT_EQ(c.logits(batch(1).in, 2, 8), a.logits(batch(1).in, 2, 8));
+
+  // The checksums still guard the tensors: a flipped byte in the last tensor is refused.
+  auto damaged = with;
+  damaged.back() ^= 0x40;
+  EXPECT_NE(message_of([&] { LanguageModel::load(damaged); }).find("is corrupt"), std::string::npos);
+
+  // save_file writes the same bytes.
+  const auto dir = std::filesystem::temp_directory_path() / "qkv_checkpoint_metadata_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.safetensors").string();
+  a.save_file(path, true, extra);
+  EXPECT_EQ(read_safetensors(path).metadata.at("app.note"), extra.at("app.note"));
+  EXPECT_EQ(LanguageModel::load_file(path)->logits(batch(1).in, 2, 8), a.logits(batch(1).in, 2, 8));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Checkpoint, ExtraMetadataOnEveryModelKind) {
+  const std::map<std::string, std::string> extra = {{"qkv.labels", "[\"a\",\"b\",\"c\"]"}, {"k", "v"}};
+  Seq2SeqConfig sc{
+      .src_vocab = 7, .tgt_vocab = 8, .context = 6, .d_model = 8, .heads = 2, .encoder_layers = 1, .decoder_layers = 1};
+  Seq2Seq s(sc);
+  const std::vector<int32_t> src = {1, 2, 3, 0}, ti = {1, 4, 5};
+  const auto sb = s.save(false, extra);
+  EXPECT_EQ(parse_safetensors(sb).metadata.at("k"), "v");
+  EXPECT_EQ(Seq2Seq::load(sb)->logits(src, ti, 1, 4, 3), s.logits(src, ti, 1, 4, 3));
+  ClassifierConfig cc{.vocab_size = 7, .context = 5, .d_model = 8, .heads = 2, .layers = 1, .classes = 3};
+  Classifier k(cc);
+  const std::vector<int32_t> tok = {1, 2, 3, 0, 0};
+  const auto kb = k.save(true, extra);
+  EXPECT_EQ(parse_safetensors(kb).metadata.at("qkv.labels"), extra.at("qkv.labels"));
+  EXPECT_EQ(Classifier::load(kb)->logits(tok, 1, 5), k.logits(tok, 1, 5));
+}
+
+// The keys the checkpoint writes are what loading trusts (config, step, checksums): a caller cannot replace
+// them, and the refusal names the key. A refused save_file leaves the previous file as it was.
+TEST(Checkpoint, MetadataKeysTheCheckpointWritesAreRefused) {
+  LanguageModel a(lm_config());
+  const std::set<std::string> reserved = {"qkv.model",         "qkv.config", "qkv.optimizer",       "qkv.step",
+                                          "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
+                                          "qkv.crc32",         "format"};
+  // Exactly what a save without extra keys writes: a key the checkpoint adds later is reserved too.
+  std::set<std::string> written;
+  for (const auto& entry : parse_safetensors(a.save()).metadata) written.insert(entry.first);
+  EXPECT_EQ(written, reserved);
+  for (const std::string& key : reserved) {
+    for (bool with_optimizer : {true, false}) {
+      const std::string message = message_of([&] { a.save(with_optimizer, {{"ok", "1"}, {key, "x"}}); });
+      EXPECT_NE(message.find("metadata key \"" + key + "\" is reserved"), std::string::npos) << message;
+    }
+  }
+  // Keys only the qkv tool uses are not the checkpoint's: allowed.
+  EXPECT_NO_THROW(a.save(true, {{"qkv.tokenizer", "{}"}, {"qkv.train", "{}"}, {"qkv.tokenizer.target", "{}"}}));
+
+  const auto dir = std::filesystem::temp_directory_path() / "qkv_checkpoint_reserved_test";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "model.safetensors").string();
+  a.save_file(path, true, {{"app.note", "first"}});
+  a.train_step(batch(0).in, batch(0).tg, 2, 8);
+  EXPECT_NE(message_of([&] { a.save_file(path, true, {{"qkv.step", "99"}}); }).find(path), std::string::npos);
+  const auto kept = read_safetensors(path);
+  EXPECT_EQ(kept.metadata.at("app.note"), "first");
+  EXPECT_EQ(kept.metadata.at("qkv.step"), "0");
   std::filesystem::remove_all(dir);
 }
 
