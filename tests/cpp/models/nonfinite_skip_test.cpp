@@ -54,6 +54,18 @@ bool grads_are_zero(M& m) {
   return true;
 }
 
+// What one skipped step leaves, whatever made it non-finite: the skip is reported and counted once, the step
+// count t (and so the next step's learning rate) is unchanged, every weight and moment keeps its bits, and the
+// gradients are cleared.
+template <class M>
+void expect_skipped_once(M& m, int step, const std::vector<uint32_t>& state) {
+  EXPECT_TRUE(m.last_step_skipped());
+  EXPECT_EQ(m.skipped_steps(), 1);
+  EXPECT_EQ(m.step(), step);
+  EXPECT_EQ(state_bits(m), state);
+  EXPECT_TRUE(grads_are_zero(m));
+}
+
 // The optimizer every test here uses: Skip, and a warm-up so that the lr depends on step(): a skip that
 // advanced the step count would change the next update and show in the twin comparison.
 OptimizerConfig skip_config() {
@@ -171,11 +183,7 @@ TYPED_TEST(NonFiniteSkip, ANonFiniteLossIsSkippedCountedAndTheNextStepIsTheTwins
     float loss = 0.f;
     ASSERT_NO_THROW(loss = TypeParam::step(*a, 2));
     EXPECT_FALSE(std::isfinite(loss)) << loss;  // the returned loss tells it too
-    EXPECT_TRUE(a->last_step_skipped());
-    EXPECT_EQ(a->skipped_steps(), 1);
-    EXPECT_EQ(a->step(), 2);              // t, and so the learning rate of the next step, unchanged
-    EXPECT_EQ(state_bits(*a), poisoned);  // every weight and moment bit for bit
-    EXPECT_TRUE(grads_are_zero(*a));      // cleared
+    expect_skipped_once(*a, 2, poisoned);
 
     p.value[0] = kept;
     ASSERT_EQ(state_bits(*a), before);
@@ -203,11 +211,7 @@ TYPED_TEST(NonFiniteSkip, ANonFiniteGradientWithAFiniteLossIsSkipped) {
   EXPECT_TRUE(std::isfinite(TypeParam::accumulate(*a, 1, 1.f)));
   param(*a, TypeParam::poisoned).grad[0] = -kInf;
   EXPECT_FALSE(a->apply_gradients());
-  EXPECT_TRUE(a->last_step_skipped());
-  EXPECT_EQ(a->skipped_steps(), 1);
-  EXPECT_EQ(a->step(), 1);
-  EXPECT_EQ(state_bits(*a), before);
-  EXPECT_TRUE(grads_are_zero(*a));
+  expect_skipped_once(*a, 1, before);
 
   EXPECT_EQ(TypeParam::step(*a, 2), TypeParam::step(*twin, 2));
   EXPECT_EQ(state_bits(*a), state_bits(*twin));
@@ -233,11 +237,7 @@ TYPED_TEST(NonFiniteSkip, ANonFiniteMicroBatchSkipsTheWholeAccumulatedStep) {
   p.value[0] = kept;
   EXPECT_TRUE(std::isfinite(TypeParam::accumulate(*a, 3, 0.5f)));
   EXPECT_FALSE(a->apply_gradients());
-  EXPECT_TRUE(a->last_step_skipped());
-  EXPECT_EQ(a->skipped_steps(), 1);
-  EXPECT_EQ(a->step(), 1);
-  EXPECT_EQ(state_bits(*a), before);
-  EXPECT_TRUE(grads_are_zero(*a));
+  expect_skipped_once(*a, 1, before);
 
   // A bad micro-batch followed by zero_grad() no longer counts.
   p.value[0] = kNaN;
