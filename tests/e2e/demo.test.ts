@@ -195,22 +195,31 @@ describe("demo in headless Chromium", () => {
 
     // The page stays responsive while the LM trains (in the Worker): timers on this thread keep firing.
     await page.waitForFunction(() => window.__qkv!.lm.state === "training" && window.__qkv!.lm.step > 0);
-    const gap = await page.evaluate(async () => {
-      let worst = 0;
+    const gaps = await page.evaluate(async () => {
+      const gaps: number[] = [];
       let last = performance.now();
       const end = last + 1000;
       while (performance.now() < end) {
         await new Promise((r) => setTimeout(r, 0));
         const now = performance.now();
-        worst = Math.max(worst, now - last);
+        gaps.push(now - last);
         last = now;
       }
-      return worst;
+      return gaps;
     });
-    // A main thread that ran the steps would stall for a whole step (batch 8 × 32 tokens) at a time.
+    // A main thread that ran the steps would stall for a whole step (batch 8 × 32 tokens) at a time: nearly
+    // every timer would wait at least that long. Off the main thread, timers wait a step only when the OS
+    // deschedules the page's thread, which on a loaded 2-core machine (the Worker's two threads train beside
+    // it) happens now and then: a single stall longer than a step was seen at load 3.5. So: at most 5% of the
+    // timer gaps (there are hundreds) may reach a step, and the worst is reported.
     const stepMs = (8 * 32 * 1000) / (await demo()).lm.tokensPerSecond;
-    console.log(`e2e: longest main-thread timer gap while training ${gap.toFixed(1)} ms; one step ${stepMs.toFixed(1)} ms`);
-    expect(gap).toBeLessThan(stepMs);
+    const stalls = gaps.filter((g) => g >= stepMs).length;
+    console.log(
+      `e2e: main-thread timer gaps while training: ${gaps.length}, longest ${Math.max(...gaps).toFixed(1)} ms, ` +
+        `${stalls} of them >= one step (${stepMs.toFixed(1)} ms)`,
+    );
+    expect(gaps.length).toBeGreaterThan(50);
+    expect(stalls / gaps.length).toBeLessThanOrEqual(0.05);
   });
 
   it("LM tab: the validation loss falls below the target and a sample appears", async () => {
