@@ -3,12 +3,13 @@
 # PyTorch (char GPT and the tutorial Seq2Seq), the char GPT step in WebAssembly under Node vs native, and
 # 1 -> n thread scaling. Builds what it needs, runs everything one process at a time, prints every table.
 #
-#   bench/run_cpu.sh                      # the full run (about 15 minutes on the 2-core machine)
+#   bench/run_cpu.sh                      # the full run (about 20 minutes on the 2-core machine)
 #   CPU_BENCH_QUICK=1 bench/run_cpu.sh    # a fast smoke run: short loops, small batches (numbers not meaningful)
 #
 # Env: BUILD_DIR (build/native: the native Release preset; another folder is configured Release by hand),
 #      CPU_BENCH_THREADS (the machine's cores: the comparisons run at this many, scaling from 1 to it),
 #      CPU_BENCH_ONLY (any of "gemm char seq2seq wasm", default all), CPU_BENCH_SKIP_BUILD=1 (use what is built),
+#      CPU_BENCH_ROUNDS (alternated runs per side of the char GPT and wasm comparisons, best kept; default 2),
 #      CPU_BENCH_CHAR_STEPS (timed char GPT steps; default 200, and 100 for the wasm comparison),
 #      CPU_BENCH_SEQ2SEQ_STEPS / CPU_BENCH_SEQ2SEQ_WARMUP (5 / 2),
 #      CPU_BENCH_OPENBLAS_CORETYPE (OpenBLAS's kernel set for both peers; default unset = OpenBLAS's own choice
@@ -19,6 +20,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD_DIR=${BUILD_DIR:-$ROOT/build/native}
 QUICK=${CPU_BENCH_QUICK:-0}
+ROUNDS=${CPU_BENCH_ROUNDS:-$([ "$QUICK" = 1 ] && echo 1 || echo 2)}
 THREADS=${CPU_BENCH_THREADS:-$(nproc)}
 ONLY=${CPU_BENCH_ONLY:-gemm char seq2seq wasm}
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -87,12 +89,16 @@ if wants gemm; then
 fi
 
 # Each training run is its own process, so that each peak RSS is one model's alone.
+# Runs alternate between the sides, ROUNDS times, and the report takes each side's best run: the machine's
+# speed swings over seconds to minutes, and one run per side let those swings decide the ratio.
 if wants char; then
-  say "2a. char GPT training: qkv vs PyTorch, one process each, one after the other"
+  say "2a. char GPT training: qkv vs PyTorch, one process each, alternated, $ROUNDS rounds"
   for t in $(seq 1 "$THREADS"); do
-    "$BENCH" char-gpt --threads "$t" "${char_args[@]}" | tee "$LOGS/char-qkv-$t.log"
-    "$PYTHON" -u bench/train_torch.py char-gpt --threads "$t" "${char_args[@]}" | grep --line-buffered -v '^INFO  ' |
-      tee "$LOGS/char-torch-$t.log"
+    for r in $(seq 1 "$ROUNDS"); do
+      "$BENCH" char-gpt --threads "$t" "${char_args[@]}" | tee "$LOGS/char-qkv-$t-$r.log"
+      "$PYTHON" -u bench/train_torch.py char-gpt --threads "$t" "${char_args[@]}" | grep --line-buffered -v '^INFO  ' |
+        tee "$LOGS/char-torch-$t-$r.log"
+    done
   done
 fi
 
@@ -113,10 +119,12 @@ if wants wasm; then
       bash scripts/build-wasm.sh >/dev/null
       npm run --silent build:web >/dev/null
     fi
-    "$BENCH" char-gpt --config package --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-native.log"
-    "$BENCH" char-gpt --config package --threads "$wasm_threads" --isa sse4.1 "${wasm_args[@]}" |
-      tee "$LOGS/wasm-native-sse41.log"
-    node bench/wasm_char_gpt.mjs --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-node.log"
+    for r in $(seq 1 "$ROUNDS"); do
+      "$BENCH" char-gpt --config package --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-native-$r.log"
+      "$BENCH" char-gpt --config package --threads "$wasm_threads" --isa sse4.1 "${wasm_args[@]}" |
+        tee "$LOGS/wasm-native-sse41-$r.log"
+      node bench/wasm_char_gpt.mjs --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-node-$r.log"
+    done
   fi
 fi
 
