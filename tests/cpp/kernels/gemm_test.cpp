@@ -1,5 +1,5 @@
 // gemm against a double-precision reference, over ragged shapes around the register tiles (MR 4/6/8 rows,
-// NR 4/8/16/32 columns), the tiles of C and the K blocks (256), all four transpositions, alpha/beta,
+// NR 4/8/16/32/64 columns), the tiles of C and the K blocks (256), all four transpositions, alpha/beta,
 // padded leading dimensions, every instruction set this machine has (forced) and 1..max threads.
 #include <gtest/gtest.h>
 

@@ -29,7 +29,7 @@
 namespace qkv::kernels {
 namespace {
 
-constexpr int kKC = 256;  // K block: an MR x KC panel of A is 8 KB at MR = 8, a KC x NR panel of B 32 KB
+constexpr int kKC = 256;  // K block: an MR x KC panel of A is 6 KB at MR = 6, a KC x NR panel of B 64 KB at NR = 64
 constexpr int kMC = 192;  // rows per tile (rounded down to a multiple of MR)
 constexpr int kNC = 512;  // columns per tile (a multiple of every NR): KC x NC of B is 512 KB of L2
 
@@ -92,25 +92,35 @@ GemmRowKernels select_rows() {
   }
 }
 
-GemmMicroKernel select() {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The selection table, best instruction set first and scalar last; narrow asks for the set's narrow tile.
+GemmMicroKernel select_tile([[maybe_unused]] bool narrow) {
   switch (active_isa()) {
 #if QKV_ISA_AVX512
-    case Isa::AVX512: return gemm_micro_kernel<xsimd::avx512f>();
+    case Isa::AVX512: return gemm_micro_kernel<xsimd::avx512f>(narrow);
 #endif
 #if QKV_ISA_AVX2
-    case Isa::AVX2: return gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
+    case Isa::AVX2: return gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>(narrow);
 #endif
 #if QKV_ISA_SSE41
-    case Isa::SSE41: return gemm_micro_kernel<xsimd::sse4_1>();
+    case Isa::SSE41: return gemm_micro_kernel<xsimd::sse4_1>(narrow);
 #endif
 #if QKV_ISA_NEON
-    case Isa::NEON: return gemm_micro_kernel<xsimd::neon64>();
+    case Isa::NEON: return gemm_micro_kernel<xsimd::neon64>(narrow);
 #endif
     default: return {kScalarMR, kScalarNR, &gemm_micro_scalar, &gemm_pack_rows_scalar};
   }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// The register tile for a product with N columns: the instruction set's main tile, unless its narrow tile
+// pads the last panel of columns enough less to make up for running about 10% slower per FLOP (gemm_simd.h):
+// N = 32 or 65 takes AVX-512's 8 x 32 tile rather than 6 x 64, N = 1000 the 6 x 64.
+GemmMicroKernel select(int N) {
+  const GemmMicroKernel wide = select_tile(false), narrow = select_tile(true);
+  if (narrow.nr == wide.nr) return wide;
+  return 11 * ceil_div(N, narrow.nr) * narrow.nr < 10 * ceil_div(N, wide.nr) * wide.nr ? narrow : wide;
+}
 
 // The per-thread home of packed panels, 64-byte aligned.
 float* pack_buffer(size_t floats) {
@@ -158,6 +168,7 @@ void pack_transposed(float* dst, int R, const float* src, int ld, int rows, int 
       case 8: return pack_transposed_full<8>(dst, src, ld, K);
       case 16: return pack_transposed_full<16>(dst, src, ld, K);
       case 32: return pack_transposed_full<32>(dst, src, ld, K);
+      case 64: return pack_transposed_full<64>(dst, src, ld, K);
       default: break;
     }
   }
@@ -240,7 +251,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (K == 0) return scale_c(g);
   if (M <= kRowKernelMaxM) return gemm_rows(g);
 
-  const GemmMicroKernel mk = select();
+  const GemmMicroKernel mk = select(N);
   const int mr = mk.mr, nr = mk.nr;
   const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
   const bool full_last_b = N % nr == 0;

@@ -24,8 +24,10 @@ struct GemmMicroKernel {
   GemmPackRowsFn pack_rows;  // in the same instruction set: whole vectors where a row holds them
 };
 
+// The instruction set's register tile, or (narrow) its tile for products whose columns would fill only part of
+// the main tile's last panel; on most sets the two are the same (gemm_simd.h).
 template <class Arch>
-GemmMicroKernel gemm_micro_kernel();
+GemmMicroKernel gemm_micro_kernel(bool narrow);
 
 // The row kernels, for products with too few rows of op(A) to fill a register tile (generation: one new
 // token per step). Nothing is packed: one row of C from one contiguous row a (K) of op(A), over the
@@ -40,10 +42,10 @@ struct GemmRowKernels {
 template <class Arch>
 GemmRowKernels gemm_row_kernels();
 
-extern template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>();
-extern template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
-extern template GemmMicroKernel gemm_micro_kernel<xsimd::sse4_1>();
-extern template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>();
+extern template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>(bool);
+extern template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>(bool);
+extern template GemmMicroKernel gemm_micro_kernel<xsimd::sse4_1>(bool);
+extern template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>(bool);
 extern template GemmRowKernels gemm_row_kernels<xsimd::avx512f>();
 extern template GemmRowKernels gemm_row_kernels<xsimd::fma3<xsimd::avx2>>();
 extern template GemmRowKernels gemm_row_kernels<xsimd::sse4_1>();

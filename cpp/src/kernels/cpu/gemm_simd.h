@@ -9,43 +9,57 @@
 
 namespace qkv::kernels {
 
-// The register tile is MR rows by 2 vectors of C: 2*MR accumulators, 2 vectors of b and one broadcast of a
-// live at once. Each k step does 2 loads of b, MR broadcasts of a and 2*MR FMAs, so the FMA units, not the
-// loads, bound it. MR per register file: 32 vector registers (AVX-512, NEON) take MR = 8 (16 accumulators,
-// and 8 divides the batch x context row counts the models use, where 12 would leave ragged panels);
-// 16 registers (AVX2, SSE) take MR = 6 (12 accumulators), which still covers FMA latency x throughput
-// (4 cycles x 2 ports = 8 in flight).
+// The register tile is MR rows by NV vectors of C: MR*NV accumulators, NV vectors of b and one broadcast of a
+// live at once. Each k step does NV loads of b, MR broadcasts of a and MR*NV FMAs, so the FMA units, not the
+// loads, bound it, provided MR*NV covers FMA latency x throughput (4 cycles x 2 ports = 8 in flight).
+// AVX-512 (32 registers) takes 6 x 4 vectors (6 x 64 floats: 24 accumulators). Against 8 x 2 vectors (16
+// accumulators), measured on the char GPT's fifteen products (1 thread, CPU time, the kernels alternated in
+// one process, best of 25): the step's products 37.2 -> 33.8 ms, 1024^3 +10-14%; 7 x 4 and 5 x 4 were no
+// better and 4 x 4 no faster than 8 x 2. Per k step it loads 4 vectors of b for 24 FMAs instead of 2 for 16,
+// and each C tile is stored once per 64 columns. 6 divides the batch x context row counts (768 = 12 x 64).
+// A narrow product pads its last panel to 64 columns, though: AVX-512 keeps 8 x 2 vectors as its narrow
+// tile, which gemm() picks where it pads less (attention's tiles of 32 keys or hs = 32 columns; the char LM
+// head's N = 65, 57 -> 66 GFLOP/s).
+// NEON (32 registers of 4 floats) takes 8 x 2 vectors.
+// AVX2 and SSE (16 registers) take 6 x 2 vectors (12 accumulators).
 // WebAssembly (SIMD128, no FMA) takes MR = 4: V8 maps it onto x86's 16 xmm registers but keeps one as its
 // scratch, and without FMA each product needs a temporary, so MR = 6 (12 accumulators + 2 vectors of b + a +
 // the product = 16 live) spills. Measured in Node 20, the char GPT step's CPU time, the three builds
 // alternated in one process (min of 24 steps each, three orders): MR 6 203-208 ms, MR 5 185-188, MR 4 186-190.
 // 4 rather than 5 divides the batch x context row counts.
+struct GemmTile {
+  int mr, nv;  // rows, and vectors of columns
+};
 template <class Arch>
-constexpr int gemm_mr() {
-  if constexpr (std::is_same_v<Arch, xsimd::avx512f> || std::is_same_v<Arch, xsimd::neon64>) return 8;
+constexpr GemmTile gemm_tile(bool narrow) {
+  if constexpr (std::is_same_v<Arch, xsimd::avx512f>) return narrow ? GemmTile{8, 2} : GemmTile{6, 4};
+  if constexpr (std::is_same_v<Arch, xsimd::neon64>) return {8, 2};
 #ifdef __EMSCRIPTEN__
-  return 4;
+  return {4, 2};
 #else
-  return 6;
+  return {6, 2};
 #endif
 }
 
-template <class Arch>
+template <class Arch, int MR, int NV>
 void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb, float* c, int ldc, float alpha,
                 float beta) {
   using V = xsimd::batch<float, Arch>;
   constexpr int W = static_cast<int>(V::size);
-  constexpr int MR = gemm_mr<Arch>();
-  V acc0[MR], acc1[MR];
+  V acc[MR][NV];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = V(0.f);
+  for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[r][v] = V(0.f);
   for (int k = 0; k < kc; ++k) {
-    const V b0 = V::load_unaligned(b), b1 = V::load_unaligned(b + W);
+    V bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = V::load_unaligned(b + v * W);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       const V ar(a[static_cast<ptrdiff_t>(r) * rs_a]);
-      acc0[r] = xsimd::fma(ar, b0, acc0[r]);
-      acc1[r] = xsimd::fma(ar, b1, acc1[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(ar, bv[v], acc[r][v]);
     }
     a += cs_a;
     b += ldb;
@@ -55,8 +69,8 @@ void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int 
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       float* cr = c + static_cast<size_t>(r) * ldc;
-      (va * acc0[r]).store_unaligned(cr);
-      (va * acc1[r]).store_unaligned(cr + W);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) (va * acc[r][v]).store_unaligned(cr + v * W);
     }
   } else {
     // beta == 1 is the common case (the later K blocks, gradient accumulation): one FMA per vector, and
@@ -65,10 +79,11 @@ void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int 
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
       float* cr = c + static_cast<size_t>(r) * ldc;
-      const V c0 = beta == 1.f ? V::load_unaligned(cr) : vb * V::load_unaligned(cr);
-      const V c1 = beta == 1.f ? V::load_unaligned(cr + W) : vb * V::load_unaligned(cr + W);
-      xsimd::fma(va, acc0[r], c0).store_unaligned(cr);
-      xsimd::fma(va, acc1[r], c1).store_unaligned(cr + W);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const V cv = beta == 1.f ? V::load_unaligned(cr + v * W) : vb * V::load_unaligned(cr + v * W);
+        xsimd::fma(va, acc[r][v], cv).store_unaligned(cr + v * W);
+      }
     }
   }
 }
@@ -87,10 +102,16 @@ void gemm_pack_rows(float* dst, int width, const float* src, int ld, int rows, i
   }
 }
 
-template <class Arch>
-GemmMicroKernel gemm_micro_kernel() {
-  return {gemm_mr<Arch>(), 2 * static_cast<int>(xsimd::batch<float, Arch>::size), &gemm_micro<Arch>,
+template <class Arch, bool Narrow>
+GemmMicroKernel gemm_micro_kernel_for() {
+  constexpr GemmTile t = gemm_tile<Arch>(Narrow);
+  return {t.mr, t.nv * static_cast<int>(xsimd::batch<float, Arch>::size), &gemm_micro<Arch, t.mr, t.nv>,
           &gemm_pack_rows<Arch>};
+}
+
+template <class Arch>
+GemmMicroKernel gemm_micro_kernel(bool narrow) {
+  return narrow ? gemm_micro_kernel_for<Arch, true>() : gemm_micro_kernel_for<Arch, false>();
 }
 
 inline float gemm_store(float alpha, float acc, float beta, float c) {

@@ -4,7 +4,7 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>();
+template GemmMicroKernel gemm_micro_kernel<xsimd::fma3<xsimd::avx2>>(bool);
 template GemmRowKernels gemm_row_kernels<xsimd::fma3<xsimd::avx2>>();
 template void attention_softmax_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, const float*);

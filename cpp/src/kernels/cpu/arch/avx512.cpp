@@ -11,7 +11,7 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>();
+template GemmMicroKernel gemm_micro_kernel<xsimd::avx512f>(bool);
 template GemmRowKernels gemm_row_kernels<xsimd::avx512f>();
 template void attention_softmax_rows<xsimd::avx512f>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::avx512f>(const AttentionTile&, const float*);

@@ -4,7 +4,7 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>();
+template GemmMicroKernel gemm_micro_kernel<xsimd::neon64>(bool);
 template GemmRowKernels gemm_row_kernels<xsimd::neon64>();
 template void attention_softmax_rows<xsimd::neon64>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::neon64>(const AttentionTile&, const float*);

@@ -7,7 +7,7 @@
 #include "kernels/cpu/gemm_simd.h"
 
 namespace qkv::kernels {
-template GemmMicroKernel gemm_micro_kernel<xsimd::sse4_1>();
+template GemmMicroKernel gemm_micro_kernel<xsimd::sse4_1>(bool);
 template GemmRowKernels gemm_row_kernels<xsimd::sse4_1>();
 template void attention_softmax_rows<xsimd::sse4_1>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::sse4_1>(const AttentionTile&, const float*);
