@@ -113,13 +113,15 @@ GemmMicroKernel select_tile([[maybe_unused]] bool narrow) {
   }
 }
 
-// The register tile for a product with N columns: the instruction set's main tile, unless its narrow tile
-// pads the last panel of columns enough less to make up for running about 10% slower per FLOP (gemm_simd.h):
-// N = 32 or 65 takes AVX-512's 8 x 32 tile rather than 6 x 64, N = 1000 the 6 x 64.
-GemmMicroKernel select(int N) {
+// The register tile for an M x N product: the instruction set's main tile, unless its narrow tile pads C's
+// rows and columns to enough less area to make up for running about 10% slower per FLOP (gemm_simd.h). On
+// AVX-512 (6 x 64 and 8 x 32): N = 65 (the char LM head) and attention's 32 x 32 and 32 x 64 tiles take
+// 8 x 32; 768 x 128, 128 x 128 and 1024 x 1000 take 6 x 64.
+GemmMicroKernel select(int M, int N) {
   const GemmMicroKernel wide = select_tile(false), narrow = select_tile(true);
-  if (narrow.nr == wide.nr) return wide;
-  return 11 * ceil_div(N, narrow.nr) * narrow.nr < 10 * ceil_div(N, wide.nr) * wide.nr ? narrow : wide;
+  if (narrow.nr == wide.nr && narrow.mr == wide.mr) return wide;
+  auto padded = [&](const GemmMicroKernel& k) { return ceil_div(M, k.mr) * k.mr * ceil_div(N, k.nr) * k.nr; };
+  return 11 * padded(narrow) < 10 * padded(wide) ? narrow : wide;
 }
 
 // The per-thread home of packed panels, 64-byte aligned.
@@ -251,7 +253,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (K == 0) return scale_c(g);
   if (M <= kRowKernelMaxM) return gemm_rows(g);
 
-  const GemmMicroKernel mk = select(N);
+  const GemmMicroKernel mk = select(M, N);
   const int mr = mk.mr, nr = mk.nr;
   const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
   const bool full_last_b = N % nr == 0;
