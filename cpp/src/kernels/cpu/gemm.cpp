@@ -257,8 +257,11 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   const int mr = mk.mr, nr = mk.nr;
   const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
   const bool full_last_b = N % nr == 0;
-  // Packing op(B) costs K*N moves and saves strided, TLB-unfriendly reads for every A panel that sweeps it.
-  const bool pack_all_b = trans_b || panels_a > 8;
+  // Packing op(B) costs K*N moves and saves strided, TLB-unfriendly reads for every A panel that sweeps it:
+  // worth it past 64 rows of A. Counted in rows, not panels: at 6-row panels, "more than 8 panels" packed B for
+  // 64 x 128 x 128, and its packing pass (a second parallel region) made the product 10% slower at 1 thread
+  // and 1.8x slower at 2 (wall time, best of 60 batches, the two rules alternated in one process).
+  const bool pack_all_b = trans_b || M > 64;
   const int64_t packed_b = pack_all_b ? panels_b : (full_last_b ? 0 : 1);  // the ragged last panel at most
 
   // A row-major op(A) is read in place, MR rows at a time (the micro-kernel's broadcasts take any stride),
