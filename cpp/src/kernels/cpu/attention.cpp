@@ -18,13 +18,14 @@
 // The dropout mask of element (b,h,t,s) is dropout_hash(seed, ((b*H + h)*Tq + t)*Tk + s), the same as the
 // reference's, recomputed in both passes. Under the causal mask, key blocks wholly right of a query
 // block's last row are skipped. Tile products go through gemm; the row passes (max, exp, the dS
-// formula) through the selection table below, SIMD per instruction set.
+// formula, D) through the selection table below, SIMD per instruction set.
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/cpu/attention_rows.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/transpose.h"
 #include "kernels/kernels.h"
 #include "qkv/error.h"
 #include "qkv/thread_pool.h"
@@ -77,10 +78,11 @@ Slot slot_for(int Tq, int Tk, int hs) {
   return t;
 }
 
-// dst (hs, cols) with row stride ld = src (cols, hs) with row stride lds, transposed.
+// dst (hs, ld) = src (cols, hs) with row stride lds, transposed, zero in the columns [cols, ld): gemm's
+// packing copy (transpose.h), k outer with the width ld fixed at compile time; the element-at-a-time scatter
+// it replaced was half of the attention backward's own time (outside its products and row passes).
 void transpose(float* dst, int ld, const float* src, int lds, int cols, int hs) {
-  for (int j = 0; j < cols; ++j)
-    for (int i = 0; i < hs; ++i) dst[static_cast<size_t>(i) * ld + j] = src[static_cast<size_t>(j) * lds + i];
+  pack_transposed(dst, ld, src, lds, cols, hs);
 }
 
 // The scalar row passes: what attention_simd.h computes, one element at a time.
@@ -125,16 +127,27 @@ void dscores_rows_scalar(const AttentionTile& t, float* dP, const float* D) {
   }
 }
 
+void delta_rows_scalar(float* D, const float* dO, const float* O, int ld, int rows, int hs) {
+  for (int r = 0; r < rows; ++r) {
+    const float *a = dO + static_cast<size_t>(r) * ld, *o = O + static_cast<size_t>(r) * ld;
+    float d = 0.f;
+    for (int i = 0; i < hs; ++i) d += a[i] * o[i];
+    D[r] = d;
+  }
+}
+
 // The selection table: best instruction set first, scalar last.
 struct RowPasses {
   void (*softmax)(const AttentionTile&, float*, float*, float*);
   void (*probs)(const AttentionTile&, const float*);
   void (*dscores)(const AttentionTile&, float*, const float*);
+  void (*delta)(float*, const float*, const float*, int, int, int);
 };
 
 template <class Arch>
 RowPasses passes_for() {
-  return {&attention_softmax_rows<Arch>, &attention_probs_rows<Arch>, &attention_dscores_rows<Arch>};
+  return {&attention_softmax_rows<Arch>, &attention_probs_rows<Arch>, &attention_dscores_rows<Arch>,
+          &attention_delta_rows<Arch>};
 }
 
 RowPasses select() {
@@ -151,7 +164,7 @@ RowPasses select() {
 #if QKV_ISA_NEON
     case Isa::NEON: return passes_for<xsimd::neon64>();
 #endif
-    default: return {&softmax_rows_scalar, &probs_rows_scalar, &dscores_rows_scalar};
+    default: return {&softmax_rows_scalar, &probs_rows_scalar, &dscores_rows_scalar, &delta_rows_scalar};
   }
 }
 
@@ -290,14 +303,8 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
     const float* O = out.data() + oo;
     const float* lse_h = lse.data() + (static_cast<size_t>(hd.b) * s.H + hd.h) * Tq;
     const size_t drop_base = (static_cast<size_t>(hd.b) * s.H + hd.h) * Tq;
-    for (int t = 0; t < Tq; ++t) {
-      std::fill_n(dqh + static_cast<size_t>(t) * s.ldq, hs, 0.f);
-      const float* a = dO + static_cast<size_t>(t) * s.C;
-      const float* o = O + static_cast<size_t>(t) * s.C;
-      float d = 0.f;
-      for (int i = 0; i < hs; ++i) d += a[i] * o[i];
-      D[t] = d;
-    }
+    for (int t = 0; t < Tq; ++t) std::fill_n(dqh + static_cast<size_t>(t) * s.ldq, hs, 0.f);
+    passes.delta(D, dO, O, s.C, Tq, hs);
     for (int j = 0; j < Tk; ++j) {
       std::fill_n(dkh + static_cast<size_t>(j) * s.ldkv, hs, 0.f);
       std::fill_n(dvh + static_cast<size_t>(j) * s.ldkv, hs, 0.f);

@@ -37,17 +37,25 @@ void attention_probs_rows(const AttentionTile& t, const float* lse);
 template <class Arch>
 void attention_dscores_rows(const AttentionTile& t, float* dP, const float* D);
 
+// Backward: D (rows) = rowsum(dO * O) over a head's hs columns, rows ld apart (dO and O alike).
+template <class Arch>
+void attention_delta_rows(float* D, const float* dO, const float* O, int ld, int rows, int hs);
+
 extern template void attention_softmax_rows<xsimd::avx512f>(const AttentionTile&, float*, float*, float*);
 extern template void attention_probs_rows<xsimd::avx512f>(const AttentionTile&, const float*);
 extern template void attention_dscores_rows<xsimd::avx512f>(const AttentionTile&, float*, const float*);
+extern template void attention_delta_rows<xsimd::avx512f>(float*, const float*, const float*, int, int, int);
 extern template void attention_softmax_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, float*, float*, float*);
 extern template void attention_probs_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, const float*);
 extern template void attention_dscores_rows<xsimd::fma3<xsimd::avx2>>(const AttentionTile&, float*, const float*);
+extern template void attention_delta_rows<xsimd::fma3<xsimd::avx2>>(float*, const float*, const float*, int, int, int);
 extern template void attention_softmax_rows<xsimd::sse4_1>(const AttentionTile&, float*, float*, float*);
 extern template void attention_probs_rows<xsimd::sse4_1>(const AttentionTile&, const float*);
 extern template void attention_dscores_rows<xsimd::sse4_1>(const AttentionTile&, float*, const float*);
+extern template void attention_delta_rows<xsimd::sse4_1>(float*, const float*, const float*, int, int, int);
 extern template void attention_softmax_rows<xsimd::neon64>(const AttentionTile&, float*, float*, float*);
 extern template void attention_probs_rows<xsimd::neon64>(const AttentionTile&, const float*);
 extern template void attention_dscores_rows<xsimd::neon64>(const AttentionTile&, float*, const float*);
+extern template void attention_delta_rows<xsimd::neon64>(float*, const float*, const float*, int, int, int);
 
 }  // namespace qkv::kernels

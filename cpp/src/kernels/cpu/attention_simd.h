@@ -111,4 +111,19 @@ void attention_dscores_rows(const AttentionTile& t, float* dP, const float* D) {
   }
 }
 
+template <class Arch>
+void attention_delta_rows(float* D, const float* dO, const float* O, int ld, int rows, int hs) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(V::size);
+  for (int r = 0; r < rows; ++r) {
+    const float *a = dO + static_cast<size_t>(r) * ld, *o = O + static_cast<size_t>(r) * ld;
+    V acc(0.f);
+    int i = 0;
+    for (; i + W <= hs; i += W) acc = xsimd::fma(V::load_unaligned(a + i), V::load_unaligned(o + i), acc);
+    float d = xsimd::hadd(acc);
+    for (; i < hs; ++i) d += a[i] * o[i];
+    D[r] = d;
+  }
+}
+
 }  // namespace qkv::kernels

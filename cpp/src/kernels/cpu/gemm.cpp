@@ -22,11 +22,51 @@
 
 #include "kernels/cpu/gemm_kernel.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/transpose.h"
 #include "kernels/kernels.h"
 #include "qkv/error.h"
 #include "qkv/thread_pool.h"
 
 namespace qkv::kernels {
+
+// Packing's transposing copy (transpose.h): dst[k * R + r] = src[r * ld + k] for k in [0, K), r in [0, R), zero for r
+// >= rows: R rows of a row-major matrix become one k-major panel (a row-major op(A), or a transposed op(B)). k runs
+// outside: each k step writes R contiguous floats and reads one float from each row, whose cache lines stay in
+// L1 for the next 15 steps. With R fixed at compile time the R row pointers live in registers and the step is
+// unrolled. Measured against the earlier row-at-a-time scatter (write every R-th float, R passes over the
+// panel), 1 thread, CPU time, alternated in one process: 1024^3 +3-6%, the char GPT's linear forwards
+// (A*Bt, the weight packed as op(B)) +4-14%.
+namespace {
+template <int R>
+void pack_transposed_full(float* dst, const float* src, int ld, int K) {
+  const float* row[R];
+  for (int r = 0; r < R; ++r) row[r] = src + static_cast<size_t>(r) * ld;
+  for (int k = 0; k < K; ++k, dst += R) {
+#pragma GCC unroll 64
+    for (int r = 0; r < R; ++r) dst[r] = row[r][k];
+  }
+}
+
+}  // namespace
+
+void pack_transposed(float* dst, int R, const float* src, int ld, int rows, int K) {
+  if (rows == R) {
+    switch (R) {  // every MR and NR of the micro-kernels (gemm_simd.h and the scalar tile)
+      case 4: return pack_transposed_full<4>(dst, src, ld, K);
+      case 6: return pack_transposed_full<6>(dst, src, ld, K);
+      case 8: return pack_transposed_full<8>(dst, src, ld, K);
+      case 16: return pack_transposed_full<16>(dst, src, ld, K);
+      case 32: return pack_transposed_full<32>(dst, src, ld, K);
+      case 64: return pack_transposed_full<64>(dst, src, ld, K);
+      default: break;
+    }
+  }
+  for (int r = 0; r < R; ++r) {  // the ragged last panel (and any other R): row at a time, zero past rows
+    const float* s = src + static_cast<size_t>(r) * ld;
+    for (int k = 0; k < K; ++k) dst[static_cast<size_t>(k) * R + r] = r < rows ? s[k] : 0.f;
+  }
+}
+
 namespace {
 
 constexpr int kKC = 256;  // K block: an MR x KC panel of A is 6 KB at MR = 6, a KC x NR panel of B 64 KB at NR = 64
@@ -144,41 +184,6 @@ struct Problem {
   float* C;
   int ldc;
 };
-
-// Packing's transposing copy: dst[k * R + r] = src[r * ld + k] for k in [0, K), r in [0, R), zero for r >= rows:
-// R rows of a row-major matrix become one k-major panel (a row-major op(A), or a transposed op(B)). k runs
-// outside: each k step writes R contiguous floats and reads one float from each row, whose cache lines stay in
-// L1 for the next 15 steps. With R fixed at compile time the R row pointers live in registers and the step is
-// unrolled. Measured against the earlier row-at-a-time scatter (write every R-th float, R passes over the
-// panel), 1 thread, CPU time, alternated in one process: 1024^3 +3-6%, the char GPT's linear forwards
-// (A*Bt, the weight packed as op(B)) +4-14%.
-template <int R>
-void pack_transposed_full(float* dst, const float* src, int ld, int K) {
-  const float* row[R];
-  for (int r = 0; r < R; ++r) row[r] = src + static_cast<size_t>(r) * ld;
-  for (int k = 0; k < K; ++k, dst += R) {
-#pragma GCC unroll 64
-    for (int r = 0; r < R; ++r) dst[r] = row[r][k];
-  }
-}
-
-void pack_transposed(float* dst, int R, const float* src, int ld, int rows, int K) {
-  if (rows == R) {
-    switch (R) {  // every MR and NR of the micro-kernels (gemm_simd.h and the scalar tile)
-      case 4: return pack_transposed_full<4>(dst, src, ld, K);
-      case 6: return pack_transposed_full<6>(dst, src, ld, K);
-      case 8: return pack_transposed_full<8>(dst, src, ld, K);
-      case 16: return pack_transposed_full<16>(dst, src, ld, K);
-      case 32: return pack_transposed_full<32>(dst, src, ld, K);
-      case 64: return pack_transposed_full<64>(dst, src, ld, K);
-      default: break;
-    }
-  }
-  for (int r = 0; r < R; ++r) {  // the ragged last panel (and any other R): row at a time, zero past rows
-    const float* s = src + static_cast<size_t>(r) * ld;
-    for (int k = 0; k < K; ++k) dst[static_cast<size_t>(k) * R + r] = r < rows ? s[k] : 0.f;
-  }
-}
 
 // Panel p of op(A): dst[k * mr + r] = op(A)(p*mr + r, k), zero past M.
 void pack_a(float* dst, const Problem& g, const GemmMicroKernel& mk, int64_t p) {

@@ -16,6 +16,7 @@ template GemmRowKernels gemm_row_kernels<xsimd::avx512f>();
 template void attention_softmax_rows<xsimd::avx512f>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::avx512f>(const AttentionTile&, const float*);
 template void attention_dscores_rows<xsimd::avx512f>(const AttentionTile&, float*, const float*);
+template void attention_delta_rows<xsimd::avx512f>(float*, const float*, const float*, int, int, int);
 }  // namespace qkv::kernels
 
 // The row-wise kernels (layernorm, bias + activation, cross-entropy, adam): their table for this set.

@@ -12,6 +12,7 @@ template GemmRowKernels gemm_row_kernels<xsimd::sse4_1>();
 template void attention_softmax_rows<xsimd::sse4_1>(const AttentionTile&, float*, float*, float*);
 template void attention_probs_rows<xsimd::sse4_1>(const AttentionTile&, const float*);
 template void attention_dscores_rows<xsimd::sse4_1>(const AttentionTile&, float*, const float*);
+template void attention_delta_rows<xsimd::sse4_1>(float*, const float*, const float*, int, int, int);
 }  // namespace qkv::kernels
 
 // The row-wise kernels (layernorm, bias + activation, cross-entropy, adam): their table for this set.
