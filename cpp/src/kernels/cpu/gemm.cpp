@@ -6,9 +6,10 @@
 //      tile, K is cut into blocks of KC: for each block, each A panel (MR x KC, kept in L1) sweeps every B
 //      panel of the tile (KC x NC, kept in L2), and the MR x NR register tile of C is updated once per block.
 //      This is BLIS's order for a kernel that broadcasts A and loads vectors of B: per k step it reads MR
-//      floats of A (from L1) and 2 vectors of B, which L2 delivers in time (128 bytes per 2*MR FMAs). The
-//      other order (a B panel in L1 swept by the A panels) measured 3% slower at 1024^3 (1 thread, CPU
-//      time, alternated in one process) and the same on the char GPT's shapes.
+//      floats of A (from L1) and NV vectors of B, which L2 delivers in time (256 bytes per 24 FMAs with
+//      AVX-512's 6 x 4-vector tile). The other order (a B panel in L1 swept by the A panels) measured 3%
+//      slower at 1024^3 with the 8 x 2-vector tile (1 thread, CPU time, alternated in one process), and the
+//      same on the char GPT's step with either tile, as did K blocks of 64 and 128.
 // A row-major op(B) (no trans_b) is read in place when there are too few rows of A to repay packing it;
 // its last panel is packed anyway when N is not a multiple of NR, so the micro-kernel never reads past N.
 // Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
