@@ -232,8 +232,8 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
     for (int t0 = 0; t0 < Tq; t0 += bq) {
       const int rows = std::min(bq, Tq - t0);
       float* Ot = O + static_cast<size_t>(t0) * s.C;
+      // O needs no zeroing: the first key block writes it (beta 0), later ones rescale and accumulate.
       for (int r = 0; r < rows; ++r) {
-        std::fill_n(Ot + static_cast<size_t>(r) * s.C, hs, 0.f);
         m[r] = -INFINITY;
         l[r] = 0.f;
       }
@@ -253,7 +253,7 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
         const AttentionTile tile{
             S, ld, rows, cols, pad_bias(bias, hd.pad, s0, cols), s.causal ? t0 + s.q_pos - s0 : cols};
         passes.softmax(tile, m, l, alpha);
-        for (int r = 0; r < rows; ++r) {
+        for (int r = 0; r < rows && s0 > 0; ++r) {
           if (alpha[r] == 1.f) continue;
           float* o = Ot + static_cast<size_t>(r) * s.C;
           for (int i = 0; i < hs; ++i) o[i] *= alpha[r];
@@ -265,8 +265,8 @@ void attention_forward(Span out, Span lse, Span scratch, const float* q, const f
             for (int j = 0; j < cols; ++j) p[j] = dropout_hash(s.seed, base + j) >= threshold ? p[j] * keep_scale : 0.f;
           }
         }
-        gemm(false, false, rows, hs, cols, 1.f, S, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, 1.f, Ot,
-             s.C);  // O += dropout(P) v_j
+        gemm(false, false, rows, hs, cols, 1.f, S, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv,
+             s0 == 0 ? 0.f : 1.f, Ot, s.C);  // O (+)= dropout(P) v_j
       }
       for (int r = 0; r < rows; ++r) {
         float* o = Ot + static_cast<size_t>(r) * s.C;
@@ -303,12 +303,12 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
     const float* O = out.data() + oo;
     const float* lse_h = lse.data() + (static_cast<size_t>(hd.b) * s.H + hd.h) * Tq;
     const size_t drop_base = (static_cast<size_t>(hd.b) * s.H + hd.h) * Tq;
-    for (int t = 0; t < Tq; ++t) std::fill_n(dqh + static_cast<size_t>(t) * s.ldq, hs, 0.f);
     passes.delta(D, dO, O, s.C, Tq, hs);
-    for (int j = 0; j < Tk; ++j) {
-      std::fill_n(dkh + static_cast<size_t>(j) * s.ldkv, hs, 0.f);
-      std::fill_n(dvh + static_cast<size_t>(j) * s.ldkv, hs, 0.f);
-    }
+    // dq, dk and dv need no zeroing (per row, a memset call of hs floats: 1% of the char GPT's step): the
+    // first key block writes dq (beta 0; it is seen by every query block), the first query block that sees
+    // key block j writes dk_j and dv_j, and later ones accumulate.
+    if (Tk == 0)
+      for (int t = 0; t < Tq; ++t) std::fill_n(dqh + static_cast<size_t>(t) * s.ldq, hs, 0.f);
     for (int s0 = 0; s0 < Tk; s0 += bk) {
       const int cols = std::min(bk, Tk - s0);
       const float* kj = kh + static_cast<size_t>(s0) * s.ldkv;
@@ -319,6 +319,7 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
       transpose(vt, ld, vh + static_cast<size_t>(s0) * s.ldkv, s.ldkv, cols, hs);
       // Causal: queries t < s0 - q_pos see none of these keys; start at the query block holding the first
       // one that does.
+      float kv_beta = 0.f;  // 1 once a query block has written dk_j and dv_j
       for (int t0 = s.causal ? std::max(0, s0 - s.q_pos) / bq * bq : 0; t0 < Tq; t0 += bq) {
         const int rows = std::min(bq, Tq - t0);
         const float* qi = qh + static_cast<size_t>(t0) * s.ldq;
@@ -342,11 +343,21 @@ void attention_backward(float* dq, float* dk, float* dv, Span scratch, CSpan dou
           }
           Pv = Pd;
         }
-        gemm(true, false, cols, hs, rows, 1.f, Pv, ld, dOi, s.C, 1.f, dvj, s.ldkv);  // dv_j += dropout(P)^T dout_i
-        passes.dscores(tl, dP, D + t0);                                              // dS = P * (dP - D)
+        gemm(true, false, cols, hs, rows, 1.f, Pv, ld, dOi, s.C, kv_beta, dvj,
+             s.ldkv);                    // dv_j (+)= dropout(P)^T dout_i
+        passes.dscores(tl, dP, D + t0);  // dS = P * (dP - D)
         float* dqi = dqh + static_cast<size_t>(t0) * s.ldq;
-        gemm(false, false, rows, hs, cols, scale, dP, ld, kj, s.ldkv, 1.f, dqi, s.ldq);  // dq_i += dS k_j / sqrt(hs)
-        gemm(true, false, cols, hs, rows, scale, dP, ld, qi, s.ldq, 1.f, dkj, s.ldkv);   // dk_j += dS^T q_i / sqrt(hs)
+        gemm(false, false, rows, hs, cols, scale, dP, ld, kj, s.ldkv, s0 == 0 ? 0.f : 1.f, dqi,
+             s.ldq);  // dq_i (+)= dS k_j / sqrt(hs)
+        gemm(true, false, cols, hs, rows, scale, dP, ld, qi, s.ldq, kv_beta, dkj,
+             s.ldkv);  // dk_j (+)= dS^T q_i / sqrt(hs)
+        kv_beta = 1.f;
+      }
+      if (kv_beta == 0.f) {  // no query sees these keys
+        for (int j = 0; j < cols; ++j) {
+          std::fill_n(dkj + static_cast<size_t>(j) * s.ldkv, hs, 0.f);
+          std::fill_n(dvj + static_cast<size_t>(j) * s.ldkv, hs, 0.f);
+        }
       }
     }
   });
