@@ -30,13 +30,12 @@
 
 namespace qkv::kernels {
 
-// Packing's transposing copy (transpose.h): dst[k * R + r] = src[r * ld + k] for k in [0, K), r in [0, R), zero for r
-// >= rows: R rows of a row-major matrix become one k-major panel (a row-major op(A), or a transposed op(B)). k runs
-// outside: each k step writes R contiguous floats and reads one float from each row, whose cache lines stay in
-// L1 for the next 15 steps. With R fixed at compile time the R row pointers live in registers and the step is
-// unrolled. Measured against the earlier row-at-a-time scatter (write every R-th float, R passes over the
-// panel), 1 thread, CPU time, alternated in one process: 1024^3 +3-6%, the char GPT's linear forwards
-// (A*Bt, the weight packed as op(B)) +4-14%.
+// Packing's transposing copy (its contract is in transpose.h): R rows of a row-major matrix become one k-major
+// panel (a row-major op(A), a transposed op(B), attention's key and value blocks). k runs outside: each k step writes R
+// contiguous floats and reads one float from each row, whose cache lines stay in L1 for the next 15 steps. With R fixed
+// at compile time the R row pointers live in registers and the step is unrolled. Measured against the earlier
+// row-at-a-time scatter (write every R-th float, R passes over the panel), 1 thread, CPU time, alternated in one
+// process: 1024^3 +3-6%, the char GPT's linear forwards (A*Bt, the weight packed as op(B)) +4-14%.
 namespace {
 template <int R>
 void pack_transposed_full(float* dst, const float* src, int ld, int K) {
@@ -52,7 +51,7 @@ void pack_transposed_full(float* dst, const float* src, int ld, int K) {
 
 void pack_transposed(float* dst, int R, const float* src, int ld, int rows, int K) {
   if (rows == R) {
-    switch (R) {  // every MR and NR of the micro-kernels (gemm_simd.h and the scalar tile)
+    switch (R) {  // every MR and NR of the micro-kernels (gemm_simd.h, the scalar tile); attention's 16-64
       case 4: return pack_transposed_full<4>(dst, src, ld, K);
       case 6: return pack_transposed_full<6>(dst, src, ld, K);
       case 8: return pack_transposed_full<8>(dst, src, ld, K);
@@ -62,10 +61,14 @@ void pack_transposed(float* dst, int R, const float* src, int ld, int rows, int 
       default: break;
     }
   }
-  for (int r = 0; r < R; ++r) {  // the ragged last panel (and any other R): row at a time, zero past rows
+  // The ragged last panel (and any other R): row at a time, then zeros past rows (whose row pointers would
+  // point past src).
+  for (int r = 0; r < rows; ++r) {
     const float* s = src + static_cast<size_t>(r) * ld;
-    for (int k = 0; k < K; ++k) dst[static_cast<size_t>(k) * R + r] = r < rows ? s[k] : 0.f;
+    for (int k = 0; k < K; ++k) dst[static_cast<size_t>(k) * R + r] = s[k];
   }
+  for (int k = 0; k < K; ++k)
+    std::fill(dst + static_cast<size_t>(k) * R + rows, dst + static_cast<size_t>(k) * R + R, 0.f);
 }
 
 namespace {
