@@ -193,33 +193,41 @@ describe("demo in headless Chromium", () => {
     expect(await selected()).toBe("tab-lm");
     expect(await page.getAttribute("#panel-lm", "aria-labelledby")).toBe("tab-lm");
 
-    // The page stays responsive while the LM trains (in the Worker): timers on this thread keep firing.
+    // The page stays responsive while the LM trains (in the Worker): the main thread keeps running tasks.
+    // Each yield is a MessageChannel round trip (setTimeout(0) is clamped to 4 ms, near a step on a fast
+    // machine), so an idle main thread yields every few microseconds.
     await page.waitForFunction(() => window.__qkv!.lm.state === "training" && window.__qkv!.lm.step > 0);
     const gaps = await page.evaluate(async () => {
+      const channel = new MessageChannel();
+      const next = () => new Promise<void>((r) => { channel.port1.onmessage = () => r(); channel.port2.postMessage(0); });
       const gaps: number[] = [];
       let last = performance.now();
       const end = last + 1000;
       while (performance.now() < end) {
-        await new Promise((r) => setTimeout(r, 0));
+        await next();
         const now = performance.now();
         gaps.push(now - last);
         last = now;
       }
+      channel.port1.close();
       return gaps;
     });
-    // A main thread that ran the steps would stall for a whole step (batch 8 × 32 tokens) at a time: nearly
-    // every timer would wait at least that long. Off the main thread, timers wait a step only when the OS
-    // deschedules the page's thread, which on a loaded 2-core machine (the Worker's two threads train beside
-    // it) happens now and then: a single stall longer than a step was seen at load 3.5. So: at most 5% of the
-    // timer gaps (there are hundreds) may reach a step, and the worst is reported.
+    // A main thread that ran the steps (batch 8 × 32 tokens each) would make every yield wait for a whole
+    // step, so the median gap would be at least a step. Off the main thread, a yield waits a step only when
+    // the OS deschedules the page's thread; on a loaded 2-core machine (the Worker's two threads train beside
+    // it) CI saw 9% of setTimeout gaps reach a step at load 2. The median ignores those stalls unless they are
+    // most of the gaps, so it separates the two cases by far more than the noise: it must stay under a
+    // quarter of a step. The stalls and the worst gap are reported.
     const stepMs = (8 * 32 * 1000) / (await demo()).lm.tokensPerSecond;
+    const sorted = [...gaps].sort((a, b) => a - b);
+    const median = sorted[sorted.length >> 1];
     const stalls = gaps.filter((g) => g >= stepMs).length;
     console.log(
-      `e2e: main-thread timer gaps while training: ${gaps.length}, longest ${Math.max(...gaps).toFixed(1)} ms, ` +
-        `${stalls} of them >= one step (${stepMs.toFixed(1)} ms)`,
+      `e2e: main-thread yields while training: ${gaps.length}, median ${(median * 1000).toFixed(0)} µs, ` +
+        `longest ${sorted[sorted.length - 1].toFixed(1)} ms, ${stalls} of them >= one step (${stepMs.toFixed(1)} ms)`,
     );
-    expect(gaps.length).toBeGreaterThan(50);
-    expect(stalls / gaps.length).toBeLessThanOrEqual(0.05);
+    expect(gaps.length).toBeGreaterThan((2 * 1000) / stepMs); // a stalled thread yields at most once a step
+    expect(median).toBeLessThan(stepMs / 4);
   });
 
   it("LM tab: the validation loss falls below the target and a sample appears", async () => {
