@@ -18,7 +18,14 @@ const CONFIG = {
   encoderLayers: 1,
   decoderLayers: 1,
   dFF: 64,
-  lr: 3e-3,
+  // Warm-up and cosine decay: at a constant 3e-3 the loss spikes now and then late in training (seen at step
+  // 299 of 300 on the relaxed-SIMD build, whose only difference is the rounding of fused multiply-adds), and a
+  // test that stops on a spike fails by chance. With the schedule both builds end at held-out loss 0.008.
+  lr: 5e-3,
+  schedule: "cosine" as const,
+  warmupSteps: 20,
+  totalSteps: 300,
+  minLr: 5e-4,
   weightDecay: 0,
 };
 
