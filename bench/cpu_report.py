@@ -80,26 +80,32 @@ def main():
                        "(nn.Transformer, tutorial style)", [(int(q["threads"]), q, t)], 1.2,
                        "  tokens/s counts target tokens: batch x 100 per step (no padding)")
 
-    # 3. WebAssembly vs native
-    wasm = find("char-gpt", "wasm")
+    # 3. WebAssembly vs native: a block per wasm build (plain SIMD128, and relaxed SIMD where it ran)
+    wasm_isas = sorted({r["isa"] for _, r in results if r["bench"] == "char-gpt" and r["side"] == "wasm"})
     isas = sorted({r["isa"] for _, r in results
                    if r["bench"] == "char-gpt" and r["side"] == "qkv" and r.get("config") == "package"},
                   key=lambda isa: isa != "avx512")  # the target's row first
     natives = [find("char-gpt", "qkv", config="package", isa=isa) for isa in isas]
-    if wasm and natives:
+    for wasm_isa in wasm_isas:
+        wasm = find("char-gpt", "wasm", isa=wasm_isa)
+        if not natives:
+            break
         print(f"\nchar GPT step, the npm package's configuration (biases on, AdamW), B {wasm['batch']} x T {wasm['seq']}, "
-              f"{wasm['threads']} threads, {wasm['steps']} timed steps: WebAssembly under Node vs native, same run, "
-              "each build's best of its alternated runs")
-        print(f"{'build':<26} {'ms/step':>9} {'tokens/s':>9} {'wasm / this':>12} {'target':>10}")
+              f"{wasm['threads']} threads, {wasm['steps']} timed steps: WebAssembly ({wasm_isa}) under Node vs native, "
+              "same run, each build's best of its alternated runs")
+        print(f"{'build':<34} {'ms/step':>9} {'tokens/s':>9} {'wasm / this':>12} {'target':>10}")
         for r in natives:
             slower = float(wasm["ms_per_step"]) / float(r["ms_per_step"])
             target = f"<=3x {verdict(slower <= 3.0)}" if r["isa"] == "avx512" else "-"
-            print(f"{'native ' + r['isa']:<26} {float(r['ms_per_step']):>9.2f} {float(r['tokens_per_s']):>9.0f} "
+            print(f"{'native ' + r['isa']:<34} {float(r['ms_per_step']):>9.2f} {float(r['tokens_per_s']):>9.0f} "
                   f"{slower:>11.2f}x {target:>10}")
-        print(f"{'wasm (' + wasm['isa'] + ', Node)':<26} {float(wasm['ms_per_step']):>9.2f} "
+        print(f"{'wasm (' + wasm_isa + ', Node)':<34} {float(wasm['ms_per_step']):>9.2f} "
               f"{float(wasm['tokens_per_s']):>9.0f}")
+    if wasm_isas and natives:
         print("  'wasm / this' = wasm ms/step / native ms/step: how many times slower the WebAssembly build is; "
-              "native sse4.1\n  is the same 4-lane kernels natively, so wasm / native sse4.1 is the cost of WebAssembly itself")
+              "native sse4.1\n  is the same 4-lane kernels natively, so wasm / native sse4.1 is the cost of WebAssembly "
+              "itself.\n  +relaxed: the relaxed-SIMD build (fused multiply-adds in the products), which the loader picks "
+              "where the\n  engine has relaxed SIMD (Chromium 114+, Node 22+; Node 20 with --experimental-wasm-relaxed-simd)")
 
     # 4. thread scaling of the char GPT step
     if len(char_rows) >= 2:

@@ -123,7 +123,12 @@ if wants wasm; then
       "$BENCH" char-gpt --config package --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-native-$r.log"
       "$BENCH" char-gpt --config package --threads "$wasm_threads" --isa sse4.1 "${wasm_args[@]}" |
         tee "$LOGS/wasm-native-sse41-$r.log"
-      node bench/wasm_char_gpt.mjs --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-node-$r.log"
+      node bench/wasm_char_gpt.mjs --threads "$wasm_threads" --relaxed 0 "${wasm_args[@]}" | tee "$LOGS/wasm-node-$r.log"
+      # The relaxed-SIMD build: Node 22+ runs it as is, Node 20 behind V8's flag.
+      relaxed_flag=()
+      (( $(node -p 'process.versions.node.split(".")[0]') < 22 )) && relaxed_flag=(--experimental-wasm-relaxed-simd)
+      node "${relaxed_flag[@]}" bench/wasm_char_gpt.mjs --threads "$wasm_threads" --relaxed 1 "${wasm_args[@]}" |
+        tee "$LOGS/wasm-node-relaxed-$r.log"
     done
   fi
 fi

@@ -2,8 +2,10 @@
 // (web/dist/node.js: the threaded .wasm, pthreads on worker_threads). bench/run_cpu.sh compares it with
 // `qkv_bench char-gpt --config package`, the same model natively, in the same run.
 //
-// usage: node bench/wasm_char_gpt.mjs [--threads 2] [--steps 50] [--warmup 5]   (after `npm run build:web`)
-// prints a table and: RESULT bench=char-gpt side=wasm threads=<n> ... ms_per_step=<mean> tokens_per_s=<n>
+// usage: node bench/wasm_char_gpt.mjs [--threads 2] [--steps 50] [--warmup 5] [--relaxed 0|1]
+//        (after `npm run build:web`; --relaxed 1 loads the relaxed-SIMD build, which Node 20 runs only with
+//        `node --experimental-wasm-relaxed-simd`; default: the loader's choice)
+// prints a table and: RESULT bench=char-gpt side=wasm threads=<n> isa=wasm-sse4.1[+relaxed] ... ms_per_step=<mean>
 import { performance } from "node:perf_hooks";
 import { loadAverage, option, rng } from "./node_util.mjs";
 import { init, LanguageModel } from "../web/dist/node.js";
@@ -11,6 +13,7 @@ import { init, LanguageModel } from "../web/dist/node.js";
 const threads = option("threads", 2);
 const steps = option("steps", 50);
 const warmup = option("warmup", 5);
+const relaxed = option("relaxed", undefined);
 
 // nanoGPT's CPU char config as the package builds it (qkv's defaults for everything not given).
 const CONFIG = { vocabSize: 65, context: 64, dModel: 128, heads: 4, layers: 4 };
@@ -18,7 +21,8 @@ const BATCH = 12;
 const SEQ = 64;
 const POOL = 16; // random batches, cycled
 
-const info = await init({ threads });
+const info = await init({ threads, ...(relaxed === undefined ? {} : { relaxedSimd: relaxed === 1 }) });
+const isa = `wasm-${info.simd}${info.relaxedSimd ? "+relaxed" : ""}`;
 const model = await LanguageModel.create(CONFIG);
 const random = rng(1);
 const batches = Array.from({ length: POOL }, () => {
@@ -33,7 +37,7 @@ const batches = Array.from({ length: POOL }, () => {
 
 console.log(
   `\n== wasm char GPT training step (package config), B ${BATCH} x T ${SEQ}, Node ${process.version}, ` +
-    `threaded ${info.threaded}, ${info.threads} threads, simd ${info.simd}; ${warmup} warm-up + ${steps} timed steps; ` +
+    `threaded ${info.threaded}, ${info.threads} threads, simd ${isa}; ${warmup} warm-up + ${steps} timed steps; ` +
     `load average ${loadAverage()}`,
 );
 const shape = { batch: BATCH, seq: SEQ };
@@ -57,7 +61,7 @@ console.log(
     `${tokensPerS.toFixed(0).padStart(12)} ${rssMiB.toFixed(1).padStart(14)}`,
 );
 console.log(
-  `RESULT bench=char-gpt side=wasm threads=${info.threads} isa=wasm-${info.simd} config=package batch=${BATCH} seq=${SEQ} ` +
+  `RESULT bench=char-gpt side=wasm threads=${info.threads} isa=${isa} config=package batch=${BATCH} seq=${SEQ} ` +
     `steps=${steps} ms_per_step=${mean.toFixed(3)} median_ms=${median.toFixed(3)} tokens_per_s=${tokensPerS.toFixed(1)} ` +
     `peak_rss_mib=${rssMiB.toFixed(1)} load="${loadAverage()}"`,
 );

@@ -28,6 +28,8 @@ echo "== web tests (Vitest, Node)"
 # The native loss trajectory the wasm parity test compares against.
 ./build/native/tests/cpp/qkv_lm_trace > build/native/native-trace.json
 npm run --silent test:web
+echo "== web tests again on the relaxed-SIMD builds (Node with V8's relaxed SIMD on)"
+QKV_TEST_RELAXED_SIMD=1 npm run --silent test:web
 
 echo "== end-to-end (headless Chromium)"
 npm run --silent test:e2e

@@ -25,12 +25,14 @@ function showRuntime(info: RuntimeInfo, heap?: { heapBytes: number; heapUsedByte
   const mem = !heap ? ""
     : heap.heapUsedBytes > 0 ? ` · wasm memory ${mib(heap.heapUsedBytes)} in use of ${mib(heap.heapBytes)}`
     : ` · wasm heap ${mib(heap.heapBytes)}`;
-  statusEl.textContent = `${what} · SIMD ${info.simd} · qkv ${info.version}${mem}`;
+  const simd = `SIMD ${info.simd}${info.relaxedSimd ? " + relaxed" : ""}`;
+  statusEl.textContent = `${what} · ${simd} · qkv ${info.version}${mem}`;
   const d = statusEl.dataset;
   d.state = "ready";
   d.threaded = String(info.threaded);
   d.threads = String(info.threads);
   d.simd = info.simd;
+  d.relaxedSimd = String(info.relaxedSimd);
   if (heap) d.heapUsed = String(heap.heapUsedBytes);
 }
 
@@ -38,7 +40,7 @@ async function main(): Promise<void> {
   $("#isolation-note").hidden = state.crossOriginIsolated;
   setupTabs($("#tabs"));
   const info = await init();
-  Object.assign(state, { threaded: info.threaded, threads: info.threads, simd: info.simd });
+  Object.assign(state, { threaded: info.threaded, threads: info.threads, simd: info.simd, relaxedSimd: info.relaxedSimd });
   showRuntime(info);
   const refresh = async () => {
     try {

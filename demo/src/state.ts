@@ -54,6 +54,8 @@ export interface DemoState {
   threaded: boolean | null;
   threads: number | null;
   simd: string | null;
+  /** Whether the relaxed-SIMD build runs (null until loaded). */
+  relaxedSimd: boolean | null;
   /** Set when the core failed to load (the page cannot work at all). */
   error: string | null;
   lm: LanguageModelState;
@@ -76,6 +78,7 @@ export const state: DemoState = {
   threaded: null,
   threads: null,
   simd: null,
+  relaxedSimd: null,
   error: null,
   lm: { ...training(), valLoss: null, secondsToVal2: null, sampleStep: 0, sample: "", samples: 0 },
   seq2seq: { ...training(), task: "", accuracy: null, secondsTo99: null, input: "", output: "", heatmaps: 0 },

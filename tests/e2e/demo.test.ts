@@ -166,12 +166,13 @@ describe("demo in headless Chromium", () => {
     await page.waitForFunction(() => window.__qkv?.threaded != null || window.__qkv?.error != null, null, { timeout: 30_000 });
     const loaded = await demo();
     expect(loaded.error).toBeNull();
-    expect(loaded).toMatchObject({ crossOriginIsolated: true, threaded: true });
+    // Chromium has relaxed SIMD (since 114): the loader picks the relaxed-SIMD build.
+    expect(loaded).toMatchObject({ crossOriginIsolated: true, threaded: true, relaxedSimd: true });
     expect(loaded.threads).toBeGreaterThan(1);
     expect(loaded.simd).toBeTruthy();
     // The status line says what runs, and (after its first refresh) the wasm memory in use.
     await expect.poll(() => page.textContent("#status"), { timeout: 10_000 })
-      .toMatch(new RegExp(`threaded: ${loaded.threads} threads · SIMD ${loaded.simd} .*wasm memory [\\d.]+ MiB in use`));
+      .toMatch(new RegExp(`threaded: ${loaded.threads} threads · SIMD ${loaded.simd} \\+ relaxed .*wasm memory [\\d.]+ MiB in use`));
 
     // Tabs: one tablist, three tabs each controlling a panel; arrow keys move the selection and the focus.
     const tabs = page.locator('[role="tablist"] [role="tab"]');

@@ -20,7 +20,8 @@ const PAGE = `<!doctype html>
   try {
     // vite preview answers a missing file with its index.html (HTTP 200), as many static hosts do.
     await init({ wasmPath: "./missing/" }).catch((e) => { result.badPath = e.message; });
-    result.info = await init({ wasmPath: new URL("./cdn/", location.href) });
+    // The plain SIMD128 build, asked for by name (the Vite app and the demo run the relaxed one).
+    result.info = await init({ wasmPath: new URL("./cdn/", location.href), relaxedSimd: false });
     const m = await LanguageModel.create({ vocabSize: 5, context: 4, dModel: 8, heads: 2, layers: 1, lr: 1e-2 });
     const x = Int32Array.of(0, 1, 2, 3), y = Int32Array.of(1, 2, 3, 4);
     result.losses = [];
@@ -131,7 +132,7 @@ describe("browser entry without a bundler", () => {
     const r = (await page.evaluate(() => (window as unknown as { __result: Record<string, unknown> }).__result)) as {
       error?: string;
       badPath: string;
-      info: { threaded: boolean; threads: number };
+      info: { threaded: boolean; threads: number; relaxedSimd: boolean };
       losses: number[];
       outOfRange: string;
       wrongType: string;
@@ -158,9 +159,10 @@ describe("browser entry without a bundler", () => {
       memoryAfter: string[];
     };
     expect(r.error).toBeUndefined();
-    expect(r.badPath).toMatch(/cannot load http:\/\/127\.0\.0\.1:\d+\/missing\/qkv\.wasm \(not a WebAssembly module: got text\/html.*init\(\{ wasmPath \}\)/);
+    expect(r.badPath).toMatch(/cannot load http:\/\/127\.0\.0\.1:\d+\/missing\/qkv-relaxed\.wasm \(not a WebAssembly module: got text\/html.*init\(\{ wasmPath \}\)/);
     expect(r.info.threaded).toBe(true);
     expect(r.info.threads).toBeGreaterThan(1);
+    expect(r.info.relaxedSimd).toBe(false);
     expect(r.losses[0]!).toBeGreaterThan(1.2); // ~ln 5
     expect(r.losses.at(-1)!).toBeLessThan(0.5 * r.losses[0]!);
     expect(r.outOfRange).toMatch(/inputs\[1\] = 9 is out of range: expected a token id in \[0, 5\)/);

@@ -61,7 +61,7 @@ const TSCONFIG = {
 
 type PageResult = {
   error?: string;
-  info: { threaded: boolean; threads: number; simd: string; version: string };
+  info: { threaded: boolean; threads: number; simd: string; relaxedSimd: boolean; version: string };
   isolated: boolean;
   losses: number[];
 };
@@ -143,6 +143,7 @@ function expectTrained(r: PageResult): void {
   expect(r.error).toBeUndefined();
   expect(r.info.version).toBe("0.1.0");
   expect(r.info.simd).toBe("sse4.1");
+  expect(r.info.relaxedSimd).toBe(true); // Chromium has relaxed SIMD since 114
   expect(r.losses).toHaveLength(STEPS);
   expect(r.losses.every(Number.isFinite)).toBe(true);
   expect(Math.abs(r.losses[0]! - Math.log(5))).toBeLessThan(0.5);
@@ -150,11 +151,13 @@ function expectTrained(r: PageResult): void {
 }
 
 describe("the packed tarball in a fresh Vite app", () => {
-  it("vite build emits the .wasm, the glue and both workers as assets", () => {
+  it("vite build emits the four .wasm, the glue and both workers as assets", () => {
     const has = (re: RegExp) => assets.filter((f) => re.test(f));
     // Vite's content hash: 8 characters of [\w-], so qkv-<hash> and qkv-st-<hash> cannot be confused.
     expect(has(/^qkv-[\w-]{8}\.wasm$/)).toHaveLength(1);
     expect(has(/^qkv-st-[\w-]{8}\.wasm$/)).toHaveLength(1);
+    expect(has(/^qkv-relaxed-[\w-]{8}\.wasm$/)).toHaveLength(1);
+    expect(has(/^qkv-st-relaxed-[\w-]{8}\.wasm$/)).toHaveLength(1);
     expect(has(/^qkv-[\w-]{8}\.js$/)).toHaveLength(1); // the threaded glue
     expect(has(/^qkv-st-[\w-]{8}\.js$/)).toHaveLength(1);
     expect(has(/^qkv\.worker-[\w-]{8}\.js$/)).toHaveLength(1); // the pthread worker, not inlined
@@ -167,7 +170,7 @@ describe("the packed tarball in a fresh Vite app", () => {
     expect(result.isolated).toBe(true);
     expect(result.info.threaded).toBe(true);
     expect(result.info.threads).toBe(2);
-    expect(wasmLoaded).toEqual([expect.stringMatching(/^200 \/assets\/qkv-[\w-]{8}\.wasm$/)]);
+    expect(wasmLoaded).toEqual([expect.stringMatching(/^200 \/assets\/qkv-relaxed-[\w-]{8}\.wasm$/)]);
     expect(warnings.filter((w) => w.includes("qkv"))).toEqual([]);
     expect(errors).toEqual([]);
   });
@@ -178,7 +181,7 @@ describe("the packed tarball in a fresh Vite app", () => {
     expect(result.isolated).toBe(false);
     expect(result.info.threaded).toBe(false);
     expect(result.info.threads).toBe(1);
-    expect(wasmLoaded).toEqual([expect.stringMatching(/^200 \/assets\/qkv-st-[\w-]{8}\.wasm$/)]);
+    expect(wasmLoaded).toEqual([expect.stringMatching(/^200 \/assets\/qkv-st-relaxed-[\w-]{8}\.wasm$/)]);
     const fallback = warnings.filter((w) => w.includes("qkv"));
     expect(fallback).toHaveLength(1);
     expect(fallback[0]).toMatch(/Cross-Origin-Opener-Policy: same-origin.*Cross-Origin-Embedder-Policy: require-corp/);

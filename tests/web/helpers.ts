@@ -32,3 +32,10 @@ export function sampleBatch(
   }
   return { inputs, targets };
 }
+
+/**
+ * Whether this run's Node has relaxed SIMD, so that init() must pick the relaxed-SIMD build: Node 22+, or the
+ * V8 flag that tests/web/vitest.config.ts passes when QKV_TEST_RELAXED_SIMD=1.
+ */
+export const EXPECT_RELAXED_SIMD =
+  Number(process.versions.node.split(".")[0]) >= 22 || process.execArgv.includes("--experimental-wasm-relaxed-simd");

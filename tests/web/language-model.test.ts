@@ -2,7 +2,7 @@
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CharTokenizer, init, LanguageModel, VERSION, type RuntimeInfo } from "../../web/dist/node.js";
-import { PATTERN, PATTERN_TEXT, rng, sampleBatch } from "./helpers.js";
+import { EXPECT_RELAXED_SIMD, PATTERN, PATTERN_TEXT, rng, sampleBatch } from "./helpers.js";
 
 const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
 
@@ -37,6 +37,7 @@ describe("init", () => {
     expect(info.threads).toBe(2);
     expect(typeof info.simd).toBe("string");
     expect(info.simd.length).toBeGreaterThan(0);
+    expect(info.relaxedSimd).toBe(EXPECT_RELAXED_SIMD);
     expect(info.version).toBe(VERSION);
     expect(VERSION).toBe(pkg.version);
   });

@@ -1,16 +1,24 @@
 // Loading: a wrong wasmPath fails clearly and can be retried; the single-threaded build also trains in Node.
 import { describe, expect, it } from "vitest";
 import { CharTokenizer, init, LanguageModel } from "../../web/dist/node.js";
-import { PATTERN_TEXT, rng, sampleBatch } from "./helpers.js";
+import { EXPECT_RELAXED_SIMD, PATTERN_TEXT, rng, sampleBatch } from "./helpers.js";
 
 describe("init", () => {
   it("names the file it could not read and how to fix it, then loads on retry", async () => {
+    const wasm = EXPECT_RELAXED_SIMD ? "qkv-relaxed\\.wasm" : "qkv\\.wasm";
     await expect(init({ wasmPath: "/nonexistent/qkv-build" })).rejects.toThrow(
-      /cannot read \/nonexistent\/qkv-build\/qkv\.wasm.*init\(\{ wasmPath \}\)/,
+      new RegExp(`cannot read /nonexistent/qkv-build/${wasm}.*init\\(\\{ wasmPath \\}\\)`),
     );
     await expect(init({ threads: 0, threaded: false })).rejects.toThrow(/threads must be a positive integer, got 0/);
+    await expect(init({ relaxedSimd: 1 as unknown as boolean })).rejects.toThrow(/relaxedSimd must be a boolean, got 1/);
+    if (!EXPECT_RELAXED_SIMD) {
+      await expect(init({ relaxedSimd: true })).rejects.toThrow(
+        /init\(\{ relaxedSimd: true \}\) needs a WebAssembly engine with relaxed SIMD.*--experimental-wasm-relaxed-simd/,
+      );
+    }
+    // The relaxed-SIMD build wherever the engine has it; the run with the flag (scripts/test.sh) loads it.
     const info = await init({ threaded: false, threads: 4 });
-    expect(info).toMatchObject({ threaded: false, threads: 1 });
+    expect(info).toMatchObject({ threaded: false, threads: 1, relaxedSimd: EXPECT_RELAXED_SIMD });
   });
 
   it("the single-threaded build trains", async () => {

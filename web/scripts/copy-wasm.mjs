@@ -14,9 +14,18 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..")
 const files = [
   "build/wasm/qkv.js",
   "build/wasm/qkv.wasm",
+  "build/wasm/qkv-relaxed.wasm",
   "build/wasm/qkv.worker.js",
   "build/wasm-st/qkv-st.js",
   "build/wasm-st/qkv-st.wasm",
+  "build/wasm-st/qkv-st-relaxed.wasm",
+];
+// The relaxed-SIMD builds ship without their glue: the loaders run them under the plain build's, so the
+// two must be the same but for the file names they mention.
+const sameGlue = [
+  ["build/wasm/qkv.js", "build/wasm/qkv-relaxed.js"],
+  ["build/wasm/qkv.worker.js", "build/wasm/qkv-relaxed.worker.js"],
+  ["build/wasm-st/qkv-st.js", "build/wasm-st/qkv-st-relaxed.js"],
 ];
 const missing = files.filter((f) => !existsSync(path.join(root, f)));
 if (missing.length > 0) {
@@ -25,6 +34,13 @@ if (missing.length > 0) {
       "build it first with `bash scripts/build-wasm.sh` (threaded and single-threaded builds)",
   );
   process.exit(1);
+}
+for (const [plain, relaxed] of sameGlue) {
+  const read = (f) => readFileSync(path.join(root, f), "utf8");
+  if (!existsSync(path.join(root, relaxed)) || read(relaxed).replaceAll("-relaxed", "") !== read(plain)) {
+    console.error(`build:web: ${relaxed} is not ${plain} with its own file names: the relaxed build cannot share the glue`);
+    process.exit(1);
+  }
 }
 const out = path.join(root, "web/dist/wasm");
 mkdirSync(out, { recursive: true });

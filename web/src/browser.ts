@@ -3,7 +3,7 @@
 // so that bundlers (Vite, webpack) emit them as assets; init({ wasmPath }) points elsewhere (a CDN).
 
 import type { LoadPlan } from "./protocol.js";
-import { MAX_DEFAULT_THREADS, setPlatform, type Backend } from "./platform.js";
+import { MAX_DEFAULT_THREADS, setPlatform, useRelaxedSimd, type Backend } from "./platform.js";
 import { WorkerClient } from "./worker-client.js";
 import type { RuntimeInfo } from "./types.js";
 
@@ -20,15 +20,21 @@ function warnFallback(): void {
   );
 }
 
-/** The build files: defaults beside this module, or under `wasmPath`. */
-function plan(threaded: boolean, threads: number, wasmPath: string | URL | undefined): LoadPlan {
+/** The build files: defaults beside this module, or under `wasmPath`. Both builds of a kind share one glue. */
+function plan(threaded: boolean, threads: number, relaxedSimd: boolean, wasmPath: string | URL | undefined): LoadPlan {
   if (wasmPath !== undefined) {
     let base = String(wasmPath);
     if (!base.endsWith("/")) base += "/";
     const at = (f: string) => new URL(f, new URL(base, globalThis.location?.href)).href;
-    return threaded
-      ? { threaded, threads, glueUrl: at("qkv.js"), wasmUrl: at("qkv.wasm"), pthreadWorkerUrl: at("qkv.worker.js") }
-      : { threaded, threads: 1, glueUrl: at("qkv-st.js"), wasmUrl: at("qkv-st.wasm") };
+    const stem = threaded ? "qkv" : "qkv-st";
+    return {
+      threaded,
+      threads: threaded ? threads : 1,
+      glueUrl: at(`${stem}.js`),
+      wasmUrl: at(`${stem}${relaxedSimd ? "-relaxed" : ""}.wasm`),
+      relaxedSimd,
+      ...(threaded ? { pthreadWorkerUrl: at("qkv.worker.js") } : {}),
+    };
   }
   // Literal new URL(...) calls: bundlers see them and emit the files.
   return threaded
@@ -36,7 +42,10 @@ function plan(threaded: boolean, threads: number, wasmPath: string | URL | undef
         threaded,
         threads,
         glueUrl: new URL("./wasm/qkv.js", import.meta.url).href,
-        wasmUrl: new URL("./wasm/qkv.wasm", import.meta.url).href,
+        wasmUrl: relaxedSimd
+          ? new URL("./wasm/qkv-relaxed.wasm", import.meta.url).href
+          : new URL("./wasm/qkv.wasm", import.meta.url).href,
+        relaxedSimd,
         // ?no-inline: Vite would otherwise inline this small script as a data: URL, which cannot host a pthread.
         pthreadWorkerUrl: new URL("./wasm/qkv.worker.js?no-inline", import.meta.url).href,
       }
@@ -44,7 +53,10 @@ function plan(threaded: boolean, threads: number, wasmPath: string | URL | undef
         threaded,
         threads: 1,
         glueUrl: new URL("./wasm/qkv-st.js", import.meta.url).href,
-        wasmUrl: new URL("./wasm/qkv-st.wasm", import.meta.url).href,
+        wasmUrl: relaxedSimd
+          ? new URL("./wasm/qkv-st-relaxed.wasm", import.meta.url).href
+          : new URL("./wasm/qkv-st.wasm", import.meta.url).href,
+        relaxedSimd,
       };
 }
 
@@ -66,7 +78,7 @@ setPlatform({
     if (!threaded && options.threaded === undefined) warnFallback();
     const client = new WorkerClient(new Worker(new URL("./worker.js", import.meta.url)));
     try {
-      const info = await client.send("init", plan(threaded, options.threads, options.wasmPath));
+      const info = await client.send("init", plan(threaded, options.threads, useRelaxedSimd(options), options.wasmPath));
       return { backend: client as Backend, info };
     } catch (e) {
       client.fail(e instanceof Error ? e : new Error(String(e)));  // a failed load leaves no worker running

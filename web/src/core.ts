@@ -134,7 +134,7 @@ export function crashError(cause: unknown): Error {
 }
 
 /** Checks the loaded core's version and thread count, returning what runs. */
-export function describeCore(core: QkvCore, threads: number): RuntimeInfo {
+export function describeCore(core: QkvCore, threads: number, relaxedSimd: boolean): RuntimeInfo {
   const version = core.version();
   if (version !== VERSION) {
     throw new Error(
@@ -144,7 +144,7 @@ export function describeCore(core: QkvCore, threads: number): RuntimeInfo {
   }
   const threaded = core.threaded();
   if (threaded && core.numThreads() !== threads) core.setThreads(threads);
-  return { threaded, threads: core.numThreads(), simd: core.simd(), version };
+  return { threaded, threads: core.numThreads(), simd: core.simd(), relaxedSimd, version };
 }
 
 /** (query length, key length) of one attention map of the last forward pass. */

@@ -6,7 +6,7 @@ import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { CallOrder, Engine, crashError, describeCore, isFatal, modelOf, toError, type CoreFactory } from "./core.js";
-import { MAX_DEFAULT_THREADS, setPlatform, type Backend } from "./platform.js";
+import { MAX_DEFAULT_THREADS, setPlatform, useRelaxedSimd, type Backend } from "./platform.js";
 
 const require = createRequire(import.meta.url);
 
@@ -36,9 +36,11 @@ setPlatform({
   async load(options) {
     const threaded = options.threaded ?? true;
     const dir = wasmDir(options.wasmPath);
+    const relaxedSimd = useRelaxedSimd(options);
     const stem = threaded ? "qkv" : "qkv-st";
+    // One glue for both builds of a kind: they differ only in the kernels inside the .wasm.
     const gluePath = path.join(dir, `${stem}.js`);
-    const wasmPath = path.join(dir, `${stem}.wasm`);
+    const wasmPath = path.join(dir, `${stem}${relaxedSimd ? "-relaxed" : ""}.wasm`);
     const howToFix = 'run "npm run build:web", or point init({ wasmPath }) at the folder holding the qkv build';
     let factory: CoreFactory;
     let wasmBinary: Uint8Array;
@@ -54,7 +56,7 @@ setPlatform({
     }
     const threads = threaded ? options.threads : 1;
     const core = await factory({ wasmBinary, qkvThreads: threads });
-    const info = describeCore(core, threads);
+    const info = describeCore(core, threads, relaxedSimd);
     allowExit(core);
     const engine = new Engine(core);
     const order = new CallOrder();

@@ -27,7 +27,7 @@ export interface Backend {
 }
 
 export interface Platform {
-  /** Loads the core and reports what runs. `threads` is already resolved. */
+  /** Loads the core and reports what runs. `threads` is already resolved and `relaxedSimd` checked. */
   load(options: InitOptions & { threads: number }): Promise<{ backend: Backend; info: RuntimeInfo }>;
   /** Default thread count: the logical cores, capped at 8. */
   defaultThreads(): number;
@@ -46,3 +46,24 @@ export function getPlatform(): Platform {
 
 /** At most 8 threads: the small models qkv trains in a page do not scale past that. */
 export const MAX_DEFAULT_THREADS = 8;
+
+/**
+ * Whether this engine runs relaxed SIMD: it validates a function of one `f32x4.relaxed_madd`. (The Worker
+ * that hosts the core in a browser runs on the same engine as the page that asks.)
+ */
+export function hasRelaxedSimd(): boolean {
+  // (func (param v128 v128 v128) (result v128) local.get 0 local.get 1 local.get 2 f32x4.relaxed_madd)
+  const body = [0x00, 0x20, 0x00, 0x20, 0x01, 0x20, 0x02, 0xfd, 0x85, 0x02, 0x0b];
+  const module = [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x01, 0x60, 0x03, 0x7b, 0x7b, 0x7b, 0x01,
+    0x7b, 0x03, 0x02, 0x01, 0x00, 0x0a, body.length + 2, 0x01, body.length, ...body];
+  try {
+    return typeof WebAssembly === "object" && WebAssembly.validate(new Uint8Array(module));
+  } catch {
+    return false;
+  }
+}
+
+/** Whether to load the relaxed-SIMD build: as asked (runtime.ts has checked a `true`), else where it runs. */
+export function useRelaxedSimd(options: InitOptions): boolean {
+  return options.relaxedSimd ?? hasRelaxedSimd();
+}

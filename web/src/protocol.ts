@@ -12,8 +12,10 @@ export interface LoadPlan {
   threads: number;
   /** URL of the Emscripten glue (`qkv.js` / `qkv-st.js`), loaded with importScripts. */
   glueUrl: string;
-  /** URL of the `.wasm` it instantiates. */
+  /** URL of the `.wasm` it instantiates (`qkv.wasm`, `qkv-relaxed.wasm`, `qkv-st.wasm`, `qkv-st-relaxed.wasm`). */
   wasmUrl: string;
+  /** Whether `wasmUrl` is a relaxed-SIMD build. */
+  relaxedSimd: boolean;
   /** URL of Emscripten's pthread worker script (`qkv.worker.js`); threaded build only. */
   pthreadWorkerUrl?: string;
 }

@@ -1,7 +1,7 @@
 // Loading the core once per page or process, and what every model shares: the backend that serves its
 // calls and the registry that warns about models garbage-collected without dispose().
 
-import { getPlatform, type Backend } from "./platform.js";
+import { getPlatform, hasRelaxedSimd, type Backend } from "./platform.js";
 import type { InitOptions, MemoryReport, RuntimeInfo } from "./types.js";
 import { describe, positiveInt } from "./validate.js";
 
@@ -29,12 +29,22 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
   if (!loading) {
     loading = (async () => {
       if (typeof options !== "object" || options === null) {
-        throw new Error(`options must be an object { threads?, wasmPath?, threaded? }, got ${describe(options)}`);
+        throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd? }, got ${describe(options)}`);
       }
       const platform = getPlatform();
       const threads = options.threads === undefined ? platform.defaultThreads() : positiveInt("threads", options.threads);
       if (options.threaded !== undefined && typeof options.threaded !== "boolean") {
         throw new Error(`threaded must be a boolean, got ${describe(options.threaded)}`);
+      }
+      if (options.relaxedSimd !== undefined && typeof options.relaxedSimd !== "boolean") {
+        throw new Error(`relaxedSimd must be a boolean, got ${describe(options.relaxedSimd)}`);
+      }
+      if (options.relaxedSimd === true && !hasRelaxedSimd()) {
+        throw new Error(
+          "qkv: init({ relaxedSimd: true }) needs a WebAssembly engine with relaxed SIMD (Chromium 114+ and " +
+            "Node 22+, for instance; Node 20 with --experimental-wasm-relaxed-simd); leave relaxedSimd unset " +
+            "to use it where it is available",
+        );
       }
       return platform.load({ ...options, threads });
     })();

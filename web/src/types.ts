@@ -11,7 +11,8 @@ export interface InitOptions {
    */
   threads?: number;
   /**
-   * Where the build files live (`qkv.js`, `qkv.wasm`, `qkv.worker.js`, `qkv-st.js`, `qkv-st.wasm`):
+   * Where the build files live (`qkv.js`, `qkv.wasm`, `qkv-relaxed.wasm`, `qkv.worker.js`, `qkv-st.js`,
+   * `qkv-st.wasm`, `qkv-st-relaxed.wasm`):
    * a URL of their folder in the browser (e.g. a CDN), a folder path or `file:` URL in Node.
    * Defaults to the `wasm/` folder shipped beside this package's JavaScript.
    */
@@ -21,6 +22,14 @@ export interface InitOptions {
    * `false` forces the single-threaded build. Default: threaded where the environment allows it.
    */
   threaded?: boolean;
+  /**
+   * `true` demands the relaxed-SIMD build (rejects where the engine lacks relaxed SIMD), `false` forces the
+   * plain SIMD128 build. Default: relaxed where the engine has it (Chromium 114+ and Node 22+, for instance).
+   * The relaxed build's matrix products use `f32x4.relaxed_madd`, a fused multiply-add on CPUs with FMA (as
+   * the native builds are) and a multiply and an add elsewhere, so its last bits can differ between machines;
+   * the plain build gives the same bits on every machine.
+   */
+  relaxedSimd?: boolean;
 }
 
 /** What runs, as reported by {@link init}. */
@@ -31,6 +40,8 @@ export interface RuntimeInfo {
   threads: number;
   /** SIMD instruction set of the core's kernels, e.g. `"sse4.1"` (WebAssembly SIMD128). */
   simd: string;
+  /** Whether the relaxed-SIMD build runs (its matrix products use fused multiply-adds): see {@link InitOptions.relaxedSimd}. */
+  relaxedSimd: boolean;
   /** Version reported by the loaded core (equal to the package version). */
   version: string;
 }

@@ -13,7 +13,7 @@ const streams = new Map<number, TokenStream>();
 const order = new CallOrder();
 
 async function load(p: LoadPlan): Promise<RuntimeInfo> {
-  const override = "point init({ wasmPath }) at the folder holding qkv.js and qkv.wasm";
+  const override = "point init({ wasmPath }) at the folder holding the qkv build files (qkv.js, qkv.wasm, ...)";
   let wasmBinary: Uint8Array;
   try {
     const res = await fetch(p.wasmUrl);
@@ -43,7 +43,7 @@ async function load(p: LoadPlan): Promise<RuntimeInfo> {
     qkvThreads: p.threads,
   });
   engine = new Engine(core);
-  return describeCore(core, p.threads);
+  return describeCore(core, p.threads, p.relaxedSimd);
 }
 
 async function serve(req: Request): Promise<Response> {

@@ -26,7 +26,8 @@ namespace qkv::kernels {
 // scratch, and without FMA each product needs a temporary, so MR = 6 (12 accumulators + 2 vectors of b + a +
 // the product = 16 live) spills. Measured in Node 20, the char GPT step's CPU time, the three builds
 // alternated in one process (min of 24 steps each, three orders): MR 6 203-208 ms, MR 5 185-188, MR 4 186-190.
-// 4 rather than 5 divides the batch x context row counts.
+// 4 rather than 5 divides the batch x context row counts. The relaxed-SIMD build (gemm_madd below: no
+// temporary for the product) was no faster at MR = 6 than at 4 either.
 struct GemmTile {
   int mr, nv;  // rows, and vectors of columns
 };
@@ -39,6 +40,23 @@ constexpr GemmTile gemm_tile(bool narrow) {
 #else
   return {6, 2};
 #endif
+}
+
+// a * b + c in the products' inner loops. xsimd::fma is one FMA instruction natively and, for sse4_1 in the
+// plain WebAssembly build (SIMD128 has no FMA), a multiply and an add. The relaxed-SIMD WebAssembly build
+// (QKV_WASM_RELAXED_SIMD, cpp/CMakeLists.txt) uses f32x4.relaxed_madd instead: fused where the CPU has FMA, as
+// natively, and a multiply and an add where it has not. Clang 14 knows it only by its prototype's name and
+// opcode; scripts/wasm-relaxed.mjs rewrites the opcode after linking. Its operands are a, b, c in that order:
+// the standard instruction computes first * second + third.
+template <class Arch>
+inline xsimd::batch<float, Arch> gemm_madd(xsimd::batch<float, Arch> a, xsimd::batch<float, Arch> b,
+                                           xsimd::batch<float, Arch> c) {
+#ifdef QKV_WASM_RELAXED_SIMD
+  if constexpr (std::is_same_v<Arch, xsimd::sse4_1>)
+    return __builtin_wasm_fma_f32x4(static_cast<__m128>(a), static_cast<__m128>(b), static_cast<__m128>(c));
+  else
+#endif
+    return xsimd::fma(a, b, c);
 }
 
 template <class Arch, int MR, int NV>
@@ -59,7 +77,7 @@ void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int 
     for (int r = 0; r < MR; ++r) {
       const V ar(a[static_cast<ptrdiff_t>(r) * rs_a]);
 #pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) acc[r][v] = xsimd::fma(ar, bv[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = gemm_madd(ar, bv[v], acc[r][v]);
     }
     a += cs_a;
     b += ldb;
@@ -82,7 +100,7 @@ void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int 
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         const V cv = beta == 1.f ? V::load_unaligned(cr + v * W) : vb * V::load_unaligned(cr + v * W);
-        xsimd::fma(va, acc[r][v], cv).store_unaligned(cr + v * W);
+        gemm_madd(va, acc[r][v], cv).store_unaligned(cr + v * W);
       }
     }
   }
@@ -132,10 +150,10 @@ void gemm_row_dot(int N, int K, float alpha, const float* a, const float* B, int
     V s0(0.f), s1(0.f), s2(0.f), s3(0.f);
     for (int k = 0; k < Kv; k += W) {
       const V av = V::load_unaligned(a + k);
-      s0 = xsimd::fma(av, V::load_unaligned(b[0] + k), s0);
-      s1 = xsimd::fma(av, V::load_unaligned(b[1] + k), s1);
-      s2 = xsimd::fma(av, V::load_unaligned(b[2] + k), s2);
-      s3 = xsimd::fma(av, V::load_unaligned(b[3] + k), s3);
+      s0 = gemm_madd(av, V::load_unaligned(b[0] + k), s0);
+      s1 = gemm_madd(av, V::load_unaligned(b[1] + k), s1);
+      s2 = gemm_madd(av, V::load_unaligned(b[2] + k), s2);
+      s3 = gemm_madd(av, V::load_unaligned(b[3] + k), s3);
     }
     float d[4] = {xsimd::hadd(s0), xsimd::hadd(s1), xsimd::hadd(s2), xsimd::hadd(s3)};
     for (int k = Kv; k < K; ++k)
@@ -145,7 +163,7 @@ void gemm_row_dot(int N, int K, float alpha, const float* a, const float* B, int
   for (; n < N; ++n) {
     const float* bn = B + static_cast<size_t>(n) * ldb;
     V s(0.f);
-    for (int k = 0; k < Kv; k += W) s = xsimd::fma(V::load_unaligned(a + k), V::load_unaligned(bn + k), s);
+    for (int k = 0; k < Kv; k += W) s = gemm_madd(V::load_unaligned(a + k), V::load_unaligned(bn + k), s);
     float d = xsimd::hadd(s);
     for (int k = Kv; k < K; ++k) d += a[k] * bn[k];
     c[n] = gemm_store(alpha, d, beta, c[n]);
@@ -164,8 +182,8 @@ void gemm_row_axpy(int N, int K, float alpha, const float* a, const float* B, in
     const float* b = B + n;
     for (int k = 0; k < K; ++k, b += ldb) {
       const V ak(a[k]);
-      s0 = xsimd::fma(ak, V::load_unaligned(b), s0);
-      s1 = xsimd::fma(ak, V::load_unaligned(b + W), s1);
+      s0 = gemm_madd(ak, V::load_unaligned(b), s0);
+      s1 = gemm_madd(ak, V::load_unaligned(b + W), s1);
     }
     const V va(alpha);
     if (beta == 0.f) {
@@ -173,8 +191,8 @@ void gemm_row_axpy(int N, int K, float alpha, const float* a, const float* B, in
       (va * s1).store_unaligned(c + n + W);
     } else {
       const V vb(beta);
-      xsimd::fma(va, s0, vb * V::load_unaligned(c + n)).store_unaligned(c + n);
-      xsimd::fma(va, s1, vb * V::load_unaligned(c + n + W)).store_unaligned(c + n + W);
+      gemm_madd(va, s0, vb * V::load_unaligned(c + n)).store_unaligned(c + n);
+      gemm_madd(va, s1, vb * V::load_unaligned(c + n + W)).store_unaligned(c + n + W);
     }
   }
   for (; n < N; ++n) {
