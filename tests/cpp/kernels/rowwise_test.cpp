@@ -5,6 +5,7 @@
 // aliasing the layers use and hard inputs (a large mean, a huge logit, ignored rows, exact zeros for ReLU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <span>
@@ -209,89 +210,97 @@ const char* name_of(kernels::Act act) {
   return act == kernels::Act::Identity ? "identity" : act == kernels::Act::ReLU ? "relu" : "gelu";
 }
 
-// Pre-activations spread over the interesting range, with exact zeros (ReLU's kink) and far tails.
-std::vector<float> pre_activations(size_t n, uint64_t seed) {
-  auto h = test::randn(n, seed, 3.f);
-  const float hard[] = {0.f, -0.f, -10.f, 10.f, -40.f, 6.f};
-  for (size_t i = 0; i < std::min(n, std::size(hard)); ++i) h[i * 7 % n] = hard[i];
+// Pre-activations spread over the interesting range, with exact zeros (ReLU's kink) and far tails; or (small)
+// all within [-1, 1], as early in training, where the CPU's GELU takes its branch for vectors of small values
+// (rowwise_simd.h, normal_cdf_small), with its edges +-1.
+std::vector<float> pre_activations(size_t n, uint64_t seed, bool small = false) {
+  auto h = test::randn(n, seed, small ? 0.25f : 3.f);
+  if (small)
+    for (float& v : h) v = std::clamp(v, -1.f, 1.f);
+  const float wide[] = {0.f, -0.f, -10.f, 10.f, -40.f, 6.f}, narrow[] = {0.f, -0.f, 1.f, -1.f, 0.999f, -1e-6f};
+  const float* hard = small ? narrow : wide;
+  for (size_t i = 0; i < std::min<size_t>(n, 6); ++i) h[i * 7 % n] = hard[i];
   return h;
 }
 
 TEST(FusedBiasAct, ForwardAddsTheBiasKeepsItAndActivates) {
   for (auto act : {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU})
-    for (bool bias : {true, false}) {
-      SCOPED_TRACE(std::string(name_of(act)) + (bias ? ", bias" : ", no bias"));
-      for_each_shape([&](int rows, int N) {
-        const size_t n = static_cast<size_t>(rows) * N;
-        const auto h0 = pre_activations(n, N), b = test::randn(N, N + 1);
-        std::vector<float> want_h(n);
-        std::vector<double> want_a(n), scale(n);
-        for (size_t i = 0; i < n; ++i) {
-          want_h[i] = bias ? h0[i] + b[i % N] : h0[i];
-          want_a[i] = act_ref(act, want_h[i]);
-          scale[i] = std::abs(want_h[i]);
-        }
-        const CSpan bs = bias ? CSpan(b) : CSpan();
-        // erf and exp are vector polynomials: a few float ulps, relative to h.
-        const double tol = act == kernels::Act::GELU ? 1e-6 : 0;
-        for_each_isa_and_threads([&] {
-          std::vector<float> h = h0, a(n, kNaN);
-          kernels::bias_act_forward(a, h, bs, act, rows, N);
-          EXPECT_EQ(h, want_h);
-          EXPECT_TRUE(all_near("a", a, want_a, tol, tol, scale));
-          if (act == kernels::Act::Identity) {  // Linear's bias: in place
-            std::vector<float> y = h0;
-            kernels::bias_act_forward(y, y, bs, act, rows, N);
-            EXPECT_EQ(y, want_h);
+    for (bool bias : {true, false})
+      for (bool small : {false, true}) {
+        SCOPED_TRACE(std::string(name_of(act)) + (bias ? ", bias" : ", no bias") + (small ? ", |h| <= 1" : ""));
+        for_each_shape([&](int rows, int N) {
+          const size_t n = static_cast<size_t>(rows) * N;
+          // The bias shifts small pre-activations by little enough to keep most within [-1, 1].
+          const auto h0 = pre_activations(n, N, small), b = test::randn(N, N + 1, small ? 0.01f : 1.f);
+          std::vector<float> want_h(n);
+          std::vector<double> want_a(n), scale(n);
+          for (size_t i = 0; i < n; ++i) {
+            want_h[i] = bias ? h0[i] + b[i % N] : h0[i];
+            want_a[i] = act_ref(act, want_h[i]);
+            scale[i] = std::abs(want_h[i]);
           }
+          const CSpan bs = bias ? CSpan(b) : CSpan();
+          // Phi (rowwise_simd.h, fitted polynomials) and exp: a few float ulps, relative to h.
+          const double tol = act == kernels::Act::GELU ? 1e-6 : 0;
+          for_each_isa_and_threads([&] {
+            std::vector<float> h = h0, a(n, kNaN);
+            kernels::bias_act_forward(a, h, bs, act, rows, N);
+            EXPECT_EQ(h, want_h);
+            EXPECT_TRUE(all_near("a", a, want_a, tol, tol, scale));
+            if (act == kernels::Act::Identity) {  // Linear's bias: in place
+              std::vector<float> y = h0;
+              kernels::bias_act_forward(y, y, bs, act, rows, N);
+              EXPECT_EQ(y, want_h);
+            }
+          });
         });
-      });
-    }
+      }
 }
 
 TEST(FusedBiasAct, BackwardWritesDhAndSumsDbInOnePass) {
   for (auto act : {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU})
-    for (bool bias : {true, false}) {
-      SCOPED_TRACE(std::string(name_of(act)) + (bias ? ", bias" : ", no bias"));
-      for_each_shape([&](int rows, int N) {
-        const size_t n = static_cast<size_t>(rows) * N;
-        const auto h = pre_activations(n, N), da = test::randn(n, N + 1), db0 = test::randn(N, N + 2);
-        std::vector<double> want_dh(n), dh_scale(n), want_db(db0.begin(), db0.end()), db_scale(N);
-        for (int i = 0; i < N; ++i) db_scale[i] = std::abs(db0[i]);
-        for (size_t i = 0; i < n; ++i) {
-          want_dh[i] = da[i] * act_grad_ref(act, h[i]);
-          dh_scale[i] = std::abs(da[i]) * (1 + std::abs(h[i]));
-          want_db[i % N] += want_dh[i];
-          db_scale[i % N] += std::abs(want_dh[i]);
-        }
-        const double tol = act == kernels::Act::GELU ? 1e-6 : 0;
-        const auto check = [&](const char* what, const std::vector<float>* dh, const std::vector<float>& db) {
-          SCOPED_TRACE(what);
-          if (dh) {
-            EXPECT_TRUE(all_near("dh", *dh, want_dh, tol, tol, dh_scale));
+    for (bool bias : {true, false})
+      for (bool small : {false, true}) {
+        SCOPED_TRACE(std::string(name_of(act)) + (bias ? ", bias" : ", no bias") + (small ? ", |h| <= 1" : ""));
+        for_each_shape([&](int rows, int N) {
+          const size_t n = static_cast<size_t>(rows) * N;
+          const auto h = pre_activations(n, N, small), da = test::randn(n, N + 1), db0 = test::randn(N, N + 2);
+          std::vector<double> want_dh(n), dh_scale(n), want_db(db0.begin(), db0.end()), db_scale(N);
+          for (int i = 0; i < N; ++i) db_scale[i] = std::abs(db0[i]);
+          for (size_t i = 0; i < n; ++i) {
+            want_dh[i] = da[i] * act_grad_ref(act, h[i]);
+            dh_scale[i] = std::abs(da[i]) * (1 + std::abs(h[i]));
+            want_db[i % N] += want_dh[i];
+            db_scale[i % N] += std::abs(want_dh[i]);
           }
-          if (bias) {
-            EXPECT_TRUE(all_near("db", db, want_db, 1e-6, 1e-6, db_scale));
-          }
-        };
-        for_each_isa_and_threads([&] {
-          std::vector<float> db = db0;
-          const Span dbs = bias ? Span(db) : Span();
-          std::vector<float> dh(n, kNaN);
-          kernels::bias_act_backward(dh, dbs, da, h, act, rows, N);
-          check("dh separate", &dh, db);
-          std::vector<float> in_place = da;  // FeedForward: the gradient buffer becomes dh
-          db = db0;
-          kernels::bias_act_backward(in_place, dbs, in_place, h, act, rows, N);
-          check("dh = da", &in_place, db);
-          if (bias) {  // db alone (Linear's bias gradient)
+          const double tol = act == kernels::Act::GELU ? 1e-6 : 0;
+          const auto check = [&](const char* what, const std::vector<float>* dh, const std::vector<float>& db) {
+            SCOPED_TRACE(what);
+            if (dh) {
+              EXPECT_TRUE(all_near("dh", *dh, want_dh, tol, tol, dh_scale));
+            }
+            if (bias) {
+              EXPECT_TRUE(all_near("db", db, want_db, 1e-6, 1e-6, db_scale));
+            }
+          };
+          for_each_isa_and_threads([&] {
+            std::vector<float> db = db0;
+            const Span dbs = bias ? Span(db) : Span();
+            std::vector<float> dh(n, kNaN);
+            kernels::bias_act_backward(dh, dbs, da, h, act, rows, N);
+            check("dh separate", &dh, db);
+            std::vector<float> in_place = da;  // FeedForward: the gradient buffer becomes dh
             db = db0;
-            kernels::bias_act_backward({}, dbs, da, h, act, rows, N);
-            check("dh empty", nullptr, db);
-          }
+            kernels::bias_act_backward(in_place, dbs, in_place, h, act, rows, N);
+            check("dh = da", &in_place, db);
+            if (bias) {  // db alone (Linear's bias gradient)
+              db = db0;
+              kernels::bias_act_backward({}, dbs, da, h, act, rows, N);
+              check("dh empty", nullptr, db);
+            }
+          });
         });
-      });
-    }
+      }
 }
 
 // ---- softmax cross-entropy, loss alone or with its gradient ----
