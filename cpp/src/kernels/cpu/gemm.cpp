@@ -154,7 +154,7 @@ GemmMicroKernel select_tile([[maybe_unused]] bool narrow) {
 #if QKV_ISA_NEON
     case Isa::NEON: return gemm_micro_kernel<xsimd::neon64>(narrow);
 #endif
-    default: return {kScalarMR, kScalarNR, &gemm_micro_scalar, &gemm_pack_rows_scalar};
+    default: return {kScalarMR, kScalarNR, &gemm_micro_scalar, &gemm_pack_rows_scalar, {}};  // no cut tiles
   }
 }
 
@@ -374,8 +374,8 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
             const float* bp = b_panel(q, k0, ldbp);
             const int j0 = static_cast<int>(q * nr), cols = std::min(nr, N - j0);
             float* c = C + static_cast<size_t>(i0) * ldc + j0;
-            if (rows == mr && cols == nr) {
-              mk.fn(kc, ap, rs_a, cs_a, bp, ldbp, c, ldc, alpha, blk_beta);
+            if (cols == nr && (rows == mr || mk.rows[rows])) {  // a ragged last panel: the tile cut to its rows
+              (rows == mr ? mk.fn : mk.rows[rows])(kc, ap, rs_a, cs_a, bp, ldbp, c, ldc, alpha, blk_beta);
               continue;
             }
             mk.fn(kc, ap, rs_a, cs_a, bp, ldbp, edge, nr, 1.f, 0.f);

@@ -22,6 +22,9 @@ struct GemmMicroKernel {
   int mr, nr;  // the register tile: mr rows by nr columns of C held in registers over the k loop
   GemmMicroFn fn;
   GemmPackRowsFn pack_rows;  // in the same instruction set: whole vectors where a row holds them
+  // The same tile cut to r < mr rows (rows[r]; rows[0] unused): C's ragged last panel of rows, computed
+  // without the zero rows a full tile would multiply and without the round trip through a scratch tile.
+  GemmMicroFn rows[16];
 };
 
 // The instruction set's register tile, or (narrow) its tile for products whose columns would fill only part of

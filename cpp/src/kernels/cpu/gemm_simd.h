@@ -3,6 +3,7 @@
 // per instruction set in kernels/cpu/arch/<isa>.cpp (each compiled with that set's flags). Only those files
 // include this header; gemm.cpp sees the declarations in gemm_kernel.h.
 #include <cmath>
+#include <utility>
 #include <xsimd/xsimd.hpp>
 
 #include "kernels/cpu/gemm_kernel.h"
@@ -120,11 +121,20 @@ void gemm_pack_rows(float* dst, int width, const float* src, int ld, int rows, i
   }
 }
 
+template <class Arch, int MR, int NV, int... R>
+GemmMicroKernel gemm_make_kernel(std::integer_sequence<int, R...>) {
+  static_assert(MR <= 16, "GemmMicroKernel::rows holds tiles of up to 15 rows");
+  return {MR,
+          NV * static_cast<int>(xsimd::batch<float, Arch>::size),
+          &gemm_micro<Arch, MR, NV>,
+          &gemm_pack_rows<Arch>,
+          {nullptr, &gemm_micro<Arch, R + 1, NV>...}};
+}
+
 template <class Arch, bool Narrow>
 GemmMicroKernel gemm_micro_kernel_for() {
   constexpr GemmTile t = gemm_tile<Arch>(Narrow);
-  return {t.mr, t.nv * static_cast<int>(xsimd::batch<float, Arch>::size), &gemm_micro<Arch, t.mr, t.nv>,
-          &gemm_pack_rows<Arch>};
+  return gemm_make_kernel<Arch, t.mr, t.nv>(std::make_integer_sequence<int, t.mr - 1>());
 }
 
 template <class Arch>
