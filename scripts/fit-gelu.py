@@ -8,8 +8,8 @@ fitted here as a polynomial in t = 1 / (1 + x / 2) over x in [0, 10] (past 10, e
 relative error (iteratively reweighted least squares towards the minimax fit). exp(-x^2) = exp(-h^2/2) is the
 density's exponential too, so the backward takes one exp for both. Phi(h) = h < 0 ? 0.5 erfc(x) : 1 - 0.5 erfc(x)
 never subtracts two close numbers, so it serves every h. A vector whose lanes all have |h| <= 1 (all of them, early
-in training) takes a cheaper odd polynomial instead: erf(x) = x S(x^2) over x in [0, 1/sqrt(2)], which the forward
-evaluates without an exp.
+in training) takes cheaper polynomials instead, without an exp: erf(x) = x S(x^2) over x in [0, 1/sqrt(2)] for the
+forward, and GELU'(h) = 1/2 + h Q(h^2) over h^2 in [0, 1] for the backward (Phi(h) - 1/2 and h phi(h) are both odd).
 
 usage: /usr/bin/python3 scripts/fit-gelu.py   (Debian's python3-numpy and python3-mpmath; prints the coefficients)
 """
@@ -50,6 +50,14 @@ def erf_over_x(s):
     return float(mpmath.erf(x) / x)
 
 
+def grad_over_h(s):
+    """Q(s) = (Phi(h) - 1/2 + h phi(h)) / h at h = sqrt(s): GELU'(h) = 1/2 + h Q(h^2)."""
+    if s == 0:
+        return float(2 / mpmath.sqrt(2 * mpmath.pi))
+    h = mpmath.sqrt(mpmath.mpf(s))
+    return float((mpmath.ncdf(h) - mpmath.mpf(0.5) + h * mpmath.npdf(h)) / h)
+
+
 def horner(coefs, v):
     r = np.full_like(v, coefs[-1])
     for coef in coefs[-2::-1]:
@@ -66,6 +74,10 @@ def main():
     sc32 = sc.astype(np.float32)
     print(f"S(s) = erf(x) / x, s = x^2 <= {SMALL_H * SMALL_H / 2}, degree {SMALL_DEGREE}: max relative error {serr:.3g}")
     print("coefficients, s^0 first:", ", ".join(f"{v:.9e}f" for v in sc32))
+    qc, qerr = fit(grad_over_h, 0.0, SMALL_H * SMALL_H, SMALL_DEGREE)
+    qc32 = qc.astype(np.float32)
+    print(f"Q(s) = (GELU'(h) - 1/2) / h, s = h^2 <= {SMALL_H * SMALL_H}, degree {SMALL_DEGREE}: max relative error {qerr:.3g}")
+    print("coefficients, s^0 first:", ", ".join(f"{v:.9e}f" for v in qc32))
 
     # The kernel's arithmetic in float32 (without FMA), against mpmath.
     f = np.float32
@@ -87,7 +99,7 @@ def main():
     cdf_small = (f(0.5) + (f(0.5) * xs) * horner(sc32, xs * xs)).astype(f)
     cdf = np.where(small, cdf_small, cdf)
     gelu = np.where(small, h * cdf_small, gelu).astype(f)
-    grad = np.where(small, cdf_small + h * (e * f(0.3989422804014327)), grad).astype(f)
+    grad = np.where(small, f(0.5) + h * horner(qc32, h * h), grad).astype(f)
     print(f"float32 GELU:  max |err| / |h| = {np.max(np.abs(gelu - gelu_ref) / np.maximum(np.abs(hd), 1e-30)):.3g}")
     print(f"float32 GELU': max |err| / (1 + |h|) = {np.max(np.abs(grad - grad_ref) / (1 + np.abs(hd))):.3g}")
 
