@@ -1,6 +1,7 @@
 #pragma once
 // What gemm.cpp and the per-instruction-set files share: the register-blocked micro-kernel of the packed
 // matrix product (BLIS / GotoBLAS scheme), declared here and instantiated in kernels/cpu/arch/<isa>.cpp.
+#include <cstddef>
 #include <xsimd/config/xsimd_arch.hpp>
 
 namespace qkv::kernels {
@@ -14,6 +15,11 @@ namespace qkv::kernels {
 using GemmMicroFn = void (*)(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb, float* c, int ldc,
                              float alpha, float beta);
 
+// count consecutive column panels of C (nr apart) against count B panels (b_step floats apart), one register
+// tile each, as count calls of GemmMicroFn would compute them: one call per row panel's sweep.
+using GemmPanelsFn = void (*)(int count, ptrdiff_t b_step, int kc, const float* a, int rs_a, int cs_a, const float* b,
+                              int ldb, float* c, int ldc, float alpha, float beta);
+
 // Packing's copy: row k of dst (width floats, at dst + k * width) = the first cols floats of row k of src
 // (at src + k * ld), zero-padded past cols; for k in [0, rows). cols <= width.
 using GemmPackRowsFn = void (*)(float* dst, int width, const float* src, int ld, int rows, int cols);
@@ -25,6 +31,7 @@ struct GemmMicroKernel {
   // The same tile cut to r < mr rows (rows[r]; rows[0] unused): C's ragged last panel of rows, computed
   // without the zero rows a full tile would multiply and without the round trip through a scratch tile.
   GemmMicroFn rows[16];
+  GemmPanelsFn panels;  // null: the caller loops over fn
 };
 
 // The instruction set's register tile, or (narrow) its tile for products whose columns would fill only part of

@@ -61,8 +61,8 @@ inline xsimd::batch<float, Arch> gemm_madd(xsimd::batch<float, Arch> a, xsimd::b
 }
 
 template <class Arch, int MR, int NV>
-void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb, float* c, int ldc, float alpha,
-                float beta) {
+[[gnu::always_inline]] inline void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb,
+                                              float* c, int ldc, float alpha, float beta) {
   using V = xsimd::batch<float, Arch>;
   constexpr int W = static_cast<int>(V::size);
   V acc[MR][NV];
@@ -107,6 +107,14 @@ void gemm_micro(int kc, const float* a, int rs_a, int cs_a, const float* b, int 
   }
 }
 
+template <class Arch, int MR, int NV>
+void gemm_micro_panels(int count, ptrdiff_t b_step, int kc, const float* a, int rs_a, int cs_a, const float* b, int ldb,
+                       float* c, int ldc, float alpha, float beta) {
+  constexpr int NR = NV * static_cast<int>(xsimd::batch<float, Arch>::size);
+  for (int q = 0; q < count; ++q, b += b_step, c += NR)
+    gemm_micro<Arch, MR, NV>(kc, a, rs_a, cs_a, b, ldb, c, ldc, alpha, beta);
+}
+
 // Packing a row-major op(B) (rows of NR = 2 vectors) or a transposed A (rows of MR) is a strided copy of
 // short rows; whole vectors move a B panel's row in two loads and two stores.
 template <class Arch>
@@ -128,7 +136,8 @@ GemmMicroKernel gemm_make_kernel(std::integer_sequence<int, R...>) {
           NV * static_cast<int>(xsimd::batch<float, Arch>::size),
           &gemm_micro<Arch, MR, NV>,
           &gemm_pack_rows<Arch>,
-          {nullptr, &gemm_micro<Arch, R + 1, NV>...}};
+          {nullptr, &gemm_micro<Arch, R + 1, NV>...},
+          &gemm_micro_panels<Arch, MR, NV>};
 }
 
 template <class Arch, bool Narrow>
