@@ -212,7 +212,7 @@ const char* name_of(kernels::Act act) {
 
 // Pre-activations spread over the interesting range, with exact zeros (ReLU's kink) and far tails; or (small)
 // all within [-1, 1], as early in training, where the CPU's GELU takes its branch for vectors of small values
-// (rowwise_simd.h, normal_cdf_small), with its edges +-1.
+// (rowwise_simd.h, normal_cdf_small and gelu_grad_small), with its edges +-1.
 std::vector<float> pre_activations(size_t n, uint64_t seed, bool small = false) {
   auto h = test::randn(n, seed, small ? 0.25f : 3.f);
   if (small)
