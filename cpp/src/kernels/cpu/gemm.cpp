@@ -162,12 +162,20 @@ GemmMicroKernel select_tile([[maybe_unused]] bool narrow) {
 // The register tile for an M x N product: the instruction set's main tile, unless its narrow tile pads C's
 // rows and columns to enough less area to make up for running about 10% slower per FLOP (gemm_simd.h). On
 // AVX-512 (6 x 64 and 8 x 32): N = 65 (the char LM head) and attention's 32 x 32 and 32 x 64 tiles take
-// 8 x 32; 768 x 128, 128 x 128 and 1024 x 1000 take 6 x 64.
-GemmMicroKernel select(int M, int N) {
+// 8 x 32; 768 x 128 and 1024 x 1000 take 6 x 64.
+// The narrow tile also takes a product of fewer than 256 rows of a row-major A that its rows divide and the main
+// tile's do not, where both pad the columns alike (64 or 128 x 128 on AVX-512): the main tile's ragged last panel runs
+// a tile cut to its rows, which costs nearly a full panel's time, a few % of a product this short. Measured on the
+// 2-core AMD EPYC (AVX-512, 1 thread, best of 12 alternated batches; K 128 / 512): 40 x 128 +8.4 / +7.5%,
+// 64 x 128 +4.7 / +5.3%, 128 x 128 +4.6 / +4.5%, 200 x 128 +8.4 / +3.1%; from 256 rows on, within noise. With
+// a transposed A (the weight gradients, 128 x 768 x 128 and x 512) it was slower, and the char GPT step 6% slower.
+GemmMicroKernel select(int M, int N, bool trans_a) {
   const GemmMicroKernel wide = select_tile(false), narrow = select_tile(true);
   if (narrow.nr == wide.nr && narrow.mr == wide.mr) return wide;
   auto padded = [&](const GemmMicroKernel& k) { return ceil_div(M, k.mr) * k.mr * ceil_div(N, k.nr) * k.nr; };
-  return 11 * padded(narrow) < 10 * padded(wide) ? narrow : wide;
+  if (11 * padded(narrow) < 10 * padded(wide)) return narrow;
+  const bool same_columns = ceil_div(N, narrow.nr) * narrow.nr == ceil_div(N, wide.nr) * wide.nr;
+  return !trans_a && M < 256 && M % narrow.mr == 0 && M % wide.mr != 0 && same_columns ? narrow : wide;
 }
 
 // The per-thread home of packed panels, 64-byte aligned.
@@ -264,7 +272,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (K == 0) return scale_c(g);
   if (M <= kRowKernelMaxM) return gemm_rows(g);
 
-  const GemmMicroKernel mk = select(M, N);
+  const GemmMicroKernel mk = select(M, N, trans_a);
   const int mr = mk.mr, nr = mk.nr;
   const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
   const bool full_last_b = N % nr == 0;
