@@ -133,6 +133,9 @@ if wants wasm; then
   fi
 fi
 
-say "summary: the comparisons (bench/cpu_report.py $LOGS)"
-"$PYTHON" bench/cpu_report.py "$LOGS"
+# The gemm benchmark prints its own tables; the summary compares the training runs, when there are any.
+if wants char || wants seq2seq || wants wasm; then
+  say "summary: the comparisons (bench/cpu_report.py $LOGS)"
+  "$PYTHON" bench/cpu_report.py "$LOGS"
+fi
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
