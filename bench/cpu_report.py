@@ -44,6 +44,19 @@ def training_table(title, rows, target, note):
     print(note)
 
 
+def char_gpt_step_gflop(batch, seq):
+    """Model FLOP of one training step of the package's char GPT (vocab 65, C 128, 4 layers, 4 heads, context
+    64), counted as nanoGPT's estimate_mfu does: per token 6 x the matrix products' weights (forward 2, backward
+    4; the four per-layer products, 12 C^2, and the tied LM head, V C) plus attention's 12 L C T (q k^T and
+    P v over all T keys, forward and backward). Biases, LayerNorm, softmax and AdamW are not counted, and
+    neither is the causal mask's saving (qkv skips the key blocks right of the diagonal): a convention that
+    makes the figure comparable across implementations rather than a count of the work done."""
+    vocab, C, layers, T = 65, 128, 4, 64
+    matmul_weights = layers * 12 * C * C + vocab * C
+    per_token = 6 * matmul_weights + 12 * layers * C * T
+    return per_token * batch * seq / 1e9
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -86,26 +99,55 @@ def main():
                    if r["bench"] == "char-gpt" and r["side"] == "qkv" and r.get("config") == "package"},
                   key=lambda isa: isa != "avx512")  # the target's row first
     natives = [find("char-gpt", "qkv", config="package", isa=isa) for isa in isas]
+
+    def peak(isa, threads):
+        """The best peak-loop figure (GFLOP/s) of a native isa or a wasm variant at `threads`, or None."""
+        if isa.startswith("wasm"):
+            runs = [r for _, r in results if r["bench"] == "wasm-peak" and int(r["threads"]) == threads
+                    and r["variant"] == ("relaxed" if isa.endswith("+relaxed") else "plain")]
+        else:
+            runs = [r for _, r in results if r["bench"] == "peak" and r["isa"] == isa and int(r["threads"]) == threads]
+        return max((float(r["gflops"]) for r in runs), default=None)
+
     for wasm_isa in wasm_isas:
         wasm = find("char-gpt", "wasm", isa=wasm_isa)
         if not natives:
             break
+        threads = int(wasm["threads"])
+        gflop = char_gpt_step_gflop(int(wasm["batch"]), int(wasm["seq"]))
         print(f"\nchar GPT step, the npm package's configuration (biases on, AdamW), B {wasm['batch']} x T {wasm['seq']}, "
-              f"{wasm['threads']} threads, {wasm['steps']} timed steps: WebAssembly ({wasm_isa}) under Node vs native, "
+              f"{threads} threads, {wasm['steps']} timed steps: WebAssembly ({wasm_isa}) under Node vs native, "
               "same run, each build's best of its alternated runs")
-        print(f"{'build':<34} {'ms/step':>9} {'tokens/s':>9} {'wasm / this':>12} {'target':>10}")
+        print(f"{'build':<34} {'ms/step':>9} {'tokens/s':>9} {'wasm / this':>12} {'target':>10} {'GFLOP/s':>8} "
+              f"{'peak':>7} {'% peak':>7} {'peak / wasm peak':>17}")
+        wasm_peak = peak(wasm_isa, threads)
+
+        def peak_columns(ms, pk):
+            achieved = gflop / (ms / 1e3)
+            if pk is None:
+                return f"{achieved:>8.1f} {'-':>7} {'-':>7}"
+            return f"{achieved:>8.1f} {pk:>7.1f} {100 * achieved / pk:>6.0f}%"
+
         for r in natives:
-            slower = float(wasm["ms_per_step"]) / float(r["ms_per_step"])
+            ms = float(r["ms_per_step"])
+            slower = float(wasm["ms_per_step"]) / ms
             target = f"<=3x {verdict(slower <= 3.0)}" if r["isa"] == "avx512" else "-"
-            print(f"{'native ' + r['isa']:<34} {float(r['ms_per_step']):>9.2f} {float(r['tokens_per_s']):>9.0f} "
-                  f"{slower:>11.2f}x {target:>10}")
+            pk = peak(r["isa"], threads)
+            ceiling = f"{pk / wasm_peak:>16.2f}x" if pk and wasm_peak else f"{'-':>17}"
+            print(f"{'native ' + r['isa']:<34} {ms:>9.2f} {float(r['tokens_per_s']):>9.0f} "
+                  f"{slower:>11.2f}x {target:>10} {peak_columns(ms, pk)} {ceiling}")
         print(f"{'wasm (' + wasm_isa + ', Node)':<34} {float(wasm['ms_per_step']):>9.2f} "
-              f"{float(wasm['tokens_per_s']):>9.0f}")
+              f"{float(wasm['tokens_per_s']):>9.0f} {'':>12} {'':>10} {peak_columns(float(wasm['ms_per_step']), wasm_peak)}")
     if wasm_isas and natives:
         print("  'wasm / this' = wasm ms/step / native ms/step: how many times slower the WebAssembly build is; "
               "native sse4.1\n  is the same 4-lane kernels natively, so wasm / native sse4.1 is the cost of WebAssembly "
               "itself.\n  +relaxed: the relaxed-SIMD build (fused multiply-adds in the products), which the loader picks "
               "where the\n  engine has relaxed SIMD (Chromium 114+, Node 22+; Node 20 with --experimental-wasm-relaxed-simd)")
+        print(f"  GFLOP/s: the step's model FLOP ({char_gpt_step_gflop(12, 64):.3f} GFLOP at B 12 x T 64, nanoGPT's "
+              "estimate_mfu count: bench/cpu_report.py)\n  per second; peak: the build's own register-only "
+              "multiply-add loop at the same threads (qkv_bench peak natively,\n  bench/wasm_peak.mjs for "
+              "WebAssembly); 'peak / wasm peak' is the ratio the vector widths allow: wasm / native\n  can only "
+              "come under it by running nearer its own peak than native does")
 
     # 4. thread scaling of the char GPT step
     if len(char_rows) >= 2:
