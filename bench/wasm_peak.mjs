@@ -101,7 +101,8 @@ if (!isMainThread) {
       run(relaxed, iterations, 1);
       const s = (performance.now() - t0) / 1e3;
       if (s > 0.05) {
-        iterations = Math.ceil((iterations * seconds) / s);
+        // The loop counts down an i32.
+        iterations = Math.min(Math.ceil((iterations * seconds) / s), 2 ** 31 - 1);
         break;
       }
       iterations *= 4;
