@@ -123,8 +123,10 @@ if wants wasm; then
     relaxed_flag=()
     (( $(node -p 'process.versions.node.split(".")[0]') < 22 )) && relaxed_flag=(--experimental-wasm-relaxed-simd)
     # What each side can do at best (the report's "% of peak"): native's vector FMA loop per instruction set
-    # and WebAssembly's 4-lane multiply-add loop.
-    "$BENCH" peak --threads "$wasm_threads" "${quick_flag[@]}" | tee "$LOGS/wasm-peak-native.log"
+    # (already in gemm.log when the gemm tables ran) and WebAssembly's 4-lane multiply-add loop.
+    if ! wants gemm; then
+      "$BENCH" peak --threads "$wasm_threads" "${quick_flag[@]}" | tee "$LOGS/wasm-peak-native.log"
+    fi
     node "${relaxed_flag[@]}" bench/wasm_peak.mjs --threads "$wasm_threads" | tee "$LOGS/wasm-peak-node.log"
     for r in $(seq 1 "$ROUNDS"); do
       "$BENCH" char-gpt --config package --threads "$wasm_threads" "${wasm_args[@]}" | tee "$LOGS/wasm-native-$r.log"
