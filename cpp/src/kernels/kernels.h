@@ -9,9 +9,16 @@
 #include <cstdint>
 #include <span>
 
+#include "ops/types.h"
 #include "qkv/tensor.h"
 
 namespace qkv::kernels {
+
+// The types the op contract shares with the kernels (ops/types.h).
+using ops::Act;
+using ops::AdamHyper;
+using ops::AdamRange;
+using ops::AttentionShape;
 
 // C (M,N) = alpha * op(A) (M,K) * op(B) (K,N) + beta * C, row-major with leading dimensions.
 // op(A) = A (M,K) or, with trans_a, A^T where A is (K,M); likewise for B; all four combinations work.
@@ -52,7 +59,6 @@ void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, 
 //   GELU, exact (erf) form: h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;
 //     dy/dh = Phi(h) + h * phi(h), phi(h) = exp(-h^2 / 2) / sqrt(2 pi).
 //     reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
-enum class Act { Identity, ReLU, GELU };
 // h, a: (rows, N); b: (N), or empty for no bias.
 //   forward:  h += b in place (h is then what the backward needs: the pre-activation), a = act(h).
 //             a may alias h for Identity only.
@@ -80,17 +86,6 @@ void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed);
 //   out = dropout(P) v                            (B,Tq,C), stride C; no dropout when p = 0
 // Dropout is inverted with a counter-based mask: element (b,h,t,s) is kept when
 // dropout_hash(seed, ((b*H + h)*Tq + t)*Tk + s) >= p * 2^32, and kept values are scaled by 1/(1-p).
-struct AttentionShape {
-  int B, Tq, Tk, C, H;
-  int ldq, ldkv;
-  const uint8_t* key_pad;
-  bool causal;
-  float dropout;
-  uint64_t seed;
-  int q_pos = 0;   // causal: query t is key position q_pos + t
-  int k_rows = 0;  // rows per batch in k, v (and key_pad); 0 means Tk
-  int key_rows() const { return k_rows > 0 ? k_rows : Tk; }
-};
 // The fused kernel (kernels/cpu/attention.cpp, FlashAttention-2's scheme): P is walked in tiles and never
 // stored. The forward saves lse (B,H,Tq), the log of each row's softmax normaliser (m + log sum exp(S - m);
 // +inf for a row with every key masked), and the backward recomputes P = exp(S - lse) tile by tile; with
@@ -148,16 +143,6 @@ void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, cons
 //   p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)      t: the 1-based step
 // Weight decay is per range: each AdamRange [begin, end) of the buffers has its own wd (0 for tensors that
 // are not decayed); elements outside every range are left alone. Ranges must be sorted and disjoint.
-struct AdamRange {
-  size_t begin, end;
-  float weight_decay;
-};
-struct AdamHyper {
-  float lr, beta1, beta2, eps;
-  bool decoupled;
-  int t;
-  float grad_scale;  // 1: no clipping
-};
 void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h);
 // sum(x^2) in double, for the global gradient norm of clipping. Summed in fixed blocks: the result does not
 // depend on the thread count.

@@ -1,0 +1,37 @@
+#pragma once
+// The plain types the op contract (ops/ops.h) and the kernels of every device share. Their meaning is
+// documented where the ops that take them are (kernels/kernels.h).
+#include <cstddef>
+#include <cstdint>
+
+namespace qkv::ops {
+
+// A Linear layer's fused epilogue: the bias alone, or the bias then ReLU or exact (erf) GELU.
+enum class Act { Identity, ReLU, GELU };
+
+// Multi-head scaled dot-product attention's sizes, strides, masks and dropout (kernels.h: attention_forward).
+struct AttentionShape {
+  int B, Tq, Tk, C, H;
+  int ldq, ldkv;
+  const uint8_t* key_pad;
+  bool causal;
+  float dropout;
+  uint64_t seed;
+  int q_pos = 0;   // causal: query t is key position q_pos + t
+  int k_rows = 0;  // rows per batch in k, v (and key_pad); 0 means Tk
+  int key_rows() const { return k_rows > 0 ? k_rows : Tk; }
+};
+
+// One Adam(W) step's weight-decay range over the flat buffers, and its hyper-parameters (kernels.h: adam_step).
+struct AdamRange {
+  size_t begin, end;
+  float weight_decay;
+};
+struct AdamHyper {
+  float lr, beta1, beta2, eps;
+  bool decoupled;
+  int t;
+  float grad_scale;  // 1: no clipping
+};
+
+}  // namespace qkv::ops
