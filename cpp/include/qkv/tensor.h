@@ -1,6 +1,8 @@
 #pragma once
-// Tensor: a shape, an owned 64-byte-aligned float32 buffer, and the device it lives on.
-// Kernels never see Tensors: they take spans (Span / CSpan) and sizes.
+// Tensor: a shape, an owned float32 buffer (64-byte aligned, zero-filled), and the device it lives on.
+// Kernels and ops never see Tensors: they take spans (Span / CSpan) and sizes. A span carries no device; the op
+// contract (src/ops/ops.h) says every span an op gets is memory of that op's device, and a Tensor's spans are
+// memory of its device(): host memory for Device::CPU, GPU memory for Device::CUDA (not readable on the host).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,13 +17,16 @@ using CSpan = std::span<const float>;
 
 enum class Device { CPU, CUDA };
 
+// Returns memory to the backend of the device it came from.
 struct AlignedDeleter {
+  Device device = Device::CPU;
   void operator()(float* p) const noexcept;
 };
 using AlignedFloats = std::unique_ptr<float[], AlignedDeleter>;
 
-// Allocates `count` floats aligned to 64 bytes, zero-filled. Throws qkv::Error when memory runs out.
-AlignedFloats allocate_floats(size_t count);
+// Allocates `count` floats on `device`, aligned to 64 bytes, zero-filled. Throws qkv::Error when memory runs
+// out, or when the device is unavailable (naming why).
+AlignedFloats allocate_floats(size_t count, Device device = Device::CPU);
 
 class Tensor {
  public:

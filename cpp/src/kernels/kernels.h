@@ -148,4 +148,17 @@ void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> range
 // depend on the thread count.
 double sum_squares(CSpan x);
 
+// ---- Data movement and the small ops of the model's edges (kernels/cpu/elementwise.cpp, pool.cpp) ----
+
+// out = a + b over out.size(); out may alias a or b.
+void add(Span out, CSpan a, CSpan b);
+// Rows of cols floats from src (stride ld_src) to dst (stride ld_dst); the regions must not overlap.
+void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols);
+// best[r] = the first index of the largest of logits (rows, V) row r.
+void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V);
+// out (B,C) = the mean of x (B,T,C) over the positions t with key_pad[b*T + t] == 0 (0 for a row of only
+// padding). The backward writes dx (B,T,C) whole: dout / count at those positions, 0 elsewhere.
+void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C);
+void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C);
+
 }  // namespace qkv::kernels

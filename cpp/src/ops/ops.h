@@ -108,8 +108,7 @@ class Backend {
 
   // x (B,T,C) = scale * wte[tokens] + pos[t]; backward: dwte rows += scale * dx, dpos rows += dx (dpos may be
   // empty). scratch: embedding_backward_scratch_size(V, B*T) floats (the CUDA backend keeps its row lists there).
-  virtual void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T,
-                                 int C) = 0;
+  virtual void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) = 0;
   virtual size_t embedding_backward_scratch_size(int V, int rows) const = 0;
   virtual void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
                                   Span scratch) = 0;

@@ -5,27 +5,26 @@
 #include <limits>
 #include <new>
 
+#include "ops/ops.h"
 #include "qkv/error.h"
 
 namespace qkv {
 
-void AlignedDeleter::operator()(float* p) const noexcept { std::free(p); }
+void AlignedDeleter::operator()(float* p) const noexcept {
+  if (p) ops::backend(device).free(p);
+}
 
-AlignedFloats allocate_floats(size_t count) {
+AlignedFloats allocate_floats(size_t count, Device device) {
   if (count == 0) return nullptr;
   // On wasm32 size_t is 32 bits: a model far too large would wrap the byte count to a small number and
   // the buffer would be overrun. Refuse it as the out-of-memory it is.
   check(count <= (std::numeric_limits<size_t>::max() - 63) / sizeof(float), "out of memory: ", count,
         " floats do not fit in this build's address space (", sizeof(size_t) * 8, "-bit)");
-  const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, bytes);
-  check(p != nullptr, "out of memory: could not allocate ", bytes, " bytes");
-  std::memset(p, 0, bytes);
-  return AlignedFloats(static_cast<float*>(p));
+  return AlignedFloats(static_cast<float*>(ops::backend(device).allocate(count * sizeof(float))),
+                       AlignedDeleter{device});
 }
 
 Tensor::Tensor(std::vector<int64_t> shape, Device device) : shape_(std::move(shape)), device_(device) {
-  check(device == Device::CPU, "Tensor device: only Device::CPU is available in this build");
   size_t n = 1;
   for (int64_t d : shape_) {
     check(d >= 0, "Tensor shape ", shape_string(), ": dimensions must be >= 0");
@@ -34,7 +33,7 @@ Tensor::Tensor(std::vector<int64_t> shape, Device device) : shape_(std::move(sha
     n *= static_cast<size_t>(d);
   }
   numel_ = n;
-  data_ = allocate_floats(n);
+  data_ = allocate_floats(n, device);
 }
 
 std::string Tensor::shape_string() const {

@@ -4,9 +4,17 @@
 #include <cstring>
 #include <limits>
 
+#include "ops/ops.h"
 #include "qkv/error.h"
 
 namespace qkv {
+
+void Workspace::set_device(Device device) {
+  if (device == device_) return;
+  buffer_.reset();
+  capacity_ = 0;
+  device_ = device;
+}
 
 void Workspace::plan(const std::function<void(Workspace&)>& fn) {
   planning_ = true;
@@ -21,10 +29,10 @@ void Workspace::plan(const std::function<void(Workspace&)>& fn) {
   const size_t needed = offset_;
   if (needed > capacity_) {
     buffer_.reset();
-    buffer_ = allocate_floats(needed);
+    buffer_ = allocate_floats(needed, device_);
     capacity_ = needed;
   } else if (needed > 0) {
-    std::memset(buffer_.get(), 0, needed * sizeof(float));
+    ops::backend(device_).fill({buffer_.get(), needed}, 0.f);
   }
   counting_ = false;
   offset_ = 0;
@@ -41,6 +49,17 @@ Span Workspace::take(size_t n) {
   offset_ += (n + 15) / 16 * 16;  // keep every buffer 64-byte aligned
   if (counting_) return {};
   return {buffer_.get() + start, n};
+}
+
+std::span<int32_t> Workspace::take_ints(size_t n) {
+  static_assert(sizeof(int32_t) == sizeof(float));
+  const Span s = take(n);
+  return {reinterpret_cast<int32_t*>(s.data()), s.size()};
+}
+
+std::span<uint8_t> Workspace::take_bytes(size_t n) {
+  const Span s = take((n + sizeof(float) - 1) / sizeof(float));
+  return {reinterpret_cast<uint8_t*>(s.data()), s.empty() ? 0 : n};
 }
 
 Span Workspace::take_shared(std::string_view key, size_t n) {

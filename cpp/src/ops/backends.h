@@ -1,0 +1,15 @@
+#pragma once
+// The three executors behind ops::backend(): each defined in its own file, made once by the registry
+// (ops/backend.cpp). make_cuda_backend exists in builds with CUDA (kernels/cuda/cuda_backend.cpp); without
+// it, ops/no_cuda.cpp defines it to throw.
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace qkv::ops {
+
+std::unique_ptr<Backend> make_cpu_backend();        // ops/cpu_backend.cpp
+std::unique_ptr<Backend> make_reference_backend();  // ops/reference_backend.cpp
+std::unique_ptr<Backend> make_cuda_backend();       // kernels/cuda/cuda_backend.cpp, or ops/no_cuda.cpp
+
+}  // namespace qkv::ops
