@@ -17,6 +17,7 @@
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
+#include "qkv/tensor.h"
 
 namespace qkv {
 
@@ -43,7 +44,9 @@ struct ClassifierConfig {
 
 class Classifier {
  public:
-  explicit Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer = {});
+  // `device`: where the model lives and computes (LanguageModel's constructor says more).
+  explicit Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer = {},
+                      Device device = Device::CPU);
   ~Classifier();
   Classifier(const Classifier&) = delete;
   Classifier& operator=(const Classifier&) = delete;
@@ -64,6 +67,9 @@ class Classifier {
   // Attention weights (B, H, T, T) of one encoder layer from the last forward.
   std::vector<float> attention(int layer) const;
 
+  // The model's device, and a move to another (LanguageModel::to says more).
+  Device device() const;
+  void to(Device device);
   const ClassifierConfig& config() const;
   const OptimizerConfig& optimizer() const;
   void set_training(bool training);

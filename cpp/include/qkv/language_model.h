@@ -22,6 +22,7 @@
 #include "qkv/options.h"
 #include "qkv/parameter.h"
 #include "qkv/sampling.h"
+#include "qkv/tensor.h"
 
 namespace qkv {
 
@@ -45,8 +46,10 @@ struct LanguageModelConfig {
 
 class LanguageModel {
  public:
-  // Throws qkv::Error naming the field when the configuration is invalid.
-  explicit LanguageModel(const LanguageModelConfig& config, const OptimizerConfig& optimizer = {});
+  // Throws qkv::Error naming the field when the configuration is invalid, or when `device` is unavailable
+  // (Device::CUDA without a GPU: the message gives cuda_unavailable_reason()).
+  explicit LanguageModel(const LanguageModelConfig& config, const OptimizerConfig& optimizer = {},
+                         Device device = Device::CPU);
   ~LanguageModel();
   LanguageModel(const LanguageModel&) = delete;
   LanguageModel& operator=(const LanguageModel&) = delete;
@@ -112,6 +115,12 @@ class LanguageModel {
   class Generation;
   Generation start_generation(std::span<const int32_t> prompt, const SamplingOptions& options);
 
+  // The device the model lives and computes on. to() moves weights, gradients and Adam moments there (through
+  // the host); the activations are planned again at the next call and a paused Generation starts its cache over.
+  // Checkpoints are the same bytes whatever the device. On failure (no GPU, out of memory) nothing moves.
+  Device device() const;
+  void to(Device device);
+
   const LanguageModelConfig& config() const;
   const OptimizerConfig& optimizer() const;
   void set_learning_rate(float lr);
@@ -128,7 +137,8 @@ class LanguageModel {
   int skipped_steps() const;
   bool last_step_skipped() const;
 
-  // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name.
+  // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name. The spans are
+  // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first.
   std::vector<ParameterView> parameters();
 
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata

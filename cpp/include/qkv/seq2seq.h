@@ -18,6 +18,7 @@
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
+#include "qkv/tensor.h"
 
 namespace qkv {
 
@@ -64,7 +65,8 @@ struct Decoded {
 
 class Seq2Seq {
  public:
-  explicit Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer = {});
+  // `device`: where the model lives and computes (LanguageModel's constructor says more).
+  explicit Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer = {}, Device device = Device::CPU);
   ~Seq2Seq();
   Seq2Seq(const Seq2Seq&) = delete;
   Seq2Seq& operator=(const Seq2Seq&) = delete;
@@ -96,6 +98,9 @@ class Seq2Seq {
   // Attention weights (B, H, Tq, Tk) of one layer from the last forward.
   std::vector<float> attention(AttentionKind kind, int layer) const;
 
+  // The model's device, and a move to another (LanguageModel::to says more).
+  Device device() const;
+  void to(Device device);
   const Seq2SeqConfig& config() const;
   const OptimizerConfig& optimizer() const;
   void set_training(bool training);

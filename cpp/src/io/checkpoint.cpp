@@ -1,5 +1,6 @@
 #include "io/checkpoint.h"
 
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -27,11 +28,19 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
                                      bool with_optimizer, const std::map<std::string, std::string>& extra) {
   std::vector<TensorRef> refs;
   std::vector<std::string> names;
+  // A model on another device is read through the host (one copy of what is saved): the same bytes either way.
+  std::deque<std::vector<float>> host;
+  const auto on_host = [&](Span x) -> CSpan {
+    if (core.device() == Device::CPU) return x;
+    host.emplace_back(x.size());
+    core.ops().download(host.back().data(), x.data(), x.size_bytes());
+    return host.back();
+  };
   for (nn::Param& p : core.params.all()) {
-    refs.emplace_back(p.name, p.shape, CSpan(p.value));
+    refs.emplace_back(p.name, p.shape, on_host(p.value));
     if (with_optimizer) {
-      refs.emplace_back(kM + p.name, p.shape, CSpan(p.m));
-      refs.emplace_back(kV + p.name, p.shape, CSpan(p.v));
+      refs.emplace_back(kM + p.name, p.shape, on_host(p.m));
+      refs.emplace_back(kV + p.name, p.shape, on_host(p.v));
     }
   }
   std::map<std::string, std::string> meta = {
@@ -123,7 +132,7 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
   for (nn::Param& p : core.params.all()) {
     const auto copy = [&](const std::string& key, Span dst) {
       const auto v = file.floats(key);
-      std::copy(v.begin(), v.end(), dst.begin());
+      core.ops().upload(dst.data(), v.data(), v.size() * sizeof(float));
     };
     copy(p.name, p.value);
     if (with_moments) {

@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "io/checkpoint.h"
-#include "kernels/kernels.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -42,16 +41,18 @@ struct Classifier::Impl {
 
   int B_cap = 0, T_cap = 0;
   Span pooled, hidden, hidden_act, logits, losses, d_pooled, d_hidden, d_top;  // logits become d logits
-  std::vector<int32_t> tokens, labels;
-  std::vector<uint8_t> pad;
+  std::span<int32_t> tokens_dev, labels_dev, best;                             // (B,T), (B), (B)
+  std::span<uint8_t> pad;                                                      // (B,T) key_pad flags, device
+  std::vector<int32_t> tokens, labels;                                         // host copies of the batch
+  ops::Ids token_ids, label_ids;
   nn::Dropout drop;
 
-  Impl(const ClassifierConfig& c, const OptimizerConfig& o)
+  Impl(const ClassifierConfig& c, const OptimizerConfig& o, Device device)
       : config(validated(c)),
         C(c.d_model),
         K(c.classes),
         H2(c.d_model / 2),
-        core(o, c.seed, c.dropout),
+        core(o, c.seed, c.dropout, ops::backend(device)),
         embedding(core.params, "tok_emb.weight", "pos_emb.weight", c.vocab_size, c.context, C, c.scale_embedding,
                   c.positions, 0.02f),
         encoder(core.params, "encoder.", c.layers,
@@ -67,6 +68,13 @@ struct Classifier::Impl {
     core.params.finalize(c.seed);
   }
 
+  ops::Backend& ops() { return core.ops(); }
+
+  void to(Device device) {
+    core.to(ops::backend(device));
+    B_cap = T_cap = 0;
+  }
+
   void ensure_capacity(int B, int T) {
     if (B <= B_cap && T <= T_cap) return;
     B_cap = std::max(B, B_cap);
@@ -74,6 +82,9 @@ struct Classifier::Impl {
     core.ws.plan([&](Workspace& w) {
       const size_t b = static_cast<size_t>(B_cap);
       encoder.plan(w, B_cap, T_cap);
+      embedding.plan(w, B_cap * T_cap);
+      if (fc1) fc1->plan(w, B_cap);
+      fc2->plan(w, B_cap);
       pooled = w.take(b * C);
       hidden = w.take(b * H2);
       hidden_act = w.take(b * H2);
@@ -82,6 +93,10 @@ struct Classifier::Impl {
       d_pooled = w.take(b * C);
       d_hidden = w.take(b * H2);
       d_top = w.take(b * T_cap * C);
+      tokens_dev = w.take_ints(b * T_cap);
+      labels_dev = w.take_ints(b);
+      best = w.take_ints(b);
+      pad = w.take_bytes(b * T_cap);
     });
   }
 
@@ -94,61 +109,50 @@ struct Classifier::Impl {
       for (size_t i = 0; i < lb->size(); ++i)
         check((*lb)[i] >= 0 && (*lb)[i] < K, "labels[", i, "] = ", (*lb)[i],
               " is out of range: expected a class in [0, ", K, ")");
-      labels.assign(lb->begin(), lb->end());
     }
     ensure_capacity(B, T);
+    if (lb) {
+      labels.assign(lb->begin(), lb->end());
+      label_ids = core.ids(labels_dev, labels);
+    }
     tokens.assign(in.begin(), in.end());
-    models::pad_flags(pad, tokens, config.pad_id);
+    token_ids = core.ids(tokens_dev, tokens);
+    core.pad_flags(pad, tokens, config.pad_id);
   }
 
   nn::AttentionMask mask() const { return {pad.data(), false}; }
 
-  // Non-pad positions of row b (mean pooling divides by it; a row of only padding averages nothing).
-  int count_tokens(int b, int T) const {
-    int n = 0;
-    for (int t = 0; t < T; ++t) n += pad[static_cast<size_t>(b) * T + t] == 0;
-    return n;
-  }
-
   void forward(int B, int T, bool train_pass) {
     drop = core.next_dropout(train_pass);
-    embedding.forward(encoder.input(), tokens.data(), B, T, drop);
+    embedding.forward(encoder.input(), token_ids, B, T, drop);
     encoder.forward(mask(), B, T, drop);
+    // pooled (B,C): the first token's row of each sequence, or the mean over its non-pad positions.
     const CSpan top = encoder.output();
-    for (int b = 0; b < B; ++b) {
-      float* p = pooled.data() + static_cast<size_t>(b) * C;
-      const float* row = top.data() + static_cast<size_t>(b) * T * C;
-      if (config.pooling == Pooling::First) {
-        std::copy_n(row, C, p);
-      } else {
-        std::fill_n(p, C, 0.f);
-        const int n = count_tokens(b, T);
-        for (int t = 0; t < T; ++t)
-          if (!pad[static_cast<size_t>(b) * T + t])
-            for (int i = 0; i < C; ++i) p[i] += row[static_cast<size_t>(t) * C + i];
-        const float inv = n ? 1.f / static_cast<float>(n) : 0.f;
-        for (int i = 0; i < C; ++i) p[i] *= inv;
-      }
-    }
+    if (config.pooling == Pooling::First)
+      ops().copy_rows(pooled.data(), C, top.data(), T * C, B, C);
+    else
+      ops().mean_pool_forward(pooled.first(static_cast<size_t>(B) * C), top, pad.data(), B, T, C);
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
-      fc1->forward(hidden_act, hidden, pooled, B, kernels::Act::ReLU);
+      fc1->forward(hidden_act, hidden, pooled, B, ops::Act::ReLU);
       if (drop.active())
-        kernels::dropout_forward(hidden_act.first(n), hidden_act.first(n), drop.p, drop.seed_for(head_stream));
+        ops().dropout_forward(hidden_act.first(n), hidden_act.first(n), drop.p, drop.seed_for(head_stream));
       fc2->forward(logits, hidden_act, B);
     } else {
       fc2->forward(logits, pooled, B);
     }
   }
 
-  models::LossSum loss(int B) { return models::cross_entropy(losses, logits, labels.data(), B, K, INT32_MIN, 0.f); }
+  models::LossSum loss(int B) {
+    return models::cross_entropy(core, losses, best, logits, label_ids, B, K, INT32_MIN, 0.f);
+  }
 
   // Adds weight * d(mean loss) to the gradients; returns the mean loss.
   float forward_backward(int B, int T, float weight = 1.f) {
     forward(B, T, true);
     // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
     const models::LossSum l =
-        models::cross_entropy_with_gradient(logits, losses, labels.data(), weight, B, K, INT32_MIN, 0.f);
+        models::cross_entropy_with_gradient(core, logits, losses, label_ids, weight, B, K, INT32_MIN, 0.f);
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
     if (!core.check_loss(mean)) return mean;  // NonFinite::Skip: no backward, the step will be skipped
     const CSpan dlogits = logits;
@@ -156,34 +160,27 @@ struct Classifier::Impl {
       const size_t n = static_cast<size_t>(B) * H2;
       fc2->backward(d_hidden, dlogits, hidden_act, B);
       if (drop.active())
-        kernels::dropout_backward(d_hidden.first(n), d_hidden.first(n), drop.p, drop.seed_for(head_stream));
-      fc1->backward(d_pooled, d_hidden, hidden, pooled, B, kernels::Act::ReLU);
+        ops().dropout_backward(d_hidden.first(n), d_hidden.first(n), drop.p, drop.seed_for(head_stream));
+      fc1->backward(d_pooled, d_hidden, hidden, pooled, B, ops::Act::ReLU);
     } else {
       fc2->backward(d_pooled, dlogits, pooled, B);
     }
     // Pooling's backward: the first token gets all of d pooled, or each non-pad token an equal share.
-    std::fill_n(d_top.begin(), static_cast<size_t>(B) * T * C, 0.f);
-    for (int b = 0; b < B; ++b) {
-      const float* dp = d_pooled.data() + static_cast<size_t>(b) * C;
-      float* row = d_top.data() + static_cast<size_t>(b) * T * C;
-      if (config.pooling == Pooling::First) {
-        std::copy_n(dp, C, row);
-      } else {
-        const int n = count_tokens(b, T);
-        const float inv = n ? 1.f / static_cast<float>(n) : 0.f;
-        for (int t = 0; t < T; ++t)
-          if (!pad[static_cast<size_t>(b) * T + t])
-            for (int i = 0; i < C; ++i) row[static_cast<size_t>(t) * C + i] = dp[i] * inv;
-      }
+    const size_t n_top = static_cast<size_t>(B) * T * C;
+    if (config.pooling == Pooling::First) {
+      ops().fill(d_top.first(n_top), 0.f);
+      ops().copy_rows(d_top.data(), T * C, d_pooled.data(), C, B, C);
+    } else {
+      ops().mean_pool_backward(d_top.first(n_top), d_pooled, pad.data(), B, T, C);
     }
     const Span d_emb = encoder.backward(d_top, mask(), B, T, drop);
-    embedding.backward(d_emb, tokens.data(), B, T, drop);
+    embedding.backward(d_emb, token_ids, B, T, drop);
     return mean;
   }
 };
 
-Classifier::Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer)
-    : impl_(std::make_unique<Impl>(config, optimizer)) {}
+Classifier::Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer, Device device)
+    : impl_(std::make_unique<Impl>(config, optimizer, device)) {}
 Classifier::~Classifier() = default;
 
 float Classifier::forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch,
@@ -207,7 +204,9 @@ Metrics Classifier::evaluate(std::span<const int32_t> tokens, std::span<const in
 std::vector<float> Classifier::logits(std::span<const int32_t> tokens, int batch, int seq) {
   impl_->load(tokens, nullptr, batch, seq);
   impl_->forward(batch, seq, false);
-  return {impl_->logits.begin(), impl_->logits.begin() + static_cast<std::ptrdiff_t>(batch) * impl_->K};
+  std::vector<float> out(static_cast<size_t>(batch) * impl_->K);
+  impl_->ops().download(out.data(), impl_->logits.data(), out.size() * sizeof(float));
+  return out;
 }
 
 std::vector<float> Classifier::attention(int layer) const {
@@ -229,7 +228,9 @@ int Classifier::step() const { return impl_->core.optimizer.steps(); }
 int Classifier::skipped_steps() const { return impl_->core.optimizer.skipped(); }
 bool Classifier::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
 void Classifier::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
-std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params); }
+std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params, "Classifier"); }
+Device Classifier::device() const { return impl_->core.device(); }
+void Classifier::to(Device device) { impl_->to(device); }
 
 std::vector<uint8_t> Classifier::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
   return io::save_checkpoint(impl_->core, "classifier", to_json(impl_->config), with_optimizer, metadata);

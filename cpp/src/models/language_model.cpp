@@ -9,7 +9,6 @@
 
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
-#include "kernels/kernels.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -42,22 +41,24 @@ struct LanguageModel::Impl {
 
   // The workspace's model-level buffers, planned for (B_cap, T_cap).
   int B_cap = 0, T_cap = 0;
-  Span logits, losses, d_top;            // logits become d logits in a training step
-  std::vector<int32_t> tokens, targets;  // copies of the current batch, (B,T)
-  nn::Dropout drop;                      // of the last forward
-  infer::KvCaches caches;                // generation's, one per layer
+  Span logits, losses, d_top;                        // logits become d logits in a training step
+  std::span<int32_t> tokens_dev, targets_dev, best;  // device ids of the batch (B,T); argmax (B,T)
+  std::vector<int32_t> tokens, targets;              // host copies of the current batch, (B,T)
+  ops::Ids token_ids, target_ids;                    // the batch as the ops take it
+  nn::Dropout drop;                                  // of the last forward
+  infer::KvCaches caches;                            // generation's, one per layer
   // Which Generation's keys and values the caches hold (0: none, or stale since the model ran or loaded
   // weights): a Generation that finds it is not the owner rebuilds them before its next token.
   uint64_t caches_owner = 0, generations = 0;
 
   // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02 / sqrt(2L)).
-  Impl(const LanguageModelConfig& c, const OptimizerConfig& o)
+  Impl(const LanguageModelConfig& c, const OptimizerConfig& o, Device device)
       : config(validated(c)),
         C(c.d_model),
         V(c.vocab_size),
         L(c.layers),
         F(c.d_ff > 0 ? c.d_ff : 4 * c.d_model),
-        core(o, c.seed, c.dropout),
+        core(o, c.seed, c.dropout, ops::backend(device)),
         embedding(core.params, "tok_emb.weight", "pos_emb.weight", V, c.context, C, c.scale_embedding, c.positions,
                   0.02f),
         stack(core.params, "", L,
@@ -65,6 +66,15 @@ struct LanguageModel::Impl {
               "norm") {
     if (!c.tie_head) lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
     core.params.finalize(c.seed);
+  }
+
+  ops::Backend& ops() { return core.ops(); }
+
+  // Moves the model; every workspace span and the caches are planned again for the new device.
+  void to(Device device) {
+    core.to(ops::backend(device));
+    B_cap = T_cap = 0;
+    caches_owner = 0;
   }
 
   const float* head_weight() const { return lm_head ? lm_head->value.data() : embedding.token_weight().value.data(); }
@@ -77,9 +87,13 @@ struct LanguageModel::Impl {
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
       stack.plan(w, B_cap, T_cap);
+      embedding.plan(w, static_cast<int>(rows));
       logits = w.take(rows * V);
       losses = w.take(rows);
       d_top = w.take(rows * C);
+      tokens_dev = w.take_ints(rows);
+      targets_dev = w.take_ints(rows);
+      best = w.take_ints(rows);
     });
     tokens.reserve(static_cast<size_t>(B_cap) * T_cap);
     targets.reserve(static_cast<size_t>(B_cap) * T_cap);
@@ -99,31 +113,36 @@ struct LanguageModel::Impl {
     check_batch(in, tg, B, T);
     ensure_capacity(B, T);
     tokens.assign(in.begin(), in.end());
-    if (tg) targets.assign(tg->begin(), tg->end());
+    token_ids = core.ids(tokens_dev, tokens);
+    if (tg) {
+      targets.assign(tg->begin(), tg->end());
+      target_ids = core.ids(targets_dev, targets);
+    }
   }
 
   // tokens (B,T) -> logits (B,T,V)
   void forward(int B, int T, bool train_pass) {
     caches_owner = 0;  // the caches stay, but a paused Generation must not trust them (weights may change next)
     drop = core.next_dropout(train_pass);
-    embedding.forward(stack.input(), tokens.data(), B, T, drop);
+    embedding.forward(stack.input(), token_ids, B, T, drop);
     stack.forward({nullptr, true}, B, T, drop);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
-    kernels::gemm(false, true, B * T, V, C, 1.f, stack.output().data(), C, head_weight(), C, 0.f, logits.data(), V);
+    ops().gemm(false, true, B * T, V, C, 1.f, stack.output().data(), C, head_weight(), C, 0.f, logits.data(), V);
   }
 
   // Generation with the KV caches: tokens (B,Tn), the positions after the cached ones, through the layers;
   // logits (B,V) of each row's last position only (stack output rows Tn*C apart).
   void forward_cached(const int32_t* toks, int B, int Tn) {
     drop = core.next_dropout(false);
-    embedding.forward(stack.input(), toks, B, Tn, drop, caches.length());
+    const ops::Ids ids = core.ids(tokens_dev, {toks, static_cast<size_t>(B) * Tn});
+    embedding.forward(stack.input(), ids, B, Tn, drop, caches.length());
     stack.forward({nullptr, true}, B, Tn, drop, caches.layers());
-    kernels::gemm(false, true, B, V, C, 1.f, stack.output().data() + static_cast<size_t>(Tn - 1) * C, Tn * C,
-                  head_weight(), C, 0.f, logits.data(), V);
+    ops().gemm(false, true, B, V, C, 1.f, stack.output().data() + static_cast<size_t>(Tn - 1) * C, Tn * C,
+               head_weight(), C, 0.f, logits.data(), V);
   }
 
   models::LossSum loss(int rows) {
-    return models::cross_entropy(losses, logits, targets.data(), rows, V, INT32_MIN, 0.f);
+    return models::cross_entropy(core, losses, best, logits, target_ids, rows, V, INT32_MIN, 0.f);
   }
 
   // Given d logits in the logits buffer, adds to the parameters' gradients.
@@ -131,10 +150,10 @@ struct LanguageModel::Impl {
     const int rows = B * T;
     const CSpan dlogits = logits;
     // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top
-    kernels::gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_top.data(), C);
-    kernels::gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
+    ops().gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_top.data(), C);
+    ops().gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
     const Span d_emb = stack.backward(d_top, {nullptr, true}, B, T, drop);
-    embedding.backward(d_emb, tokens.data(), B, T, drop);
+    embedding.backward(d_emb, token_ids, B, T, drop);
   }
 
   float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
@@ -142,15 +161,15 @@ struct LanguageModel::Impl {
     forward(B, T, true);
     // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
     const models::LossSum s =
-        models::cross_entropy_with_gradient(logits, losses, targets.data(), weight, B * T, V, INT32_MIN, 0.f);
+        models::cross_entropy_with_gradient(core, logits, losses, target_ids, weight, B * T, V, INT32_MIN, 0.f);
     const float l = static_cast<float>(s.loss / s.count);
     if (core.check_loss(l)) backward(B, T);
     return l;
   }
 };
 
-LanguageModel::LanguageModel(const LanguageModelConfig& config, const OptimizerConfig& optimizer)
-    : impl_(std::make_unique<Impl>(config, optimizer)) {}
+LanguageModel::LanguageModel(const LanguageModelConfig& config, const OptimizerConfig& optimizer, Device device)
+    : impl_(std::make_unique<Impl>(config, optimizer, device)) {}
 
 LanguageModel::~LanguageModel() = default;
 
@@ -186,7 +205,9 @@ std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int ba
   m.load_batch(inputs, nullptr, batch, seq);
   m.forward(batch, seq, false);
   const size_t n = static_cast<size_t>(batch) * seq * m.V;
-  return {m.logits.begin(), m.logits.begin() + static_cast<std::ptrdiff_t>(n)};
+  std::vector<float> out(n);
+  m.ops().download(out.data(), m.logits.data(), n * sizeof(float));
+  return out;
 }
 
 std::vector<float> LanguageModel::attention(int layer) const {
@@ -274,7 +295,7 @@ struct LanguageModel::Generation::State {
     size_t z_stride;
     if (options.use_cache) {
       if (m.caches_owner != id) {  // first step, or the model ran something else since the last one
-        m.caches.reset(m.L, batch, ctx, m.C);
+        m.caches.reset(m.ops(), m.L, batch, ctx, m.C);
         m.caches_owner = id;
       }
       if (n - start > ctx) {  // the window slides: every position moves, so the cache starts over
@@ -284,15 +305,23 @@ struct LanguageModel::Generation::State {
       const int fed = start + m.caches.length(), Tn = n - fed;
       gather(fed, Tn);
       m.forward_cached(window.data(), batch, Tn);
-      z = m.logits.data();
+      // The next-token logits (B,V) come to the host, where the sampler chooses (infer/sampling.cpp).
+      z = m.core.to_host(CSpan(m.logits.first(static_cast<size_t>(batch) * m.V)), m.core.host_floats).data();
       z_stride = static_cast<size_t>(m.V);
     } else {
       const int T = std::min(n, ctx);
       gather(n - T, T);
       m.tokens.assign(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(batch) * T));
+      m.token_ids = m.core.ids(m.tokens_dev, m.tokens);
       m.forward(batch, T, false);
-      z = m.logits.data() + static_cast<size_t>(T - 1) * m.V;
-      z_stride = static_cast<size_t>(T) * m.V;
+      // Only each row's last position is sampled from: those B rows of V come to the host.
+      const size_t V = static_cast<size_t>(m.V);
+      m.core.host_floats.resize(static_cast<size_t>(batch) * V);
+      for (int b = 0; b < batch; ++b)
+        m.ops().download(m.core.host_floats.data() + b * V, m.logits.data() + (static_cast<size_t>(b) * T + T - 1) * V,
+                         V * sizeof(float));
+      z = m.core.host_floats.data();
+      z_stride = V;
     }
     bool all_done = true, cancelled = false;
     for (size_t b = 0; b < seq.size(); ++b) {
@@ -344,6 +373,8 @@ std::optional<int32_t> LanguageModel::Generation::next() {
   return token;
 }
 
+Device LanguageModel::device() const { return impl_->core.device(); }
+void LanguageModel::to(Device device) { impl_->to(device); }
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
 const OptimizerConfig& LanguageModel::optimizer() const { return impl_->core.optimizer.config(); }
 int LanguageModel::step() const { return impl_->core.optimizer.steps(); }
@@ -354,7 +385,7 @@ void LanguageModel::set_learning_rate(float lr) { impl_->core.optimizer.set_lear
 void LanguageModel::set_training(bool training) { impl_->core.training = training; }
 size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters(); }
 MemoryUsage LanguageModel::memory() const { return impl_->core.memory(); }
-std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params); }
+std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params, "LanguageModel"); }
 
 std::vector<uint8_t> LanguageModel::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
   return io::save_checkpoint(impl_->core, "language_model", to_json(impl_->config), with_optimizer, metadata);

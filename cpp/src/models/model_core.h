@@ -2,6 +2,11 @@
 // What the three models share: parameters, the optimizer, the workspace, dropout seeding and the steps of
 // a training call (zero the gradients, forward, loss, backward, check, update). Each model supplies its
 // forward/backward; this keeps the order of a step and its error behaviour in one place.
+//
+// The model's device: parameters, gradients, moments and the workspace live there, and every layer calls its
+// backend (params.ops()). What crosses to the host, at the API's edges only: the ids of a batch (in), the
+// per-row losses and argmax of a loss evaluation, logits asked for, the gradient norm (one double per step).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -9,6 +14,7 @@
 
 #include "nn/dropout.h"
 #include "nn/parameters.h"
+#include "ops/ops.h"
 #include "qkv/error.h"
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
@@ -26,7 +32,38 @@ struct ModelCore {
   bool training = true;
   uint64_t passes = 0;  // forward passes run: each gets its own dropout seed
 
-  ModelCore(const OptimizerConfig& o, uint64_t seed_, float dropout_) : optimizer(o), seed(seed_), dropout(dropout_) {}
+  ModelCore(const OptimizerConfig& o, uint64_t seed_, float dropout_, ops::Backend& backend)
+      : params(backend), optimizer(o), seed(seed_), dropout(dropout_) {
+    ws.set_device(backend.device());
+  }
+
+  ops::Backend& ops() { return params.ops(); }
+  Device device() const { return params.device(); }
+
+  // Moves parameters, gradients and moments to `backend`'s device; the workspace is freed and must be planned
+  // again (the model resets its capacities). Nothing changes when the move fails.
+  void to(ops::Backend& backend) {
+    params.to(backend);
+    ws.set_device(backend.device());
+  }
+
+  // Host staging for what comes back from the device at the API's edges; reused, so it grows once.
+  std::vector<float> host_floats;
+  std::vector<int32_t> host_ints;
+
+  // A device span's values on the host: the span itself on the CPU, else a download into `staging`.
+  CSpan to_host(CSpan x, std::vector<float>& staging) {
+    if (device() == Device::CPU) return x;
+    staging.resize(x.size());
+    ops().download(staging.data(), x.data(), x.size_bytes());
+    return staging;
+  }
+  std::span<const int32_t> to_host(std::span<const int32_t> x, std::vector<int32_t>& staging) {
+    if (device() == Device::CPU) return x;
+    staging.resize(x.size());
+    ops().download(staging.data(), x.data(), x.size_bytes());
+    return staging;
+  }
 
   // The dropout of the next forward pass: off in eval mode.
   nn::Dropout next_dropout(bool train_pass) {
@@ -79,6 +116,24 @@ struct ModelCore {
     return {weights, weights, 2 * weights, ws.size_bytes()};
   }
 
+  // The ids of a batch on the device: validated host ids in, the Ids the ops take out (dst: ws.take_ints).
+  ops::Ids ids(std::span<int32_t> dst, std::span<const int32_t> host) { return ops::upload_ids(ops(), dst, host); }
+
+  // (B,T) padding flags from token ids (1 where the id is pad_id), made on the host and placed in dst, the
+  // model's device buffer (ws.take_bytes) that attention reads as key_pad.
+  const uint8_t* pad_flags(std::span<uint8_t> dst, std::span<const int32_t> ids, int pad_id) {
+    std::vector<uint8_t>& host = pad_staging;
+    host.resize(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) host[i] = ids[i] == pad_id ? 1 : 0;
+    if (device() == Device::CPU) {
+      std::copy(host.begin(), host.end(), dst.begin());
+    } else {
+      ops().upload(dst.data(), host.data(), host.size());
+    }
+    return dst.data();
+  }
+  std::vector<uint8_t> pad_staging;
+
   size_t num_parameters() {
     size_t n = 0;
     for (const nn::Param& p : params.all()) n += p.numel;
@@ -120,15 +175,7 @@ inline void check_dims(int B, int T, int T_max, const char* tname, const char* m
   check(T >= 1 && T <= T_max, tname, " = ", T, " is invalid: expected 1 <= ", tname, " <= ", max_name, " = ", T_max);
 }
 
-// (B,T) padding flags from token ids: 1 where the id is pad_id.
-inline void pad_flags(std::vector<uint8_t>& out, std::span<const int32_t> ids, int pad_id) {
-  out.resize(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) out[i] = ids[i] == pad_id ? 1 : 0;
-}
-
 }  // namespace qkv::models
-
-#include "kernels/kernels.h"
 
 namespace qkv::models {
 
@@ -147,20 +194,21 @@ struct LossSum {
   }
 };
 
-// Evaluation: the cross-entropy of logits (rows, V) against targets, and the argmax hits for accuracy.
-inline LossSum cross_entropy(Span losses, CSpan logits, const int32_t* targets, int rows, int V, int ignore_index,
-                             float smoothing) {
-  kernels::crossentropy_forward(losses, logits, targets, rows, V, ignore_index, smoothing);
+// Evaluation: the cross-entropy of logits (rows, V) against targets, and the argmax hits for accuracy. losses
+// (rows) and best (rows) are device buffers; the sums are made on the host from what comes back.
+inline LossSum cross_entropy(ModelCore& core, Span losses, std::span<int32_t> best, CSpan logits,
+                             const ops::Ids& targets, int rows, int V, int ignore_index, float smoothing) {
+  ops::Backend& ops = core.ops();
+  ops.crossentropy_forward(losses, logits, targets, rows, V, ignore_index, smoothing);
+  ops.argmax_rows(best.first(static_cast<size_t>(rows)), logits, rows, V);
+  const CSpan l = core.to_host(CSpan(losses.first(static_cast<size_t>(rows))), core.host_floats);
+  const std::span<const int32_t> hit = core.to_host(std::span<const int32_t>(best.first(rows)), core.host_ints);
   LossSum s;
   for (int r = 0; r < rows; ++r) {
-    if (targets[r] == ignore_index) continue;
-    s.loss += losses[r];
+    if (targets.host[static_cast<size_t>(r)] == ignore_index) continue;
+    s.loss += l[static_cast<size_t>(r)];
     ++s.count;
-    const float* z = logits.data() + static_cast<size_t>(r) * V;
-    int best = 0;
-    for (int v = 1; v < V; ++v)
-      if (z[v] > z[best]) best = v;
-    s.correct += best == targets[r];
+    s.correct += hit[static_cast<size_t>(r)] == targets.host[static_cast<size_t>(r)];
   }
   return s;
 }
@@ -168,13 +216,14 @@ inline LossSum cross_entropy(Span losses, CSpan logits, const int32_t* targets, 
 // Training: the loss and, in the same sweep, dlogits = weight * d(mean loss)/d logits, the mean over the rows
 // whose target is not ignore_index. logits is overwritten with dlogits. The returned sum counts no hits
 // (the logits are gone); a batch whose targets are all ignored gets count 0 and a zero gradient.
-inline LossSum cross_entropy_with_gradient(Span logits, Span losses, const int32_t* targets, float weight, int rows,
-                                           int V, int ignore_index, float smoothing) {
+inline LossSum cross_entropy_with_gradient(ModelCore& core, Span logits, Span losses, const ops::Ids& targets,
+                                           float weight, int rows, int V, int ignore_index, float smoothing) {
   LossSum s;
-  for (int r = 0; r < rows; ++r) s.count += targets[r] != ignore_index;
+  for (int r = 0; r < rows; ++r) s.count += targets.host[static_cast<size_t>(r)] != ignore_index;
   const float scale = s.count ? weight / static_cast<float>(s.count) : 0.f;
-  kernels::crossentropy_forward_backward(losses, logits, logits, targets, scale, rows, V, ignore_index, smoothing);
-  for (int r = 0; r < rows; ++r) s.loss += losses[r];  // ignored rows hold 0
+  core.ops().crossentropy_forward_backward(losses, logits, logits, targets, scale, rows, V, ignore_index, smoothing);
+  const CSpan l = core.to_host(CSpan(losses.first(static_cast<size_t>(rows))), core.host_floats);
+  for (int r = 0; r < rows; ++r) s.loss += l[static_cast<size_t>(r)];  // ignored rows hold 0
   return s;
 }
 

@@ -8,7 +8,6 @@
 #include "infer/beam_search.h"
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
-#include "kernels/kernels.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -45,8 +44,11 @@ struct Seq2Seq::Impl {
 
   int B_cap = 0, S_cap = 0, T_cap = 0;
   Span logits, losses, d_top, d_memory;  // logits become d logits in a training step
-  std::vector<int32_t> src, tgt_in, tgt_out;
-  std::vector<uint8_t> src_pad, tgt_pad;
+  Span beam_memory;                      // (B_cap,S_cap,C): generation's encoder output, one row per beam
+  std::span<int32_t> src_dev, tgt_in_dev, tgt_out_dev, best;  // device ids (B,S), (B,T), (B,T); argmax (B,T)
+  std::span<uint8_t> src_pad, tgt_pad, beam_pad;              // device key_pad flags (B,S), (B,T), (B,S)
+  std::vector<int32_t> src, tgt_in, tgt_out;                  // host copies of the batch
+  ops::Ids src_ids, tgt_in_ids, tgt_out_ids;
   nn::Dropout drop;
   infer::KvCaches self_caches, cross_caches;  // generation's, one per decoder layer each
 
@@ -54,11 +56,11 @@ struct Seq2Seq::Impl {
     return {c.d_model, c.heads, c.d_ff > 0 ? c.d_ff : 4 * c.d_model, c.activation, c.norm, c.bias, 0.02f, 0.02f};
   }
 
-  Impl(const Seq2SeqConfig& c, const OptimizerConfig& o)
+  Impl(const Seq2SeqConfig& c, const OptimizerConfig& o, Device device)
       : config(validated(c)),
         C(c.d_model),
         V(c.tgt_vocab),
-        core(o, c.seed, c.dropout),
+        core(o, c.seed, c.dropout, ops::backend(device)),
         src_emb(core.params, "src_tok_emb.weight", "src_pos_emb.weight", c.src_vocab, c.context, C, c.scale_embedding,
                 c.positions, 0.02f),
         tgt_emb(core.params, "tgt_tok_emb.weight", "tgt_pos_emb.weight", c.tgt_vocab, c.context, C, c.scale_embedding,
@@ -67,6 +69,13 @@ struct Seq2Seq::Impl {
         decoder(core.params, "decoder.", c.decoder_layers, layer_options(c), c.final_norm, "decoder.norm"),
         generator(core.params, "generator.weight", "generator.bias", C, c.tgt_vocab, 0.02f) {
     core.params.finalize(c.seed);
+  }
+
+  ops::Backend& ops() { return core.ops(); }
+
+  void to(Device device) {
+    core.to(ops::backend(device));
+    B_cap = S_cap = T_cap = 0;
   }
 
   void ensure_capacity(int B, int S, int T) {
@@ -78,10 +87,22 @@ struct Seq2Seq::Impl {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
       encoder.plan(w, B_cap, S_cap);
       decoder.plan(w, B_cap, T_cap, S_cap);
+      generator.plan(w, static_cast<int>(rows));
+      src_emb.plan(w, B_cap * S_cap);
+      tgt_emb.plan(w, static_cast<int>(rows));
+      const size_t src_rows = static_cast<size_t>(B_cap) * S_cap;
       logits = w.take(rows * V);
       losses = w.take(rows);
       d_top = w.take(rows * C);
-      d_memory = w.take(static_cast<size_t>(B_cap) * S_cap * C);
+      d_memory = w.take(src_rows * C);
+      beam_memory = w.take(src_rows * C);
+      src_dev = w.take_ints(src_rows);
+      tgt_in_dev = w.take_ints(rows);
+      tgt_out_dev = w.take_ints(rows);
+      best = w.take_ints(rows);
+      src_pad = w.take_bytes(src_rows);
+      tgt_pad = w.take_bytes(rows);
+      beam_pad = w.take_bytes(src_rows);
     });
   }
 
@@ -96,25 +117,30 @@ struct Seq2Seq::Impl {
     if (to) {
       models::check_shape(*to, "tgt_out", B, T, "batch", "tgt_len");
       models::check_ids(*to, "tgt_out", V);
-      tgt_out.assign(to->begin(), to->end());
     }
     ensure_capacity(B, S, T);
+    if (to) {
+      tgt_out.assign(to->begin(), to->end());
+      tgt_out_ids = core.ids(tgt_out_dev, tgt_out);
+    }
     src.assign(s.begin(), s.end());
     tgt_in.assign(ti.begin(), ti.end());
-    models::pad_flags(src_pad, src, config.pad_id);
-    models::pad_flags(tgt_pad, tgt_in, config.pad_id);
+    src_ids = core.ids(src_dev, src);
+    tgt_in_ids = core.ids(tgt_in_dev, tgt_in);
+    core.pad_flags(src_pad, src, config.pad_id);
+    core.pad_flags(tgt_pad, tgt_in, config.pad_id);
   }
 
   nn::AttentionMask src_mask() const { return {src_pad.data(), false}; }
   nn::AttentionMask tgt_mask() const { return {tgt_pad.data(), true}; }
 
   void encode(int B, int S) {
-    src_emb.forward(encoder.input(), src.data(), B, S, drop);
+    src_emb.forward(encoder.input(), src_ids, B, S, drop);
     encoder.forward(src_mask(), B, S, drop);
   }
 
   void decode(int B, int S, int T) {
-    tgt_emb.forward(decoder.input(), tgt_in.data(), B, T, drop);
+    tgt_emb.forward(decoder.input(), tgt_in_ids, B, T, drop);
     decoder.forward(encoder.output(), tgt_mask(), src_mask(), B, T, S, drop);
     generator.forward(logits, decoder.output(), B * T);
   }
@@ -126,7 +152,8 @@ struct Seq2Seq::Impl {
   }
 
   models::LossSum loss(int rows) {
-    return models::cross_entropy(losses, logits, tgt_out.data(), rows, V, config.pad_id, config.label_smoothing);
+    return models::cross_entropy(core, losses, best, logits, tgt_out_ids, rows, V, config.pad_id,
+                                 config.label_smoothing);
   }
 
   // Adds weight * d(mean loss) to the gradients; returns the mean loss.
@@ -134,7 +161,7 @@ struct Seq2Seq::Impl {
     forward(B, S, T, true);
     const int rows = B * T;
     // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
-    const models::LossSum l = models::cross_entropy_with_gradient(logits, losses, tgt_out.data(), weight, rows, V,
+    const models::LossSum l = models::cross_entropy_with_gradient(core, logits, losses, tgt_out_ids, weight, rows, V,
                                                                   config.pad_id, config.label_smoothing);
     check(l.count > 0, "tgt_out holds only pad_id = ", config.pad_id, ": expected at least one target token");
     const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
@@ -142,17 +169,17 @@ struct Seq2Seq::Impl {
     const CSpan dlogits = logits;
     generator.backward(d_top, dlogits, decoder.output(), rows);
     const size_t nm = static_cast<size_t>(B) * S * C;
-    std::fill_n(d_memory.begin(), nm, 0.f);
+    ops().fill(d_memory.first(nm), 0.f);
     const Span d_tgt = decoder.backward(d_top, d_memory, encoder.output(), tgt_mask(), src_mask(), B, T, S, drop);
-    tgt_emb.backward(d_tgt, tgt_in.data(), B, T, drop);
+    tgt_emb.backward(d_tgt, tgt_in_ids, B, T, drop);
     const Span d_src = encoder.backward(d_memory, src_mask(), B, S, drop);
-    src_emb.backward(d_src, src.data(), B, S, drop);
+    src_emb.backward(d_src, src_ids, B, S, drop);
     return mean;
   }
 };
 
-Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer)
-    : impl_(std::make_unique<Impl>(config, optimizer)) {}
+Seq2Seq::Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer, Device device)
+    : impl_(std::make_unique<Impl>(config, optimizer, device)) {}
 Seq2Seq::~Seq2Seq() = default;
 
 float Seq2Seq::forward_backward(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
@@ -180,7 +207,9 @@ std::vector<float> Seq2Seq::logits(std::span<const int32_t> src, std::span<const
   impl_->load(src, tgt_in, nullptr, batch, src_len, tgt_len);
   impl_->forward(batch, src_len, tgt_len, false);
   const size_t n = static_cast<size_t>(batch) * tgt_len * impl_->V;
-  return {impl_->logits.begin(), impl_->logits.begin() + static_cast<std::ptrdiff_t>(n)};
+  std::vector<float> out(n);
+  impl_->ops().download(out.data(), impl_->logits.data(), n * sizeof(float));
+  return out;
 }
 
 std::vector<int32_t> Seq2Seq::greedy(std::span<const int32_t> src, int batch, int src_len, int bos, int eos,
@@ -211,37 +240,41 @@ Decoded Seq2Seq::generate(std::span<const int32_t> src, int batch, int src_len, 
 
   // The encoder runs once, on the batch rows; each beam row then reads its source row's memory and padding.
   m.src.assign(src.begin(), src.end());
-  models::pad_flags(m.src_pad, m.src, m.config.pad_id);
+  m.src_ids = m.core.ids(m.src_dev, m.src);
+  m.core.pad_flags(m.src_pad, m.src, m.config.pad_id);
   m.drop = m.core.next_dropout(false);
   m.encode(batch, S);
-  const size_t mem_row = static_cast<size_t>(S) * C;
-  std::vector<float> memory(static_cast<size_t>(R) * mem_row);
-  std::vector<uint8_t> memory_pad(static_cast<size_t>(R) * S);
+  std::vector<int32_t> beam_src(static_cast<size_t>(R) * S);  // row r: source row r / W, for its padding flags
   for (int r = 0; r < R; ++r) {
-    const size_t b = static_cast<size_t>(r / W);
-    std::copy_n(m.encoder.output().begin() + static_cast<std::ptrdiff_t>(b * mem_row), mem_row,
-                memory.begin() + static_cast<std::ptrdiff_t>(r * mem_row));
-    std::copy_n(m.src_pad.begin() + static_cast<std::ptrdiff_t>(b * S), S,
-                memory_pad.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r) * S));
+    m.ops().copy_rows(m.beam_memory.data() + static_cast<size_t>(r) * S * C, C,
+                      m.encoder.output().data() + static_cast<size_t>(r / W) * S * C, C, S, C);
+    std::copy_n(m.src.begin() + static_cast<std::ptrdiff_t>(r / W) * S, S,
+                beam_src.begin() + static_cast<std::ptrdiff_t>(r) * S);
   }
-  const nn::AttentionMask self_mask{nullptr, true}, memory_mask{memory_pad.data(), false};
+  const CSpan memory = m.beam_memory.first(static_cast<size_t>(R) * S * C);
+  const nn::AttentionMask self_mask{nullptr, true},
+      memory_mask{m.core.pad_flags(m.beam_pad, beam_src, m.config.pad_id), false};
 
   // The decoder as beam search steps it. With the caches: the new token of each row, one position. Without:
-  // the whole prefix (bos and the tokens so far) of each row, and the last position's logits.
+  // the whole prefix (bos and the tokens so far) of each row, and the last position's logits. Either way the
+  // (R,V) logits of the step come to the host, where beam search ranks the extensions.
   std::vector<int32_t> prefix, grown;  // (R, t) without the caches
-  std::vector<float> last;             // (R, V) without the caches
+  std::vector<float>& last = m.core.host_floats;
   if (o.use_cache) {
-    m.self_caches.reset(L, R, T_max, C);
-    m.cross_caches.reset(L, R, S, C, true);
+    m.self_caches.reset(m.ops(), L, R, T_max, C);
+    m.cross_caches.reset(m.ops(), L, R, S, C, true);
   }
   const infer::BeamStep step = [&](std::span<const int32_t> parents, std::span<const int32_t> tokens) -> const float* {
+    last.resize(static_cast<size_t>(R) * V);
     if (o.use_cache) {
       m.self_caches.reorder(parents);
-      m.tgt_emb.forward(m.decoder.input(), tokens.data(), R, 1, m.drop, m.self_caches.length());
+      const ops::Ids ids = m.core.ids(m.tgt_in_dev, tokens);
+      m.tgt_emb.forward(m.decoder.input(), ids, R, 1, m.drop, m.self_caches.length());
       m.decoder.forward(memory, self_mask, memory_mask, R, 1, S, m.drop, m.self_caches.layers(),
                         m.cross_caches.layers());
       m.generator.forward(m.logits, m.decoder.output(), R);
-      return m.logits.data();
+      m.ops().download(last.data(), m.logits.data(), last.size() * sizeof(float));
+      return last.data();
     }
     const int t = static_cast<int>(prefix.size()) / R + 1;
     grown.resize(static_cast<size_t>(R) * t);
@@ -251,13 +284,14 @@ Decoded Seq2Seq::generate(std::span<const int32_t> src, int batch, int src_len, 
       grown[static_cast<size_t>(r) * t + t - 1] = tokens[static_cast<size_t>(r)];
     }
     prefix.swap(grown);
-    m.tgt_emb.forward(m.decoder.input(), prefix.data(), R, t, m.drop);
+    const ops::Ids ids = m.core.ids(m.tgt_in_dev, prefix);
+    m.tgt_emb.forward(m.decoder.input(), ids, R, t, m.drop);
     m.decoder.forward(memory, self_mask, memory_mask, R, t, S, m.drop);
     m.generator.forward(m.logits, m.decoder.output(), R * t);
-    last.resize(static_cast<size_t>(R) * V);
     for (int r = 0; r < R; ++r)
-      std::copy_n(m.logits.begin() + (static_cast<std::ptrdiff_t>(r) * t + t - 1) * V, V,
-                  last.begin() + static_cast<std::ptrdiff_t>(r) * V);
+      m.ops().download(last.data() + static_cast<size_t>(r) * V,
+                       m.logits.data() + (static_cast<size_t>(r) * t + t - 1) * V,
+                       static_cast<size_t>(V) * sizeof(float));
     return last.data();
   };
   infer::BeamSearchOptions bo;
@@ -304,7 +338,9 @@ int Seq2Seq::step() const { return impl_->core.optimizer.steps(); }
 int Seq2Seq::skipped_steps() const { return impl_->core.optimizer.skipped(); }
 bool Seq2Seq::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
 void Seq2Seq::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
-std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params); }
+std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params, "Seq2Seq"); }
+Device Seq2Seq::device() const { return impl_->core.device(); }
+void Seq2Seq::to(Device device) { impl_->to(device); }
 
 std::vector<uint8_t> Seq2Seq::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
   return io::save_checkpoint(impl_->core, "seq2seq", to_json(impl_->config), with_optimizer, metadata);

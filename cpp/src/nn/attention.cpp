@@ -1,7 +1,7 @@
-// Projections around the attention kernel:
+// Projections around the attention op:
 //   q = xq W_q^T + b_q (B,Tq,C);  [k | v] = xkv [W_k | W_v]^T + [b_k | b_v] (B,Tk,2C)
 //   y = attention(q, k, v) (B,Tq,C);  out = y W_o^T + b_o
-// Backward: the out projection, the kernel, then dW_q += dq^T xq, dW_kv += dkv^T xkv, and
+// Backward: the out projection, the op, then dW_q += dq^T xq, dW_kv += dkv^T xkv, db += column sums, and
 // dxq = dq W_q, dxkv += dkv W_kv.
 #include "nn/attention.h"
 
@@ -14,7 +14,8 @@ namespace qkv::nn {
 
 MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& prefix, int C, int H, bool bias,
                                        float init_std, float out_init_std)
-    : C_(C),
+    : params_(params),
+      C_(C),
       H_(H),
       stream_(params.new_stream()),
       w_in_(params.add(prefix + ".in_proj_weight", {3 * C, C}, Init::Normal, init_std)),
@@ -27,48 +28,46 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
   kv_ = ws.take(rk * 2 * C_);
   y_ = ws.take(rq * C_);
   lse_ = ws.take(rq * H_);
+  out_proj_.plan(ws, B * Tq);
   // Live only inside one forward or backward call: every attention module of the model shares them.
-  scratch_ = ws.take_shared("attention.scratch",
-                            kernels::attention_scratch_size(Tq, Tk, C_ / H_, std::min(max_threads(), B * H_)));
+  const ops::AttentionShape s{B, Tq, Tk, C_, H_, C_, 2 * C_, nullptr, true, 0.f, 0};
+  scratch_ = ws.take_shared("attention.scratch", ops().attention_scratch_size(s, std::min(max_threads(), B * H_)));
+  bias_scratch_ = ws.take_shared("bias_act.scratch",
+                                 ops().bias_act_backward_scratch_size(static_cast<int>(std::max(rq, rk)), 2 * C_));
   dq_ = ws.take_shared("attention.dq", rq * C_);
   dkv_ = ws.take_shared("attention.dkv", rk * 2 * C_);
   dy_ = ws.take_shared("attention.dy", rq * C_);
-  pad_.assign(rk, 0);
+  pad_ = ws.take_bytes(rk);
   has_last_ = false;  // q_ and kv_ are new buffers
 }
 
-kernels::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int B, int Tq, int Tk,
-                                                  const Dropout& drop) const {
+ops::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int B, int Tq, int Tk,
+                                              const Dropout& drop) const {
   return {B, Tq, Tk, C_, H_, C_, 2 * C_, mask.key_pad, mask.causal, drop.p, drop.seed_for(stream_)};
 }
 
 void MultiHeadAttention::project_kv(float* kv, const float* x, int rows) {
   const int C = C_;
-  kernels::gemm(false, true, rows, 2 * C, C, 1.f, x, C, w_in_.value.data() + static_cast<size_t>(C) * C, C, 0.f, kv,
-                2 * C);
-  if (!b_in_) return;
-  const float* b = b_in_->value.data() + C;
-  for (int r = 0; r < rows; ++r)
-    for (int i = 0; i < 2 * C; ++i) kv[static_cast<size_t>(r) * 2 * C + i] += b[i];
+  ops().gemm(false, true, rows, 2 * C, C, 1.f, x, C, w_in_.value.data() + static_cast<size_t>(C) * C, C, 0.f, kv,
+             2 * C);
+  const size_t n = static_cast<size_t>(rows) * 2 * C;
+  if (b_in_) ops().bias_act_forward({kv, n}, {kv, n}, b_in_->value.subspan(C), ops::Act::Identity, rows, 2 * C);
 }
 
 void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
                                  const Dropout& drop, KvCache* cache) {
   const int rq = B * Tq, C = C_;
-  kernels::gemm(false, true, rq, C, C, 1.f, xq.data(), C, w_in_.value.data(), C, 0.f, q_.data(), C);
-  if (b_in_) {
-    const float* b = b_in_->value.data();
-    for (int r = 0; r < rq; ++r)
-      for (int i = 0; i < C; ++i) q_[static_cast<size_t>(r) * C + i] += b[i];
-  }
+  const Span q = q_.first(static_cast<size_t>(rq) * C);
+  ops().gemm(false, true, rq, C, C, 1.f, xq.data(), C, w_in_.value.data(), C, 0.f, q.data(), C);
+  if (b_in_) ops().bias_act_forward(q, q, b_in_->value.first(C), ops::Act::Identity, rq, C);
   if (cache) return forward_cached(out, xkv, mask, B, Tq, Tk, drop, *cache);
   project_kv(kv_.data(), xkv.data(), B * Tk);
-  const kernels::AttentionShape s = shape(mask, B, Tq, Tk, drop);
-  kernels::attention_forward(y_, lse_, scratch_, q_.data(), kv_.data(), kv_.data() + C, s);
+  const ops::AttentionShape s = shape(mask, B, Tq, Tk, drop);
+  ops().attention_forward(y_, lse_, q_.data(), kv_.data(), kv_.data() + C, s, scratch_);
   out_proj_.forward(out, y_, rq);
   last_ = s;
   if (mask.key_pad) {
-    std::copy_n(mask.key_pad, B * Tk, pad_.begin());
+    ops().copy(pad_.data(), mask.key_pad, static_cast<size_t>(B) * Tk);
     last_.key_pad = pad_.data();
   }
   has_last_ = true;
@@ -83,48 +82,55 @@ void MultiHeadAttention::forward_cached(Span out, CSpan xkv, const AttentionMask
     check(start + Tk <= cache.capacity, "KV cache: ", start, " + ", Tk, " positions exceed its capacity of ",
           cache.capacity);
     project_kv(kv_.data(), xkv.data(), B * Tk);
+    // Batch row b's Tk new rows of 2C go after its `start` kept ones: one strided copy of B*Tk rows would need
+    // a stride that changes at each batch boundary, so one copy per batch row.
     const size_t row = 2 * static_cast<size_t>(C);
     for (int b = 0; b < B; ++b)
-      std::copy_n(kv_.data() + static_cast<size_t>(b) * Tk * row, Tk * row,
-                  cache.kv + (static_cast<size_t>(b) * cache.capacity + start) * row);
+      ops().copy_rows(cache.kv + (static_cast<size_t>(b) * cache.capacity + start) * row, 2 * C,
+                      kv_.data() + static_cast<size_t>(b) * Tk * row, 2 * C, Tk, 2 * C);
     cache.length = start + Tk;
   }
-  kernels::AttentionShape s = shape(mask, B, Tq, cache.length, drop);
+  ops::AttentionShape s = shape(mask, B, Tq, cache.length, drop);
   s.q_pos = cache.fixed ? 0 : start;
   s.k_rows = cache.capacity;
-  kernels::attention_forward(y_, lse_, scratch_, q_.data(), cache.kv, cache.kv + C, s);
+  ops().attention_forward(y_, lse_, q_.data(), cache.kv, cache.kv + C, s, scratch_);
   out_proj_.forward(out, y_, B * Tq);
   has_last_ = false;  // the keys live in the cache, not in kv_
 }
 
 std::vector<float> MultiHeadAttention::weights() const {
   if (!has_last_) return {};
-  std::vector<float> att(static_cast<size_t>(last_.B) * H_ * last_.Tq * last_.Tk);
-  kernels::attention_weights(att, q_.data(), kv_.data(), last_);
-  return att;
+  const size_t n = static_cast<size_t>(last_.B) * H_ * last_.Tq * last_.Tk;
+  // Inspection, outside any training step: a buffer of the model's device for this call alone.
+  Tensor att({static_cast<int64_t>(n)}, ops().device());
+  ops().attention_weights(att.span(), q_.data(), kv_.data(), last_);
+  std::vector<float> host(n);
+  ops().download(host.data(), att.data(), n * sizeof(float));
+  return host;
 }
 
 void MultiHeadAttention::backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask,
                                   int B, int Tq, int Tk, const Dropout& drop) {
   const int rq = B * Tq, rk = B * Tk, C = C_;
   out_proj_.backward(dy_, dout, y_, rq);
-  kernels::attention_backward(dq_.data(), dkv_.data(), dkv_.data() + C, scratch_, dy_, q_.data(), kv_.data(),
-                              kv_.data() + C, y_, lse_, shape(mask, B, Tq, Tk, drop));
+  ops().attention_backward(dq_.data(), dkv_.data(), dkv_.data() + C, dy_, q_.data(), kv_.data(), kv_.data() + C, y_,
+                           lse_, shape(mask, B, Tq, Tk, drop), scratch_);
   float* dw = w_in_.grad.data();
   const float* w = w_in_.value.data();
-  kernels::gemm(true, false, C, C, rq, 1.f, dq_.data(), C, xq.data(), C, 1.f, dw, C);
-  kernels::gemm(true, false, 2 * C, C, rk, 1.f, dkv_.data(), 2 * C, xkv.data(), C, 1.f, dw + static_cast<size_t>(C) * C,
-                C);
+  ops().gemm(true, false, C, C, rq, 1.f, dq_.data(), C, xq.data(), C, 1.f, dw, C);
+  ops().gemm(true, false, 2 * C, C, rk, 1.f, dkv_.data(), 2 * C, xkv.data(), C, 1.f, dw + static_cast<size_t>(C) * C,
+             C);
   if (b_in_) {
-    float* db = b_in_->grad.data();
-    for (int r = 0; r < rq; ++r)
-      for (int i = 0; i < C; ++i) db[i] += dq_[static_cast<size_t>(r) * C + i];
-    for (int r = 0; r < rk; ++r)
-      for (int i = 0; i < 2 * C; ++i) db[C + i] += dkv_[static_cast<size_t>(r) * 2 * C + i];
+    // db_q += column sums of dq (rq, C); db_kv += column sums of dkv (rk, 2C)
+    const Span db = b_in_->grad;
+    ops().bias_act_backward({}, db.first(C), dq_.first(static_cast<size_t>(rq) * C), {}, ops::Act::Identity, rq, C,
+                            bias_scratch_);
+    ops().bias_act_backward({}, db.subspan(C), dkv_.first(static_cast<size_t>(rk) * 2 * C), {}, ops::Act::Identity, rk,
+                            2 * C, bias_scratch_);
   }
-  kernels::gemm(false, false, rq, C, C, 1.f, dq_.data(), C, w, C, 0.f, dxq.data(), C);
-  kernels::gemm(false, false, rk, C, 2 * C, 1.f, dkv_.data(), 2 * C, w + static_cast<size_t>(C) * C, C, 1.f,
-                dxkv.data(), C);
+  ops().gemm(false, false, rq, C, C, 1.f, dq_.data(), C, w, C, 0.f, dxq.data(), C);
+  ops().gemm(false, false, rk, C, 2 * C, 1.f, dkv_.data(), 2 * C, w + static_cast<size_t>(C) * C, C, 1.f, dxkv.data(),
+             C);
 }
 
 }  // namespace qkv::nn

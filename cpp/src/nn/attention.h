@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/kernels.h"
 #include "nn/dropout.h"
 #include "nn/linear.h"
 #include "qkv/workspace.h"
@@ -14,13 +13,14 @@
 namespace qkv::nn {
 
 struct AttentionMask {
-  const uint8_t* key_pad = nullptr;  // (B, Tk), nonzero = padding
+  const uint8_t* key_pad = nullptr;  // (B, Tk), nonzero = padding; device memory
   bool causal = false;
 };
 
 // Keys and values kept across forward calls, so that generation costs one step per new token instead of a
 // re-run of the whole context (inference only: no backward goes through it). The storage, (B, capacity, 2C)
-// holding k | v per row as the layer's kv buffer does, belongs to the caller (infer/kv_cache.h).
+// holding k | v per row as the layer's kv buffer does, is device memory that belongs to the caller
+// (infer/kv_cache.h).
 //   self-attention (fixed = false): a call with Tq new rows appends their keys and values at `length`, and
 //     its queries, positions length .. length + Tq - 1, attend causally over all length + Tq keys;
 //   cross-attention (fixed = true): the first call projects the memory (capacity = its S rows); later calls
@@ -46,29 +46,33 @@ class MultiHeadAttention {
   void backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
                 const Dropout& drop);
 
-  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout); empty before the first (and after
-  // a new plan). The forward does not store them: they are recomputed from the q and k it keeps.
+  // The softmax weights (B,H,Tq,Tk) of the last forward (before dropout), on the host; empty before the first
+  // (and after a new plan). The forward does not store them: they are recomputed from the q and k it keeps and
+  // its own copy of the forward's padding mask.
   std::vector<float> weights() const;
 
  private:
-  kernels::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
+  ops::Backend& ops() const { return params_.ops(); }
+  ops::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
   // [k | v] (rows, 2C) = x W_kv^T + b_kv
   void project_kv(float* kv, const float* x, int rows);
   void forward_cached(Span out, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,
                       KvCache& cache);
 
+  const Parameters& params_;
   int C_, H_;
   uint64_t stream_;
   Param& w_in_;
   Param* b_in_;
   Linear out_proj_;
   Span q_, kv_, y_, lse_;  // (B,Tq,C), (B,Tk,2C), (B,Tq,C), (B,H,Tq): what the backward needs
-  Span scratch_;           // the attention kernels' tiles, one slot per thread
+  Span scratch_;           // the attention op's scratch (the CPU's tiles, one slot per thread)
+  Span bias_scratch_;      // the bias gradient's (ops: bias_act_backward)
   Span dq_, dkv_, dy_;     // backward scratch, (B,Tq,C), (B,Tk,2C), (B,Tq,C)
-  // The last forward's shape and masks, for weights(); pad_ holds a copy of its key_pad (B,Tk).
-  kernels::AttentionShape last_{};
+  // The last forward's shape and masks, for weights(); pad_ (B,Tk) holds a copy of its key_pad.
+  ops::AttentionShape last_{};
+  std::span<uint8_t> pad_;
   bool has_last_ = false;
-  std::vector<uint8_t> pad_;
 };
 
 }  // namespace qkv::nn

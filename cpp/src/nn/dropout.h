@@ -4,7 +4,7 @@
 // different steps are independent yet reproducible, and a backward recomputes its forward's masks.
 #include <cstdint>
 
-#include "kernels/cpu/dropout.h"
+#include "ops/dropout_hash.h"
 
 namespace qkv::nn {
 
@@ -15,7 +15,7 @@ struct Dropout {
   bool active() const { return p > 0.f; }
   // The seed of one module's masks in this pass.
   uint64_t seed_for(uint64_t stream) const {
-    return (static_cast<uint64_t>(kernels::dropout_hash(seed, stream)) << 32) ^ (seed + stream);
+    return (static_cast<uint64_t>(ops::dropout_hash(seed, stream)) << 32) ^ (seed + stream);
   }
 };
 

@@ -16,22 +16,28 @@ class Embedding {
   // token_name: e.g. "tok_emb.weight"; position_name: the learned table's name (unused for sinusoidal).
   Embedding(Parameters& params, const std::string& token_name, const std::string& position_name, int V, int T_max,
             int C, bool scale, Positions positions, float init_std);
+  // The backward's scratch for batches of up to `rows` tokens (shared by every Embedding of the model).
+  void plan(Workspace& ws, int rows);
   // tokens (B,T) at positions pos0 .. pos0 + T - 1 -> x (B,T,C). pos0 > 0: new tokens after a KV cache's.
-  void forward(Span x, const int32_t* tokens, int B, int T, const Dropout& drop, int pos0 = 0) const;
+  void forward(Span x, const ops::Ids& tokens, int B, int T, const Dropout& drop, int pos0 = 0) const;
   // dx is consumed (dropout's backward runs in place on it).
-  void backward(Span dx, const int32_t* tokens, int B, int T, const Dropout& drop);
+  void backward(Span dx, const ops::Ids& tokens, int B, int T, const Dropout& drop);
 
   Param& token_weight() { return wte_; }
   const Param& token_weight() const { return wte_; }
   float scale() const { return scale_; }
 
  private:
-  int C_;
+  ops::Backend& ops() const { return params_.ops(); }
+
+  const Parameters& params_;
+  int V_, C_;
   float scale_;
   uint64_t stream_;
   Param& wte_;
-  Param* wpe_;    // learned positions, or null
-  Tensor table_;  // sinusoidal positions (T_max, C), or empty
+  Param* wpe_;                 // learned positions, or null
+  Constant* table_ = nullptr;  // sinusoidal positions (T_max, C), or null
+  Span scratch_;
 };
 
 }  // namespace qkv::nn

@@ -1,13 +1,12 @@
 #include "nn/feed_forward.h"
 
-#include "kernels/kernels.h"
-
 namespace qkv::nn {
 
 FeedForward::FeedForward(Parameters& params, const std::string& prefix, int C, int F, Activation activation, bool bias,
                          float init_std, float out_init_std)
-    : F_(F),
-      act_(activation == Activation::GELU ? kernels::Act::GELU : kernels::Act::ReLU),
+    : params_(params),
+      F_(F),
+      act_(activation == Activation::GELU ? ops::Act::GELU : ops::Act::ReLU),
       stream_(params.new_stream()),
       linear1_(params, prefix + "linear1.weight", bias ? prefix + "linear1.bias" : "", C, F, init_std),
       linear2_(params, prefix + "linear2.weight", bias ? prefix + "linear2.bias" : "", F, C, out_init_std) {}
@@ -17,7 +16,9 @@ void FeedForward::plan(Workspace& ws, int rows) {
   // ReLU's derivative reads the sign of its output (a > 0 exactly where h > 0, and dropout's zeros carry no
   // gradient either way), so with ReLU the pre-activation is scratch of the forward call and only a_ stays
   // per layer; GELU's derivative needs h. da_ lives inside one backward call: every layer shares it.
-  h_ = act_ == kernels::Act::ReLU ? ws.take_shared("ffn.h", n) : ws.take(n);
+  linear1_.plan(ws, rows);
+  linear2_.plan(ws, rows);
+  h_ = act_ == ops::Act::ReLU ? ws.take_shared("ffn.h", n) : ws.take(n);
   a_ = ws.take(n);
   da_ = ws.take_shared("ffn.da", n);
 }
@@ -25,16 +26,16 @@ void FeedForward::plan(Workspace& ws, int rows) {
 void FeedForward::forward(Span y, CSpan x, int rows, const Dropout& drop) {
   const size_t n = static_cast<size_t>(rows) * F_;
   linear1_.forward(a_, h_, x, rows, act_);  // bias and activation in one pass
-  if (drop.active()) kernels::dropout_forward(a_.first(n), a_.first(n), drop.p, drop.seed_for(stream_));
+  if (drop.active()) ops().dropout_forward(a_.first(n), a_.first(n), drop.p, drop.seed_for(stream_));
   linear2_.forward(y, a_, rows);
 }
 
 void FeedForward::backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& drop) {
   const size_t n = static_cast<size_t>(rows) * F_;
   linear2_.backward(da_, dy, a_, rows);
-  if (drop.active()) kernels::dropout_backward(da_.first(n), da_.first(n), drop.p, drop.seed_for(stream_));
+  if (drop.active()) ops().dropout_backward(da_.first(n), da_.first(n), drop.p, drop.seed_for(stream_));
   // The activation's gradient and db in one pass, in place in da_, then linear1's products.
-  linear1_.backward(dx, da_, act_ == kernels::Act::ReLU ? a_ : h_, x, rows, act_);
+  linear1_.backward(dx, da_, act_ == ops::Act::ReLU ? a_ : h_, x, rows, act_);
 }
 
 }  // namespace qkv::nn

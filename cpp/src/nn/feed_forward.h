@@ -21,8 +21,11 @@ class FeedForward {
   void backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& drop);
 
  private:
+  ops::Backend& ops() const { return params_.ops(); }
+
+  const Parameters& params_;
   int F_;
-  kernels::Act act_;
+  ops::Act act_;
   uint64_t stream_;
   Linear linear1_, linear2_;
   Span h_, a_, da_;  // (rows, F): pre-activation (bias added), activation output (after dropout), gradient

@@ -21,10 +21,14 @@ class LayerNorm {
   void backward(Span dx, CSpan dr, CSpan dy, CSpan x, int rows);
 
  private:
+  ops::Backend& ops() const { return params_.ops(); }
+
+  const Parameters& params_;
   int C_;
   Param& w_;
   Param& b_;
   Span mean_, rstd_;  // (rows)
+  Span scratch_;      // the backward's, shared by every LayerNorm
 };
 
 // A LayerNorm and the buffer its output goes to: where a residual sum is normalised next, so the add that

@@ -4,37 +4,42 @@ namespace qkv::nn {
 
 Linear::Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
                float init_std)
-    : in_(in),
+    : params_(params),
+      in_(in),
       out_(out),
       w_(params.add(weight_name, {out, in}, Init::Normal, init_std)),
       b_(bias_name.empty() ? nullptr : &params.add(bias_name, {out}, Init::Zeros)) {}
 
-void Linear::forward(Span y, CSpan x, int rows) const {
-  kernels::gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, y.data(), out_);
-  if (b_) kernels::bias_act_forward(y, y, b_->value, kernels::Act::Identity, rows, out_);
+void Linear::plan(Workspace& ws, int rows) {
+  scratch_ = ws.take_shared("bias_act.scratch", ops().bias_act_backward_scratch_size(rows, out_));
 }
 
-void Linear::forward(Span y, Span h, CSpan x, int rows, kernels::Act act) const {
-  kernels::gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, h.data(), out_);
-  kernels::bias_act_forward(y, h, b_ ? CSpan(b_->value) : CSpan(), act, rows, out_);
+void Linear::forward(Span y, CSpan x, int rows) const {
+  ops().gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, y.data(), out_);
+  if (b_) ops().bias_act_forward(y, y, b_->value, ops::Act::Identity, rows, out_);
+}
+
+void Linear::forward(Span y, Span h, CSpan x, int rows, ops::Act act) const {
+  ops().gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, h.data(), out_);
+  ops().bias_act_forward(y, h, b_ ? CSpan(b_->value) : CSpan(), act, rows, out_);
 }
 
 void Linear::backward(Span dx, CSpan dy, CSpan x, int rows) {
-  if (b_) kernels::bias_act_backward({}, b_->grad, dy, {}, kernels::Act::Identity, rows, out_);
+  if (b_) ops().bias_act_backward({}, b_->grad, dy, {}, ops::Act::Identity, rows, out_, scratch_);
   products_backward(dx, dy, x, rows);
 }
 
-void Linear::backward(Span dx, Span dy, CSpan h, CSpan x, int rows, kernels::Act act) {
-  kernels::bias_act_backward(dy, b_ ? b_->grad : Span(), dy, h, act, rows, out_);
+void Linear::backward(Span dx, Span dy, CSpan h, CSpan x, int rows, ops::Act act) {
+  ops().bias_act_backward(dy, b_ ? b_->grad : Span(), dy, h, act, rows, out_, scratch_);
   products_backward(dx, dy, x, rows);
 }
 
 void Linear::products_backward(Span dx, CSpan dy, CSpan x, int rows) {
   // dW (out, in) += dy^T (out, rows) x (rows, in)
-  kernels::gemm(true, false, out_, in_, rows, 1.f, dy.data(), out_, x.data(), in_, 1.f, w_.grad.data(), in_);
+  ops().gemm(true, false, out_, in_, rows, 1.f, dy.data(), out_, x.data(), in_, 1.f, w_.grad.data(), in_);
   // dx (rows, in) = dy (rows, out) W (out, in)
   if (!dx.empty())
-    kernels::gemm(false, false, rows, in_, out_, 1.f, dy.data(), out_, w_.value.data(), in_, 0.f, dx.data(), in_);
+    ops().gemm(false, false, rows, in_, out_, 1.f, dy.data(), out_, w_.value.data(), in_, 0.f, dx.data(), in_);
 }
 
 }  // namespace qkv::nn

@@ -4,8 +4,8 @@
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.Linear.html
 #include <string>
 
-#include "kernels/kernels.h"
 #include "nn/parameters.h"
+#include "qkv/workspace.h"
 
 namespace qkv::nn {
 
@@ -15,16 +15,19 @@ class Linear {
   Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
          float init_std);
 
+  // The backward's scratch (the bias gradient's column sums, on backends that need any), shared by every Linear.
+  void plan(Workspace& ws, int rows);
+
   // x (rows, in) -> y (rows, out) = x W^T + b
   void forward(Span y, CSpan x, int rows) const;
   // dW += dy^T x, db += sum_rows dy; dx (rows, in) = dy W is overwritten, or skipped when dx is empty.
   void backward(Span dx, CSpan dy, CSpan x, int rows);
 
   // With an activation: h (rows, out) = x W^T + b is kept for the backward, y = act(h); y must not alias h.
-  void forward(Span y, Span h, CSpan x, int rows, kernels::Act act) const;
+  void forward(Span y, Span h, CSpan x, int rows, ops::Act act) const;
   // dy (rows, out), the gradient of act's output, is overwritten with the gradient of h (one pass that also
   // sums db); then dW and dx as above.
-  void backward(Span dx, Span dy, CSpan h, CSpan x, int rows, kernels::Act act);
+  void backward(Span dx, Span dy, CSpan h, CSpan x, int rows, ops::Act act);
 
   int in() const { return in_; }
   int out() const { return out_; }
@@ -33,9 +36,13 @@ class Linear {
   // dW += dy^T x and dx = dy W (skipped when dx is empty): the two products of either backward.
   void products_backward(Span dx, CSpan dy, CSpan x, int rows);
 
+  ops::Backend& ops() const { return params_.ops(); }
+
+  const Parameters& params_;
   int in_, out_;
   Param& w_;
   Param* b_;
+  Span scratch_;
 };
 
 }  // namespace qkv::nn

@@ -32,28 +32,72 @@ Param& Parameters::add(std::string name, std::vector<int64_t> shape, Init init, 
   return params_.back();
 }
 
-void Parameters::finalize(uint64_t seed) {
-  const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
-  values_ = Tensor(shape);
-  grads_ = Tensor(shape);
-  m_ = Tensor(shape);
-  v_ = Tensor(shape);
-  Rng rng(seed);
+Constant& Parameters::add_constant(std::vector<float> host_values) {
+  check(values_.numel() == 0, "Parameters::add_constant after finalize()");
+  constants_.push_back({std::move(host_values), {}});
+  return constants_.back();
+}
+
+void Parameters::bind() {
   for (Param& p : params_) {
     p.value = {values_.data() + p.offset, p.numel};
     p.grad = {grads_.data() + p.offset, p.numel};
     p.m = {m_.data() + p.offset, p.numel};
     p.v = {v_.data() + p.offset, p.numel};
-    switch (p.init) {
-      case Init::Zeros: std::fill(p.value.begin(), p.value.end(), 0.f); break;
-      case Init::Ones: std::fill(p.value.begin(), p.value.end(), 1.f); break;
-      case Init::Normal:
-        for (float& x : p.value) x = static_cast<float>(rng.normal() * p.init_std);
-        break;
-    }
+  }
+  size_t at = 0;
+  for (Constant& c : constants_) {
+    c.value = {constants_buf_.data() + at, c.host.size()};
+    at += (c.host.size() + 15) / 16 * 16;
   }
 }
 
-void Parameters::zero_grad() { std::fill(grads_.data(), grads_.data() + grads_.numel(), 0.f); }
+void Parameters::finalize(uint64_t seed) {
+  const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
+  const Device d = device();
+  values_ = Tensor(shape, d);
+  grads_ = Tensor(shape, d);
+  m_ = Tensor(shape, d);
+  v_ = Tensor(shape, d);
+  size_t constant_floats = 0;
+  for (const Constant& c : constants_) constant_floats += (c.host.size() + 15) / 16 * 16;
+  constants_buf_ = Tensor({static_cast<int64_t>(constant_floats)}, d);
+  bind();
+  // The initial values are drawn on the host, in registration order, and uploaded once.
+  std::vector<float> init(total_, 0.f);
+  Rng rng(seed);
+  for (const Param& p : params_) {
+    float* x = init.data() + p.offset;
+    switch (p.init) {
+      case Init::Zeros: break;
+      case Init::Ones: std::fill_n(x, p.numel, 1.f); break;
+      case Init::Normal:
+        for (size_t i = 0; i < p.numel; ++i) x[i] = static_cast<float>(rng.normal() * p.init_std);
+        break;
+    }
+  }
+  ops_->upload(values_.data(), init.data(), total_ * sizeof(float));
+  for (Constant& c : constants_) ops_->upload(c.value.data(), c.host.data(), c.host.size() * sizeof(float));
+}
+
+void Parameters::zero_grad() { ops_->fill(grads_.span(), 0.f); }
+
+void Parameters::to(ops::Backend& target) {
+  if (&target == ops_) return;
+  // Everything is copied to the new device first, through the host, and only then swapped in: a failure (out of
+  // GPU memory) leaves the model whole where it was.
+  Tensor* const buffers[] = {&values_, &grads_, &m_, &v_, &constants_buf_};
+  std::vector<Tensor> moved;
+  std::vector<float> host;
+  for (Tensor* t : buffers) {
+    host.resize(t->numel());
+    ops_->download(host.data(), t->data(), host.size() * sizeof(float));
+    moved.emplace_back(t->shape(), target.device());
+    target.upload(moved.back().data(), host.data(), host.size() * sizeof(float));
+  }
+  for (size_t i = 0; i < moved.size(); ++i) *buffers[i] = std::move(moved[i]);
+  ops_ = &target;
+  bind();
+}
 
 }  // namespace qkv::nn

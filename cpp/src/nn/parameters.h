@@ -2,11 +2,16 @@
 // Parameters: every weight of a model in one flat buffer, with its gradient and AdamW moments in three
 // more of the same layout (llm.c's organisation). Layers register their tensors by name while they are
 // built, then finalize() allocates and initialises everything; a Param's spans are valid after that.
+//
+// The buffers live on the model's device, and so does everything a layer computes: Parameters holds the
+// model's Backend (ops/ops.h), the one every layer calls. to() moves the buffers to another backend's device.
+// Constants (the sinusoidal position table) are registered like parameters but are neither trained nor saved.
 #include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
 
+#include "ops/ops.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -20,31 +25,53 @@ struct Param {
   float init_std = 0.f;
   bool decay = false;  // weight decay applies (tensors with 2+ dimensions)
   size_t offset = 0, numel = 0;
-  Span value, grad, m, v;
+  Span value, grad, m, v;  // device memory
+};
+
+// A fixed table computed on the host at construction (e.g. sinusoidal positions), kept on the device.
+struct Constant {
+  std::vector<float> host;
+  Span value;  // device memory
 };
 
 class Parameters {
  public:
+  explicit Parameters(ops::Backend& ops = ops::backend(Device::CPU)) : ops_(&ops) {}
+
   Param& add(std::string name, std::vector<int64_t> shape, Init init, float init_std = 0.f);
-  // Allocates value/grad/m/v and draws Normal inits from Rng(seed) in registration order.
+  Constant& add_constant(std::vector<float> host_values);
+  // Allocates value/grad/m/v on the backend's device and draws Normal inits from Rng(seed) in registration order
+  // (on the host, then uploaded: the same values on every device).
   void finalize(uint64_t seed);
   void zero_grad();
   // A fresh dropout stream number for a module (see nn/dropout.h).
   uint64_t new_stream() { return ++streams_; }
 
+  // The backend every layer of the model calls.
+  ops::Backend& ops() const { return *ops_; }
+  Device device() const { return ops_->device(); }
+  // Moves values, gradients, moments and constants to `ops`'s device (through the host) and makes it the
+  // model's backend. Every span handed out before is invalid afterwards: the model re-plans its workspace.
+  void to(ops::Backend& ops);
+
   std::deque<Param>& all() { return params_; }
+  const std::deque<Param>& all() const { return params_; }
   size_t count() const { return total_; }
-  // The flat buffers, every tensor at its offset (padding between tensors stays 0).
+  // The flat buffers, every tensor at its offset (padding between tensors stays 0). Device memory.
   Span values() { return values_.span(); }
   Span grads() { return grads_.span(); }
   Span moments1() { return m_.span(); }
   Span moments2() { return v_.span(); }
 
  private:
+  void bind();  // points every Param's and Constant's spans into the buffers
+
+  ops::Backend* ops_;
   std::deque<Param> params_;  // a deque keeps references stable while layers register
+  std::deque<Constant> constants_;
   size_t total_ = 0;
   uint64_t streams_ = 0;
-  Tensor values_, grads_, m_, v_;
+  Tensor values_, grads_, m_, v_, constants_buf_;
 };
 
 }  // namespace qkv::nn

@@ -1,11 +1,9 @@
 #include "nn/residual.h"
 
-#include "kernels/kernels.h"
-
 namespace qkv::nn {
 
 Residual::Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order)
-    : C_(C), order_(order), stream_(params.new_stream()), norm_(params, norm_name, C) {}
+    : params_(params), C_(C), order_(order), stream_(params.new_stream()), norm_(params, norm_name, C) {}
 
 void Residual::plan(Workspace& ws, int rows) {
   const size_t n = static_cast<size_t>(rows) * C_;
@@ -25,14 +23,14 @@ void Residual::forward(Span out, CSpan x, int rows, const Dropout& drop, const F
   if (order_ == NormPosition::Pre) {
     if (!x_normed) norm_.forward(n_, x, rows);
     f(fo, n_);
-    if (drop.active()) kernels::dropout_forward(fo, fo, drop.p, drop.seed_for(stream_));
+    if (drop.active()) ops().dropout_forward(fo, fo, drop.p, drop.seed_for(stream_));
     if (next.norm)
       next.norm->forward_residual(out, next.y, x, fo, rows);
     else
-      for (size_t i = 0; i < n; ++i) out[i] = x[i] + fo[i];
+      ops().add(out.first(n), x, fo);
   } else {
     f(fo, x);
-    if (drop.active()) kernels::dropout_forward(fo, fo, drop.p, drop.seed_for(stream_));
+    if (drop.active()) ops().dropout_forward(fo, fo, drop.p, drop.seed_for(stream_));
     norm_.forward_residual(n_, out, x, fo, rows);
   }
 }
@@ -44,7 +42,7 @@ void Residual::backward(Span dx, CSpan dout, CSpan x, int rows, const Dropout& d
     // d fo = dropout'(dout); d LN(x) = fb(d fo); dx = dout + LN'(d LN(x)), the add fused into the norm's pass
     CSpan dfo = dout.first(n);
     if (drop.active()) {
-      kernels::dropout_backward(ds, dfo, drop.p, drop.seed_for(stream_));
+      ops().dropout_backward(ds, dfo, drop.p, drop.seed_for(stream_));
       dfo = ds;
     }
     fb(dn_, dfo, n_);
@@ -55,11 +53,11 @@ void Residual::backward(Span dx, CSpan dout, CSpan x, int rows, const Dropout& d
     CSpan dfo = ds;
     if (drop.active()) {
       const Span dropped = fo_.first(n);  // f's output is no longer needed: reuse its buffer
-      kernels::dropout_backward(dropped, ds, drop.p, drop.seed_for(stream_));
+      ops().dropout_backward(dropped, ds, drop.p, drop.seed_for(stream_));
       dfo = dropped;
     }
     fb(dn_, dfo, x);
-    for (size_t i = 0; i < n; ++i) dx[i] = ds[i] + dn_[i];
+    ops().add(dx.first(n), ds, dn_);
   }
 }
 

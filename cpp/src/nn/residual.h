@@ -36,6 +36,9 @@ class Residual {
   NormInto input_norm() { return order_ == NormPosition::Pre ? NormInto{&norm_, n_} : NormInto{}; }
 
  private:
+  ops::Backend& ops() const { return params_.ops(); }
+
+  const Parameters& params_;
   int C_;
   NormPosition order_;
   uint64_t stream_;

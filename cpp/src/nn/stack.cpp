@@ -6,12 +6,11 @@ namespace qkv::nn {
 namespace {
 
 // The final norm's backward into d_a, or a copy when there is no norm.
-void final_norm_backward(LayerNorm* norm, Span d_a, CSpan d_output, CSpan top, int rows, int C) {
-  const size_t n = static_cast<size_t>(rows) * C;
+void final_norm_backward(ops::Backend& ops, LayerNorm* norm, Span d_a, CSpan d_output, CSpan top, int rows, int C) {
   if (norm) {
     norm->backward(d_a, {}, d_output, top, rows);
   } else {
-    std::copy_n(d_output.begin(), n, d_a.begin());
+    ops.copy_rows(d_a.data(), C, d_output.data(), C, rows, C);
   }
 }
 
@@ -36,7 +35,7 @@ NormInto next_norm(const Layers& layers, size_t l, LayerNorm* final_norm, Span o
 
 EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
-    : C_(o.C), pre_(o.norm == NormPosition::Pre) {
+    : params_(params), C_(o.C), pre_(o.norm == NormPosition::Pre) {
   for (int l = 0; l < layers; ++l)
     layers_.push_back(std::make_unique<EncoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
@@ -56,7 +55,7 @@ void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropou
 }
 
 Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop) {
-  final_norm_backward(norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
+  final_norm_backward(params_.ops(), norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
   Span d_out = d_a_, d_in = d_b_;
   for (int l = size() - 1; l >= 0; --l) {
     layers_[static_cast<size_t>(l)]->backward(d_in, d_out, xs_[static_cast<size_t>(l)], mask, B, T, drop);
@@ -67,7 +66,7 @@ Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, in
 
 DecoderStack::DecoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
-    : C_(o.C), pre_(o.norm == NormPosition::Pre) {
+    : params_(params), C_(o.C), pre_(o.norm == NormPosition::Pre) {
   for (int l = 0; l < layers; ++l)
     layers_.push_back(std::make_unique<DecoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
@@ -91,7 +90,7 @@ void DecoderStack::forward(CSpan memory, const AttentionMask& self_mask, const A
 
 Span DecoderStack::backward(CSpan d_output, Span dmemory, CSpan memory, const AttentionMask& self_mask,
                             const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop) {
-  final_norm_backward(norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
+  final_norm_backward(params_.ops(), norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
   Span d_out = d_a_, d_in = d_b_;
   for (int l = size() - 1; l >= 0; --l) {
     layers_[static_cast<size_t>(l)]->backward(d_in, dmemory, d_out, xs_[static_cast<size_t>(l)], memory, self_mask,

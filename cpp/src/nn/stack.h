@@ -30,6 +30,7 @@ class EncoderStack {
   const EncoderLayer& layer(int l) const { return *layers_[static_cast<size_t>(l)]; }
 
  private:
+  const Parameters& params_;
   int C_;
   bool pre_;  // pre-LN: each layer's last add runs fused with the next norm (Residual)
   std::vector<std::unique_ptr<EncoderLayer>> layers_;
@@ -56,6 +57,7 @@ class DecoderStack {
   const DecoderLayer& layer(int l) const { return *layers_[static_cast<size_t>(l)]; }
 
  private:
+  const Parameters& params_;
   int C_;
   bool pre_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;

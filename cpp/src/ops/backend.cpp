@@ -2,6 +2,7 @@
 #include <memory>
 #include <mutex>
 
+#include "kernels/kernels.h"
 #include "ops/backends.h"
 #include "ops/ops.h"
 #include "qkv/device.h"
@@ -26,6 +27,12 @@ Backend& backend(Device device) {
 Backend& reference_backend() {
   static const std::unique_ptr<Backend> ref = make_reference_backend();
   return *ref;
+}
+
+std::vector<float> sinusoidal_table(int T, int C) {
+  std::vector<float> pe(static_cast<size_t>(T) * C);
+  kernels::sinusoidal_positions(pe, T, C);
+  return pe;
 }
 
 Ids upload_ids(Backend& b, std::span<int32_t> dst, std::span<const int32_t> host) {

@@ -40,6 +40,9 @@ class CpuBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memmove(dst, src, bytes);
   }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
   void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
     kernels::copy_rows(dst, ld_dst, src, ld_src, rows, cols);
   }

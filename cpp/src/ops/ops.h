@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ops/types.h"
 #include "qkv/tensor.h"
@@ -59,6 +60,8 @@ class Backend {
   // host -> device and device -> host; download waits for the work queued before it.
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  // device -> device, `bytes` of any type; the regions must not overlap.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // device -> device: rows of `cols` floats, row r from src + r * ld_src to dst + r * ld_dst. The regions must
   // not overlap. (Residual copies, KV-cache appends and reorders, first-token pooling.)
   virtual void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) = 0;
@@ -142,6 +145,10 @@ class Backend {
 Backend& backend(Device device);
 // The oracle: plain loops, one thread. Tests run whole models through it (models take a Backend& too).
 Backend& reference_backend();
+
+// The fixed sinusoidal position table (T,C) of "Attention Is All You Need" (kernels.h: sinusoidal_positions),
+// computed on the host once per model and then kept on its device as a constant.
+std::vector<float> sinusoidal_table(int T, int C);
 
 // The token ids of a batch on a backend: validated host ids in, the Ids an op takes out. dst: device memory for
 // ids.size() ints (a Workspace::take_ints span); on the CPU the host ids are used where they are.

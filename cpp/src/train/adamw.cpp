@@ -2,13 +2,21 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/kernels.h"
 #include "qkv/error.h"
 #include "train/optimizer.h"
 
 namespace qkv::train {
 
-double grad_norm(nn::Parameters& params) { return std::sqrt(kernels::sum_squares(params.grads())); }
+Span Optimizer::scratch(nn::Parameters& params, size_t floats) {
+  if (scratch_.device() != params.device() || scratch_.numel() < floats)
+    scratch_ = Tensor({static_cast<int64_t>(std::max(floats, scratch_.numel()))}, params.device());
+  return scratch_.span().first(floats);
+}
+
+double Optimizer::grad_norm(nn::Parameters& params) {
+  ops::Backend& ops = params.ops();
+  return std::sqrt(ops.sum_squares(params.grads(), scratch(params, ops.sum_squares_scratch_size())));
+}
 
 Optimizer::Optimizer(const OptimizerConfig& config) : config_(config) { validate(config_); }
 
@@ -55,14 +63,16 @@ bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
     else
       ranges_.push_back({p.offset, p.offset + p.numel, wd});
   }
-  const kernels::AdamHyper h{learning_rate_at(config_, t_),
-                             config_.beta1,
-                             config_.beta2,
-                             config_.eps,
-                             config_.kind == OptimizerKind::AdamW,
-                             t_,
-                             grad_scale};
-  kernels::adam_step(params.values(), params.moments1(), params.moments2(), params.grads(), ranges_, h);
+  const ops::AdamHyper h{learning_rate_at(config_, t_),
+                         config_.beta1,
+                         config_.beta2,
+                         config_.eps,
+                         config_.kind == OptimizerKind::AdamW,
+                         t_,
+                         grad_scale};
+  ops::Backend& ops = params.ops();
+  ops.adam_step(params.values(), params.moments1(), params.moments2(), params.grads(), ranges_, h,
+                scratch(params, ops.adam_scratch_size(ranges_.size())));
   return true;
 }
 

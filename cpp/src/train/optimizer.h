@@ -3,9 +3,9 @@
 // the schedule and the Adam(W) update of every tensor.
 #include <vector>
 
-#include "kernels/kernels.h"
 #include "nn/parameters.h"
 #include "qkv/optimizer.h"
+#include "qkv/tensor.h"
 
 namespace qkv::train {
 
@@ -30,16 +30,20 @@ class Optimizer {
   void set_skipped(int n) { skipped_ = n; }
   bool last_skipped() const { return last_skipped_; }
   float current_lr() const { return learning_rate_at(config_, t_ + 1); }
+  // The global L2 norm of all gradients (summed in double across blocks; one value back to the host).
+  double grad_norm(nn::Parameters& params);
 
  private:
   OptimizerConfig config_;
   int t_ = 0;
   int skipped_ = 0;
   bool last_skipped_ = false;
-  std::vector<kernels::AdamRange> ranges_;  // per step, reusing its capacity
-};
+  // The ops' scratch on the parameters' device (the CUDA backend's uploaded ranges and partial sums), kept
+  // across steps and remade only when the model moves or the ranges grow.
+  Span scratch(nn::Parameters& params, size_t floats);
 
-// The global L2 norm of all gradients (summed in double across blocks).
-double grad_norm(nn::Parameters& params);
+  std::vector<ops::AdamRange> ranges_;  // per step, reusing its capacity
+  Tensor scratch_;
+};
 
 }  // namespace qkv::train

@@ -155,7 +155,7 @@ TEST(KvCache, BatchedGenerateRejectsBadShapes) {
 TEST(KvCache, ReorderGathersRows) {
   infer::KvCaches caches;
   const int L = 2, R = 3, T = 4, C = 2;
-  caches.reset(L, R, T, C);
+  caches.reset(ops::backend(Device::CPU), L, R, T, C);
   for (nn::KvCache& c : caches.layers()) {
     c.length = 2;
     for (int i = 0; i < R * T * 2 * C; ++i) c.kv[i] = static_cast<float>(i);

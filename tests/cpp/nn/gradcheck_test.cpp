@@ -254,7 +254,8 @@ TEST(GradCheck, EmbeddingScaledWithLearnedOrSinusoidalPositions) {
     const int B = 2, T = 3, C = 4, V = 5;
     nn::Embedding emb(params, "tok_emb.weight", "pos_emb.weight", V, T, C, true, pos, 0.3f);
     randomize(params, 6, 0.3f);
-    const int32_t tok[] = {4, 0, 4, 1, 1, 2};
+    const int32_t ids[] = {4, 0, 4, 1, 1, 2};
+    const ops::Ids tok{ids, ids};  // CPU: the host ids are the device ids
     auto r = test::randn(B * T * C, 13);
     std::vector<float> y(B * T * C), dx = r;
     params.zero_grad();

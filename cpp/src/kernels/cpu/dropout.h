@@ -1,29 +1,10 @@
 #pragma once
-// The counter-based keep decision shared by the dropout kernels (elementwise and attention weights), on the
-// CPU and, compiled by nvcc, in the CUDA kernels (kernels/cuda/dropout_hash.h): one definition, so that a CUDA
-// mask equals the CPU's element for element.
-#include <cstdint>
-
-#if defined(__CUDACC__)
-#define QKV_HOST_DEVICE __host__ __device__
-#else
-#define QKV_HOST_DEVICE
-#endif
+// The dropout keep decision (ops/dropout_hash.h: one definition for every device) under the kernels' names.
+#include "ops/dropout_hash.h"
 
 namespace qkv::kernels {
 
-// splitmix64 finaliser of (seed, i): a different, reproducible stream per seed.
-QKV_HOST_DEVICE inline uint32_t dropout_hash(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
-}
-
-// Elements with hash >= threshold are kept; threshold = p * 2^32.
-inline uint32_t dropout_threshold(float p) {
-  const double t = static_cast<double>(p) * 4294967296.0;
-  return t >= 4294967295.0 ? 0xFFFFFFFFu : static_cast<uint32_t>(t);
-}
+using ops::dropout_hash;
+using ops::dropout_threshold;
 
 }  // namespace qkv::kernels
