@@ -34,14 +34,17 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // --- shared checks ---------------------------------------------------------------------------------------
 
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device != "cuda") throw UsageError("--device " + device + ": expected cpu or cuda");
-  check(cuda_built(), "--device cuda: this build has no CUDA backend (qkv was built without the CUDA toolkit); ",
-        "use --device cpu");
-  throw Error(
-      "--device cuda: this build has no CUDA backend yet (the CUDA kernels are not part of this version); "
-      "use --device cpu");
+// The device a command runs on: --device when given, else the config file's "device" (train), else the CPU.
+// CUDA is refused here, before any file is read, with the reason it cannot be used.
+Device choose_device(const std::string& flag, const std::string& from_config = "", const std::string& config = "") {
+  const bool given = !flag.empty();
+  const std::string name = given ? flag : from_config.empty() ? "cpu" : from_config;
+  const std::string where = given ? "--device " + name : config + ": \"device\": \"" + name + "\"";
+  if (name == "cpu") return Device::CPU;
+  if (name != "cuda") throw UsageError(where + ": expected cpu or cuda");
+  check(cuda_device_count() > 0, where, ": CUDA cannot be used here: ", cuda_unavailable_reason(),
+        "; use --device cpu");
+  return Device::CUDA;
 }
 
 void set_threads(const Flag<int>& threads) {
@@ -143,7 +146,10 @@ void with_data_hint(const Task& task, F&& fn) {
 // --- train -----------------------------------------------------------------------------------------------
 
 int run_train(const TrainArgs& a) {
-  check_device(a.device);
+  // The config file may name the device; --device overrides it. A resumed run takes --device or the CPU.
+  const bool from_file = a.resume.empty() && !a.config.empty() && a.config != "tiny" && a.config != "small";
+  const Setup file_setup = from_file && a.device.empty() ? resolve_setup(parse_kind(a.model.value), a.config) : Setup{};
+  const Device device = choose_device(a.device, file_setup.device, a.config);
   set_threads(a.threads);
   if (a.steps.given && a.steps.value < 1)
     throw UsageError("--steps " + std::to_string(a.steps.value) + ": expected >= 1");
@@ -197,6 +203,7 @@ int run_train(const TrainArgs& a) {
     t.eval_every = a.eval_every.value;
   }
   task->check_trainable();
+  task->to(device);
   const std::string out = !a.out.empty() ? a.out : !a.resume.empty() ? a.resume : "model.safetensors";
   // A skipped step drew its batch too: the next batch is the one after every step taken or skipped.
   const int start = task->step() + task->skipped_steps(), total = t.steps;
@@ -257,7 +264,7 @@ int run_train(const TrainArgs& a) {
 // --- generate --------------------------------------------------------------------------------------------
 
 int run_generate(const GenerateArgs& a) {
-  check_device(a.device);
+  const Device device = choose_device(a.device);
   set_threads(a.threads);
   SamplingOptions o;
   o.max_new_tokens = a.max_tokens;
@@ -284,6 +291,7 @@ int run_generate(const GenerateArgs& a) {
     std::fprintf(stderr, "seed %llu (pass --seed to repeat this sample)\n", static_cast<unsigned long long>(o.seed));
   }
   const auto task = Task::load(a.ckpt);
+  task->to(device);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
   task->generate(a.prompt, o, a.stop, a.beam, static_cast<float>(a.length_penalty), [](const std::string& piece) {
@@ -298,12 +306,13 @@ int run_generate(const GenerateArgs& a) {
 // --- eval ------------------------------------------------------------------------------------------------
 
 int run_eval(const EvalArgs& a) {
-  check_device(a.device);
+  const Device device = choose_device(a.device);
   set_threads(a.threads);
   if (a.batch.given && a.batch.value < 1)
     throw UsageError("--batch " + std::to_string(a.batch.value) + ": expected >= 1");
   const std::string text = read_text(a.data);
   const auto task = Task::load(a.ckpt);
+  task->to(device);
   with_data_hint(*task, [&] { task->set_data(a.data, text); });
   const int batch = a.batch.given ? a.batch.value : std::max(task->train.batch, 16);
   const Metrics m = task->evaluate(false, batch, 0);

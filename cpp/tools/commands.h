@@ -14,7 +14,7 @@ struct Flag {
 };
 
 struct TrainArgs {
-  std::string data, config, out, resume, device = "cpu";
+  std::string data, config, out, resume, device;  // device: "" = not given
   Flag<std::string> model{"lm"}, non_finite{"error"};
   Flag<int> steps, threads, batch, eval_every, log_every;
   Flag<double> lr;
@@ -22,7 +22,7 @@ struct TrainArgs {
 };
 
 struct GenerateArgs {
-  std::string ckpt, prompt, stop, device = "cpu";
+  std::string ckpt, prompt, stop, device;  // device: "" = not given
   int max_tokens = 200, top_k = 0;
   double temperature = 0.8, top_p = 1.0, repetition_penalty = 1.0;
   int beam = 1;
@@ -32,7 +32,7 @@ struct GenerateArgs {
 };
 
 struct EvalArgs {
-  std::string ckpt, data, device = "cpu";
+  std::string ckpt, data, device;  // device: "" = not given
   Flag<int> batch, threads;
 };
 

@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   t->add_option("--out", train.out, "Checkpoint to write (default model.safetensors)");
   t->add_option("--resume", train.resume, "Checkpoint to continue from");
   flags.add(t, "--threads", train.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
-  t->add_option("--device", train.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  t->add_option("--device", train.device, "cpu or cuda (default: the config file's \"device\", else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   flags.add(t, "--batch", train.batch, "Rows per batch (default: the preset's)")->check(CLI::PositiveNumber);
   flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
   flags.add(t, "--non-finite", train.non_finite, "On a NaN/inf loss or gradient: error stops, skip skips the step")

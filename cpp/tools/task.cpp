@@ -169,6 +169,7 @@ class LmTask final : public Task {
   bool last_step_skipped() const override { return model_->last_step_skipped(); }
   void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
   size_t num_parameters() const override { return model_->num_parameters(); }
+  void to(Device device) override { model_->to(device); }
   void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
   std::string config_json() const override { return to_json(model_->config()); }
 
@@ -310,6 +311,7 @@ class Seq2SeqTask final : public RowTask {
   bool last_step_skipped() const override { return model_->last_step_skipped(); }
   void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
   size_t num_parameters() const override { return model_->num_parameters(); }
+  void to(Device device) override { model_->to(device); }
   void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
   std::string config_json() const override { return to_json(model_->config()); }
 
@@ -385,6 +387,7 @@ class ClassifierTask final : public RowTask {
   bool last_step_skipped() const override { return model_->last_step_skipped(); }
   void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
   size_t num_parameters() const override { return model_->num_parameters(); }
+  void to(Device device) override { model_->to(device); }
   void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
   std::string config_json() const override { return to_json(model_->config()); }
 
@@ -417,8 +420,9 @@ Setup preset(Kind kind, const std::string& name) {
       if (small)
         return {{{"context", 64}, {"d_model", 128}, {"heads", 4}, {"layers", 4}, {"bias", false}},
                 {{"lr", 1e-3}, {"min_lr", 1e-4}, {"warmup_steps", 100}, {"schedule", "cosine"}},
-                12};
-      return {{{"context", 64}, {"d_model", 64}, {"heads", 4}, {"layers", 2}, {"bias", false}}, json::object(), 8};
+                12,
+                ""};
+      return {{{"context", 64}, {"d_model", 64}, {"heads", 4}, {"layers", 2}, {"bias", false}}, json::object(), 8, ""};
     case Kind::Seq2Seq:
       if (small)
         return {{{"d_model", 128},
@@ -428,17 +432,20 @@ Setup preset(Kind kind, const std::string& name) {
                  {"d_ff", 512},
                  {"dropout", 0.1}},
                 {{"lr", 5e-4}, {"beta2", 0.98}, {"weight_decay", 0.0}, {"warmup_steps", 100}},
-                32};
+                32,
+                ""};
       return {{{"d_model", 64}, {"heads", 4}, {"encoder_layers", 2}, {"decoder_layers", 2}, {"d_ff", 128}},
               {{"lr", 5e-4}, {"beta2", 0.98}, {"weight_decay", 0.0}},
-              16};
+              16,
+              ""};
     case Kind::Classifier:
       // tiny: the PyTorch tutorial's classifier (DESIGN.md).
       if (small)
         return {{{"d_model", 128}, {"heads", 4}, {"layers", 4}, {"d_ff", 512}, {"dropout", 0.1}},
                 {{"weight_decay", 0.0}},
-                32};
-      return {{{"d_model", 64}, {"heads", 8}, {"layers", 2}, {"d_ff", 128}}, {{"weight_decay", 0.0}}, 16};
+                32,
+                ""};
+      return {{{"d_model", 64}, {"heads", 8}, {"layers", 2}, {"d_ff", 128}}, {{"weight_decay", 0.0}}, 16, ""};
   }
   throw Error("unknown model kind");
 }
@@ -500,10 +507,11 @@ Setup resolve_setup(Kind kind, const std::string& config) {
   } catch (const json::exception& e) {
     throw Error(config + ": not valid JSON: " + e.what());
   }
-  check(j.is_object(), config, ": expected a JSON object {\"preset\", \"model\", \"optimizer\", \"batch\"}");
+  check(j.is_object(), config,
+        ": expected a JSON object {\"preset\", \"model\", \"optimizer\", \"batch\", \"device\"}");
   for (const auto& [key, value] : j.items())
-    check(key == "preset" || key == "model" || key == "optimizer" || key == "batch", config, ": unknown key \"", key,
-          "\": expected preset, model, optimizer or batch");
+    check(key == "preset" || key == "model" || key == "optimizer" || key == "batch" || key == "device", config,
+          ": unknown key \"", key, "\": expected preset, model, optimizer, batch or device");
   std::string name = "tiny";
   if (j.contains("preset")) {
     check(j["preset"].is_string(), config, ": \"preset\" must be a string (tiny or small)");
@@ -528,6 +536,11 @@ Setup resolve_setup(Kind kind, const std::string& config) {
     check(j["batch"].is_number_integer() && j["batch"].get<int64_t>() >= 1 && j["batch"].get<int64_t>() <= 1 << 20,
           config, ": \"batch\" = ", j["batch"].dump(), " is invalid: expected an integer >= 1");
     s.batch = j["batch"].get<int>();
+  }
+  if (j.contains("device")) {
+    check(j["device"].is_string() && (j["device"] == "cpu" || j["device"] == "cuda"), config,
+          ": \"device\" = ", j["device"].dump(), " is invalid: expected \"cpu\" or \"cuda\"");
+    s.device = j["device"].get<std::string>();
   }
   return s;
 }

@@ -20,6 +20,7 @@
 
 #include "qkv/optimizer.h"
 #include "qkv/sampling.h"
+#include "qkv/tensor.h"
 
 namespace qkv::cli {
 
@@ -42,8 +43,9 @@ struct Setup {
   nlohmann::json model;
   nlohmann::json optimizer;
   int batch = 0;
+  std::string device;  // "cpu", "cuda", or "" when the file does not say
 };
-// `config` is a preset name ("tiny", "small") or a JSON file {"preset", "model", "optimizer", "batch"}
+// `config` is a preset name ("tiny", "small") or a JSON file {"preset", "model", "optimizer", "batch", "device"}
 // whose fields override the preset's (default "tiny"). UsageError for an unknown preset name.
 Setup resolve_setup(Kind kind, const std::string& config);
 // The presets as --help shows them.
@@ -95,6 +97,8 @@ class Task {
   virtual bool last_step_skipped() const = 0;
   virtual void set_non_finite(NonFinite policy) = 0;
   virtual size_t num_parameters() const = 0;
+  // Moves the model to `device` (qkv::Error naming why when it cannot be used).
+  virtual void to(Device device) = 0;
   virtual void set_learning_rate(float lr) = 0;
   virtual std::string config_json() const = 0;
   // Streams the text that follows `prompt` to on_text, a piece per token (on_text returns false to stop):

@@ -27,6 +27,13 @@ expect 2 "--temperature.*temperature = -1" -- generate --ckpt x --prompt a --tem
 expect 2 "--beam: Value 0 not in range" -- generate --ckpt x --prompt a --beam 0
 expect 2 "--resume" -- train --data text.txt --resume x --batch 3
 expect 2 "--threads" -- train --data text.txt --threads 100000
-expect 1 "CUDA backend" -- train --data text.txt --device cuda
-expect 1 "CUDA backend" -- generate --ckpt x --prompt a --device cuda
+# No GPU on the test machines: --device cuda and a config's "device": "cuda" are refused up front with the
+# reason (this build has no CUDA, or cudaGetDeviceCount finds no device), before any file is read.
+expect 1 "--device cuda: CUDA cannot be used here: .*(CUDA was not built|no CUDA device)" -- train --data text.txt --device cuda
+expect 1 "--device cuda: CUDA cannot be used here" -- generate --ckpt x --prompt a --device cuda
+expect 1 "--device cuda: CUDA cannot be used here" -- eval --ckpt x --data text.txt --device cuda
+echo '{"device": "cuda"}' >cuda.json
+expect 1 "cuda.json: \"device\": \"cuda\": CUDA cannot be used here" -- train --data text.txt --config cuda.json
+echo '{"device": "tpu"}' >tpu.json
+expect 1 "tpu.json: \"device\" = \"tpu\" is invalid: expected \"cpu\" or \"cuda\"" -- train --data text.txt --config tpu.json
 echo "ok"
