@@ -7,8 +7,17 @@
 #include <vector>
 
 #include "qkv/cpu.h"
+#include "qkv/device.h"
 #include "qkv/error.h"
 #include "runtime/random.h"
+
+// A test that needs a GPU starts with this: without one (no CUDA in this build, or no device) it is skipped
+// with the reason. Only public headers: it works in every build.
+#define QKV_SKIP_WITHOUT_CUDA()                                                                \
+  do {                                                                                         \
+    if (::qkv::cuda_device_count() == 0)                                                       \
+      GTEST_SKIP() << ::qkv::cuda_unavailable_reason() << "; this test needs a GPU (skipped)"; \
+  } while (0)
 
 namespace qkv::test {
 

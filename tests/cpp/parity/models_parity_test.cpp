@@ -1,6 +1,10 @@
 // The three models against PyTorch (tests/fixtures): logits to 1e-5, every parameter's gradient to 1e-4,
 // and the 50-step loss trajectory (same init, same batch, no dropout) within 1e-4 relative at every step.
+// Each case runs on the CPU (ParityModels) and, with the same tolerances, on CUDA (ParityModelsCuda: skipped
+// without a GPU). On CUDA the weights are loaded on the CPU and the model moved with to(), and it comes back
+// with to(Device::CPU) for the gradients to be read: the path a user's checkpoint takes.
 #include "parity/parity_util.h"
+#include "test_util.h"
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
 #include "qkv/seq2seq.h"
@@ -39,25 +43,39 @@ void expect_trajectory(const std::vector<double>& want, const std::function<floa
 // Model parity in three parts: logits, loss and gradients at the stored weights; then a fresh model from
 // the same weights follows PyTorch's 50 optimizer steps.
 template <class Model, class Config, class Logits, class ForwardBackward, class Step>
-void run_model_case(const std::string& name, const Config& config, Logits logits, ForwardBackward fb, Step step) {
-  SCOPED_TRACE(name);
+void run_model_case(Device device, const std::string& name, const Config& config, Logits logits, ForwardBackward fb,
+                    Step step) {
+  SCOPED_TRACE(name + (device == Device::CUDA ? " on cuda" : " on cpu"));
   const auto f = test::fixture(name);
   const OptimizerConfig opt = optimizer_of(f);
   {
     Model m(config, opt);
     test::load_params(m.parameters(), f);
+    m.to(device);
     test::expect_close("output.logits", logits(m, f), f.floats("output.logits"), kOutputTol);
     const float loss = fb(m, f);
     const double want = std::stod(f.metadata.at("loss"));
     EXPECT_LE(std::abs(loss - want) / std::abs(want), kOutputTol) << "loss: qkv " << loss << ", PyTorch " << want;
+    m.to(Device::CPU);
     test::expect_grads(m.parameters(), f, kGradTol);
   }
   Model m(config, opt);
   test::load_params(m.parameters(), f);
+  m.to(device);
   expect_trajectory(losses_of(f), [&] { return step(m, f); });
 }
 
-TEST(ParityModels, LanguageModelGptStyle) {
+// Each case as a function of the device, and its two tests.
+#define QKV_PARITY_CASE(name)                     \
+  void name(Device device);                       \
+  TEST(ParityModels, name) { name(Device::CPU); } \
+  TEST(ParityModelsCuda, name) {                  \
+    QKV_SKIP_WITHOUT_CUDA();                      \
+    name(Device::CUDA);                           \
+  }                                               \
+  void name(Device device)
+
+QKV_PARITY_CASE(LanguageModelGptStyle) {
   LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 64};
   c.activation = Activation::GELU;
   c.norm = NormPosition::Pre;
@@ -65,7 +83,7 @@ TEST(ParityModels, LanguageModelGptStyle) {
   c.tie_head = true;
   const auto shape = [](const SafetensorsFile& f) { return f.at("input.ids").shape; };
   run_model_case<LanguageModel>(
-      "lm_gpt", c,
+      device, "lm_gpt", c,
       [&](LanguageModel& m, const SafetensorsFile& f) {
         return m.logits(test::ids(f, "input.ids"), int(shape(f)[0]), int(shape(f)[1]));
       },
@@ -79,7 +97,7 @@ TEST(ParityModels, LanguageModelGptStyle) {
       });
 }
 
-TEST(ParityModels, Seq2SeqTranslationTutorial) {
+QKV_PARITY_CASE(Seq2SeqTranslationTutorial) {
   Seq2SeqConfig c{.src_vocab = 11,
                   .tgt_vocab = 12,
                   .context = 16,
@@ -103,7 +121,7 @@ TEST(ParityModels, Seq2SeqTranslationTutorial) {
                  int(f.at("input.src").shape[0]), int(f.at("input.src").shape[1]), int(f.at("input.tgt_in").shape[1])};
   };
   run_model_case<Seq2Seq>(
-      "seq2seq", c,
+      device, "seq2seq", c,
       [&](Seq2Seq& m, const SafetensorsFile& f) {
         const Batch b = batch(f);
         return m.logits(b.src, b.in, b.B, b.S, b.T);
@@ -118,10 +136,10 @@ TEST(ParityModels, Seq2SeqTranslationTutorial) {
       });
 }
 
-void run_classifier_case(const std::string& name, const ClassifierConfig& c) {
+void run_classifier_case(Device device, const std::string& name, const ClassifierConfig& c) {
   const auto shape = [](const SafetensorsFile& f) { return f.at("input.ids").shape; };
   run_model_case<Classifier>(
-      name, c,
+      device, name, c,
       [&](Classifier& m, const SafetensorsFile& f) {
         return m.logits(test::ids(f, "input.ids"), int(shape(f)[0]), int(shape(f)[1]));
       },
@@ -135,7 +153,7 @@ void run_classifier_case(const std::string& name, const ClassifierConfig& c) {
       });
 }
 
-TEST(ParityModels, ClassifierFirstTokenMlpHeadPostLn) {
+QKV_PARITY_CASE(ClassifierFirstTokenMlpHeadPostLn) {
   ClassifierConfig c{.vocab_size = 20, .context = 12, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 3};
   c.activation = Activation::ReLU;
   c.norm = NormPosition::Post;
@@ -143,10 +161,10 @@ TEST(ParityModels, ClassifierFirstTokenMlpHeadPostLn) {
   c.scale_embedding = true;
   c.pooling = Pooling::First;
   c.head = ClassifierHead::MLP;
-  run_classifier_case("classifier_first_mlp", c);
+  run_classifier_case(device, "classifier_first_mlp", c);
 }
 
-TEST(ParityModels, ClassifierMeanPoolLinearHeadPreLn) {
+QKV_PARITY_CASE(ClassifierMeanPoolLinearHeadPreLn) {
   ClassifierConfig c{.vocab_size = 20, .context = 12, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 3};
   c.activation = Activation::GELU;
   c.norm = NormPosition::Pre;
@@ -154,7 +172,7 @@ TEST(ParityModels, ClassifierMeanPoolLinearHeadPreLn) {
   c.scale_embedding = false;
   c.pooling = Pooling::Mean;
   c.head = ClassifierHead::Linear;
-  run_classifier_case("classifier_mean_linear", c);
+  run_classifier_case(device, "classifier_mean_linear", c);
 }
 
 }  // namespace

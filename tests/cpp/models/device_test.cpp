@@ -1,0 +1,232 @@
+// The three models on each device through the op boundary (ops/ops.h), judged against the CPU:
+//   - a model asked for CUDA where there is none is refused with the reason, and a model whose move fails stays
+//     where it was, whole (these run everywhere);
+//   - on a GPU (skipped without one, naming why): the same checkpoint gives the same logits within 1e-5
+//     (fp32), 50 training steps follow the CPU's losses within 1e-4 relative (no dropout), greedy generation
+//     and beam search give the same tokens, a checkpoint saved on the GPU is the same bytes as the CPU's, and
+//     bad input is refused before anything is launched, leaving the model usable.
+// The PyTorch parity cases run on CUDA too (parity/models_parity_test.cpp, ParityModelsCuda).
+#include "qkv/device.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "qkv/classifier.h"
+#include "qkv/language_model.h"
+#include "qkv/seq2seq.h"
+#include "test_util.h"
+
+namespace qkv {
+namespace {
+
+constexpr double kLogitTol = 1e-5, kLossTol = 1e-4;
+
+LanguageModelConfig lm_config() {
+  LanguageModelConfig c{.vocab_size = 17, .context = 12, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 48};
+  c.seed = 7;
+  return c;
+}
+
+Seq2SeqConfig seq2seq_config() {
+  Seq2SeqConfig c{.src_vocab = 13,
+                  .tgt_vocab = 15,
+                  .context = 12,
+                  .d_model = 32,
+                  .heads = 4,
+                  .encoder_layers = 2,
+                  .decoder_layers = 2,
+                  .d_ff = 48};
+  c.norm = NormPosition::Post;
+  c.activation = Activation::ReLU;
+  c.positions = Positions::Sinusoidal;
+  c.scale_embedding = true;
+  c.label_smoothing = 0.1f;
+  return c;
+}
+
+ClassifierConfig classifier_config(Pooling pooling) {
+  ClassifierConfig c{.vocab_size = 19, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 48, .classes = 3};
+  c.pooling = pooling;
+  c.head = pooling == Pooling::First ? ClassifierHead::MLP : ClassifierHead::Linear;
+  return c;
+}
+
+// Ids in [1, V) from a fixed seed (0 stays free as the padding id), with the last `pad` of each row padding.
+std::vector<int32_t> ids(int B, int T, int V, uint64_t seed, int pad = 0) {
+  std::vector<int32_t> out(static_cast<size_t>(B) * T);
+  uint64_t s = seed * 2654435761u + 1;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      out[static_cast<size_t>(b) * T + t] =
+          t >= T - pad && b % 2 == 1 ? 0 : 1 + static_cast<int32_t>((s >> 33) % (V - 1));
+    }
+  return out;
+}
+
+void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]) / std::max(1.0, std::abs(double(want[i])));
+    if (d > worst) worst = d, at = i;
+  }
+  EXPECT_LE(worst, tol) << what << "[" << at << "]: cuda " << got[at] << ", cpu " << want[at];
+}
+
+// ---- Everywhere: refusals ----
+
+TEST(ModelDevice, CudaWithoutAGpuIsRefusedWithTheReasonAndTheModelStaysOnTheCpu) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present: the refusal cannot be seen here";
+  const std::string why = cuda_unavailable_reason();
+  ASSERT_FALSE(why.empty());
+  for (const std::string& m :
+       {test::message_of([] { LanguageModel lm(lm_config(), {}, Device::CUDA); }),
+        test::message_of([] { Seq2Seq s(seq2seq_config(), {}, Device::CUDA); }),
+        test::message_of([] { Classifier c(classifier_config(Pooling::Mean), {}, Device::CUDA); })})
+    EXPECT_NE(m.find("device = cuda is unavailable: " + why), std::string::npos) << m;
+
+  // A failed move changes nothing: the model trains on exactly as its twin that was never asked to move.
+  LanguageModel lm(lm_config()), twin(lm_config());
+  const auto in = ids(2, 8, 17, 1), tg = ids(2, 8, 17, 2);
+  EXPECT_NE(test::message_of([&] { lm.to(Device::CUDA); }).find(why), std::string::npos);
+  EXPECT_EQ(lm.device(), Device::CPU);
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(lm.train_step(in, tg, 2, 8), twin.train_step(in, tg, 2, 8)) << "step " << s;
+}
+
+TEST(ModelDevice, ToTheDeviceItIsOnChangesNothing) {
+  LanguageModel lm(lm_config()), twin(lm_config());
+  const auto in = ids(2, 8, 17, 3), tg = ids(2, 8, 17, 4);
+  lm.train_step(in, tg, 2, 8);
+  twin.train_step(in, tg, 2, 8);
+  lm.to(Device::CPU);
+  EXPECT_EQ(lm.device(), Device::CPU);
+  EXPECT_EQ(lm.logits(in, 2, 8), twin.logits(in, 2, 8));
+  EXPECT_EQ(lm.save(), twin.save());
+}
+
+// ---- On a GPU ----
+
+// The same weights on both devices: a CPU model, and its checkpoint loaded and moved to CUDA.
+template <class Model>
+std::unique_ptr<Model> on_cuda(Model& cpu) {
+  auto m = Model::load(cpu.save());
+  m->to(Device::CUDA);
+  EXPECT_EQ(m->device(), Device::CUDA);
+  return m;
+}
+
+TEST(ModelDeviceCuda, LanguageModelLogitsTrainingAndGenerationFollowTheCpu) {
+  QKV_SKIP_WITHOUT_CUDA();
+  LanguageModel cpu(lm_config());
+  const auto gpu = on_cuda(cpu);
+  const int B = 3, T = 11;
+  const auto in = ids(B, T, 17, 5), tg = ids(B, T, 17, 6);
+  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), kLogitTol, "lm logits");
+  expect_near_all(gpu->attention(1), cpu.attention(1), kLogitTol, "lm attention weights");
+  const Metrics mc = cpu.evaluate(in, tg, B, T), mg = gpu->evaluate(in, tg, B, T);
+  EXPECT_NEAR(mg.loss, mc.loss, kLogitTol * mc.loss);
+  EXPECT_EQ(mg.accuracy, mc.accuracy);
+  for (int s = 0; s < 50; ++s) {
+    const float lc = cpu.train_step(in, tg, B, T), lg = gpu->train_step(in, tg, B, T);
+    ASSERT_LE(std::abs(lg - lc) / std::abs(lc), kLossTol) << "step " << s << ": cuda " << lg << ", cpu " << lc;
+  }
+  // Gradient accumulation: two halves with weight 1/2, then one step.
+  const auto in1 = ids(2, T, 17, 7), tg1 = ids(2, T, 17, 8);
+  for (LanguageModel* m : {&cpu, gpu.get()}) {
+    m->zero_grad();
+    m->accumulate(in1, tg1, 2, T, 0.5f);
+    m->accumulate(in, tg, B, T, 0.5f);
+    m->apply_gradients();
+  }
+  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), 1e-4, "lm logits after accumulation");
+  // Greedy generation with the KV cache, and without it: the same tokens as the CPU.
+  SamplingOptions o;
+  o.max_new_tokens = 20;
+  o.temperature = 0.f;
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
+  for (bool cache : {true, false}) {
+    o.use_cache = cache;
+    EXPECT_EQ(gpu->generate(prompt, o), cpu.generate(prompt, o)) << "use_cache " << cache;
+  }
+  // Back on the CPU, the GPU's training is in the weights: the same bytes up to rounding, same config.
+  gpu->to(Device::CPU);
+  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), 1e-4, "lm logits after the trip back");
+}
+
+TEST(ModelDeviceCuda, Seq2SeqLogitsTrainingAndBeamSearchFollowTheCpu) {
+  QKV_SKIP_WITHOUT_CUDA();
+  Seq2Seq cpu(seq2seq_config());
+  const auto gpu = on_cuda(cpu);
+  const int B = 4, S = 9, T = 7;
+  const auto src = ids(B, S, 13, 9, 3), tin = ids(B, T, 15, 10, 2), tout = ids(B, T, 15, 11, 2);
+  expect_near_all(gpu->logits(src, tin, B, S, T), cpu.logits(src, tin, B, S, T), kLogitTol, "seq2seq logits");
+  expect_near_all(gpu->attention(AttentionKind::Cross, 1), cpu.attention(AttentionKind::Cross, 1), kLogitTol,
+                  "cross-attention weights");
+  for (int s = 0; s < 50; ++s) {
+    const float lc = cpu.train_step(src, tin, tout, B, S, T), lg = gpu->train_step(src, tin, tout, B, S, T);
+    ASSERT_LE(std::abs(lg - lc) / std::abs(lc), kLossTol) << "step " << s << ": cuda " << lg << ", cpu " << lc;
+  }
+  for (int beam : {1, 3})
+    for (bool cache : {true, false}) {
+      DecodeOptions o;
+      o.bos = 1;
+      o.eos = 2;
+      o.max_len = 8;
+      o.beam_width = beam;
+      o.use_cache = cache;
+      const Decoded dc = cpu.generate(src, B, S, o), dg = gpu->generate(src, B, S, o);
+      EXPECT_EQ(dg.tokens, dc.tokens) << "beam " << beam << " use_cache " << cache;
+      EXPECT_EQ(dg.lengths, dc.lengths);
+    }
+}
+
+TEST(ModelDeviceCuda, ClassifierLogitsAndTrainingFollowTheCpuWithBothPoolings) {
+  QKV_SKIP_WITHOUT_CUDA();
+  for (Pooling pooling : {Pooling::First, Pooling::Mean}) {
+    SCOPED_TRACE(pooling == Pooling::First ? "first" : "mean");
+    Classifier cpu(classifier_config(pooling));
+    const auto gpu = on_cuda(cpu);
+    const int B = 5, T = 10;
+    const auto tok = ids(B, T, 19, 12, 4);
+    const std::vector<int32_t> labels = {0, 2, 1, 1, 0};
+    expect_near_all(gpu->logits(tok, B, T), cpu.logits(tok, B, T), kLogitTol, "classifier logits");
+    for (int s = 0; s < 50; ++s) {
+      const float lc = cpu.train_step(tok, labels, B, T), lg = gpu->train_step(tok, labels, B, T);
+      ASSERT_LE(std::abs(lg - lc) / std::abs(lc), kLossTol) << "step " << s << ": cuda " << lg << ", cpu " << lc;
+    }
+  }
+}
+
+TEST(ModelDeviceCuda, ACheckpointSavedOnTheGpuIsTheCpusBytes) {
+  QKV_SKIP_WITHOUT_CUDA();
+  LanguageModel cpu(lm_config());
+  cpu.train_step(ids(2, 8, 17, 13), ids(2, 8, 17, 14), 2, 8);  // moments that are not zero
+  const auto gpu = on_cuda(cpu);
+  EXPECT_EQ(gpu->save(), cpu.save());
+  EXPECT_EQ(gpu->save(false), cpu.save(false));
+}
+
+TEST(ModelDeviceCuda, BadInputIsRefusedBeforeAnyLaunchAndTheModelStaysUsable) {
+  QKV_SKIP_WITHOUT_CUDA();
+  LanguageModel cpu(lm_config());
+  const auto gpu = on_cuda(cpu);
+  auto bad = ids(2, 8, 17, 15);
+  bad[5] = 17;
+  const auto tg = ids(2, 8, 17, 16);
+  EXPECT_NE(test::message_of([&] { gpu->train_step(bad, tg, 2, 8); }).find("inputs[5] = 17 is out of range"),
+            std::string::npos);
+  EXPECT_NE(test::message_of([&] { gpu->logits(ids(2, 13, 17, 1), 2, 13); }).find("seq = 13 is invalid"),
+            std::string::npos);
+  EXPECT_NE(test::message_of([&] { (void)gpu->parameters(); }).find("call to(Device::CPU) first"), std::string::npos);
+  const auto in = ids(2, 8, 17, 17);
+  const float lc = cpu.train_step(in, tg, 2, 8), lg = gpu->train_step(in, tg, 2, 8);
+  EXPECT_LE(std::abs(lg - lc) / std::abs(lc), kLossTol);
+}
+
+}  // namespace
+}  // namespace qkv
