@@ -164,19 +164,10 @@ class LmTask final : public Task {
     model_->generate(ids, o, [&](int32_t t) { return on_text(tok_.decode(std::span<const int32_t>(&t, 1))); });
   }
 
-  int step() const override { return model_->step(); }
-  int skipped_steps() const override { return model_->skipped_steps(); }
-  bool last_step_skipped() const override { return model_->last_step_skipped(); }
-  void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
-  size_t num_parameters() const override { return model_->num_parameters(); }
-  void to(Device device) override { model_->to(device); }
-  void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
+  Model& model() const override { return *model_; }
   std::string config_json() const override { return to_json(model_->config()); }
 
  protected:
-  std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) override {
-    return model_->save(true, metadata);
-  }
   std::map<std::string, std::string> metadata() const override { return {{"qkv.tokenizer", tok_.to_json()}}; }
 
  private:
@@ -306,19 +297,10 @@ class Seq2SeqTask final : public RowTask {
     }
   }
 
-  int step() const override { return model_->step(); }
-  int skipped_steps() const override { return model_->skipped_steps(); }
-  bool last_step_skipped() const override { return model_->last_step_skipped(); }
-  void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
-  size_t num_parameters() const override { return model_->num_parameters(); }
-  void to(Device device) override { model_->to(device); }
-  void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
+  Model& model() const override { return *model_; }
   std::string config_json() const override { return to_json(model_->config()); }
 
  protected:
-  std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) override {
-    return model_->save(true, metadata);
-  }
   std::map<std::string, std::string> metadata() const override {
     return {{"qkv.tokenizer", src_tok_.to_json()}, {"qkv.tokenizer.target", tgt_tok_.to_json()}};
   }
@@ -382,19 +364,10 @@ class ClassifierTask final : public RowTask {
     });
   }
 
-  int step() const override { return model_->step(); }
-  int skipped_steps() const override { return model_->skipped_steps(); }
-  bool last_step_skipped() const override { return model_->last_step_skipped(); }
-  void set_non_finite(NonFinite policy) override { model_->set_non_finite(policy); }
-  size_t num_parameters() const override { return model_->num_parameters(); }
-  void to(Device device) override { model_->to(device); }
-  void set_learning_rate(float lr) override { model_->set_learning_rate(lr); }
+  Model& model() const override { return *model_; }
   std::string config_json() const override { return to_json(model_->config()); }
 
  protected:
-  std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) override {
-    return model_->save(true, metadata);
-  }
   std::map<std::string, std::string> metadata() const override {
     return {{"qkv.tokenizer", tok_.to_json()}, {"qkv.labels", json(labels_).dump()}};
   }
@@ -677,7 +650,7 @@ void Task::save(const std::string& path) {
   meta["qkv.train"] =
       json{{"seed", train.seed}, {"batch", train.batch}, {"steps", train.steps}, {"eval_every", train.eval_every}}
           .dump();
-  write_safetensors_atomic(path, model_bytes(meta));
+  write_safetensors_atomic(path, model().save(true, meta));
 }
 
 }  // namespace qkv::cli

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/model.h"
 #include "qkv/optimizer.h"
 #include "qkv/sampling.h"
 #include "qkv/tensor.h"
@@ -90,16 +91,18 @@ class Task {
   // Loss, accuracy and perplexity over the held-out split or the whole data, `batch` rows at a time and at
   // most max_batches batches (0: all). count is 0 when there is nothing to evaluate.
   virtual Metrics evaluate(bool held_out, int batch, int max_batches) = 0;
-  virtual int step() const = 0;  // optimizer steps taken
+  // The task's model, for what every model kind has (qkv/model.h).
+  virtual Model& model() const = 0;
+  int step() const { return model().step(); }  // optimizer steps taken
   // Steps skipped under NonFinite::Skip (each drew its batch, so a run's next batch is step() + this), and
   // whether the last train_step was one.
-  virtual int skipped_steps() const = 0;
-  virtual bool last_step_skipped() const = 0;
-  virtual void set_non_finite(NonFinite policy) = 0;
-  virtual size_t num_parameters() const = 0;
+  int skipped_steps() const { return model().skipped_steps(); }
+  bool last_step_skipped() const { return model().last_step_skipped(); }
+  void set_non_finite(NonFinite policy) { model().set_non_finite(policy); }
+  size_t num_parameters() const { return model().num_parameters(); }
   // Moves the model to `device` (qkv::Error naming why when it cannot be used).
-  virtual void to(Device device) = 0;
-  virtual void set_learning_rate(float lr) = 0;
+  void to(Device device) { model().to(device); }
+  void set_learning_rate(float lr) { model().set_learning_rate(lr); }
   virtual std::string config_json() const = 0;
   // Streams the text that follows `prompt` to on_text, a piece per token (on_text returns false to stop):
   // lm samples with `options` (stop_chars: characters that end generation); seq2seq decodes up to
@@ -116,8 +119,6 @@ class Task {
   std::string checkpoint_path;  // where the task was loaded from ("" for a new one), for messages
 
  protected:
-  // The model's checkpoint with these extra "__metadata__" keys (the core writes the header once).
-  virtual std::vector<uint8_t> model_bytes(const std::map<std::string, std::string>& metadata) = 0;
   virtual std::map<std::string, std::string> metadata() const = 0;
 };
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "qkv/memory.h"
+#include "qkv/model.h"
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
@@ -42,14 +43,12 @@ struct ClassifierConfig {
   int pad_id = 0;
 };
 
-class Classifier {
+class Classifier final : public Model {
  public:
   // `device`: where the model lives and computes (LanguageModel's constructor says more).
   explicit Classifier(const ClassifierConfig& config, const OptimizerConfig& optimizer = {},
                       Device device = Device::CPU);
-  ~Classifier();
-  Classifier(const Classifier&) = delete;
-  Classifier& operator=(const Classifier&) = delete;
+  ~Classifier() override;
 
   // tokens (batch, seq); labels (batch) in [0, classes). Returns the mean loss before the update.
   float train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
@@ -57,52 +56,25 @@ class Classifier {
   // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then
   // apply_gradients() takes one optimizer step (false when skipped). A non-finite loss or gradient norm
   // throws, or under NonFinite::Skip skips the step, as LanguageModel::train_step and apply_gradients.
-  void zero_grad();
   float accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,
                    float weight = 1.f);
-  bool apply_gradients();
   Metrics evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   // Logits (batch, classes).
   std::vector<float> logits(std::span<const int32_t> tokens, int batch, int seq);
   // Attention weights (B, H, T, T) of one encoder layer from the last forward.
   std::vector<float> attention(int layer) const;
 
-  // The model's device, and a move to another (LanguageModel::to says more).
-  Device device() const;
-  void to(Device device);
   const ClassifierConfig& config() const;
-  const OptimizerConfig& optimizer() const;
-  void set_training(bool training);
-  void set_learning_rate(float lr);
-  void set_non_finite(NonFinite policy);  // as LanguageModel::set_non_finite
-  size_t num_parameters() const;
-  // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
-  MemoryUsage memory() const;
-  int step() const;
-  int skipped_steps() const;       // as LanguageModel::skipped_steps
-  bool last_step_skipped() const;  // as LanguageModel::last_step_skipped
-  std::vector<ParameterView> parameters();
 
-  // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
-  // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
-  // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
-  // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
-  // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
-  // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-  // "qkv.crc32", "format") is refused with qkv::Error naming it.
-  std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
-  void save_file(const std::string& path, bool with_optimizer = true,
-                 const std::map<std::string, std::string>& metadata = {});
   static std::unique_ptr<Classifier> load(std::span<const uint8_t> bytes);
   static std::unique_ptr<Classifier> load_file(const std::string& path);
-  // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
-  // naming the field) and nothing changes on error.
-  void load_state(std::span<const uint8_t> bytes);
-  // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
-  // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.
-  void load_weights(std::span<const uint8_t> bytes);
 
  private:
+  models::ModelCore& core() override;
+  const char* kind() const override;
+  std::string config_json() const override;
+  void reset(bool moved) override;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

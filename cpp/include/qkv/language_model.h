@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qkv/memory.h"
+#include "qkv/model.h"
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
@@ -44,15 +45,13 @@ struct LanguageModelConfig {
   bool tie_head = true;  // logits = x wte^T; otherwise an lm_head.weight (V, C)
 };
 
-class LanguageModel {
+class LanguageModel final : public Model {
  public:
   // Throws qkv::Error naming the field when the configuration is invalid, or when `device` is unavailable
   // (Device::CUDA without a GPU: the message gives cuda_unavailable_reason()).
   explicit LanguageModel(const LanguageModelConfig& config, const OptimizerConfig& optimizer = {},
                          Device device = Device::CPU);
-  ~LanguageModel();
-  LanguageModel(const LanguageModel&) = delete;
-  LanguageModel& operator=(const LanguageModel&) = delete;
+  ~LanguageModel() override;
 
   // One optimisation step on a batch: inputs and targets are (batch, seq) token ids, row-major.
   // Returns the mean cross-entropy before the update. Throws qkv::Error on bad input. When the loss or
@@ -66,10 +65,8 @@ class LanguageModel {
   // zero_grad()); apply_gradients() then takes one optimizer step and returns true, or false when it was
   // skipped under NonFinite::Skip. Under Skip, a micro-batch whose loss is not finite returns that loss
   // without adding to the gradients, and the apply_gradients() that follows skips the whole step.
-  void zero_grad();
   float accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
                    float weight = 1.f);
-  bool apply_gradients();
 
   // Loss, next-token accuracy and perplexity of a batch, without updating anything (dropout off).
   Metrics evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
@@ -115,54 +112,19 @@ class LanguageModel {
   class Generation;
   Generation start_generation(std::span<const int32_t> prompt, const SamplingOptions& options);
 
-  // The device the model lives and computes on. to() moves weights, gradients and Adam moments there (through
-  // the host); the activations are planned again at the next call and a paused Generation starts its cache over.
-  // Checkpoints are the same bytes whatever the device. On failure (no GPU, out of memory) nothing moves.
-  Device device() const;
-  void to(Device device);
-
   const LanguageModelConfig& config() const;
-  const OptimizerConfig& optimizer() const;
-  void set_learning_rate(float lr);
-  // Changes OptimizerConfig::non_finite from now on (e.g. to resume with Skip a run that stopped on a NaN).
-  void set_non_finite(NonFinite policy);
-  // Training mode (dropout on) is the default; eval mode turns dropout off everywhere.
-  void set_training(bool training);
-  size_t num_parameters() const;
-  // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
-  MemoryUsage memory() const;
-  int step() const;  // optimizer steps taken
-  // Steps skipped under NonFinite::Skip (not counted in step(); saved in checkpoints with the optimizer
-  // state), and whether the last optimizer step (train_step or apply_gradients) was one of them.
-  int skipped_steps() const;
-  bool last_step_skipped() const;
 
-  // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name. The spans are
-  // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first.
-  std::vector<ParameterView> parameters();
-
-  // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
-  // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
-  // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
-  // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
-  // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
-  // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-  // "qkv.crc32", "format") is refused with qkv::Error naming it.
-  std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
-  void save_file(const std::string& path, bool with_optimizer = true,
-                 const std::map<std::string, std::string>& metadata = {});
   static std::unique_ptr<LanguageModel> load(std::span<const uint8_t> bytes);
   static std::unique_ptr<LanguageModel> load_file(const std::string& path);
-  // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
-  // naming the field) and nothing changes on error.
-  void load_state(std::span<const uint8_t> bytes);
-  // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
-  // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.
-  void load_weights(std::span<const uint8_t> bytes);
   // Forward + backward without the optimizer step (gradients are zeroed first); returns the loss.
   float forward_backward(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
 
  private:
+  models::ModelCore& core() override;
+  const char* kind() const override;
+  std::string config_json() const override;
+  void reset(bool moved) override;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "qkv/memory.h"
+#include "qkv/model.h"
 #include "qkv/optimizer.h"
 #include "qkv/options.h"
 #include "qkv/parameter.h"
@@ -63,13 +64,11 @@ struct Decoded {
   std::vector<int32_t> lengths;  // (batch): its length in tokens, eos included
 };
 
-class Seq2Seq {
+class Seq2Seq final : public Model {
  public:
   // `device`: where the model lives and computes (LanguageModel's constructor says more).
   explicit Seq2Seq(const Seq2SeqConfig& config, const OptimizerConfig& optimizer = {}, Device device = Device::CPU);
-  ~Seq2Seq();
-  Seq2Seq(const Seq2Seq&) = delete;
-  Seq2Seq& operator=(const Seq2Seq&) = delete;
+  ~Seq2Seq() override;
 
   // src (batch, src_len); tgt_in and tgt_out (batch, tgt_len): the target shifted right (starting with bos)
   // and the target itself. Returns the mean loss over non-pad target positions, before the update.
@@ -80,10 +79,8 @@ class Seq2Seq {
   // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then
   // apply_gradients() takes one optimizer step (false when skipped). A non-finite loss or gradient norm
   // throws, or under NonFinite::Skip skips the step, as LanguageModel::train_step and apply_gradients.
-  void zero_grad();
   float accumulate(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
                    int batch, int src_len, int tgt_len, float weight = 1.f);
-  bool apply_gradients();
   Metrics evaluate(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
                    int batch, int src_len, int tgt_len);
   // Logits (batch, tgt_len, tgt_vocab).
@@ -98,42 +95,17 @@ class Seq2Seq {
   // Attention weights (B, H, Tq, Tk) of one layer from the last forward.
   std::vector<float> attention(AttentionKind kind, int layer) const;
 
-  // The model's device, and a move to another (LanguageModel::to says more).
-  Device device() const;
-  void to(Device device);
   const Seq2SeqConfig& config() const;
-  const OptimizerConfig& optimizer() const;
-  void set_training(bool training);
-  void set_learning_rate(float lr);
-  void set_non_finite(NonFinite policy);  // as LanguageModel::set_non_finite
-  size_t num_parameters() const;
-  // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
-  MemoryUsage memory() const;
-  int step() const;
-  int skipped_steps() const;       // as LanguageModel::skipped_steps
-  bool last_step_skipped() const;  // as LanguageModel::last_step_skipped
-  std::vector<ParameterView> parameters();
 
-  // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
-  // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
-  // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
-  // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
-  // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
-  // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-  // "qkv.crc32", "format") is refused with qkv::Error naming it.
-  std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
-  void save_file(const std::string& path, bool with_optimizer = true,
-                 const std::map<std::string, std::string>& metadata = {});
   static std::unique_ptr<Seq2Seq> load(std::span<const uint8_t> bytes);
   static std::unique_ptr<Seq2Seq> load_file(const std::string& path);
-  // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
-  // naming the field) and nothing changes on error.
-  void load_state(std::span<const uint8_t> bytes);
-  // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
-  // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.
-  void load_weights(std::span<const uint8_t> bytes);
 
  private:
+  models::ModelCore& core() override;
+  const char* kind() const override;
+  std::string config_json() const override;
+  void reset(bool moved) override;
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -70,11 +70,6 @@ struct Classifier::Impl {
 
   ops::Backend& ops() { return core.ops(); }
 
-  void to(Device device) {
-    core.to(ops::backend(device));
-    B_cap = T_cap = 0;
-  }
-
   void ensure_capacity(int B, int T) {
     if (B <= B_cap && T <= T_cap) return;
     B_cap = std::max(B, B_cap);
@@ -219,26 +214,7 @@ std::vector<float> Classifier::attention(int layer) const {
 }
 
 const ClassifierConfig& Classifier::config() const { return impl_->config; }
-const OptimizerConfig& Classifier::optimizer() const { return impl_->core.optimizer.config(); }
-void Classifier::set_training(bool training) { impl_->core.training = training; }
-void Classifier::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
-size_t Classifier::num_parameters() const { return impl_->core.num_parameters(); }
-MemoryUsage Classifier::memory() const { return impl_->core.memory(); }
-int Classifier::step() const { return impl_->core.optimizer.steps(); }
-int Classifier::skipped_steps() const { return impl_->core.optimizer.skipped(); }
-bool Classifier::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
-void Classifier::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
-std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params, "Classifier"); }
-Device Classifier::device() const { return impl_->core.device(); }
-void Classifier::to(Device device) { impl_->to(device); }
 
-std::vector<uint8_t> Classifier::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
-  return io::save_checkpoint(impl_->core, "classifier", to_json(impl_->config), with_optimizer, metadata);
-}
-void Classifier::save_file(const std::string& path, bool with_optimizer,
-                           const std::map<std::string, std::string>& metadata) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
-}
 std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
   auto m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
@@ -248,21 +224,19 @@ std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
 std::unique_ptr<Classifier> Classifier::load_file(const std::string& path) {
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
-void Classifier::load_state(std::span<const uint8_t> bytes) {
-  const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
-  io::check_same_config(to_json(impl_->config), c.config_json);
-  io::restore_checkpoint(impl_->core, c);
-}
 
-void Classifier::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
-
-void Classifier::zero_grad() { impl_->core.zero_grad(); }
 float Classifier::accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,
                              float weight) {
   check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
   impl_->load(tokens, &labels, batch, seq);
   return impl_->forward_backward(batch, seq, weight);
 }
-bool Classifier::apply_gradients() { return impl_->core.apply_gradients(); }
+
+models::ModelCore& Classifier::core() { return impl_->core; }
+const char* Classifier::kind() const { return "classifier"; }
+std::string Classifier::config_json() const { return to_json(impl_->config); }
+void Classifier::reset(bool moved) {
+  if (moved) impl_->B_cap = impl_->T_cap = 0;
+}
 
 }  // namespace qkv

@@ -70,13 +70,6 @@ struct LanguageModel::Impl {
 
   ops::Backend& ops() { return core.ops(); }
 
-  // Moves the model; every workspace span and the caches are planned again for the new device.
-  void to(Device device) {
-    core.to(ops::backend(device));
-    B_cap = T_cap = 0;
-    caches_owner = 0;
-  }
-
   const float* head_weight() const { return lm_head ? lm_head->value.data() : embedding.token_weight().value.data(); }
   float* head_grad() { return lm_head ? lm_head->grad.data() : embedding.token_weight().grad.data(); }
 
@@ -183,15 +176,11 @@ float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const
   return impl_->core.train_step([&] { return impl_->accumulate(inputs, targets, batch, seq, 1.f); });
 }
 
-void LanguageModel::zero_grad() { impl_->core.zero_grad(); }
-
 float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
                                 float weight) {
   check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
   return impl_->accumulate(inputs, targets, batch, seq, weight);
 }
-
-bool LanguageModel::apply_gradients() { return impl_->core.apply_gradients(); }
 
 Metrics LanguageModel::evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
   Impl& m = *impl_;
@@ -373,27 +362,8 @@ std::optional<int32_t> LanguageModel::Generation::next() {
   return token;
 }
 
-Device LanguageModel::device() const { return impl_->core.device(); }
-void LanguageModel::to(Device device) { impl_->to(device); }
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
-const OptimizerConfig& LanguageModel::optimizer() const { return impl_->core.optimizer.config(); }
-int LanguageModel::step() const { return impl_->core.optimizer.steps(); }
-int LanguageModel::skipped_steps() const { return impl_->core.optimizer.skipped(); }
-bool LanguageModel::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
-void LanguageModel::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
-void LanguageModel::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
-void LanguageModel::set_training(bool training) { impl_->core.training = training; }
-size_t LanguageModel::num_parameters() const { return impl_->core.num_parameters(); }
-MemoryUsage LanguageModel::memory() const { return impl_->core.memory(); }
-std::vector<ParameterView> LanguageModel::parameters() { return models::views_of(impl_->core.params, "LanguageModel"); }
 
-std::vector<uint8_t> LanguageModel::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
-  return io::save_checkpoint(impl_->core, "language_model", to_json(impl_->config), with_optimizer, metadata);
-}
-void LanguageModel::save_file(const std::string& path, bool with_optimizer,
-                              const std::map<std::string, std::string>& metadata) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
-}
 std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
   auto m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
@@ -403,16 +373,13 @@ std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> byte
 std::unique_ptr<LanguageModel> LanguageModel::load_file(const std::string& path) {
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
-void LanguageModel::load_state(std::span<const uint8_t> bytes) {
-  const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
-  io::check_same_config(to_json(impl_->config), c.config_json);
-  io::restore_checkpoint(impl_->core, c);
-  impl_->caches_owner = 0;  // keys and values of the old weights
-}
 
-void LanguageModel::load_weights(std::span<const uint8_t> bytes) {
-  io::restore_weights(impl_->core, bytes);
-  impl_->caches_owner = 0;  // keys and values of the old weights
+models::ModelCore& LanguageModel::core() { return impl_->core; }
+const char* LanguageModel::kind() const { return "language_model"; }
+std::string LanguageModel::config_json() const { return to_json(impl_->config); }
+void LanguageModel::reset(bool moved) {
+  if (moved) impl_->B_cap = impl_->T_cap = 0;
+  impl_->caches_owner = 0;  // keys and values of the old weights, or of the old device
 }
 
 }  // namespace qkv

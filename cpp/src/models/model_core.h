@@ -134,7 +134,7 @@ struct ModelCore {
   }
   std::vector<uint8_t> pad_staging;
 
-  size_t num_parameters() {
+  size_t num_parameters() const {
     size_t n = 0;
     for (const nn::Param& p : params.all()) n += p.numel;
     return n;

@@ -73,11 +73,6 @@ struct Seq2Seq::Impl {
 
   ops::Backend& ops() { return core.ops(); }
 
-  void to(Device device) {
-    core.to(ops::backend(device));
-    B_cap = S_cap = T_cap = 0;
-  }
-
   void ensure_capacity(int B, int S, int T) {
     if (B <= B_cap && S <= S_cap && T <= T_cap) return;
     B_cap = std::max(B, B_cap);
@@ -329,26 +324,7 @@ std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {
 }
 
 const Seq2SeqConfig& Seq2Seq::config() const { return impl_->config; }
-const OptimizerConfig& Seq2Seq::optimizer() const { return impl_->core.optimizer.config(); }
-void Seq2Seq::set_training(bool training) { impl_->core.training = training; }
-void Seq2Seq::set_learning_rate(float lr) { impl_->core.optimizer.set_learning_rate(lr); }
-size_t Seq2Seq::num_parameters() const { return impl_->core.num_parameters(); }
-MemoryUsage Seq2Seq::memory() const { return impl_->core.memory(); }
-int Seq2Seq::step() const { return impl_->core.optimizer.steps(); }
-int Seq2Seq::skipped_steps() const { return impl_->core.optimizer.skipped(); }
-bool Seq2Seq::last_step_skipped() const { return impl_->core.optimizer.last_skipped(); }
-void Seq2Seq::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_finite(policy); }
-std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params, "Seq2Seq"); }
-Device Seq2Seq::device() const { return impl_->core.device(); }
-void Seq2Seq::to(Device device) { impl_->to(device); }
 
-std::vector<uint8_t> Seq2Seq::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
-  return io::save_checkpoint(impl_->core, "seq2seq", to_json(impl_->config), with_optimizer, metadata);
-}
-void Seq2Seq::save_file(const std::string& path, bool with_optimizer,
-                        const std::map<std::string, std::string>& metadata) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
-}
 std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
   auto m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
@@ -358,21 +334,19 @@ std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
 std::unique_ptr<Seq2Seq> Seq2Seq::load_file(const std::string& path) {
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
-void Seq2Seq::load_state(std::span<const uint8_t> bytes) {
-  const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
-  io::check_same_config(to_json(impl_->config), c.config_json);
-  io::restore_checkpoint(impl_->core, c);
-}
 
-void Seq2Seq::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes); }
-
-void Seq2Seq::zero_grad() { impl_->core.zero_grad(); }
 float Seq2Seq::accumulate(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                           std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len, float weight) {
   check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");
   impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
   return impl_->forward_backward(batch, src_len, tgt_len, weight);
 }
-bool Seq2Seq::apply_gradients() { return impl_->core.apply_gradients(); }
+
+models::ModelCore& Seq2Seq::core() { return impl_->core; }
+const char* Seq2Seq::kind() const { return "seq2seq"; }
+std::string Seq2Seq::config_json() const { return to_json(impl_->config); }
+void Seq2Seq::reset(bool moved) {
+  if (moved) impl_->B_cap = impl_->S_cap = impl_->T_cap = 0;
+}
 
 }  // namespace qkv

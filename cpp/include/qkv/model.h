@@ -1,0 +1,91 @@
+#pragma once
+// Model: what LanguageModel, Seq2Seq and Classifier share — the device they live on, the optimizer's state and
+// settings, gradient accumulation's zero and apply, the parameters, checkpoints. Each model adds its own
+// training, evaluation and generation calls (their inputs differ) and its own static load().
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qkv/memory.h"
+#include "qkv/optimizer.h"
+#include "qkv/parameter.h"
+#include "qkv/tensor.h"
+
+namespace qkv {
+
+namespace models {
+struct ModelCore;
+}
+
+class Model {
+ public:
+  virtual ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // The device the model lives and computes on: weights, gradients, Adam moments and activations are there.
+  // to() moves them (through the host); the activations are planned again at the next call, and a paused
+  // generation starts its KV cache over. Checkpoints are the same bytes whatever the device. On failure (no GPU:
+  // the message gives cuda_unavailable_reason(); out of memory) nothing moves.
+  Device device() const;
+  void to(Device device);
+
+  const OptimizerConfig& optimizer() const;
+  void set_learning_rate(float lr);
+  // Changes OptimizerConfig::non_finite from now on (e.g. to resume with Skip a run that stopped on a NaN).
+  void set_non_finite(NonFinite policy);
+  // Training mode (dropout on) is the default; eval mode turns dropout off everywhere.
+  void set_training(bool training);
+  size_t num_parameters() const;
+  // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
+  MemoryUsage memory() const;
+  int step() const;  // optimizer steps taken
+  // Steps skipped under NonFinite::Skip (not counted in step(); saved in checkpoints with the optimizer
+  // state), and whether the last optimizer step (train_step or apply_gradients) was one of them.
+  int skipped_steps() const;
+  bool last_step_skipped() const;
+
+  // Gradient accumulation: zero_grad(), then each model's accumulate() adds weight * d(mean loss) per batch,
+  // then apply_gradients() takes one optimizer step and returns true, or false when it was skipped under
+  // NonFinite::Skip (a micro-batch's loss or the gradient norm was not finite).
+  void zero_grad();
+  bool apply_gradients();
+
+  // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name. The spans are
+  // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first.
+  std::vector<ParameterView> parameters();
+
+  // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
+  // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.
+  // save_file writes a temporary file and renames it into place: a failed save never damages an existing file.
+  // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
+  // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
+  // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
+  // "qkv.crc32", "format") is refused with qkv::Error naming it.
+  std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
+  void save_file(const std::string& path, bool with_optimizer = true,
+                 const std::map<std::string, std::string>& metadata = {});
+  // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
+  // naming the field) and nothing changes on error.
+  void load_state(std::span<const uint8_t> bytes);
+  // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
+  // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.
+  void load_weights(std::span<const uint8_t> bytes);
+
+ protected:
+  Model() = default;
+
+  // What the shared calls work on, from the derived model.
+  virtual models::ModelCore& core() = 0;
+  const models::ModelCore& core() const { return const_cast<Model*>(this)->core(); }
+  virtual const char* kind() const = 0;         // "language_model", "seq2seq", "classifier"
+  virtual std::string config_json() const = 0;  // the config as checkpoints store it
+  // After new weights (moved = false: KV caches) or a move to another device (moved = true: workspace plans
+  // too): forget what depends on them.
+  virtual void reset(bool moved) = 0;
+};
+
+}  // namespace qkv
