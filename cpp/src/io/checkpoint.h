@@ -38,9 +38,11 @@ Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind);
 // must be present with its shape and no unknown tensor may be left over; on any error nothing is changed.
 void restore_checkpoint(models::ModelCore& core, const Checkpoint& checkpoint);
 
-// Copies weights by name from any safetensors file (e.g. a PyTorch state dict saved with qkv's names);
-// the optimizer state is left alone. Same checks as restore_checkpoint; Adam moments in the file are ignored.
-void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes);
+// Copies weights from any safetensors file: a qkv checkpoint, a state dict in qkv's names, or one in the
+// names of the PyTorch code that trained it (io/import.h maps them; `config_json` is the model's config,
+// for its heads). The optimizer state is left alone. Same checks as restore_checkpoint, every problem named
+// at once; Adam moments in the file are ignored.
+void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, const std::string& config_json);
 
 // qkv::Error naming the first field where a checkpoint's config differs from the model's.
 void check_same_config(const std::string& model_json, const std::string& checkpoint_json);

@@ -380,7 +380,7 @@ void LanguageModel::load_state(std::span<const uint8_t> bytes) {
 }
 
 void LanguageModel::load_weights(std::span<const uint8_t> bytes) {
-  io::restore_weights(impl_->core, bytes);
+  io::restore_weights(impl_->core, bytes, to_json(impl_->config));
   impl_->caches_owner = 0;  // keys and values of the old weights
 }
 
