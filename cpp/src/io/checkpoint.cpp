@@ -68,8 +68,21 @@ Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
   verify_checksums(c.file);
   const auto& meta = c.file.metadata;
   const auto it = meta.find("qkv.model");
-  check(it != meta.end(), "checkpoint: the file has no \"qkv.model\" metadata: expected a qkv checkpoint of a ", kind,
-        " (a plain safetensors file of weights can be loaded with load_weights)");
+  if (it == meta.end()) {
+    // A state dict as PyTorch saved it: its config is what its shapes and format fix.
+    std::string format;
+    try {
+      format = detect_format(c.file);
+    } catch (const Error&) {
+    }
+    check(!format.empty() && format != "qkv", "checkpoint: the file has no \"qkv.model\" metadata: expected a qkv ",
+          "checkpoint of a ", kind, " (a plain safetensors file of weights can be loaded with load_weights)");
+    std::string of;
+    c.config_json = imported_config(c.file, format, of);
+    check(of == kind, "checkpoint: the file is a ", format, " state dict of a ", of, ", expected a ", kind);
+    c.format = format;
+    return c;
+  }
   check(it->second == kind, "checkpoint: the file holds a ", it->second, ", expected a ", kind);
   for (const char* key : {"qkv.config", "qkv.optimizer", "qkv.step"})
     check(meta.count(key), "checkpoint: the metadata has no \"", key, "\"");
@@ -156,7 +169,14 @@ std::vector<Target> targets_of(models::ModelCore& core) {
 }  // namespace
 
 void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
-  restore(core, c.file, c.has_optimizer_state);
+  if (c.format != "qkv") {
+    // heads: seed 004's, which its config holds; the other formats' mappings do not use them.
+    const std::vector<Target> targets = targets_of(core);
+    const auto config = nlohmann::json::parse(c.config_json);
+    restore(core, map_weights(c.file, c.format, kind_of(targets), targets, config.value("heads", 0)), false);
+  } else {
+    restore(core, c.file, c.has_optimizer_state);
+  }
   core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
   core.optimizer.set_skipped(c.has_optimizer_state ? c.skipped : 0);
   core.passes = c.passes;
@@ -194,8 +214,10 @@ void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, co
 
 void check_same_config(const std::string& model_json, const std::string& checkpoint_json) {
   const auto a = nlohmann::json::parse(model_json), b = nlohmann::json::parse(checkpoint_json);
+  const bool imported = !b.contains("seed");  // a foreign state dict's config: only what it fixes (above)
   for (const auto& [key, value] : a.items()) {
     if (key == "seed" || key == "dropout") continue;  // neither changes the weights' meaning
+    if (imported && !b.contains(key)) continue;
     check(b.contains(key) && b.at(key) == value, "checkpoint: config field \"", key, "\" is ",
           b.contains(key) ? b.at(key).dump() : std::string("missing"), " in the checkpoint but ", value.dump(),
           " in this model");

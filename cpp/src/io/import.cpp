@@ -454,22 +454,26 @@ struct Shapes {
   }
 };
 
-int heads_or(const ImportOptions& o, const std::string& format) {
+// partial: for load_state, where the model's config supplies what the file cannot: 0, dropped later.
+int heads_or(const ImportOptions& o, const std::string& format, bool partial) {
+  if (partial) return 0;
   check(o.heads > 0, "import: heads = ", o.heads, ": a ", format,
         " file's shapes cannot tell the number of attention heads; give it (qkv import --heads N, "
         "ImportOptions::heads)");
   return o.heads;
 }
 
-int64_t context_or(const ImportOptions& o, int64_t from_file, const std::string& format) {
+int64_t context_or(const ImportOptions& o, int64_t from_file, const std::string& format, bool partial) {
   if (o.context > 0) return o.context;
+  if (partial) return from_file;
   check(from_file > 0, "import: context = 0: a ", format,
         " file without a position table cannot tell the longest sequence; give it (qkv import --context N, "
         "ImportOptions::context)");
   return from_file;
 }
 
-json config_of(const std::string& format, const Shapes& s, const ImportOptions& o, std::string& kind) {
+json config_of(const std::string& format, const Shapes& s, const ImportOptions& o, std::string& kind,
+               bool partial = false) {
   json c;
   const std::string act = o.activation.empty() ? (format == "nanogpt" ? "gelu" : "relu") : o.activation;
   const std::string norm = o.norm.empty() ? (format == "nanogpt" ? "pre" : "post") : o.norm;
@@ -480,9 +484,10 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
     kind = "language_model";
     const int64_t C = s.dim_any({"transformer.wte.weight", "lm_head.weight"}, 1);
     c["vocab_size"] = s.dim_any({"transformer.wte.weight", "lm_head.weight"}, 0);
-    c["context"] = context_or(o, s.has("transformer.wpe.weight") ? s.dim("transformer.wpe.weight", 0) : 0, format);
+    c["context"] =
+        context_or(o, s.has("transformer.wpe.weight") ? s.dim("transformer.wpe.weight", 0) : 0, format, partial);
     c["d_model"] = C;
-    c["heads"] = heads_or(o, format);
+    c["heads"] = heads_or(o, format, partial);
     c["layers"] = s.count("transformer.h.");
     c["d_ff"] = s.dim("transformer.h.0.mlp.c_fc.weight", 0);
     c["bias"] = s.has("transformer.h.0.attn.c_attn.bias");
@@ -499,8 +504,8 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
     const std::string emb = s3 ? "encoder.embedding.embedding.weight" : "encoder.embedding.weight";
     c["vocab_size"] = s.dim(emb, 0);
     c["d_model"] = s.dim(emb, 1);
-    c["context"] = context_or(o, s.position_rows(), format);
-    c["heads"] = heads_or(o, format);
+    c["context"] = context_or(o, s.position_rows(), format, partial);
+    c["heads"] = heads_or(o, format, partial);
     c["layers"] = s.count("encoder.layers.");
     c["d_ff"] = s.dim("encoder.layers.0.ff.net.0.weight", 0);
     const bool mlp = s.has("classifier.0.weight");
@@ -534,8 +539,8 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
       c["d_ff"] = s.dim("encoder.layers.0.feed_forward.0.weight", 0);
       c["positions"] = "learned";
     } else {
-      c["heads"] = heads_or(o, format);
-      c["context"] = context_or(o, s.position_rows(), format);
+      c["heads"] = heads_or(o, format, partial);
+      c["context"] = context_or(o, s.position_rows(), format, partial);
       c["d_ff"] = s.dim("encoder_layers.0.feed_forward.fc1.weight", 0);
       c["positions"] = "sinusoidal";
     }
@@ -551,7 +556,7 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
   const std::string layer0 = seq2seq || classifier ? (s.count("encoder.layers.") ? "encoder.layers.0." : "layers.0.")
                                                    : (s.count("layers.") ? "layers.0." : "encoder.layers.0.");
   c["d_model"] = s.dim(layer0 + "self_attn.in_proj_weight", 1);
-  c["heads"] = heads_or(o, format);
+  c["heads"] = heads_or(o, format, partial);
   c["d_ff"] = s.dim(layer0 + "linear1.weight", 0);
   c["bias"] = s.has(layer0 + "self_attn.in_proj_bias");
   const auto tok = [](const std::string& p) {
@@ -559,7 +564,7 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
   };
   const std::string pos = seq2seq ? "src_pos_emb.weight" : "pos_emb.weight";
   c["positions"] = s.has(pos) ? "learned" : "sinusoidal";
-  c["context"] = context_or(o, s.has(pos) ? s.dim(pos, 0) : s.position_rows(), format);
+  c["context"] = context_or(o, s.has(pos) ? s.dim(pos, 0) : s.position_rows(), format, partial);
   if (seq2seq) {
     c["src_vocab"] = s.dim_any(tok("src_tok_emb"), 0);
     c["tgt_vocab"] = s.dim_any(tok("tgt_tok_emb"), 0);
@@ -586,6 +591,29 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
   }
   return c;
 }
+
+}  // namespace
+
+namespace io {
+
+std::string imported_config(const SafetensorsFile& file, const std::string& format, std::string& kind) {
+  const Shapes s{source_of(file, format)};
+  json c = config_of(format, s, ImportOptions{}, kind, true);
+  // Keep what the file and its format fix; leave out what the model's config must supply.
+  if (format != "seed004") c.erase("heads");
+  if (c.value("positions", "") != "learned" || format == "torch" || format == "qkv") c.erase("context");
+  c.erase("dropout");
+  c.erase("pad_id");
+  // d_ff 0 means 4 * d_model in a model's config: the same width either way (the shapes check it).
+  if (c.contains("d_ff") && c.contains("d_model") && c["d_ff"] == 4 * c["d_model"].get<int64_t>()) c.erase("d_ff");
+  if (format == "torch" || format == "qkv")
+    for (const char* k : {"activation", "norm", "scale_embedding", "pooling"}) c.erase(k);
+  return c.dump();
+}
+
+}  // namespace io
+
+namespace {
 
 template <class Model>
 std::vector<io::Target> targets_of(Model& m) {

@@ -30,6 +30,12 @@ std::string detect_format(const SafetensorsFile& file);
 SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& format, const std::string& kind,
                             const std::vector<Target>& targets, int heads, std::vector<std::string>* notes = nullptr);
 
+// The config a foreign state dict fixes (load_state checks it against the model's): its shapes, and the
+// choices its format makes (seed 004's heads, nanoGPT's pre-LN GELU, ...); what neither tells (most formats'
+// heads, nn.Transformer's activation) is left out, and no "seed" is written (check_same_config then checks
+// only the fields present). `kind` gets the model kind the file is a state dict of.
+std::string imported_config(const SafetensorsFile& file, const std::string& format, std::string& kind);
+
 // The model kind whose parameters these are (seq2seq: "generator.weight"; classifier: "classifier..."),
 // for load_weights, which knows the model's parameters but not its class.
 std::string kind_of(const std::vector<Target>& targets);

@@ -161,3 +161,41 @@ TEST(Import, DetectsEachFormat) {
 
 }  // namespace
 }  // namespace qkv
+
+namespace qkv {
+namespace {
+
+// load_state and load take a foreign state dict too: its config is what its shapes and format fix (seed 004:
+// everything, so load() builds the model), checked against the model's; what they cannot tell comes from it.
+TEST(Import, LoadStateTakesAForeignStateDict) {
+  const auto s4 = io::read_file(fixture("seed004_transformer"));
+  const auto loaded = Seq2Seq::load(s4);
+  EXPECT_EQ(loaded->config().heads, 4);
+  EXPECT_FALSE(loaded->config().final_norm);
+  Seq2Seq m(seed004_config());
+  m.load_state(s4);
+  const std::vector<int32_t> src = {1, 2, 3, 4}, tgt = {1, 5, 6};
+  EXPECT_EQ(m.logits(src, tgt, 1, 4, 3), loaded->logits(src, tgt, 1, 4, 3));
+  Seq2Seq other(seed004_config(2));
+  EXPECT_HAS(message_of([&] { other.load_state(s4); }), "config field \"heads\" is 4 in the checkpoint but 2");
+
+  const auto gpt = io::read_file(fixture("nanogpt_bias"));
+  LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 16, .heads = 4, .layers = 2};
+  LanguageModel lm(c);
+  lm.load_state(gpt);
+  LanguageModel via_weights(c);
+  via_weights.load_weights(gpt);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
+  EXPECT_EQ(lm.logits(ids, 1, 5), via_weights.logits(ids, 1, 5));
+  c.norm = NormPosition::Post;
+  LanguageModel post(c);
+  EXPECT_HAS(message_of([&] { post.load_state(gpt); }), "config field \"norm\" is \"pre\" in the checkpoint");
+  // heads are not in a nanoGPT file: load() says which field is missing; and a state dict of another kind.
+  EXPECT_HAS(message_of([&] { LanguageModel::load(gpt); }), "heads is missing");
+  EXPECT_HAS(message_of([&] { lm.load_state(s4); }),
+             "the file is a seed004 state dict of a seq2seq, expected a "
+             "language_model");
+}
+
+}  // namespace
+}  // namespace qkv
