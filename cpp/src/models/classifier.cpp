@@ -253,7 +253,9 @@ void Classifier::load_state(std::span<const uint8_t> bytes) {
   io::restore_checkpoint(impl_->core, c);
 }
 
-void Classifier::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes, to_json(impl_->config)); }
+void Classifier::load_weights(std::span<const uint8_t> bytes) {
+  io::restore_weights(impl_->core, bytes, to_json(impl_->config));
+}
 
 void Classifier::zero_grad() { impl_->core.zero_grad(); }
 float Classifier::accumulate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq,

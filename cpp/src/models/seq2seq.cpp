@@ -328,7 +328,9 @@ void Seq2Seq::load_state(std::span<const uint8_t> bytes) {
   io::restore_checkpoint(impl_->core, c);
 }
 
-void Seq2Seq::load_weights(std::span<const uint8_t> bytes) { io::restore_weights(impl_->core, bytes, to_json(impl_->config)); }
+void Seq2Seq::load_weights(std::span<const uint8_t> bytes) {
+  io::restore_weights(impl_->core, bytes, to_json(impl_->config));
+}
 
 void Seq2Seq::zero_grad() { impl_->core.zero_grad(); }
 float Seq2Seq::accumulate(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
