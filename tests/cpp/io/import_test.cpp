@@ -3,10 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "qkv/classifier.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
@@ -195,6 +197,61 @@ TEST(Import, LoadStateTakesAForeignStateDict) {
   EXPECT_HAS(message_of([&] { lm.load_state(s4); }),
              "the file is a seed004 state dict of a seq2seq, expected a "
              "language_model");
+}
+
+}  // namespace
+}  // namespace qkv
+
+namespace qkv {
+namespace {
+
+// The tensors of `bytes` renamed by `rename` (an empty name drops the tensor).
+std::vector<uint8_t> renamed(const std::vector<uint8_t>& bytes, std::string (*rename)(const std::string&)) {
+  const auto f = parse_safetensors(bytes);
+  std::vector<TensorRef> refs;
+  std::vector<std::vector<float>> keep;
+  keep.reserve(f.tensors.size());
+  for (const auto& t : f.tensors) {
+    const std::string n = rename(t.name);
+    if (n.empty()) continue;
+    keep.push_back(f.floats(t.name));
+    refs.emplace_back(n, t.shape, std::span<const float>(keep.back()));
+  }
+  return serialize_safetensors(refs, {});
+}
+
+// nn.TransformerEncoder's names, with a "transformer." prefix (a GPT-style LM) or bare (under a Classifier's
+// "encoder."), load as qkv's own.
+TEST(Import, TransformerEncoderStateDictsWithAndWithoutPrefix) {
+  LanguageModelConfig c{.vocab_size = 13, .context = 8, .d_model = 16, .heads = 4, .layers = 2, .seed = 5};
+  LanguageModel a(c);
+  c.seed = 6;
+  LanguageModel b(c);
+  const auto prefixed = renamed(a.save(false), [](const std::string& n) -> std::string {
+    if (n.rfind("layers.", 0) == 0 || n.rfind("norm.", 0) == 0) return "transformer." + n;
+    return n;
+  });
+  EXPECT_EQ(detect_format(prefixed), "torch");
+  b.load_weights(prefixed);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6};
+  EXPECT_EQ(b.logits(ids, 1, 6), a.logits(ids, 1, 6));
+
+  ClassifierConfig k{.vocab_size = 13, .context = 8, .d_model = 16, .heads = 4, .layers = 2, .classes = 3, .seed = 5};
+  Classifier x(k);
+  k.seed = 6;
+  Classifier y(k);
+  const auto bare = renamed(x.save(false), [](const std::string& n) -> std::string {
+    if (n.rfind("encoder.", 0) == 0) return n.substr(8);  // nn.TransformerEncoder's own "layers.N", "norm"
+    return n;
+  });
+  y.load_weights(bare);
+  EXPECT_EQ(y.logits(ids, 1, 6), x.logits(ids, 1, 6));
+  // A bare nn.Transformer-style file missing the embedding names it, in the qkv names it lacks.
+  const auto no_emb = renamed(bare, [](const std::string& n) -> std::string {
+    if (n == "tok_emb.weight") return {};
+    return n;
+  });
+  EXPECT_HAS(message_of([&] { y.load_weights(no_emb); }), "tensor \"tok_emb.weight\" is missing");
 }
 
 }  // namespace
