@@ -1,9 +1,13 @@
 // loadWeights takes PyTorch state dicts as their authors' code saved them (tests/fixtures/import, made by
 // make_import_fixtures.py): unchanged, mapped onto the model as it loads, the logits then PyTorch's within 1e-5
 // relative. A pickle and a file that does not fit reject naming what to do and every tensor at fault.
-import { readFileSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { Classifier, init, LanguageModel, Seq2Seq } from "../../web/dist/node.js";
+import { checkpointMetadata, Classifier, init, LanguageModel, Seq2Seq, Tokenizer } from "../../web/dist/node.js";
 
 const DIR = new URL("../fixtures/import/", import.meta.url);
 const file = (name: string) => new Uint8Array(readFileSync(new URL(name, DIR)));
@@ -78,5 +82,32 @@ describe("loadWeights of PyTorch state dicts", () => {
     expect(err).toMatch(/format nanogpt/);
     expect(err).toMatch(/tensor "transformer\.h\.1\.ln_1\.weight" is not a parameter of this model/);
     expect(err).toMatch(/tensor "transformer\.h\.1\.mlp\.c_proj\.bias" is not a parameter of this model/);
+  });
+
+  it("a checkpoint `qkv import` wrote loads with LanguageModel.load and Tokenizer.fromCheckpoint", async () => {
+    const qkv = fileURLToPath(new URL("../../build/native/cpp/tools/qkv", import.meta.url));
+    if (!existsSync(qkv)) throw new Error(`${qkv} is missing: build the native targets (cmake --preset native)`);
+    const dir = mkdtempSync(path.join(os.tmpdir(), "qkv-import-"));
+    try {
+      const tok = await Tokenizer.fromJSON(
+        '{"version":1,"kind":"char","special":{"pad":true,"bos":true,"eos":true,"unk":true},"vocab":[" ","a","b","c","d","e","f","g","h"]}',
+      );
+      const tokPath = path.join(dir, "tok.json");
+      writeFileSync(tokPath, JSON.stringify(tok));
+      const out = path.join(dir, "gpt.safetensors");
+      const src = fileURLToPath(new URL("nanogpt_bias.safetensors", DIR));
+      execFileSync(qkv, ["import", "--from", "nanogpt", src, out, "--heads", "4", "--tokenizer", tokPath], { encoding: "utf8" });
+      const bytes = new Uint8Array(readFileSync(out));
+      expect((await checkpointMetadata(bytes))["qkv.imported_from"]).toBe("nanogpt");
+      using m = await LanguageModel.load(bytes);
+      expect(m.config.heads).toBe(4);
+      const io = readIo("nanogpt_bias");
+      const got = await m.predict(io.tensor("input.ids").values as Int32Array, { batch: 3, seq: 10 });
+      expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
+      const again = await Tokenizer.fromCheckpoint(bytes);
+      expect(again.size).toBe(13);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
