@@ -8,18 +8,22 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
+#include "qkv/classifier.h"
 #include "qkv/config.h"
 #include "qkv/cpu.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
+#include "qkv/import.h"
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
+#include "qkv/seq2seq.h"
 #include "qkv/thread_pool.h"
 #include "qkv/tokenizer.h"
 #include "runtime/random.h"
@@ -324,6 +328,10 @@ int run_eval(const EvalArgs& a) {
 
 // --- info ------------------------------------------------------------------------------------------------
 
+std::string io_detect_format(const std::string& text) {
+  return detect_format(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+}
+
 int run_info(const InfoArgs& a) {
   const std::string text = read_text(a.ckpt);
   const SafetensorsFile f = [&] {
@@ -345,7 +353,15 @@ int run_info(const InfoArgs& a) {
     row("config", get("qkv.config"));
     row("optimizer", get("qkv.optimizer"));
   } else {
-    row("model", "not a qkv checkpoint (no \"qkv.model\" metadata): a plain safetensors file");
+    std::string format;
+    try {
+      format = io_detect_format(text);
+    } catch (const Error&) {
+    }
+    row("model", "not a qkv checkpoint (no \"qkv.model\" metadata): a plain safetensors file" +
+                     (format.empty() || format == "qkv"
+                          ? std::string()
+                          : ", a state dict in " + format + " names (qkv import --from " + format + " converts it)"));
   }
   for (const char* key : {"qkv.tokenizer", "qkv.tokenizer.target"}) {
     if (!meta.count(key)) continue;
@@ -389,6 +405,58 @@ int run_info(const InfoArgs& a) {
     std::printf("%-*s  %-5s  %-16s  %lld\n", static_cast<int>(name_width), t.name.c_str(), t.dtype.c_str(),
                 shape.c_str(), static_cast<long long>(t.numel()));
   }
+  return 0;
+}
+
+// --- import ----------------------------------------------------------------------------------------------
+
+int run_import(const ImportArgs& a) {
+  ImportOptions o;
+  o.from = a.from;
+  o.heads = a.heads;
+  o.context = a.context;
+  o.activation = a.activation;
+  o.norm = a.norm;
+  o.pad_id = a.pad_id;
+  if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
+  const std::string text = read_text(a.in);
+  const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  const ImportedWeights r = [&] {
+    try {
+      return import_weights(bytes, o);
+    } catch (const Error& e) {
+      throw Error(a.in + ": " + e.what());
+    }
+  }();
+  std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
+  if (!a.tokenizer.empty()) {
+    const Tokenizer tok = Tokenizer::from_json(read_text(a.tokenizer));
+    const auto config = nlohmann::json::parse(r.config_json);
+    const int vocab =
+        config.contains("vocab_size") ? config.at("vocab_size").get<int>() : config.at("src_vocab").get<int>();
+    check(tok.size() == vocab, a.tokenizer, ": the tokenizer has ", tok.size(), " tokens, the model's vocabulary ",
+          vocab);
+    meta["qkv.tokenizer"] = tok.to_json();
+  }
+  // Built, loaded and saved through the model, so the file is exactly what qkv writes (config, checksums).
+  const auto save = [&](auto& model) {
+    model.load_weights(r.weights);
+    model.save_file(a.out, false, meta);
+  };
+  if (r.kind == "seq2seq") {
+    Seq2Seq m(seq2seq_config_from_json(r.config_json));
+    save(m);
+  } else if (r.kind == "classifier") {
+    Classifier m(classifier_config_from_json(r.config_json));
+    save(m);
+  } else {
+    LanguageModel m(language_model_config_from_json(r.config_json));
+    save(m);
+  }
+  std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
+              r.config_json.c_str());
+  for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
+  std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }
 

@@ -41,6 +41,12 @@ struct InfoArgs {
   bool all = false;
 };
 
+struct ImportArgs {
+  std::string from = "auto", in, out, activation, norm, tokenizer;
+  int heads = 0, context = 0, pad_id = 0;
+  Flag<bool> scale_embedding;
+};
+
 struct BenchArgs {
   Flag<int> threads;
   int steps = 5;
@@ -51,6 +57,7 @@ int run_train(const TrainArgs& args);
 int run_generate(const GenerateArgs& args);
 int run_eval(const EvalArgs& args);
 int run_info(const InfoArgs& args);
+int run_import(const ImportArgs& args);
 int run_bench(const BenchArgs& args);
 
 }  // namespace qkv::cli

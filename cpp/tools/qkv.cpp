@@ -133,8 +133,35 @@ int main(int argc, char** argv) {
 
   InfoArgs info;
   CLI::App* i = app.add_subcommand("info", "A checkpoint's model, config, parameter count and tensors");
-  i->add_option("--ckpt", info.ckpt, "A qkv checkpoint or any safetensors file")->required();
+  std::string info_file;
+  i->add_option("file", info_file, "A qkv checkpoint or any safetensors file (or give --ckpt)");
+  i->add_option("--ckpt", info.ckpt, "The same file");
   i->add_flag("--all", info.all, "Also list the optimizer's moment tensors");
+
+  ImportArgs imp;
+  CLI::App* im = app.add_subcommand("import", "Convert a PyTorch state dict (safetensors) into a qkv checkpoint");
+  im->add_option("IN", imp.in, "The state dict, saved with safetensors.torch.save_file")->required();
+  im->add_option("OUT", imp.out, "The qkv checkpoint to write")->required();
+  im->add_option("--from", imp.from, "Its format (default auto: told by the tensor names)")
+      ->check(CLI::IsMember({"auto", "qkv", "torch", "nanogpt", "seed000", "seed002", "seed003", "seed004"}));
+  im->add_option("--heads", imp.heads, "Attention heads (the shapes cannot tell them; seed004's can)")
+      ->check(CLI::PositiveNumber);
+  im->add_option("--context", imp.context, "Longest sequence, when the file has no position table")
+      ->check(CLI::PositiveNumber);
+  im->add_option("--activation", imp.activation, "relu or gelu (default: the format's)")
+      ->check(CLI::IsMember({"relu", "gelu"}));
+  im->add_option("--norm", imp.norm, "post or pre (default: the format's)")->check(CLI::IsMember({"post", "pre"}));
+  flags.add(im, "--scale-embedding", imp.scale_embedding, "torch: multiply embeddings by sqrt(d_model) (true/false)");
+  im->add_option("--pad-id", imp.pad_id, "Padding id of a seq2seq or classifier (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  im->add_option("--tokenizer", imp.tokenizer, "A tokenizer JSON (qkv/tokenizer.h) to store in the checkpoint");
+  im->footer(
+      "\nFormats: torch (nn.Transformer, nn.TransformerEncoder, the translation tutorial's Seq2SeqTransformer),\n"
+      "nanogpt (nanoGPT's GPT), seed000/seed002/seed003/seed004 (the tutorials' own classes), qkv.\n"
+      "A .pt file is a pickle, which qkv does not run: in Python,\n"
+      "  safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")\n"
+      "(for a tied nanoGPT, save_model, or clone lm_head.weight first). The checkpoint loads with\n"
+      "X::load_file, the package's X.load, the demo, and, with --tokenizer, qkv generate.");
 
   BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");
@@ -148,9 +175,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string first = argv[1];
-  const std::vector<std::string> commands = {"train", "generate", "eval", "info", "bench"};
+  const std::vector<std::string> commands = {"train", "generate", "eval", "info", "import", "bench"};
   if (first[0] != '-' && std::find(commands.begin(), commands.end(), first) == commands.end()) {
-    std::fprintf(stderr, "qkv: unknown command \"%s\": expected train, generate, eval, info or bench\n", argv[1]);
+    std::fprintf(stderr, "qkv: unknown command \"%s\": expected train, generate, eval, info, import or bench\n",
+                 argv[1]);
     return 2;
   }
   try {
@@ -168,7 +196,14 @@ int main(int argc, char** argv) {
     if (command == "train") return run_train(train);
     if (command == "generate") return run_generate(gen);
     if (command == "eval") return run_eval(eval);
-    if (command == "info") return run_info(info);
+    if (command == "info") {
+      if (info.ckpt.empty()) info.ckpt = info_file;
+      if (info.ckpt.empty() || (!info_file.empty() && info_file != info.ckpt))
+        throw UsageError(info.ckpt.empty() ? "give the file: qkv info FILE (or --ckpt FILE)"
+                                           : "two files given (FILE and --ckpt): give one");
+      return run_info(info);
+    }
+    if (command == "import") return run_import(imp);
     return run_bench(bench);
   } catch (const UsageError& err) {
     std::fprintf(stderr, "qkv %s: %s\nRun 'qkv %s --help' for usage.\n", command.c_str(), err.what(), command.c_str());

@@ -15,7 +15,6 @@ export type {
   ModelKind,
   OptimizerOptions,
   RuntimeInfo,
-  SaveOptions,
   Seq2SeqAttentionOptions,
   Seq2SeqConfig,
   Seq2SeqGenerateOptions,
@@ -23,7 +22,8 @@ export type {
   StepResult,
 } from "./types.js";
 export { init, memory } from "./runtime.js";
-export { Model, checkpointMetadata } from "./model.js";
+export { Model, type SaveOptions } from "./model.js";
+export { checkpointMetadata } from "./checkpoint.js";
 export { LanguageModel } from "./language-model.js";
 export { Seq2Seq } from "./seq2seq.js";
 export { Classifier } from "./classifier.js";

@@ -8,9 +8,33 @@
 import type { Backend, ModelCallType, TokenStream } from "./platform.js";
 import type { Calls, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
-import { tokenizerJSON } from "./tokenizer.js";
-import type { MemoryUsage, ModelKind, SaveOptions } from "./types.js";
+import { tokenizerJSON, type Tokenizer } from "./tokenizer.js";
+import type { MemoryUsage, ModelKind } from "./types.js";
 import { boolean, bytes, describe, object, positiveFinite, stringRecord } from "./validate.js";
+
+/** Options for `save()`. */
+export interface SaveOptions {
+  /**
+   * Include the Adam moments and step count, so that training resumes exactly (default true).
+   * Without them the file holds the weights and config only (about a third of the size).
+   */
+  optimizer?: boolean;
+  /**
+   * A tokenizer of this package (`CharTokenizer.fromText`, `Tokenizer.fromJSON`, ...) to store beside the
+   * weights, as its JSON under the metadata key `qkv.tokenizer`: where `qkv train` puts it, so that
+   * `qkv generate --ckpt file` runs the file and {@link Tokenizer.fromCheckpoint} reads it back.
+   */
+  tokenizer?: Tokenizer;
+  /**
+   * Extra string entries for the file's safetensors `__metadata__` (what `checkpointMetadata()`
+   * lists; loading ignores them), e.g. `{ "qkv.tokenizer.target": JSON.stringify(targetTokenizer) }` for a
+   * seq2seq model that `qkv generate` should run. The keys the checkpoint writes itself (`qkv.model`,
+   * `qkv.config`, `qkv.optimizer`, `qkv.step`, `qkv.skipped_steps`, `qkv.passes`, `qkv.optimizer_state`,
+   * `qkv.version`, `qkv.crc32`, `format`) are refused, as is `qkv.tokenizer` together with
+   * {@link SaveOptions.tokenizer}.
+   */
+  metadata?: Record<string, string>;
+}
 
 /** A model in the core: which backend serves it, its id there, and whether it was disposed. */
 interface Handle {
@@ -117,9 +141,12 @@ export abstract class Model<C extends object> {
   }
 
   /**
-   * Replaces the weights, by name, from any safetensors file: a qkv checkpoint of the same configuration or
-   * a PyTorch state dict saved with qkv's names (README). Every parameter must be present with its shape;
-   * nothing changes on error. The optimizer state is kept.
+   * Replaces the weights from any safetensors file: a qkv checkpoint of the same configuration, or a PyTorch
+   * state dict exactly as `safetensors.torch.save_file(model.state_dict(), ...)` wrote it, in qkv's names or
+   * in those of `nn.Transformer`, the translation tutorial's `Seq2SeqTransformer`, nanoGPT's GPT or the
+   * seeds' tutorials (README, "Importing PyTorch models"), mapped onto this model's parameters as it loads.
+   * A file that does not fit rejects naming every missing, left-over and mis-shaped tensor; a `.pt` pickle
+   * rejects with the line that converts it. Nothing changes on error; the optimizer state is kept.
    */
   async loadWeights(data: Uint8Array | ArrayBuffer): Promise<void> {
     await callModel(this, "loadWeights", "loadWeights", { bytes: bytes("bytes", data) });
@@ -182,14 +209,4 @@ export async function loadIn(kind: ModelKind, data: unknown): Promise<[Backend, 
   const b = bytes("bytes", data);
   const be = await backend();
   return [be, await be.call("load", { kind, bytes: b })];
-}
-
-/**
- * The safetensors `__metadata__` of a checkpoint: `qkv.model`, `qkv.config`, ..., and `qkv.tokenizer` (the
- * tokenizer's JSON) when the `qkv train` tool wrote it. Rejects, saying why, for bytes that are not a
- * well-formed safetensors file.
- */
-export async function checkpointMetadata(data: Uint8Array | ArrayBuffer): Promise<Record<string, string>> {
-  const b = bytes("bytes", data);
-  return (await (await backend()).call("checkpointMetadata", { bytes: b })).metadata;
 }

@@ -8,7 +8,7 @@
 import type { Backend } from "./platform.js";
 import type { TokenizerIn, TokenizerOut } from "./protocol.js";
 import { backend } from "./runtime.js";
-import { checkpointMetadata } from "./model.js";
+import { checkpointMetadata } from "./checkpoint.js";
 import { boolean, bytes, describe, int32Like, object, positiveInt, string, text as wellFormed } from "./validate.js";
 
 /** Which special tokens a tokenizer has (each default `true`). Ids: pad, bos, eos, unk first, in that order. */

@@ -1,6 +1,5 @@
 // Public types of the qkv package, shared by the Node and browser entries.
 
-import type { Tokenizer } from "./tokenizer.js";
 
 /** Options for {@link init}. Every field is optional. */
 export interface InitOptions {
@@ -302,30 +301,6 @@ export interface Seq2SeqAttentionOptions extends AttentionOptions {
    * (tgtLen, tgtLen); `"cross"`: decoder over encoder (tgtLen, srcLen).
    */
   kind: "encoder" | "decoder" | "cross";
-}
-
-/** Options for `save()`. */
-export interface SaveOptions {
-  /**
-   * Include the Adam moments and step count, so that training resumes exactly (default true).
-   * Without them the file holds the weights and config only (about a third of the size).
-   */
-  optimizer?: boolean;
-  /**
-   * A tokenizer of this package (`CharTokenizer.fromText`, `Tokenizer.fromJSON`, ...) to store beside the
-   * weights, as its JSON under the metadata key `qkv.tokenizer`: where `qkv train` puts it, so that
-   * `qkv generate --ckpt file` runs the file and {@link Tokenizer.fromCheckpoint} reads it back.
-   */
-  tokenizer?: Tokenizer;
-  /**
-   * Extra string entries for the file's safetensors `__metadata__` (what `checkpointMetadata()`
-   * lists; loading ignores them), e.g. `{ "qkv.tokenizer.target": JSON.stringify(targetTokenizer) }` for a
-   * seq2seq model that `qkv generate` should run. The keys the checkpoint writes itself (`qkv.model`,
-   * `qkv.config`, `qkv.optimizer`, `qkv.step`, `qkv.skipped_steps`, `qkv.passes`, `qkv.optimizer_state`,
-   * `qkv.version`, `qkv.crc32`, `format`) are refused, as is `qkv.tokenizer` together with
-   * {@link SaveOptions.tokenizer}.
-   */
-  metadata?: Record<string, string>;
 }
 
 /** Bytes a model holds in the wasm heap, by what for. */

@@ -3,6 +3,7 @@
 #include "qkv/cpu.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
+#include "qkv/import.h"
 #include "qkv/language_model.h"
 #include "qkv/tensor.h"
 #include "qkv/thread_pool.h"

@@ -1,12 +1,14 @@
 #include "io/checkpoint.h"
 
 #include <deque>
+#include <exception>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "io/checksum.h"
+#include "io/import.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
 
@@ -75,8 +77,21 @@ Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
   verify_checksums(c.file);
   const auto& meta = c.file.metadata;
   const auto it = meta.find("qkv.model");
-  check(it != meta.end(), "checkpoint: the file has no \"qkv.model\" metadata: expected a qkv checkpoint of a ", kind,
-        " (a plain safetensors file of weights can be loaded with load_weights)");
+  if (it == meta.end()) {
+    // A state dict as PyTorch saved it: its config is what its shapes and format fix.
+    std::string format;
+    try {
+      format = detect_format(c.file);
+    } catch (const Error&) {
+    }
+    check(!format.empty() && format != "qkv", "checkpoint: the file has no \"qkv.model\" metadata: expected a qkv ",
+          "checkpoint of a ", kind, " (a plain safetensors file of weights can be loaded with load_weights)");
+    std::string of;
+    c.config_json = imported_config(c.file, format, of);
+    check(of == kind, "checkpoint: the file is a ", format, " state dict of a ", of, ", expected a ", kind);
+    c.format = format;
+    return c;
+  }
   check(it->second == kind, "checkpoint: the file holds a ", it->second, ", expected a ", kind);
   for (const char* key : {"qkv.config", "qkv.optimizer", "qkv.step"})
     check(meta.count(key), "checkpoint: the metadata has no \"", key, "\"");
@@ -107,27 +122,39 @@ Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind) {
 
 namespace {
 
-// Checks everything first, then copies: a bad file changes nothing. with_moments: the file must hold the
-// Adam moments too, and they are restored.
+// Checks everything first, then copies: a bad file changes nothing, and its error names every missing,
+// mis-shaped and left-over tensor at once. with_moments: the file must hold the Adam moments too, and they
+// are restored.
 void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_moments) {
   std::set<std::string> expected;
+  std::vector<std::string> problems;
   for (nn::Param& p : core.params.all()) {
     std::vector<std::string> keys = {p.name};
     if (with_moments) keys.insert(keys.end(), {kM + p.name, kV + p.name});
     for (const auto& key : keys) {
-      check(file.contains(key), "checkpoint: tensor \"", key, "\" is missing");
-      const TensorEntry& t = file.at(key);
-      check(t.shape == p.shape, "checkpoint: tensor \"", key, "\" has shape ", shape_text(t.shape), ", expected ",
-            shape_text(p.shape), " (the checkpoint's config does not match this model)");
-      check(t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64", "checkpoint: tensor \"", key,
-            "\" has dtype ", t.dtype, ", expected a floating-point dtype (F32, F16, BF16 or F64)");
       expected.insert(key);
+      if (!file.contains(key)) {
+        problems.push_back(detail::cat("tensor \"", key, "\" is missing"));
+        continue;
+      }
+      const TensorEntry& t = file.at(key);
+      if (t.shape != p.shape)
+        problems.push_back(
+            detail::cat("tensor \"", key, "\" has shape ", shape_text(t.shape), ", expected ", shape_text(p.shape)));
+      else if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16" && t.dtype != "F64")
+        problems.push_back(detail::cat("tensor \"", key, "\" has dtype ", t.dtype,
+                                       ", expected a floating-point dtype (F32, F16, BF16 or F64)"));
     }
   }
   for (const auto& t : file.tensors) {
     const bool moment = t.name.rfind(kM, 0) == 0 || t.name.rfind(kV, 0) == 0;
-    check(expected.count(t.name) || (moment && !with_moments), "checkpoint: tensor \"", t.name,
-          "\" is not a parameter of this model");
+    if (!expected.count(t.name) && !(moment && !with_moments))
+      problems.push_back(detail::cat("tensor \"", t.name, "\" is not a parameter of this model"));
+  }
+  if (!problems.empty()) {
+    std::string msg = "checkpoint: ";
+    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
+    throw Error(msg + " (the file does not match this model's config)");
   }
   for (nn::Param& p : core.params.all()) {
     const auto copy = [&](const std::string& key, Span dst) {
@@ -142,25 +169,64 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
   }
 }
 
+std::vector<Target> targets_of(models::ModelCore& core) {
+  std::vector<Target> t;
+  for (nn::Param& p : core.params.all()) t.push_back({p.name, p.shape});
+  return t;
+}
+
 }  // namespace
 
 void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
-  restore(core, c.file, c.has_optimizer_state);
+  if (c.format != "qkv") {
+    // heads: seed 004's, which its config holds; the other formats' mappings do not use them.
+    const std::vector<Target> targets = targets_of(core);
+    const auto config = nlohmann::json::parse(c.config_json);
+    restore(core, map_weights(c.file, c.format, kind_of(targets), targets, config.value("heads", 0)), false);
+  } else {
+    restore(core, c.file, c.has_optimizer_state);
+  }
   core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
   core.optimizer.set_skipped(c.has_optimizer_state ? c.skipped : 0);
   core.passes = c.passes;
 }
 
-void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes) {
+void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, const std::string& config_json) {
   const SafetensorsFile file = parse_safetensors(bytes);
   verify_checksums(file);
-  restore(core, file, false);
+  std::string format = "qkv";
+  try {
+    format = detect_format(file);
+  } catch (const Error&) {
+    // Names of no known format: reported below as qkv's (every missing and left-over tensor).
+  }
+  const int heads = nlohmann::json::parse(config_json).at("heads").get<int>();
+  const std::vector<Target> targets = targets_of(core);
+  if (format != "qkv") {
+    restore(core, map_weights(file, format, kind_of(targets), targets, heads), false);
+    return;
+  }
+  try {
+    restore(core, file, false);
+  } catch (const Error&) {
+    // qkv's names are nn.Transformer's, so a torch state dict can look like them (a bare nn.TransformerEncoder's
+    // "layers.N" under a Classifier's "encoder.layers.N"): try that before reporting the qkv names' problems.
+    if (file.metadata.count("qkv.model")) throw;
+    const std::exception_ptr first = std::current_exception();
+    try {
+      restore(core, map_weights(file, "torch", kind_of(targets), targets, heads), false);
+    } catch (const Error&) {
+      std::rethrow_exception(first);
+    }
+  }
 }
 
 void check_same_config(const std::string& model_json, const std::string& checkpoint_json) {
   const auto a = nlohmann::json::parse(model_json), b = nlohmann::json::parse(checkpoint_json);
+  const bool imported = !b.contains("seed");  // a foreign state dict's config: only what it fixes (above)
   for (const auto& [key, value] : a.items()) {
     if (key == "seed" || key == "dropout") continue;  // neither changes the weights' meaning
+    if (imported && !b.contains(key)) continue;
     check(b.contains(key) && b.at(key) == value, "checkpoint: config field \"", key, "\" is ",
           b.contains(key) ? b.at(key).dump() : std::string("missing"), " in the checkpoint but ", value.dump(),
           " in this model");

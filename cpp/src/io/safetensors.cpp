@@ -361,6 +361,14 @@ std::vector<int64_t> SafetensorsFile::ints(std::string_view name) const {
 }
 
 SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes) {
+  // torch.save writes a zip archive ("PK\3\4") or, before PyTorch 1.6, a bare pickle (PROTO 2..5). Loading
+  // either means running the pickle's code, which qkv does not do; the user needs the one line that
+  // converts it. A safetensors file has '{' at byte 8, which neither has there.
+  const bool zip = bytes.size() >= 4 && bytes[0] == 'P' && bytes[1] == 'K' && bytes[2] == 3 && bytes[3] == 4;
+  const bool pickle = bytes.size() >= 2 && bytes[0] == 0x80 && bytes[1] >= 2 && bytes[1] <= 5;
+  check(!(zip || pickle) || (bytes.size() > 8 && bytes[8] == '{'),
+        "the file is a PyTorch pickle (torch.save: .pt, .pth, .bin), which qkv does not execute; save the weights "
+        "as safetensors instead: safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")");
   try {
     return parse(bytes);
   } catch (const Error& e) {

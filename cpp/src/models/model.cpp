@@ -44,7 +44,7 @@ void Model::load_state(std::span<const uint8_t> bytes) {
   reset(false);
 }
 void Model::load_weights(std::span<const uint8_t> bytes) {
-  io::restore_weights(core(), bytes);
+  io::restore_weights(core(), bytes, config_json());
   reset(false);
 }
 

@@ -1,0 +1,52 @@
+#pragma once
+// Weights as PyTorch users have them: a state dict saved with safetensors.torch.save_file, in the names of
+// the code that trained it, mapped at load time onto qkv's parameters (README, "Importing PyTorch models").
+//
+// Formats (ImportOptions::from; "auto" tells them apart by their tensor names):
+//   qkv      qkv's own names (a qkv checkpoint, or a state dict saved with them)
+//   torch    nn.Transformer / nn.TransformerEncoder state dicts, with or without a "transformer." prefix,
+//            and PyTorch's translation tutorial (Seq2SeqTransformer: src_tok_emb.embedding.weight,
+//            generator.*, positional_encoding.pos_embedding checked against qkv's sinusoidal table)
+//   nanogpt  nanoGPT's GPT (transformer.wte/wpe/h.N.ln_1/attn.c_attn/attn.c_proj/ln_2/mlp.c_fc/mlp.c_proj/
+//            ln_f, lm_head), biases on or off
+//   seed000, seed002, seed003, seed004   the tutorials in ../shared/seeds: 000's TransformerEncoder (under a
+//            head of the user's, as a Classifier), 002's Transformer (Seq2Seq), 003's
+//            TransformerClassifier (Classifier), 004's Transformer (Seq2Seq; its per-head shared q/k/v
+//            projections expanded exactly into block-diagonal weights)
+// A file that cannot be mapped raises qkv::Error naming every missing, left-over and mis-shaped tensor
+// at once; a PyTorch pickle (.pt, .pth, .bin) is refused with the line that converts it.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qkv {
+
+// What the shapes cannot tell. Empty / 0 fields take the format's value (the tutorial's own choice).
+struct ImportOptions {
+  std::string from = "auto";  // a format above
+  int heads = 0;              // attention heads: required except for seed004 (whose shapes tell them)
+  int context = 0;            // the position table's length, where the file has none (a bare nn.Transformer)
+  std::string activation;     // "relu" | "gelu"; torch: "relu" (nn.Transformer's default)
+  std::string norm;           // "post" | "pre"; torch: "post" (norm_first=False)
+  int scale_embedding = -1;   // torch only: -1 = as the file suggests (the tutorial's TokenEmbedding scales), 0, 1
+  int pad_id = 0;             // Seq2Seq and Classifier
+};
+
+struct ImportedWeights {
+  std::string format;              // the format read (detected when from = "auto")
+  std::string kind;                // the qkv model: "language_model", "seq2seq" or "classifier"
+  std::string config_json;         // that model's config, from the shapes and the options
+  std::vector<uint8_t> weights;    // a safetensors file of the weights under qkv's names
+  std::vector<std::string> notes;  // what was checked and ignored (buffers), and what differs from the source
+};
+
+// Maps a state dict onto a qkv model: config from the shapes (+ options), weights under qkv's names.
+// `X(config_from_json(r.config_json)).load_weights(r.weights)` then gives PyTorch's outputs.
+ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& options = {});
+
+// The format of a state dict ("qkv", "torch", "nanogpt", "seed000", ...), told by its tensor names;
+// qkv::Error for a pickle or a file of no known format.
+std::string detect_format(std::span<const uint8_t> bytes);
+
+}  // namespace qkv

@@ -1,0 +1,113 @@
+// loadWeights takes PyTorch state dicts as their authors' code saved them (tests/fixtures/import, made by
+// make_import_fixtures.py): unchanged, mapped onto the model as it loads, the logits then PyTorch's within 1e-5
+// relative. A pickle and a file that does not fit reject naming what to do and every tensor at fault.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { checkpointMetadata, Classifier, init, LanguageModel, Seq2Seq, Tokenizer } from "../../web/dist/node.js";
+
+const DIR = new URL("../fixtures/import/", import.meta.url);
+const file = (name: string) => new Uint8Array(readFileSync(new URL(name, DIR)));
+
+// The .io files: inputs (I64) and output.logits (F32), and their metadata.
+function readIo(name: string) {
+  const b = file(`${name}.io.safetensors`);
+  const n = Number(new DataView(b.buffer, b.byteOffset).getBigUint64(0, true));
+  const header = JSON.parse(new TextDecoder().decode(b.subarray(8, 8 + n))) as Record<string, any>;
+  const data = b.slice(8 + n).buffer;
+  const tensor = (key: string) => {
+    const { dtype, shape, data_offsets: [lo, hi] } = header[key];
+    const values = dtype === "I64" ? Int32Array.from(new BigInt64Array(data.slice(lo, hi)), Number) : new Float32Array(data.slice(lo, hi));
+    return { shape: shape as number[], values };
+  };
+  return { tensor, meta: header.__metadata__ as Record<string, string> };
+}
+
+function maxRelative(got: Float32Array, want: Float32Array, keep: (row: number) => boolean = () => true, width = 1) {
+  let scale = 0;
+  let worst = 0;
+  for (let i = 0; i < want.length; i++) {
+    if (!keep(Math.floor(i / width))) continue;
+    scale = Math.max(scale, Math.abs(want[i]!));
+    worst = Math.max(worst, Math.abs(got[i]! - want[i]!));
+  }
+  return worst / scale;
+}
+
+describe("loadWeights of PyTorch state dicts", () => {
+
+  it("nanoGPT's GPT, tied head and causal-mask buffers as saved", async () => {
+    await init({ threads: 2 });
+    using m = await LanguageModel.create({ vocabSize: 13, context: 10, dModel: 16, heads: 4, layers: 2 });
+    await m.loadWeights(file("nanogpt_bias.safetensors"));
+    const io = readIo("nanogpt_bias");
+    const ids = io.tensor("input.ids");
+    const got = await m.predict(ids.values as Int32Array, { batch: 3, seq: 10 });
+    expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
+  });
+
+  it("seed 004's Transformer: shared per-head projections expanded, rows of non-pad target inputs", async () => {
+    using m = await Seq2Seq.create({
+      srcVocab: 11, tgtVocab: 12, context: 12, dModel: 16, heads: 4, encoderLayers: 2, decoderLayers: 2, dFF: 32,
+      positions: "learned", scaleEmbedding: false, finalNorm: false,
+    });
+    await m.loadWeights(file("seed004_transformer.safetensors"));
+    const io = readIo("seed004_transformer");
+    const src = io.tensor("input.src").values as Int32Array;
+    const tgtIn = io.tensor("input.tgt_in").values as Int32Array;
+    const got = await m.predict(src, tgtIn, { batch: 3 });
+    const rel = maxRelative(got, io.tensor("output.logits").values as Float32Array, (r) => tgtIn[r] !== 0, 12);
+    expect(rel).toBeLessThan(1e-5);
+  });
+
+  it("seed 003's TransformerClassifier", async () => {
+    using m = await Classifier.create({
+      vocabSize: 20, context: 512, dModel: 16, heads: 4, layers: 2, dFF: 32, classes: 2, head: "mlp",
+    });
+    await m.loadWeights(file("seed003_classifier.safetensors"));
+    const io = readIo("seed003_classifier");
+    const got = await m.predict(io.tensor("input.ids").values as Int32Array, { batch: 4, seq: 10 });
+    expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
+  });
+
+  it("rejects a pickle with the line that converts it, and names every tensor that does not fit", async () => {
+    using m = await LanguageModel.create({ vocabSize: 13, context: 10, dModel: 16, heads: 4, layers: 1 });
+    await expect(m.loadWeights(Uint8Array.of(0x50, 0x4b, 3, 4, 20, 0, 0, 0, 0, 0))).rejects.toThrow(
+      'safetensors.torch.save_file(model.state_dict(), "model.safetensors")',
+    );
+    const err = await m.loadWeights(file("nanogpt_bias.safetensors")).catch((e: Error) => e.message);
+    expect(err).toMatch(/format nanogpt/);
+    expect(err).toMatch(/tensor "transformer\.h\.1\.ln_1\.weight" is not a parameter of this model/);
+    expect(err).toMatch(/tensor "transformer\.h\.1\.mlp\.c_proj\.bias" is not a parameter of this model/);
+  });
+
+  it("a checkpoint `qkv import` wrote loads with LanguageModel.load and Tokenizer.fromCheckpoint", async () => {
+    const qkv = fileURLToPath(new URL("../../build/native/cpp/tools/qkv", import.meta.url));
+    if (!existsSync(qkv)) throw new Error(`${qkv} is missing: build the native targets (cmake --preset native)`);
+    const dir = mkdtempSync(path.join(os.tmpdir(), "qkv-import-"));
+    try {
+      const tok = await Tokenizer.fromJSON(
+        '{"version":1,"kind":"char","special":{"pad":true,"bos":true,"eos":true,"unk":true},"vocab":[" ","a","b","c","d","e","f","g","h"]}',
+      );
+      const tokPath = path.join(dir, "tok.json");
+      writeFileSync(tokPath, JSON.stringify(tok));
+      const out = path.join(dir, "gpt.safetensors");
+      const src = fileURLToPath(new URL("nanogpt_bias.safetensors", DIR));
+      execFileSync(qkv, ["import", "--from", "nanogpt", src, out, "--heads", "4", "--tokenizer", tokPath], { encoding: "utf8" });
+      const bytes = new Uint8Array(readFileSync(out));
+      expect((await checkpointMetadata(bytes))["qkv.imported_from"]).toBe("nanogpt");
+      using m = await LanguageModel.load(bytes);
+      expect(m.config.heads).toBe(4);
+      const io = readIo("nanogpt_bias");
+      const got = await m.predict(io.tensor("input.ids").values as Int32Array, { batch: 3, seq: 10 });
+      expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
+      const again = await Tokenizer.fromCheckpoint(bytes);
+      expect(again.size).toBe(13);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

@@ -1,0 +1,76 @@
+// LanguageModel and its Generation (one token per next()) for JS.
+#include "qkv/language_model.h"
+
+#include "model.h"
+
+namespace qkv::js {
+namespace {
+
+// A generation in progress (LanguageModel::start_generation), one token per next(): what the package's
+// stream() and generate({ onToken }) step through, handing JS the thread between two tokens. It must be
+// deleted before its model (web/src/core.ts does so on dispose).
+class JsGeneration {
+ public:
+  explicit JsGeneration(qkv::LanguageModel::Generation g) : g_(std::move(g)) {}
+  // The next token, or -1 once generation has ended (and on error, left for takeError()).
+  int next() {
+    return guarded([&] { return g_.next().value_or(-1); });
+  }
+
+ private:
+  qkv::LanguageModel::Generation g_;
+};
+
+class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv::LanguageModelConfig> {
+ public:
+  static constexpr const char* kName = "LanguageModel";
+  using JsModel::JsModel;
+
+  val train_step(val inputs, val targets, int batch, int seq) {
+    return guarded([&] {
+      return step_result(m_->train_step(int32_array(inputs, "inputs"), int32_array(targets, "targets"), batch, seq));
+    });
+  }
+  val evaluate(val inputs, val targets, int batch, int seq) {
+    return guarded([&] {
+      return to_js(m_->evaluate(int32_array(inputs, "inputs"), int32_array(targets, "targets"), batch, seq));
+    });
+  }
+  val logits(val inputs, int batch, int seq) {
+    return guarded([&] { return to_js(m_->logits(int32_array(inputs, "inputs"), batch, seq)); });
+  }
+  val attention(int layer) const {
+    return guarded([&] { return to_js(m_->attention(layer)); });
+  }
+  val generate(val prompt, val options) {
+    return guarded([&] {
+      const auto p = int32_array(prompt, "prompt");
+      return to_js(m_->generate(p, sampling_options(options)));
+    });
+  }
+  // nullptr (JS null) on error, with the error left for takeError().
+  JsGeneration* start_generation(val prompt, val options) {
+    return guarded([&] {
+      const auto p = int32_array(prompt, "prompt");
+      return new JsGeneration(m_->start_generation(p, sampling_options(options)));
+    });
+  }
+};
+
+}  // namespace
+}  // namespace qkv::js
+
+using namespace qkv::js;
+
+EMSCRIPTEN_BINDINGS(qkv_language_model) {
+  using emscripten::allow_raw_pointers;
+  model_class<JsLanguageModel>("LanguageModel")
+      .function("trainStep", &JsLanguageModel::train_step)
+      .function("evaluate", &JsLanguageModel::evaluate)
+      .function("logits", &JsLanguageModel::logits)
+      .function("attention", &JsLanguageModel::attention)
+      .function("generate", &JsLanguageModel::generate)
+      .function("startGeneration", &JsLanguageModel::start_generation, allow_raw_pointers());
+
+  emscripten::class_<JsGeneration>("Generation").function("next", &JsGeneration::next);
+}

@@ -1,0 +1,60 @@
+// The runtime for JS: version, threads, the wasm heap, a checkpoint's metadata, and takeError() (convert.h).
+#include <emscripten.h>
+#include <emscripten/heap.h>
+#include <malloc.h>
+
+#include "convert.h"
+#include "qkv/cpu.h"
+#include "qkv/qkv.h"
+#include "qkv/safetensors.h"
+#include "qkv/thread_pool.h"
+
+namespace qkv::js {
+namespace {
+
+// The "__metadata__" of a safetensors file (a qkv checkpoint, or one written by `qkv train`).
+val checkpoint_metadata(val bytes) {
+  return guarded([&] {
+    const qkv::SafetensorsFile f = qkv::parse_safetensors(uint8_array(bytes, "bytes"));
+    // Object.fromEntries defines own properties, so any key (even "__proto__") comes back as a key.
+    val entries = val::array();
+    for (const auto& [key, value] : f.metadata) {
+      val entry = val::array();
+      entry.set(0, key);
+      entry.set(1, value);
+      entries.call<void>("push", entry);
+    }
+    return val::global("Object").call<val>("fromEntries", entries);
+  });
+}
+
+std::string version() { return qkv::version(); }
+std::string simd() { return qkv::active_isa(); }
+bool threaded() { return qkv::threaded_build(); }
+int max_threads() { return qkv::max_threads(); }
+int num_threads() { return qkv::num_threads(); }
+void set_threads(int n) {
+  guarded([&] { qkv::set_num_threads(n); });
+}
+double heap_size() { return static_cast<double>(emscripten_get_heap_size()); }
+double heap_max() { return static_cast<double>(emscripten_get_heap_max()); }
+// Bytes malloc has handed out and not taken back (the heap itself only grows, so this is what shows a leak).
+double heap_used() { return static_cast<double>(mallinfo().uordblks); }
+}  // namespace
+}  // namespace qkv::js
+
+using namespace qkv::js;
+
+EMSCRIPTEN_BINDINGS(qkv_runtime) {
+  emscripten::function("version", &version);
+  emscripten::function("simd", &simd);
+  emscripten::function("threaded", &threaded);
+  emscripten::function("maxThreads", &max_threads);
+  emscripten::function("numThreads", &num_threads);
+  emscripten::function("setThreads", &set_threads);
+  emscripten::function("heapSize", &heap_size);
+  emscripten::function("heapMax", &heap_max);
+  emscripten::function("heapUsed", &heap_used);
+  emscripten::function("checkpointMetadata", &checkpoint_metadata);
+  emscripten::function("takeError", &take_error);
+}
