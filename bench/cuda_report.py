@@ -66,7 +66,7 @@ def main():
                 continue
             ratio = f"{float(q['tokens_per_s']) / float(t['tokens_per_s']):>10.2f}x" if q and t else f"{'-':>11}"
             peaks = {r.get("peak_tflops") for r in (q, t) if r}
-            peak = "/".join(sorted(peaks))
+            peak = "/".join(sorted(p if p != "nan" else "-" for p in peaks))
             print(f"{title:<27} {precision:<5}  {cells(q)}  {cells(t)}  {ratio} {peak:>13}")
             for side, r in (("qkv", q), ("PyTorch", t)):
                 if r is None:
@@ -79,8 +79,8 @@ def main():
                 if len(peaks) > 1:
                     notes.append(f"{bench} {precision}: the sides divide by different peaks ({peak} TFLOP/s)")
     sources = sorted({r.get("peak_source", "?") for (_, side, _), r in results.items() if side == "qkv"})
-    print(f"  peak: dense, no sparsity, the datasheet figure for the GPU (cuda_torch.py's table; qkv side: "
-          f"{', '.join(sources) or '-'}); H100 SXM: fp32 66.9, tf32 494.7 TFLOP/s")
+    print(f"  peak: the GPU's dense datasheet figure (no sparsity; cuda_torch.py's table, H100 SXM: fp32 66.9, tf32 "
+          f"494.7 TFLOP/s) unless --peak-tflops gave one; the qkv side's: {', '.join(sources) or '-'}")
     losses = [f"{bench} {prec} {float(r['loss_first']):.3f} -> {float(r['loss_last']):.3f}"
               for (bench, side, prec), r in sorted(results.items()) if side == "qkv" and "loss_first" in r]
     if losses:
