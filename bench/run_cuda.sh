@@ -1,32 +1,35 @@
 #!/bin/bash
-# The CUDA checks and benchmarks, in one command on the lent GPU machine (issue 9). Prepare here first with
+# The CUDA checks and benchmarks, in one command on the lent GPU machine (issues 9 and 22). Prepare here first with
 # bench/cuda_carry.sh, then, through the device tool, with carry [".carry"]:
-#   bash bench/run_cuda.sh            # build, CUDA tests, PyTorch peers; logs under $OUT (or build/cuda/bench-cuda)
-# Variables: CUDA_BENCH_ONLY="tests ops torch" (default; add "sanitize" for compute-sanitizer memcheck and
-# racecheck over the CUDA op tests, a few minutes), CUDA_BENCH_STEPS (50), CUDA_BENCH_JOBS (16).
+#   bash bench/run_cuda.sh            # build, CUDA tests, ops, training qkv vs PyTorch; logs under $OUT (or build/cuda/bench-cuda)
+# Variables: CUDA_BENCH_ONLY="tests ops train torch" (default; add "sanitize" for compute-sanitizer memcheck and
+# racecheck over the CUDA op tests, a few minutes), CUDA_BENCH_STEPS (50 timed training steps), CUDA_BENCH_WARMUP
+# (10), CUDA_BENCH_JOBS (16).
 #
 # What it runs:
 #   1. configure + build the `cuda` preset (sm_90 + PTX) with the carried headers and GoogleTest;
 #   2. the CUDA tests: every CUDA op against the CPU op (tests/cpp/cuda), then the whole suite once (the CPU
 #      tests must still pass in a CUDA build);
 #   3. qkv_cuda_bench: each CUDA op at the char GPT's shapes against its floor (copy bandwidth, matrix rate);
-#   4. the PyTorch-eager peers (bench/cuda_torch.py): char GPT (6 layers, 6 heads, 384 wide, context 256,
-#      batch 64) and the tutorial Seq2Seq (d_model 512, 8 heads, 6+6 layers, batch 64, length 100), fp32 and tf32.
-# qkv's own training side on the GPU needs the model-level CUDA path (layers dispatching to kernels/cuda),
-# which is not wired yet: the script says so instead of printing a number.
+#   4. training, qkv ("train": build/cuda/bench/qkv_cuda_train, models on Device::CUDA) beside PyTorch eager
+#      ("torch": bench/cuda_torch.py), one process per (model, precision), the two sides back to back: the char
+#      GPT (6 layers, 6 heads, 384 wide, context 256, batch 64) and the tutorial Seq2Seq (d_model 512, 8 heads,
+#      6+6 layers, batch 64, length 100), fp32 and tf32; then bench/cuda_report.py prints each row's ms/step,
+#      tokens/s and MFU for both sides and qkv / PyTorch (bench/README.md, "CUDA").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-build/cuda/bench-cuda}"
 mkdir -p "$out"
-only="${CUDA_BENCH_ONLY:-tests ops torch}"
+only="${CUDA_BENCH_ONLY:-tests ops train torch}"
 steps="${CUDA_BENCH_STEPS:-50}"
+warmup="${CUDA_BENCH_WARMUP:-10}"
 jobs="${CUDA_BENCH_JOBS:-16}"
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee "$out/gpu.txt"
 nvcc --version | tail -2
 
-if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sanitize "* ]]; then
+if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sanitize "* || " $only " == *" train "* ]]; then
   extra=()
   if [ -d .carry/usr ]; then
     extra=(-DQKV_SYSTEM_INCLUDE="$PWD/.carry/usr/include" -DCMAKE_PREFIX_PATH="$PWD/.carry/usr")
@@ -64,14 +67,30 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
   fi
 fi
 
-if [[ " $only " == *" torch "* ]]; then
+# Training: qkv then PyTorch for each (model, precision), each in its own process; the report reads both logs.
+if [[ " $only " == *" train "* || " $only " == *" torch "* ]]; then
+  : >"$out/qkv_train.log"
+  : >"$out/torch.log"
   for bench in char-gpt seq2seq; do
     for precision in fp32 tf32; do
-      python3 bench/cuda_torch.py "$bench" --precision "$precision" --steps "$steps" 2>&1 | tee -a "$out/torch.log" | tail -3
-      [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      if [[ " $only " == *" train "* ]]; then
+        if [ -x build/cuda/bench/qkv_cuda_train ]; then
+          build/cuda/bench/qkv_cuda_train "$bench" --device cuda --precision "$precision" --steps "$steps" \
+            --warmup "$warmup" 2>&1 | tee -a "$out/qkv_train.log" | tail -5
+          [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "qkv_cuda_train $bench $precision failed (qkv_train.log)"; status=1; }
+        else
+          echo "qkv side: build/cuda/bench/qkv_cuda_train was not built (see the build step above)" | tee -a "$out/qkv_train.log"
+          status=1
+        fi
+      fi
+      if [[ " $only " == *" torch "* ]]; then
+        python3 bench/cuda_torch.py "$bench" --precision "$precision" --steps "$steps" --warmup "$warmup" 2>&1 |
+          tee -a "$out/torch.log" | tail -3
+        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+      fi
     done
   done
-  echo "qkv side: not measured (the model-level CUDA path is not wired yet; see cpp/src/kernels/cuda/README.md)"
+  python3 bench/cuda_report.py "$out" || status=1
 fi
 grep -h "^RESULT" "$out"/*.log 2>/dev/null
 exit $status

@@ -1,10 +1,13 @@
 #include "qkv/device.h"
 
 #include "qkv/cpu.h"
+#include "qkv/error.h"
 #include "qkv/thread_pool.h"
 
 #if QKV_CUDA
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_kernels.h"
 #endif
 
 namespace qkv {
@@ -30,12 +33,18 @@ std::string cuda_unavailable_reason() {
   }
   return n > 0 ? std::string() : std::string("no CUDA device: cudaGetDeviceCount reports 0 devices");
 }
+void set_cuda_tf32(bool on) { kernels::cuda::set_gemm_tf32(on); }
+bool cuda_tf32() { return kernels::cuda::gemm_tf32(); }
 #else
 bool cuda_built() { return false; }
 int cuda_device_count() { return 0; }
 std::string cuda_unavailable_reason() {
   return "CUDA was not built (no nvcc at configure time, or QKV_CUDA=OFF): no CUDA device can be used";
 }
+void set_cuda_tf32(bool on) {
+  if (on) throw Error("set_cuda_tf32(true): " + cuda_unavailable_reason());
+}
+bool cuda_tf32() { return false; }
 #endif
 
 std::string device_summary() {
