@@ -98,6 +98,13 @@ TEST(ModelDevice, CudaWithoutAGpuIsRefusedWithTheReasonAndTheModelStaysOnTheCpu)
   for (int s = 0; s < 3; ++s) EXPECT_EQ(lm.train_step(in, tg, 2, 8), twin.train_step(in, tg, 2, 8)) << "step " << s;
 }
 
+TEST(ModelDevice, Tf32WithoutAGpuIsRefusedWithTheReason) {
+  if (cuda_built()) GTEST_SKIP() << "this build has CUDA: set_cuda_tf32 only sets the products' mode";
+  EXPECT_NE(test::message_of([] { set_cuda_tf32(true); }).find(cuda_unavailable_reason()), std::string::npos);
+  set_cuda_tf32(false);  // a no-op, not an error
+  EXPECT_FALSE(cuda_tf32());
+}
+
 TEST(ModelDevice, ToTheDeviceItIsOnChangesNothing) {
   LanguageModel lm(lm_config()), twin(lm_config());
   const auto in = ids(2, 8, 17, 3), tg = ids(2, 8, 17, 4);
@@ -200,6 +207,28 @@ TEST(ModelDeviceCuda, ClassifierLogitsAndTrainingFollowTheCpuWithBothPoolings) {
       ASSERT_LE(std::abs(lg - lc) / std::abs(lc), kLossTol) << "step " << s << ": cuda " << lg << ", cpu " << lc;
     }
   }
+}
+
+// TF32 (set_cuda_tf32): the products' inputs keep 10 of fp32's 23 mantissa bits, so each product carries up to
+// about 2^-10 (1e-3) of sum |a||b| (kernels/cuda/cuda_kernels.h: kGemmTf32Tolerance = 2e-3 of that scale). Through
+// two layers (LayerNorm renormalises between them) and the head, that is at most about 1e-2 of the logits'
+// scale; 50 steps of training at lr 1e-3 stay within 1e-2 of the fp32 losses. Tighter bounds would test the
+// rounding, not the model.
+TEST(ModelDeviceCuda, LanguageModelInTf32StaysWithinItsTolerance) {
+  QKV_SKIP_WITHOUT_CUDA();
+  constexpr double kTf32Tol = 1e-2;
+  LanguageModel cpu(lm_config());
+  const auto gpu = on_cuda(cpu);
+  set_cuda_tf32(true);
+  const int B = 3, T = 11;
+  const auto in = ids(B, T, 17, 18), tg = ids(B, T, 17, 19);
+  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), kTf32Tol, "lm logits in tf32");
+  for (int s = 0; s < 50; ++s) {
+    const float lc = cpu.train_step(in, tg, B, T), lg = gpu->train_step(in, tg, B, T);
+    EXPECT_LE(std::abs(lg - lc) / std::abs(lc), kTf32Tol) << "step " << s << ": cuda tf32 " << lg << ", cpu " << lc;
+  }
+  set_cuda_tf32(false);
+  EXPECT_FALSE(cuda_tf32());
 }
 
 TEST(ModelDeviceCuda, ACheckpointSavedOnTheGpuIsTheCpusBytes) {
