@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "qkv/error.h"
@@ -139,10 +141,13 @@ std::string shown(const json& j) {
   return s;
 }
 
-const json& field(const json& parent, const std::string& name, const std::string& path, json::value_t type,
+// name and path are views taken by value: the result refers into `parent` only, and with reference parameters
+// that callers fill with temporaries GCC 13+ warns (-Wdangling-reference) that it might refer to those.
+const json& field(const json& parent, std::string_view name, std::string_view path, json::value_t type,
                   const char* expected) {
-  check(parent.contains(name), "tokenizer JSON: field \"", path, "\" is missing");
-  const json& j = parent.at(name);
+  const std::string key(name);
+  check(parent.contains(key), "tokenizer JSON: field \"", path, "\" is missing");
+  const json& j = parent.at(key);
   // Any integer kind counts as a number for "version".
   const bool ok = type == json::value_t::number_unsigned ? j.is_number_integer() : j.type() == type;
   check(ok, "tokenizer JSON: field \"", path, "\" = ", shown(j), " has the wrong type: expected ", expected);

@@ -10,6 +10,7 @@
 // Every test skips, naming the reason, when no CUDA device is present.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -293,7 +294,9 @@ TEST(CudaOps, EmbeddingMatchesTheCpuBitForBit) {
                           {tokens.size(), kc::token_buckets_size(V, rows)});
           float *x_ = d.f[0], *wte_ = d.f[1], *pos_ = d.f[2], *dx_ = d.f[3], *dwte_ = d.f[4], *dpos_ = d.f[5];
           kc::upload_ids(d.i[0], tokens, V, std::nullopt, "test", "tokens");
-          kc::upload_ids(d.i[1], buckets.packed, rows + 1, std::nullopt, "test", "buckets");
+          // packed holds token ids (< V), bucket starts (<= rows) and row indices (< rows): all below max(V, rows + 1).
+          // (The bound was rows + 1, which refused a token id >= rows + 1: the failure seen on the H100.)
+          kc::upload_ids(d.i[1], buckets.packed, std::max(V, rows + 1), std::nullopt, "test", "buckets");
           up(wte_, wte), up(pos_, pos), up(dx_, dx), up(dwte_, dwte0), up(dpos_, dpos0), poison(x_, x.size());
           kc::embedding_forward(x_, d.i[0], wte_, pos_, 1.7f, B, T, C);
           EXPECT_EQ(download(x_, x.size()), x);

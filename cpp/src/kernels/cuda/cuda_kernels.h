@@ -133,4 +133,14 @@ void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ra
 size_t sum_squares_scratch_size();
 double sum_squares(const float* x, size_t n, double* scratch);
 
+// ---- The small ops of a model's edges (elementwise.cu) ----
+
+// kernels.h: add (out may alias a or b), argmax_rows (best: device ints), mean_pool_forward / backward
+// (key_pad: device bytes (B,T)); fill sets n floats to value.
+void add(float* out, const float* a, const float* b, size_t n);
+void fill(float* x, float value, size_t n);
+void argmax_rows(int32_t* best, const float* logits, int rows, int V);
+void mean_pool_forward(float* out, const float* x, const uint8_t* key_pad, int B, int T, int C);
+void mean_pool_backward(float* dx, const float* dout, const uint8_t* key_pad, int B, int T, int C);
+
 }  // namespace qkv::kernels::cuda

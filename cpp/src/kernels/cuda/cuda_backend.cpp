@@ -1,0 +1,220 @@
+// The CUDA executor: the op contract (ops/ops.h) on the kernels of this folder, cuBLAS for the products.
+// Device memory comes from cudaMalloc (a model's buffers and its workspace block, a few allocations per model);
+// every op queues its work on the default stream, in order, and only download(), sum_squares() and
+// synchronize() wait for it. Sizes are checked on the host before any launch (the kernels' own checks), and
+// a CUDA failure becomes a qkv::Error naming the op (check.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "ops/backends.h"
+#include "qkv/error.h"
+
+namespace qkv::ops {
+namespace {
+
+namespace kc = kernels::cuda;
+
+// Floats that hold n objects of type T, keeping the arena's alignment (every take is 64-byte aligned).
+template <class T>
+size_t floats_for(size_t n) {
+  return (n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend() {
+    int device = 0;
+    kc::check_cuda(cudaGetDevice(&device), "cuda backend", "cudaGetDevice");
+    cudaDeviceProp prop{};
+    kc::check_cuda(cudaGetDeviceProperties(&prop, device), "cuda backend", "cudaGetDeviceProperties");
+    name_ = std::string("cuda (") + prop.name + ")";
+  }
+
+  Device device() const override { return Device::CUDA; }
+  std::string name() const override { return name_; }
+
+  void* allocate(size_t bytes) override {
+    if (bytes == 0) return nullptr;
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky: leave nothing behind for the next call to report
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw Error(detail::cat("out of memory on the GPU: needed ", bytes, " bytes, ", free, " of ", total, " free (",
+                              cudaGetErrorName(e), ")"));
+    }
+    kc::check_cuda(cudaMemset(p, 0, bytes), "allocate", "cudaMemset");
+    return p;
+  }
+  void free(void* p) noexcept override {
+    if (p) cudaFree(p);
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (bytes) kc::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload", "cudaMemcpy");
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (bytes) kc::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "download", "cudaMemcpy");
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) kc::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy", "cudaMemcpyAsync");
+  }
+  void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
+    check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (cuda): rows = ", rows,
+          ", cols = ", cols, ", ld_dst = ", ld_dst, ", ld_src = ", ld_src, ": expected leading dimensions >= cols");
+    if (rows == 0 || cols == 0) return;
+    kc::check_cuda(
+        cudaMemcpy2DAsync(dst, static_cast<size_t>(ld_dst) * sizeof(float), src,
+                          static_cast<size_t>(ld_src) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
+                          static_cast<size_t>(rows), cudaMemcpyDeviceToDevice),
+        "copy_rows", "cudaMemcpy2DAsync");
+  }
+  void fill(Span x, float value) override { kc::fill(x.data(), value, x.size()); }
+  void synchronize(const char* op) override { kc::synchronize(op); }
+
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc) override {
+    kc::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+  void add(Span out, CSpan a, CSpan b) override {
+    check(a.size() >= out.size() && b.size() >= out.size(), "add (cuda): inputs of ", a.size(), " and ", b.size(),
+          " elements for an output of ", out.size());
+    kc::add(out.data(), a.data(), b.data(), out.size());
+  }
+
+  void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
+    kc::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C);
+  }
+  void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
+                                  int C) override {
+    kc::residual_layernorm_forward(r.data(), y.data(), mean.data(), rstd.data(), x.data(), f.data(), w.data(), b.data(),
+                                   rows, C);
+  }
+  size_t layernorm_backward_scratch_size(int rows, int C) const override {
+    return kc::layernorm_backward_scratch_size(rows, C);
+  }
+  void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
+                          int rows, int C, Span scratch) override {
+    check(scratch.size() >= kc::layernorm_backward_scratch_size(rows, C), "layernorm_backward (cuda): scratch of ",
+          scratch.size(), " floats: expected layernorm_backward_scratch_size(", rows, ", ", C, ")");
+    kc::layernorm_backward(dx.data(), dw.data(), db.data(), scratch.data(), dr.empty() ? nullptr : dr.data(), dy.data(),
+                           x.data(), w.data(), mean.data(), rstd.data(), rows, C);
+  }
+
+  void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
+    kc::bias_act_forward(a.data(), h.data(), b.empty() ? nullptr : b.data(), act, rows, N);
+  }
+  size_t bias_act_backward_scratch_size(int rows, int N) const override {
+    return kc::bias_act_backward_scratch_size(rows, N);
+  }
+  void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) override {
+    check(db.empty() || scratch.size() >= kc::bias_act_backward_scratch_size(rows, N),
+          "bias_act_backward (cuda): scratch of ", scratch.size(), " floats: expected bias_act_backward_scratch_size(",
+          rows, ", ", N, ")");
+    kc::bias_act_backward(dh.empty() ? nullptr : dh.data(), db.empty() ? nullptr : db.data(), scratch.data(), da.data(),
+                          h.empty() ? nullptr : h.data(), act, rows, N);
+  }
+
+  void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
+    kc::dropout_forward(y.data(), x.data(), y.size(), p, seed);
+  }
+  void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
+    kc::dropout_backward(dx.data(), dy.data(), dx.size(), p, seed);
+  }
+
+  // The forward needs no scratch; the backward keeps D = rowsum(dout * out) per (b, h, t).
+  size_t attention_scratch_size(const AttentionShape& s, int) const override {
+    return kc::attention_backward_scratch_size(s);
+  }
+  void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
+                         Span) override {
+    kc::attention_forward(out.data(), lse.data(), q, k, v, s);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
+                          CSpan out, CSpan lse, const AttentionShape& s, Span scratch) override {
+    check(scratch.size() >= kc::attention_backward_scratch_size(s), "attention_backward (cuda): scratch of ",
+          scratch.size(), " floats: expected attention_scratch_size");
+    kc::attention_backward(dq, dk, dv, scratch.data(), dout.data(), q, k, v, out.data(), lse.data(), s);
+  }
+  void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
+    kc::attention_weights(att.data(), q, k, s);
+  }
+
+  void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
+    kc::embedding_forward(x.data(), tokens.device, wte.data(), pos.empty() ? nullptr : pos.data(), scale, B, T, C);
+  }
+  size_t embedding_backward_scratch_size(int V, int rows) const override {
+    return floats_for<int32_t>(kc::token_buckets_size(V, rows));
+  }
+  // The rows of each token are listed on the host (where the ids are) and uploaded to scratch; the device then
+  // adds each token's rows in order, without atomics (kernels/cuda/embedding.cu).
+  void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
+                          Span scratch) override {
+    check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0, "embedding_backward (cuda): dwte of ", dwte.size(),
+          " floats is not a whole number of rows of C = ", C);
+    const int V = static_cast<int>(dwte.size() / static_cast<size_t>(C));
+    const size_t n = static_cast<size_t>(B) * T;
+    check(tokens.host.size() >= n, "embedding_backward (cuda): ", tokens.host.size(), " token ids for B * T = ", n);
+    const kc::TokenBuckets buckets = kc::bucket_tokens(tokens.host.first(n), V);
+    check(scratch.size() >= floats_for<int32_t>(buckets.packed.size()), "embedding_backward (cuda): scratch of ",
+          scratch.size(), " floats: expected embedding_backward_scratch_size(", V, ", ", n, ")");
+    int32_t* packed = reinterpret_cast<int32_t*>(scratch.data());
+    upload(packed, buckets.packed.data(), buckets.packed.size() * sizeof(int32_t));
+    kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), packed, buckets.count, scale,
+                           B, T, C);
+  }
+
+  void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
+    kc::mean_pool_forward(out.data(), x.data(), key_pad, B, T, C);
+  }
+  void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
+    kc::mean_pool_backward(dx.data(), dout.data(), key_pad, B, T, C);
+  }
+
+  void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
+                            float smoothing) override {
+    kc::crossentropy_forward(losses.data(), logits.data(), targets.device, rows, V, ignore_index, smoothing);
+  }
+  void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
+                                     int V, int ignore_index, float smoothing) override {
+    kc::crossentropy_forward_backward(losses.data(), dlogits.data(), logits.data(), targets.device, scale, rows, V,
+                                      ignore_index, smoothing);
+  }
+  void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
+    kc::argmax_rows(best.data(), logits.data(), rows, V);
+  }
+
+  // The ranges are uploaded into scratch before the one fused launch.
+  size_t adam_scratch_size(size_t ranges) const override { return floats_for<AdamRange>(ranges) + 2; }
+  void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,
+                 Span scratch) override {
+    check(scratch.size() >= adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
+          " floats: expected adam_scratch_size(", ranges.size(), ")");
+    if (ranges.empty()) return;
+    check(ranges.back().end <= p.size(), "adam_step (cuda): the last range ends at ", ranges.back().end, ", past the ",
+          p.size(), " parameters");
+    // 8-byte alignment for the ranges' size_t fields: the workspace hands out 64-byte aligned spans.
+    auto* dev = reinterpret_cast<AdamRange*>(scratch.data());
+    kc::upload_ranges(dev, ranges, "adam_step");
+    kc::adam_step(p.data(), m.data(), v.data(), g.data(), dev, static_cast<int>(ranges.size()), ranges.back().end, h);
+  }
+  size_t sum_squares_scratch_size() const override { return floats_for<double>(kc::sum_squares_scratch_size()); }
+  double sum_squares(CSpan x, Span scratch) override {
+    check(scratch.size() >= sum_squares_scratch_size(), "sum_squares (cuda): scratch of ", scratch.size(),
+          " floats: expected sum_squares_scratch_size()");
+    return kc::sum_squares(x.data(), x.size(), reinterpret_cast<double*>(scratch.data()));
+  }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
+
+}  // namespace qkv::ops
