@@ -43,7 +43,10 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
     # Warnings from nvcc or the host compiler, if any (the build is meant to have none).
     grep -iE "warning" "$out/build.log" | head -20
     if [[ " $only " == *" tests "* ]]; then
-      build/cuda/tests/cpp/qkv_tests --gtest_filter='Cuda*:Device*' 2>&1 | tee "$out/cuda_tests.log" | tail -40
+      # The CUDA ops against the CPU ops, every op against the reference (BackendOps), and the models on the GPU
+      # against the CPU and PyTorch (ModelDeviceCuda, ParityModelsCuda).
+      build/cuda/tests/cpp/qkv_tests --gtest_filter='Cuda*:Device*:BackendOps*:ModelDevice*:ParityModelsCuda*' 2>&1 |
+        tee "$out/cuda_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*' >"$out/cuda_tests_sync.log" 2>&1 ||
         { echo "attention tests failed with QKV_CUDA_SYNC=1 (see cuda_tests_sync.log)"; status=1; }
@@ -53,7 +56,7 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
     if [[ " $only " == *" sanitize "* ]]; then
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 3 build/cuda/tests/cpp/qkv_tests \
-          --gtest_filter='CudaOps.*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
+          --gtest_filter='CudaOps.*:ModelDeviceCuda.*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
           { echo "compute-sanitizer $tool found errors (sanitize_$tool.log)"; status=1; }
         tail -2 "$out/sanitize_$tool.log"
       done
