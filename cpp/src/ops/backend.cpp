@@ -1,4 +1,5 @@
 // The backend registry: one Backend per device for the whole process, made on first use.
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -10,17 +11,30 @@
 
 namespace qkv::ops {
 
+namespace {
+
+std::atomic<bool> cpu_reference{false};
+
+}  // namespace
+
+bool set_cpu_reference(bool on) { return cpu_reference.exchange(on); }
+
 Backend& backend(Device device) {
   if (device == Device::CPU) {
+    if (cpu_reference) return reference_backend();
     static const std::unique_ptr<Backend> cpu = make_cpu_backend();
     return *cpu;
   }
-  // CUDA: refused with the reason before anything touches the driver's state beyond the device count.
-  const std::string why = cuda_unavailable_reason();
-  check(why.empty(), "device = cuda is unavailable: ", why);
+  // CUDA: asked of the driver once. Refused with the reason where there is no GPU (or no CUDA in this build);
+  // a failed start (make_cuda_backend threw) is tried again by the next call.
   static std::once_flag once;
   static std::unique_ptr<Backend> cuda;
-  std::call_once(once, [] { cuda = make_cuda_backend(); });
+  static std::string why;
+  std::call_once(once, [] {
+    why = cuda_unavailable_reason();
+    if (why.empty()) cuda = make_cuda_backend();
+  });
+  check(cuda != nullptr, "device = cuda is unavailable: ", why);
   return *cuda;
 }
 

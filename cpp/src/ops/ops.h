@@ -143,8 +143,11 @@ class Backend {
 // The backend of a device, made on first use and kept for the process. Device::CUDA throws qkv::Error with
 // cuda_unavailable_reason() when this build or machine has none.
 Backend& backend(Device device);
-// The oracle: plain loops, one thread. Tests run whole models through it (models take a Backend& too).
+// The oracle: plain loops, one thread.
 Backend& reference_backend();
+// Tests and debugging (ggml's use_ref): while on, backend(Device::CPU) is the reference executor, so a model
+// created or moved to the CPU from then on runs every op as plain loops. Returns the previous setting.
+bool set_cpu_reference(bool on);
 
 // The fixed sinusoidal position table (T,C) of "Attention Is All You Need" (kernels.h: sinusoidal_positions),
 // computed on the host once per model and then kept on its device as a constant.
