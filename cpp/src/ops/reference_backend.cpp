@@ -40,10 +40,11 @@ float act_grad(Act act, float h) {
   return 1.f;
 }
 
-// Inverted dropout of one element: kept when hash(seed, i) >= p * 2^32, then scaled by 1/(1-p).
+// Inverted dropout of one element: kept when hash(seed, i) >= p * 2^32, then multiplied by 1/(1-p) (the
+// factor rounded once, as every executor does, so that masks and values agree bit for bit).
 float dropped(float x, float p, uint64_t seed, uint64_t i) {
   if (p <= 0.f) return x;
-  return dropout_hash(seed, i) >= dropout_threshold(p) ? x / (1.f - p) : 0.f;
+  return dropout_hash(seed, i) >= dropout_threshold(p) ? x * (1.f / (1.f - p)) : 0.f;
 }
 
 bool visible(const AttentionShape& s, int b, int t, int key) {
