@@ -53,8 +53,10 @@ void bias_act_backward_rows_reference(const BiasActBackwardArgs& a, int r0, int 
     const size_t o = static_cast<size_t>(row) * a.N;
     for (int i = 0; i < a.N; ++i) {
       // ReLU selects rather than multiplies, as PyTorch's threshold_backward does (0 * inf would be NaN).
-      const float d =
-          a.act == Act::ReLU ? (a.h[o + i] > 0.f ? a.da[o + i] : 0.f) : a.da[o + i] * grad_of(a.act, a.h[o + i]);
+      // Identity reads no h: a Linear's bias gradient passes none (h is null then).
+      const float d = a.act == Act::Identity ? a.da[o + i]
+                      : a.act == Act::ReLU   ? (a.h[o + i] > 0.f ? a.da[o + i] : 0.f)
+                                             : a.da[o + i] * grad_of(a.act, a.h[o + i]);
       if (a.dh) a.dh[o + i] = d;
       if (db) db[i] += d;
     }
