@@ -13,6 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "dist/mpi.h"
+#include "distributed.h"
+#include "io/checksum.h"
 #include "kernels/kernels.h"
 #include "qkv/config.h"
 #include "qkv/cpu.h"
@@ -207,16 +210,48 @@ int run_train(const TrainArgs& a) {
   const std::string out = !a.out.empty() ? a.out : !a.resume.empty() ? a.resume : "model.safetensors";
   // A skipped step drew its batch too: the next batch is the one after every step taken or skipped.
   const int start = task->step() + task->skipped_steps(), total = t.steps;
-  std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n",
-               kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
-               out.c_str());
+
+  // Under mpirun: every rank checks that the others were started alike, then trains its rows of each batch;
+  // rank 0 alone logs, evaluates and writes the checkpoint.
+  std::unique_ptr<Distributed> dist;
+  if (a.mpi) {
+    if (!(a.bucket_mb > 0.0 && a.bucket_mb <= 4096.0)) throw UsageError("--bucket-mb: expected a number in (0, 4096]");
+    dist::DataParallelOptions o;
+    o.bucket_bytes = std::max<size_t>(64, static_cast<size_t>(a.bucket_mb * 1024 * 1024));
+    o.check_replicas = a.check_replicas;
+    dist = std::make_unique<Distributed>(dist::mpi_world(), o);
+    const std::string text = read_text(a.data);
+    const uint32_t crc = io::crc32({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+    dist->check_same({{"--model", kind_name(task->kind())},
+                      {"the model config", task->config_json()},
+                      {"the optimizer config", task->optimizer_json()},
+                      {"--data (bytes, crc32)", detail::cat(text.size(), ", ", crc)},
+                      {"--batch", std::to_string(t.batch)},
+                      {"--steps", std::to_string(total)},
+                      {"--seed", std::to_string(t.seed)},
+                      {"--eval-every", std::to_string(t.eval_every)},
+                      {"the first step (--resume)", std::to_string(start + 1)},
+                      {"--device", a.device.empty() ? "cpu" : a.device},
+                      {"--bucket-mb", std::to_string(a.bucket_mb)},
+                      {"--check-replicas", a.check_replicas ? "on" : "off"}});
+    if (t.batch < dist->size())
+      throw CollectiveError(detail::cat("--batch ", t.batch, " is smaller than the ", dist->size(),
+                                        " ranks: each rank needs at least one row of the global batch"));
+    dist->attach(*task);
+  }
+  const bool lead = !dist || dist->lead();
+  if (lead)
+    std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n%s",
+                 kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
+                 out.c_str(), dist ? ("qkv train: data parallel over " + dist->describe(t.batch) + "\n").c_str() : "");
   if (start >= total) {
-    std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start, total);
+    if (lead) std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start, total);
     return 0;
   }
 
   Progress progress(start, total, a.log_every.given ? a.log_every.value : 10);
   const auto evaluate = [&](int step) {
+    if (!lead) return;
     const Metrics m = task->evaluate(true, t.batch, 20);
     if (m.count == 0)
       say(&progress, "eval step %d: no held-out data (the file is too small for a 10%% split)\n", step);
@@ -231,7 +266,18 @@ int run_train(const TrainArgs& a) {
   while (step < total) {
     ++step;
     const Batch b = task->train_batch(t.seed, step, t.batch);
-    loss = task->train_step(b);
+    bool stop = g_signal != 0;
+    if (dist) {
+      const Distributed::Result r = dist->train_step(*task, b, stop);
+      loss = r.loss;
+      stop = r.stop;  // every rank stops at the same step when any was interrupted
+    } else {
+      loss = task->train_step(b);
+    }
+    if (!lead) {
+      if (stop && step < total) return 128 + SIGINT;
+      continue;
+    }
     if (task->last_step_skipped()) {
       progress.clear();
       std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", step,
@@ -245,13 +291,14 @@ int run_train(const TrainArgs& a) {
       task->save(out);
       saved = evaluated = true;
     }
-    if (g_signal != 0 && step < total) {
+    if (stop && step < total) {
       if (!saved) task->save(out);
       say(&progress, "interrupted at step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
       std::fprintf(stderr, "continue with: qkv train --data %s --resume %s\n", a.data.c_str(), out.c_str());
-      return 128 + static_cast<int>(g_signal);
+      return 128 + (g_signal != 0 ? static_cast<int>(g_signal) : SIGINT);
     }
   }
+  if (!lead) return 0;
   if (!saved) task->save(out);
   if (!evaluated) evaluate(step);
   say(&progress, "done step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());

@@ -26,6 +26,10 @@
 
 namespace qkv {
 
+namespace dist {
+class GradientSync;
+}
+
 struct LanguageModelConfig {
   int vocab_size = 0;  // V
   int context = 0;     // the longest sequence, T_max
@@ -120,6 +124,11 @@ class LanguageModel {
   // Checkpoints are the same bytes whatever the device. On failure (no GPU, out of memory) nothing moves.
   Device device() const;
   void to(Device device);
+
+  // Data-parallel training (cpp/src/dist): from now on apply_gradients() sums every rank's gradients into this
+  // replica's before the step (each rank gives accumulate() the weight of its share of the global batch), the
+  // sums overlapping the backward. nullptr: this process trains alone again. The caller keeps `sync` alive.
+  void set_gradient_sync(dist::GradientSync* sync);
 
   const LanguageModelConfig& config() const;
   const OptimizerConfig& optimizer() const;

@@ -22,6 +22,10 @@
 
 namespace qkv {
 
+namespace dist {
+class GradientSync;
+}
+
 struct Seq2SeqConfig {
   int src_vocab = 0;
   int tgt_vocab = 0;
@@ -101,6 +105,11 @@ class Seq2Seq {
   // The model's device, and a move to another (LanguageModel::to says more).
   Device device() const;
   void to(Device device);
+
+  // Data-parallel training (cpp/src/dist): from now on apply_gradients() sums every rank's gradients into this
+  // replica's before the step (each rank gives accumulate() the weight of its share of the global batch), the
+  // sums overlapping the backward. nullptr: this process trains alone again. The caller keeps `sync` alive.
+  void set_gradient_sync(dist::GradientSync* sync);
   const Seq2SeqConfig& config() const;
   const OptimizerConfig& optimizer() const;
   void set_training(bool training);

@@ -231,6 +231,7 @@ void Classifier::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_no
 std::vector<ParameterView> Classifier::parameters() { return models::views_of(impl_->core.params, "Classifier"); }
 Device Classifier::device() const { return impl_->core.device(); }
 void Classifier::to(Device device) { impl_->to(device); }
+void Classifier::set_gradient_sync(dist::GradientSync* sync) { impl_->core.set_sync(sync); }
 
 std::vector<uint8_t> Classifier::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
   return io::save_checkpoint(impl_->core, "classifier", to_json(impl_->config), with_optimizer, metadata);

@@ -375,6 +375,7 @@ std::optional<int32_t> LanguageModel::Generation::next() {
 
 Device LanguageModel::device() const { return impl_->core.device(); }
 void LanguageModel::to(Device device) { impl_->to(device); }
+void LanguageModel::set_gradient_sync(dist::GradientSync* sync) { impl_->core.set_sync(sync); }
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
 const OptimizerConfig& LanguageModel::optimizer() const { return impl_->core.optimizer.config(); }
 int LanguageModel::step() const { return impl_->core.optimizer.steps(); }

@@ -341,6 +341,7 @@ void Seq2Seq::set_non_finite(NonFinite policy) { impl_->core.optimizer.set_non_f
 std::vector<ParameterView> Seq2Seq::parameters() { return models::views_of(impl_->core.params, "Seq2Seq"); }
 Device Seq2Seq::device() const { return impl_->core.device(); }
 void Seq2Seq::to(Device device) { impl_->to(device); }
+void Seq2Seq::set_gradient_sync(dist::GradientSync* sync) { impl_->core.set_sync(sync); }
 
 std::vector<uint8_t> Seq2Seq::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {
   return io::save_checkpoint(impl_->core, "seq2seq", to_json(impl_->config), with_optimizer, metadata);

@@ -8,6 +8,7 @@
 // Constants (the sinusoidal position table) are registered like parameters but are neither trained nor saved.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,15 @@ class Parameters {
   Span moments1() { return m_.span(); }
   Span moments2() { return v_.span(); }
 
+  // Backward progress, for data-parallel training (dist/): models register their tensors in forward order, so
+  // a backward makes their gradients final from the last one back. The stacks call grads_final_from(offset)
+  // after each layer's backward: every gradient at offsets >= `offset` of grads() is final for this backward
+  // (nothing later in it adds to them). A listener may start reducing them at once.
+  void on_grads_final(std::function<void(size_t offset)> listener) { grads_final_ = std::move(listener); }
+  void grads_final_from(size_t offset) const {
+    if (grads_final_) grads_final_(offset);
+  }
+
  private:
   void bind();  // points every Param's and Constant's spans into the buffers
 
@@ -72,6 +82,7 @@ class Parameters {
   size_t total_ = 0;
   uint64_t streams_ = 0;
   Tensor values_, grads_, m_, v_, constants_buf_;
+  std::function<void(size_t)> grads_final_;
 };
 
 }  // namespace qkv::nn
