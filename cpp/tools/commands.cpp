@@ -223,8 +223,6 @@ int run_train(const TrainArgs& a) {
     const std::string text = read_text(a.data);
     const uint32_t crc = io::crc32({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
     dist->check_same({{"--model", kind_name(task->kind())},
-                      {"the model config", task->config_json()},
-                      {"the optimizer config", task->optimizer_json()},
                       {"--data (bytes, crc32)", detail::cat(text.size(), ", ", crc)},
                       {"--batch", std::to_string(t.batch)},
                       {"--steps", std::to_string(total)},
@@ -233,7 +231,9 @@ int run_train(const TrainArgs& a) {
                       {"the first step (--resume)", std::to_string(start + 1)},
                       {"--device", a.device.empty() ? "cpu" : a.device},
                       {"--bucket-mb", std::to_string(a.bucket_mb)},
-                      {"--check-replicas", a.check_replicas ? "on" : "off"}});
+                      {"--check-replicas", a.check_replicas ? "on" : "off"},
+                      {"the model config", task->config_json()},
+                      {"the optimizer config", task->optimizer_json()}});
     if (t.batch < dist->size())
       throw CollectiveError(detail::cat("--batch ", t.batch, " is smaller than the ", dist->size(),
                                         " ranks: each rank needs at least one row of the global batch"));

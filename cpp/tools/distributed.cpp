@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -52,14 +53,16 @@ void Distributed::attach(Task& task) {
 namespace {
 
 // For the fault tests (tests/mpi): QKV_TEST_FAULT="RANK:STEP" makes rank RANK fail with a qkv::Error when it
-// starts its STEP-th step of this run.
+// starts its STEP-th step of this run; "RANK:STEP:kill" makes it die there (SIGKILL), as a crashed host would.
 void injected_fault(int rank, long long steps) {
   static const char* spec = std::getenv("QKV_TEST_FAULT");
   if (!spec) return;
   int r = -1;
   long long s = -1;
-  if (std::sscanf(spec, "%d:%lld", &r, &s) == 2 && r == rank && s == steps)
-    throw Error(detail::cat("QKV_TEST_FAULT: rank ", rank, " fails at its step ", steps, " (a test)"));
+  char how[8] = "";
+  if (std::sscanf(spec, "%d:%lld:%7s", &r, &s, how) < 2 || r != rank || s != steps) return;
+  if (std::string(how) == "kill") std::raise(SIGKILL);
+  throw Error(detail::cat("QKV_TEST_FAULT: rank ", rank, " fails at its step ", steps, " (a test)"));
 }
 
 }  // namespace
