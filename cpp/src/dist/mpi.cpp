@@ -30,9 +30,11 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
   }
+  // With a reduction in flight (an exception left a step midway), freeing could wait on ranks that never come:
+  // the communicator is left to the process's end (MPI_Abort or exit) instead.
   ~MpiCommunicator() override {
-    for (MPI_Request& r : requests_)
-      if (r != MPI_REQUEST_NULL) MPI_Wait(&r, MPI_STATUS_IGNORE);
+    for (MPI_Request r : requests_)
+      if (r != MPI_REQUEST_NULL) return;
     MPI_Comm_free(&comm_);
   }
 
