@@ -219,6 +219,8 @@ int run_train(const TrainArgs& a) {
     dist::DataParallelOptions o;
     o.bucket_bytes = std::max<size_t>(64, static_cast<size_t>(a.bucket_mb * 1024 * 1024));
     o.check_replicas = a.check_replicas;
+    if (a.zero != 0 && a.zero != 1) throw UsageError("--zero " + std::to_string(a.zero) + ": expected 0 or 1");
+    o.zero1 = a.zero == 1;
     dist = std::make_unique<Distributed>(dist::mpi_world(), o);
     const std::string text = read_text(a.data);
     const uint32_t crc = io::crc32({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
@@ -232,6 +234,7 @@ int run_train(const TrainArgs& a) {
                       {"--device", a.device.empty() ? "cpu" : a.device},
                       {"--bucket-mb", std::to_string(a.bucket_mb)},
                       {"--check-replicas", a.check_replicas ? "on" : "off"},
+                      {"--zero", std::to_string(a.zero)},
                       {"the model config", task->config_json()},
                       {"the optimizer config", task->optimizer_json()}});
     if (t.batch < dist->size())
@@ -244,12 +247,24 @@ int run_train(const TrainArgs& a) {
     std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n%s",
                  kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
                  out.c_str(), dist ? ("qkv train: data parallel over " + dist->describe(t.batch) + "\n").c_str() : "");
+  if (lead && dist && a.zero == 1) {
+    // The Adam moments are two floats per parameter; each rank now keeps its 1/N of them.
+    const double whole = 2.0 * sizeof(float) * static_cast<double>(task->num_parameters()) / (1 << 20);
+    std::fprintf(stderr, "qkv train: ZeRO-1: Adam moments %.2f MiB per rank instead of %.2f (%.2f MiB saved)\n",
+                 whole / dist->size(), whole, whole - whole / dist->size());
+  }
   if (start >= total) {
     if (lead) std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start, total);
     return 0;
   }
 
   Progress progress(start, total, a.log_every.given ? a.log_every.value : 10);
+  // Rank 0 writes; under ZeRO-1 every rank first joins in gathering the Adam moments.
+  const auto save = [&] {
+    if (dist) dist->gather_moments();
+    if (lead) task->save(out);
+    if (dist) dist->shard_moments();
+  };
   const auto evaluate = [&](int step) {
     if (!lead) return;
     const Metrics m = task->evaluate(true, t.batch, 20);
@@ -274,32 +289,29 @@ int run_train(const TrainArgs& a) {
     } else {
       loss = task->train_step(b);
     }
-    if (!lead) {
-      if (stop && step < total) return 128 + SIGINT;
-      continue;
-    }
-    if (task->last_step_skipped()) {
+    if (lead && task->last_step_skipped()) {
       progress.clear();
       std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", step,
                    std::isfinite(loss) ? "the gradient norm" : "the loss", task->skipped_steps());
     }
-    progress.update(step, loss, b.tokens);
+    if (lead) progress.update(step, loss, b.tokens);
     saved = evaluated = false;
     if (t.eval_every > 0 && step % t.eval_every == 0) {
       // Evaluation runs forward passes without dropout, at the same steps in a resumed run.
       evaluate(step);
-      task->save(out);
+      save();
       saved = evaluated = true;
     }
     if (stop && step < total) {
-      if (!saved) task->save(out);
+      if (!saved) save();
+      if (!lead) return 128 + SIGINT;
       say(&progress, "interrupted at step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
       std::fprintf(stderr, "continue with: qkv train --data %s --resume %s\n", a.data.c_str(), out.c_str());
       return 128 + (g_signal != 0 ? static_cast<int>(g_signal) : SIGINT);
     }
   }
+  if (!saved) save();
   if (!lead) return 0;
-  if (!saved) task->save(out);
   if (!evaluated) evaluate(step);
   say(&progress, "done step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
   if (task->skipped_steps() > 0)

@@ -48,6 +48,9 @@ class Distributed {
   Result train_step(Task& task, const Batch& b, bool stop);
 
   const dist::CommStats& stats() const { return sync_.stats(); }
+  // ZeRO-1: around a checkpoint's save, on every rank (collective); nothing without it.
+  void gather_moments() { sync_.gather_moments(); }
+  void shard_moments() { sync_.shard_moments(); }
 
  private:
   std::unique_ptr<dist::Communicator> comm_;

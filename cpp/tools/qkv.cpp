@@ -68,7 +68,8 @@ Several processes (data parallel): mpirun -np N qkv train <the same arguments>. 
 batch: each rank trains on its batch/N rows of every batch and the gradients are summed across the ranks
 (MPI all-reduce, in buckets overlapping the backward) before clipping and the step, so N ranks follow one
 process with the same --batch. Rank 0 logs, evaluates and writes the checkpoint; --resume works on any
-number of ranks. Ranks started with different arguments or data are refused, naming the field; a rank that
+number of ranks. --zero 1 keeps 1/N of the Adam moments on each rank (ZeRO-1) and all-gathers the updated
+parameters after each step: the same values, 2(N-1)/N of the moments' memory saved per rank. Ranks started with different arguments or data are refused, naming the field; a rank that
 fails ends the whole job (MPI_Abort), naming the rank.
 
 Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (checkpoint saved).)";
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   flags.add(t, "--seed", train.seed, "Seed of the initial weights and the batch order (default 1337)");
   t->add_option("--bucket-mb", train.bucket_mb, "mpirun: MiB of gradients per all-reduce bucket (default 1)");
+  t->add_option("--zero", train.zero,
+                "mpirun: 1 shards the Adam moments across the ranks (ZeRO-1: 1/N of their memory each); 0 (default)")
+      ->check(CLI::IsMember({0, 1}));
   t->add_flag("--check-replicas", train.check_replicas,
               "mpirun: compare every rank's parameters (a hash) after every step; stop if they differ");
   t->footer([] {

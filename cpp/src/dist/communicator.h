@@ -29,6 +29,8 @@ class Communicator {
   virtual void wait(int request) = 0;
   // Forgets every finished handle (between steps).
   virtual void reset() = 0;
+  // Every rank's piece of x to every rank, in place: rank r's is [bounds[r], bounds[r + 1]) (size() + 1 bounds).
+  virtual void all_gather(Span x, std::span<const size_t> bounds) = 0;
 
   // ---- Small values, host memory, blocking ----
 

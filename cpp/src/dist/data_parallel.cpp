@@ -31,11 +31,32 @@ DataParallel::DataParallel(Communicator& comm, const DataParallelOptions& option
 DataParallel::~DataParallel() = default;
 
 void DataParallel::attach(nn::Parameters& params) {
+  params_ = &params;
   plan(params.count());
   params.on_grads_final([this, &params](size_t offset) { grads_final(params, offset); });
+  if (options_.zero1) shard_moments();
 }
 
-void DataParallel::detach(nn::Parameters& params) { params.on_grads_final({}); }
+// Leaving keeps only this rank's moments (no communication here: a rank may leave while unwinding an error);
+// gather_moments() first keeps them all.
+void DataParallel::detach(nn::Parameters& params) {
+  params.on_grads_final({});
+  if (params.moments_sharded()) params.shard_moments(0, params.count());
+  params_ = nullptr;
+}
+
+void DataParallel::shard_moments() {
+  if (!options_.zero1 || !params_) return;
+  const int r = comm_.rank();
+  params_->shard_moments(bounds_[static_cast<size_t>(r)], bounds_[static_cast<size_t>(r) + 1]);
+}
+
+void DataParallel::gather_moments() {
+  if (!options_.zero1 || !params_ || !params_->moments_sharded()) return;
+  params_->shard_moments(0, params_->count());
+  comm_.all_gather(params_->moments1(), bounds_);
+  comm_.all_gather(params_->moments2(), bounds_);
+}
 
 void DataParallel::plan(size_t total) {
   buckets_.clear();
@@ -48,6 +69,11 @@ void DataParallel::plan(size_t total) {
   }
   planned_for_ = total;
   last_offset_ = SIZE_MAX;
+  // ZeRO-1's pieces: equal, in whole 64-byte blocks, the last rank's the rest.
+  const auto n = static_cast<size_t>(comm_.size());
+  const size_t piece = (total + n * 16 - 1) / (n * 16) * 16;
+  bounds_.assign(n + 1, total);
+  for (size_t r = 0; r < n; ++r) bounds_[r] = std::min(total, r * piece);
 }
 
 void DataParallel::launch(nn::Parameters& params, size_t k) {
@@ -91,6 +117,12 @@ bool DataParallel::reduce(nn::Parameters& params, bool finite_loss) {
 }
 
 void DataParallel::after_step(nn::Parameters& params) {
+  if (options_.zero1) {
+    // Each rank updated its piece of the values: every piece to every rank.
+    const auto t0 = Clock::now();
+    comm_.all_gather(params.values(), bounds_);
+    stats_.gather_s += since(t0);
+  }
   if (!options_.check_replicas) return;
   std::vector<float> host(params.count());
   params.ops().download(host.data(), params.values().data(), host.size() * sizeof(float));

@@ -22,6 +22,10 @@ struct DataParallelOptions {
   bool overlap = true;
   // After every step, every rank's parameters are compared (a hash, reduced): qkv::Error when they differ.
   bool check_replicas = false;
+  // ZeRO-1: each rank keeps and updates the Adam moments of 1/N of the layout only (nn::Parameters::
+  // shard_moments), then the updated parameters are all-gathered. Saves 2 (N - 1) / N of the moments' memory
+  // per rank for one all-gather of the parameters per step; the values are the same bits as without it.
+  bool zero1 = false;
 };
 
 // Time spent in communication, for the benchmarks: `issue` in the calls that start and advance the
@@ -30,6 +34,7 @@ struct DataParallelOptions {
 struct CommStats {
   long long steps = 0, buckets = 0;
   double bytes = 0.0, issue_s = 0.0, wait_s = 0.0, agree_s = 0.0;
+  double gather_s = 0.0;  // ZeRO-1: the all-gather of the parameters after the step
 };
 
 class DataParallel final : public GradientSync {
@@ -43,6 +48,12 @@ class DataParallel final : public GradientSync {
   void after_step(nn::Parameters& params) override;
 
   Communicator& comm() { return comm_; }
+  // ZeRO-1: every rank's moments gathered into every rank (whole again: to save a checkpoint), and sharded again.
+  // Both are collective: every rank calls them at the same point.
+  void gather_moments();
+  void shard_moments();
+  // The range of the layout whose moments rank r keeps (ZeRO-1), [bounds()[r], bounds()[r + 1]).
+  const std::vector<size_t>& bounds() const { return bounds_; }
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
   size_t buckets() const { return buckets_.size(); }
@@ -58,7 +69,9 @@ class DataParallel final : public GradientSync {
   Communicator& comm_;
   DataParallelOptions options_;
   std::vector<Bucket> buckets_;  // buckets_[0] ends at the end of the buffer
-  std::vector<int> requests_;    // of the buckets launched in this step
+  std::vector<size_t> bounds_;   // ZeRO-1: size() + 1 piece bounds over the layout
+  nn::Parameters* params_ = nullptr;
+  std::vector<int> requests_;  // of the buckets launched in this step
   size_t planned_for_ = 0;
   size_t last_offset_ = SIZE_MAX;  // of this backward's last signal
   CommStats stats_;

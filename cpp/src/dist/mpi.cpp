@@ -60,6 +60,20 @@ class MpiCommunicator final : public Communicator {
     requests_.clear();
   }
 
+  void all_gather(Span x, std::span<const size_t> bounds) override {
+    check(bounds.size() == static_cast<size_t>(size_) + 1 && bounds.back() <= x.size() &&
+              bounds.back() <= static_cast<size_t>(INT_MAX),
+          "all_gather: expected ", size_ + 1, " bounds within ", x.size(), " floats (< 2^31)");
+    std::vector<int> counts(static_cast<size_t>(size_)), displs(static_cast<size_t>(size_));
+    for (int r = 0; r < size_; ++r) {
+      displs[static_cast<size_t>(r)] = static_cast<int>(bounds[static_cast<size_t>(r)]);
+      counts[static_cast<size_t>(r)] =
+          static_cast<int>(bounds[static_cast<size_t>(r) + 1] - bounds[static_cast<size_t>(r)]);
+    }
+    ok(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data(), counts.data(), displs.data(), MPI_FLOAT, comm_),
+       "MPI_Allgatherv");
+  }
+
   void sum(std::span<double> x) override {
     ok(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE, MPI_SUM, comm_), "MPI_Allreduce");
   }

@@ -128,7 +128,8 @@ struct ModelCore {
 
   MemoryUsage memory() const {
     const size_t weights = params.count() * sizeof(float);
-    return {weights, weights, 2 * weights, ws.size_bytes()};
+    // The moments: this replica's part under ZeRO-1 (dist/).
+    return {weights, weights, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};
   }
 
   // The ids of a batch on the device: validated host ids in, the Ids the ops take out (dst: ws.take_ints).
