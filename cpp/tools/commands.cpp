@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "dist/mpi.h"
+#if QKV_NCCL
+#include "dist/nccl.h"
+#endif
 #include "distributed.h"
 #include "io/checksum.h"
 #include "kernels/kernels.h"
@@ -206,6 +209,9 @@ int run_train(const TrainArgs& a) {
     t.eval_every = a.eval_every.value;
   }
   task->check_trainable();
+#if QKV_NCCL
+  if (a.mpi && device == Device::CUDA) dist::select_local_gpu();  // one GPU per rank of a host
+#endif
   task->to(device);
   const std::string out = !a.out.empty() ? a.out : !a.resume.empty() ? a.resume : "model.safetensors";
   // A skipped step drew its batch too: the next batch is the one after every step taken or skipped.
@@ -221,7 +227,17 @@ int run_train(const TrainArgs& a) {
     o.check_replicas = a.check_replicas;
     if (a.zero != 0 && a.zero != 1) throw UsageError("--zero " + std::to_string(a.zero) + ": expected 0 or 1");
     o.zero1 = a.zero == 1;
-    dist = std::make_unique<Distributed>(dist::mpi_world(), o);
+    std::unique_ptr<dist::Communicator> comm = dist::mpi_world();
+    if (device == Device::CUDA) {
+#if QKV_NCCL
+      comm = dist::nccl_world(std::move(comm));  // the gradients stay on the GPU; NCCL sums them there
+#else
+      throw CollectiveError(
+          "--device cuda under mpirun needs NCCL, and this build has none (a build with CUDA, MPI and NCCL's header "
+          "under the CUDA toolkit has it); use --device cpu");
+#endif
+    }
+    dist = std::make_unique<Distributed>(std::move(comm), o);
     const std::string text = read_text(a.data);
     const uint32_t crc = io::crc32({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
     dist->check_same({{"--model", kind_name(task->kind())},

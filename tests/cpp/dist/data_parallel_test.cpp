@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/loopback.h"
 #include "qkv/classifier.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
@@ -118,26 +119,7 @@ TEST(DataParallel, Seq2SeqAndClassifierGradsFinalOnlyWhenDone) {
   }
 }
 
-// One rank: a sum is the identity. Records when each reduction starts relative to the backward.
-class Loopback final : public dist::Communicator {
- public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  std::string name() const override { return "loopback"; }
-  int start_sum(Span x) override {
-    started.push_back({x.data(), x.size()});
-    return static_cast<int>(started.size() - 1);
-  }
-  bool test(int) override { return true; }
-  void wait(int) override {}
-  void reset() override {}
-  void all_gather(Span, std::span<const size_t>) override {}
-  void sum(std::span<double>) override {}
-  void max(std::span<int64_t>) override {}
-  void broadcast(std::string&, int) override {}
-
-  std::vector<std::pair<const float*, size_t>> started;
-};
+using test::Loopback;
 
 TEST(DataParallel, BucketsStartInOrderDuringTheBackward) {
   LanguageModelConfig c;
