@@ -247,7 +247,7 @@ int run_train(const TrainArgs& a) {
                       {"--seed", std::to_string(t.seed)},
                       {"--eval-every", std::to_string(t.eval_every)},
                       {"the first step (--resume)", std::to_string(start + 1)},
-                      {"--device", a.device.empty() ? "cpu" : a.device},
+                      {"--device", device == Device::CUDA ? "cuda" : "cpu"},
                       {"--bucket-mb", std::to_string(a.bucket_mb)},
                       {"--check-replicas", a.check_replicas ? "on" : "off"},
                       {"--zero", std::to_string(a.zero)},

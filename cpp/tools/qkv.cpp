@@ -69,8 +69,9 @@ batch: each rank trains on its batch/N rows of every batch and the gradients are
 (MPI all-reduce, in buckets overlapping the backward) before clipping and the step, so N ranks follow one
 process with the same --batch. Rank 0 logs, evaluates and writes the checkpoint; --resume works on any
 number of ranks. --zero 1 keeps 1/N of the Adam moments on each rank (ZeRO-1) and all-gathers the updated
-parameters after each step: the same values, 2(N-1)/N of the moments' memory saved per rank. Ranks started with different arguments or data are refused, naming the field; a rank that
-fails ends the whole job (MPI_Abort), naming the rank.
+parameters after each step: the same values, 2(N-1)/N of the moments' memory saved per rank. Ranks started
+with different arguments or data are refused, naming the field; a rank that fails ends the whole job
+(MPI_Abort), naming the rank. With --device cuda, one GPU per rank and NCCL (builds that have it).
 
 Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (checkpoint saved).)";
 
