@@ -69,12 +69,14 @@ volatile std::sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
 // The first SIGINT or SIGTERM sets the flag; the handler then resets, so a second one ends the process at
-// once (the checkpoint on disk is still whole: saves are atomic).
-void catch_signals() {
+// once (the checkpoint on disk is still whole: saves are atomic). Under mpirun a rank often gets the signal twice
+// (from the terminal or launcher's process group, and forwarded by mpirun), so there every one just sets the
+// flag; the ranks then stop together at the end of the step (mpirun kills what does not end).
+void catch_signals(bool second_ends = true) {
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
+  sa.sa_flags = second_ends ? SA_RESETHAND : 0;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
 }
@@ -290,7 +292,7 @@ int run_train(const TrainArgs& a) {
       say(&progress, "eval step %d: loss %.6f  perplexity %.4f  accuracy %.4f\n", step, m.loss, m.perplexity,
           m.accuracy);
   };
-  catch_signals();
+  catch_signals(!dist);
   float loss = 0.f;
   int step = start;
   bool saved = false, evaluated = false;

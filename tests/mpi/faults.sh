@@ -28,10 +28,8 @@ echo "ok: a rank that dies ends the job in ${ELAPSED}s"
 
 # MPMD: rank 1 with another --batch, then with another data file.
 differ() {
-  STATUS=0
   local t0=$SECONDS
-  timeout -k 5 60 mpirun -np 1 "$QKV" train --threads 1 "${args[@]}" : -np 1 "$QKV" train --threads 1 "$@" \
-    >"$OUT" 2>&1 || STATUS=$?
+  run_mpi 60 -np 1 "$QKV" train --threads 1 "${args[@]}" : -np 1 "$QKV" train --threads 1 "$@"
   ELAPSED=$((SECONDS - t0))
 }
 differ "${args[@]}" --batch 8

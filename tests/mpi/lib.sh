@@ -23,12 +23,22 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # No network interface probing beyond this machine's.
 export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
 
+# mpirun forwards the ranks' stdout and stderr in chunks that need not end at line ends, so one file for both
+# could hold a stdout line inside a stderr line: each goes to its own file, and $OUT gets stderr then stdout.
+# run_mpi SECONDS MPIRUN-ARGS...: status in $STATUS.
+run_mpi() {
+  local seconds=$1
+  shift
+  STATUS=0
+  timeout -k 5 "$seconds" mpirun "$@" >"$WORK/mpi.stdout" 2>"$WORK/mpi.stderr" || STATUS=$?
+  cat "$WORK/mpi.stderr" "$WORK/mpi.stdout" >"$OUT"
+}
+
 # mpi SECONDS NP ARGS...: mpirun -np NP qkv train ARGS..., at most SECONDS; output in $OUT, status in $STATUS.
 mpi() {
   local seconds=$1 np=$2
   shift 2
-  STATUS=0
-  timeout -k 5 "$seconds" mpirun -np "$np" "$QKV" train --threads 1 "$@" >"$OUT" 2>&1 || STATUS=$?
+  run_mpi "$seconds" -np "$np" "$QKV" train --threads 1 "$@"
 }
 
 # The training losses of a run's progress lines ("step N/M  loss L ..."), one per line.

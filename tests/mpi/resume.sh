@@ -27,3 +27,4 @@ mpi 60 2 "${args[@]}" --resume ten2.safetensors --steps 30 --check-replicas
 [ "$STATUS" -eq 0 ] || fail "resuming on 2 ranks exited with $STATUS"
 same_losses full_11_30.txt "$OUT"
 echo "ok: a 2-rank checkpoint resumed on 1 rank and on 2 ranks"
+
