@@ -79,6 +79,9 @@ void catch_signals(bool second_ends = true) {
   sa.sa_flags = second_ends ? SA_RESETHAND : 0;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // mpirun ends the job itself on SIGINT and SIGTERM but passes SIGUSR1 on to the ranks: under mpirun,
+  // `kill -USR1 <mpirun>` is the way to stop with a checkpoint.
+  if (!second_ends) sigaction(SIGUSR1, &sa, nullptr);
 }
 
 // --- the progress line -----------------------------------------------------------------------------------

@@ -71,7 +71,8 @@ process with the same --batch. Rank 0 logs, evaluates and writes the checkpoint;
 number of ranks. --zero 1 keeps 1/N of the Adam moments on each rank (ZeRO-1) and all-gathers the updated
 parameters after each step: the same values, 2(N-1)/N of the moments' memory saved per rank. Ranks started
 with different arguments or data are refused, naming the field; a rank that fails ends the whole job
-(MPI_Abort), naming the rank. With --device cuda, one GPU per rank and NCCL (builds that have it).
+(MPI_Abort), naming the rank. With --device cuda, one GPU per rank and NCCL (builds that have it). To stop
+with a checkpoint: kill -USR1 <mpirun's pid> (mpirun ends the job itself on Ctrl-C).
 
 Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (checkpoint saved).)";
 

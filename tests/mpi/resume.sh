@@ -28,3 +28,29 @@ mpi 60 2 "${args[@]}" --resume ten2.safetensors --steps 30 --check-replicas
 same_losses full_11_30.txt "$OUT"
 echo "ok: a 2-rank checkpoint resumed on 1 rank and on 2 ranks"
 
+
+# Stopping a run under mpirun: SIGUSR1 to mpirun, which passes it on to the ranks (on SIGINT and SIGTERM mpirun
+# ends the job itself). Every rank stops at the same step (the stop flag is summed with the loss), rank 0 saves
+# and exits with 128 + 10, and the checkpoint resumes. (mpirun itself in the background, so that $! is its pid,
+# with a watchdog instead of timeout.)
+mpirun -np 2 "$QKV" train --threads 1 --data text.txt --config lm.json --steps 100000 --eval-every 0 \
+  --log-every 1 --out int.safetensors >int.stdout 2>int.stderr &
+pid=$!
+(sleep 60 && kill -KILL "$pid" 2>/dev/null) &
+watchdog=$!
+for _ in $(seq 1 200); do
+  grep -q "^step 3/" int.stderr 2>/dev/null && break
+  sleep 0.05
+done
+kill -USR1 "$pid"
+status=0
+wait "$pid" || status=$?
+kill "$watchdog" 2>/dev/null || true
+cat int.stderr int.stdout >"$OUT"
+[ "$status" -ne 137 ] || fail "mpirun had to be killed after SIGUSR1"
+k=$(sed -nE 's/^interrupted at step ([0-9]+)\/100000.*/\1/p' int.stdout)
+[ -n "$k" ] || fail "SIGUSR1 to mpirun: no 'interrupted at step' line"
+mpi 60 1 --data text.txt --log-every 1 --resume int.safetensors --steps $((k + 3))
+[ "$STATUS" -eq 0 ] || fail "resuming the checkpoint saved on SIGUSR1 exited with $STATUS"
+grep -q "steps $((k + 1))..$((k + 3))" "$OUT" || fail "the SIGUSR1 checkpoint is not at step $k"
+echo "ok: SIGUSR1 to mpirun stops every rank at step $k with a checkpoint"
