@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # clang + libclang-rt-dev: libFuzzer and the sanitizer runtimes of the fuzz targets (tests/fuzz).
+# openmpi-bin + libopenmpi-dev: data-parallel training (mpirun -np N qkv train) and its tests (tests/mpi).
 packages=(cmake make g++ clang libclang-rt-dev libgtest-dev emscripten libxsimd-dev nlohmann-json3-dev libcli11-dev
-  chromium)
+  chromium openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -14,6 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "dist/mpi.h"
+#if QKV_NCCL
+#include "dist/nccl.h"
+#endif
+#include "distributed.h"
+#include "io/checksum.h"
 #include "kernels/kernels.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
@@ -67,14 +73,19 @@ volatile std::sig_atomic_t g_signal = 0;
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
 // The first SIGINT or SIGTERM sets the flag; the handler then resets, so a second one ends the process at
-// once (the checkpoint on disk is still whole: saves are atomic).
-void catch_signals() {
+// once (the checkpoint on disk is still whole: saves are atomic). Under mpirun a rank often gets the signal twice
+// (from the terminal or launcher's process group, and forwarded by mpirun), so there every one just sets the
+// flag; the ranks then stop together at the end of the step (mpirun kills what does not end).
+void catch_signals(bool second_ends = true) {
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
+  sa.sa_flags = second_ends ? SA_RESETHAND : 0;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // mpirun ends the job itself on SIGINT and SIGTERM but passes SIGUSR1 on to the ranks: under mpirun,
+  // `kill -USR1 <mpirun>` is the way to stop with a checkpoint.
+  if (!second_ends) sigaction(SIGUSR1, &sa, nullptr);
 }
 
 // --- the progress line -----------------------------------------------------------------------------------
@@ -207,20 +218,80 @@ int run_train(const TrainArgs& a) {
     t.eval_every = a.eval_every.value;
   }
   task->check_trainable();
+#if QKV_NCCL
+  if (a.mpi && device == Device::CUDA) dist::select_local_gpu();  // one GPU per rank of a host
+#endif
   task->to(device);
   const std::string out = !a.out.empty() ? a.out : !a.resume.empty() ? a.resume : "model.safetensors";
   // A skipped step drew its batch too: the next batch is the one after every step taken or skipped.
   const int start = task->step() + task->skipped_steps(), total = t.steps;
-  std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n",
-               kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
-               out.c_str());
+
+  // Under mpirun: every rank checks that the others were started alike, then trains its rows of each batch;
+  // rank 0 alone logs, evaluates and writes the checkpoint.
+  std::unique_ptr<Distributed> dist;
+  if (a.mpi) {
+    if (!(a.bucket_mb > 0.0 && a.bucket_mb <= 4096.0)) throw UsageError("--bucket-mb: expected a number in (0, 4096]");
+    dist::DataParallelOptions o;
+    o.bucket_bytes = std::max<size_t>(64, static_cast<size_t>(a.bucket_mb * 1024 * 1024));
+    o.check_replicas = a.check_replicas;
+    if (a.zero != 0 && a.zero != 1) throw UsageError("--zero " + std::to_string(a.zero) + ": expected 0 or 1");
+    o.zero1 = a.zero == 1;
+    std::unique_ptr<dist::Communicator> comm = dist::mpi_world();
+    if (device == Device::CUDA) {
+#if QKV_NCCL
+      comm = dist::nccl_world(std::move(comm));  // the gradients stay on the GPU; NCCL sums them there
+#else
+      throw CollectiveError(
+          "--device cuda under mpirun needs NCCL, and this build has none (a build with CUDA, MPI and NCCL's header "
+          "under the CUDA toolkit has it); use --device cpu");
+#endif
+    }
+    dist = std::make_unique<Distributed>(std::move(comm), o);
+    const std::string text = read_text(a.data);
+    const uint32_t crc = io::crc32({reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+    dist->check_same({{"--model", kind_name(task->kind())},
+                      {"--data (bytes, crc32)", detail::cat(text.size(), ", ", crc)},
+                      {"--batch", std::to_string(t.batch)},
+                      {"--steps", std::to_string(total)},
+                      {"--seed", std::to_string(t.seed)},
+                      {"--eval-every", std::to_string(t.eval_every)},
+                      {"the first step (--resume)", std::to_string(start + 1)},
+                      {"--device", device == Device::CUDA ? "cuda" : "cpu"},
+                      {"--bucket-mb", std::to_string(a.bucket_mb)},
+                      {"--check-replicas", a.check_replicas ? "on" : "off"},
+                      {"--zero", std::to_string(a.zero)},
+                      {"the model config", task->config_json()},
+                      {"the optimizer config", task->optimizer_json()}});
+    if (t.batch < dist->size())
+      throw CollectiveError(detail::cat("--batch ", t.batch, " is smaller than the ", dist->size(),
+                                        " ranks: each rank needs at least one row of the global batch"));
+    dist->attach(*task);
+  }
+  const bool lead = !dist || dist->lead();
+  if (lead)
+    std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n%s",
+                 kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
+                 out.c_str(), dist ? ("qkv train: data parallel over " + dist->describe(t.batch) + "\n").c_str() : "");
+  if (lead && dist && a.zero == 1) {
+    // The Adam moments are two floats per parameter; each rank now keeps its 1/N of them.
+    const double whole = 2.0 * sizeof(float) * static_cast<double>(task->num_parameters()) / (1 << 20);
+    std::fprintf(stderr, "qkv train: ZeRO-1: Adam moments %.2f MiB per rank instead of %.2f (%.2f MiB saved)\n",
+                 whole / dist->size(), whole, whole - whole / dist->size());
+  }
   if (start >= total) {
-    std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start, total);
+    if (lead) std::printf("nothing to do: the checkpoint is at step %d and --steps is %d\n", start, total);
     return 0;
   }
 
   Progress progress(start, total, a.log_every.given ? a.log_every.value : 10);
+  // Rank 0 writes; under ZeRO-1 every rank first joins in gathering the Adam moments.
+  const auto save = [&] {
+    if (dist) dist->gather_moments();
+    if (lead) task->save(out);
+    if (dist) dist->shard_moments();
+  };
   const auto evaluate = [&](int step) {
+    if (!lead) return;
     const Metrics m = task->evaluate(true, t.batch, 20);
     if (m.count == 0)
       say(&progress, "eval step %d: no held-out data (the file is too small for a 10%% split)\n", step);
@@ -228,35 +299,44 @@ int run_train(const TrainArgs& a) {
       say(&progress, "eval step %d: loss %.6f  perplexity %.4f  accuracy %.4f\n", step, m.loss, m.perplexity,
           m.accuracy);
   };
-  catch_signals();
+  catch_signals(!dist);
   float loss = 0.f;
   int step = start;
   bool saved = false, evaluated = false;
   while (step < total) {
     ++step;
     const Batch b = task->train_batch(t.seed, step, t.batch);
-    loss = task->train_step(b);
-    if (task->last_step_skipped()) {
+    bool stop = g_signal != 0;
+    if (dist) {
+      const Distributed::Result r = dist->train_step(*task, b, stop);
+      loss = r.loss;
+      stop = r.stop;  // every rank stops at the same step when any was interrupted
+    } else {
+      loss = task->train_step(b);
+    }
+    if (lead && task->last_step_skipped()) {
       progress.clear();
       std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", step,
                    std::isfinite(loss) ? "the gradient norm" : "the loss", task->skipped_steps());
     }
-    progress.update(step, loss, b.tokens);
+    if (lead) progress.update(step, loss, b.tokens);
     saved = evaluated = false;
     if (t.eval_every > 0 && step % t.eval_every == 0) {
       // Evaluation runs forward passes without dropout, at the same steps in a resumed run.
       evaluate(step);
-      task->save(out);
+      save();
       saved = evaluated = true;
     }
-    if (g_signal != 0 && step < total) {
-      if (!saved) task->save(out);
+    if (stop && step < total) {
+      if (!saved) save();
+      if (!lead) return 128 + SIGINT;
       say(&progress, "interrupted at step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
       std::fprintf(stderr, "continue with: qkv train --data %s --resume %s\n", a.data.c_str(), out.c_str());
-      return 128 + static_cast<int>(g_signal);
+      return 128 + (g_signal != 0 ? static_cast<int>(g_signal) : SIGINT);
     }
   }
-  if (!saved) task->save(out);
+  if (!saved) save();
+  if (!lead) return 0;
   if (!evaluated) evaluate(step);
   say(&progress, "done step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
   if (task->skipped_steps() > 0)

@@ -19,6 +19,11 @@ struct TrainArgs {
   Flag<int> steps, threads, batch, eval_every, log_every;
   Flag<double> lr;
   Flag<uint64_t> seed;
+  // Data parallel (started by mpirun): the bucket size of the gradient sums, and the replica check of the tests.
+  double bucket_mb = 1.0;
+  bool check_replicas = false;
+  int zero = 0;      // 1: ZeRO-1, the Adam moments sharded across the ranks
+  bool mpi = false;  // an MPI session is active (set by main, not a flag)
 };
 
 struct GenerateArgs {

@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
+#include "dist/mpi.h"
+#include "distributed.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
 #include "task.h"
@@ -61,6 +64,16 @@ or gradient norm stops training with status 1 (the last checkpoint is kept). Wit
 the weights, the Adam moments and the schedule as they were, is reported on stderr and counted (the count
 is saved in the checkpoint); it still counts toward --steps, as its batch was drawn.
 
+Several processes (data parallel): mpirun -np N qkv train <the same arguments>. --batch stays the global
+batch: each rank trains on its batch/N rows of every batch and the gradients are summed across the ranks
+(MPI all-reduce, in buckets overlapping the backward) before clipping and the step, so N ranks follow one
+process with the same --batch. Rank 0 logs, evaluates and writes the checkpoint; --resume works on any
+number of ranks. --zero 1 keeps 1/N of the Adam moments on each rank (ZeRO-1) and all-gathers the updated
+parameters after each step: the same values, 2(N-1)/N of the moments' memory saved per rank. Ranks started
+with different arguments or data are refused, naming the field; a rank that fails ends the whole job
+(MPI_Abort), naming the rank. With --device cuda, one GPU per rank and NCCL (builds that have it). To stop
+with a checkpoint: kill -USR1 <mpirun's pid> (mpirun ends the job itself on Ctrl-C).
+
 Exit status: 0 done, 1 failure, 2 usage error, 130 interrupted (checkpoint saved).)";
 
 }  // namespace
@@ -87,7 +100,8 @@ int main(int argc, char** argv) {
   flags.add(t, "--threads", train.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
   t->add_option("--device", train.device, "cpu or cuda (default: the config file's \"device\", else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  flags.add(t, "--batch", train.batch, "Rows per batch (default: the preset's)")->check(CLI::PositiveNumber);
+  flags.add(t, "--batch", train.batch, "Rows per batch, across all ranks under mpirun (default: the preset's)")
+      ->check(CLI::PositiveNumber);
   flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
   flags.add(t, "--non-finite", train.non_finite, "On a NaN/inf loss or gradient: error stops, skip skips the step")
       ->check(CLI::IsMember({"error", "skip"}));
@@ -96,6 +110,12 @@ int main(int argc, char** argv) {
   flags.add(t, "--log-every", train.log_every, "Progress line every N steps when stderr is not a terminal (10)")
       ->check(CLI::PositiveNumber);
   flags.add(t, "--seed", train.seed, "Seed of the initial weights and the batch order (default 1337)");
+  t->add_option("--bucket-mb", train.bucket_mb, "mpirun: MiB of gradients per all-reduce bucket (default 1)");
+  t->add_option("--zero", train.zero,
+                "mpirun: 1 shards the Adam moments across the ranks (ZeRO-1: 1/N of their memory each); 0 (default)")
+      ->check(CLI::IsMember({0, 1}));
+  t->add_flag("--check-replicas", train.check_replicas,
+              "mpirun: compare every rank's parameters (a hash) after every step; stop if they differ");
   t->footer([] {
     std::string text = kTrainFooter;
     const std::string mark = "{presets}\n";
@@ -192,6 +212,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string command = app.get_subcommands().front()->get_name();
+  // Under mpirun, train is data parallel: MPI lives until main returns, so that a failing rank can end the
+  // job (MPI_Abort) rather than leave the others waiting in a reduction.
+  std::optional<qkv::dist::MpiSession> mpi;
+  const auto fail = [&](int status) {
+    if (mpi && mpi->active() && mpi->size() > 1) qkv::dist::abort_all(status);
+    return status;
+  };
+  const std::string rank = [&] {
+    try {
+      if (command == "train") mpi.emplace();
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "qkv train: error: %s\n", err.what());
+      std::exit(1);
+    }
+    return mpi && mpi->active() && mpi->size() > 1
+               ? " (rank " + std::to_string(mpi->rank()) + " of " + std::to_string(mpi->size()) + ")"
+               : std::string();
+  }();
+  train.mpi = mpi && mpi->active();
   try {
     if (command == "train") return run_train(train);
     if (command == "generate") return run_generate(gen);
@@ -206,10 +245,15 @@ int main(int argc, char** argv) {
     if (command == "import") return run_import(imp);
     return run_bench(bench);
   } catch (const UsageError& err) {
-    std::fprintf(stderr, "qkv %s: %s\nRun 'qkv %s --help' for usage.\n", command.c_str(), err.what(), command.c_str());
-    return 2;
-  } catch (const std::exception& err) {  // qkv::Error, and anything the system throws (bad_alloc)
-    std::fprintf(stderr, "qkv %s: error: %s\n", command.c_str(), err.what());
+    std::fprintf(stderr, "qkv %s%s: %s\nRun 'qkv %s --help' for usage.\n", command.c_str(), rank.c_str(), err.what(),
+                 command.c_str());
+    return fail(2);
+  } catch (const CollectiveError& err) {  // every rank has it: said once, and no abort
+    if (!mpi || mpi->rank() == 0) std::fprintf(stderr, "qkv %s: error: %s\n", command.c_str(), err.what());
     return 1;
+  } catch (const std::exception& err) {  // qkv::Error, and anything the system throws (bad_alloc)
+    std::fprintf(stderr, "qkv %s%s: error: %s\n", command.c_str(), rank.c_str(), err.what());
+    std::fflush(stderr);
+    return fail(1);
   }
 }

@@ -124,6 +124,13 @@ class LmTask final : public Task {
   }
 
   float train_step(const Batch& b) override { return model_->train_step(b.a, b.b, b.rows, b.len_a); }
+  long long counted(const Batch& b) const override { return static_cast<long long>(b.rows) * b.len_a; }
+  float train_part(const Batch& b, float weight) override {
+    model_->zero_grad();
+    const float loss = model_->accumulate(b.a, b.b, b.rows, b.len_a, weight);
+    model_->apply_gradients();
+    return loss;
+  }
 
   // Consecutive non-overlapping windows of the split.
   Metrics evaluate(bool held_out, int B, int max_batches) override {
@@ -166,6 +173,7 @@ class LmTask final : public Task {
 
   Model& model() const override { return *model_; }
   std::string config_json() const override { return to_json(model_->config()); }
+  std::string optimizer_json() const override { return to_json(model_->optimizer()); }
 
  protected:
   std::map<std::string, std::string> metadata() const override { return {{"qkv.tokenizer", tok_.to_json()}}; }
@@ -263,6 +271,16 @@ class Seq2SeqTask final : public RowTask {
   }
 
   float train_step(const Batch& b) override { return model_->train_step(b.a, b.b, b.c, b.rows, b.len_a, b.len_b); }
+  long long counted(const Batch& b) const override {
+    return static_cast<long long>(std::count_if(b.c.begin(), b.c.end(), [&](int32_t t) { return t != pad_id(); }));
+  }
+  float train_part(const Batch& b, float weight) override {
+    model_->zero_grad();
+    const float loss = model_->accumulate(b.a, b.b, b.c, b.rows, b.len_a, b.len_b, weight);
+    model_->apply_gradients();
+    return loss;
+  }
+  int pad_id() const { return model_->config().pad_id; }
 
   Metrics evaluate(bool held_out, int B, int max_batches) override {
     return each_batch(held_out, B, max_batches, [&](int i, int rows) {
@@ -299,6 +317,7 @@ class Seq2SeqTask final : public RowTask {
 
   Model& model() const override { return *model_; }
   std::string config_json() const override { return to_json(model_->config()); }
+  std::string optimizer_json() const override { return to_json(model_->optimizer()); }
 
  protected:
   std::map<std::string, std::string> metadata() const override {
@@ -355,6 +374,13 @@ class ClassifierTask final : public RowTask {
   }
 
   float train_step(const Batch& b) override { return model_->train_step(b.a, b.b, b.rows, b.len_a); }
+  long long counted(const Batch& b) const override { return b.rows; }
+  float train_part(const Batch& b, float weight) override {
+    model_->zero_grad();
+    const float loss = model_->accumulate(b.a, b.b, b.rows, b.len_a, weight);
+    model_->apply_gradients();
+    return loss;
+  }
 
   Metrics evaluate(bool held_out, int B, int max_batches) override {
     return each_batch(held_out, B, max_batches, [&](int i, int rows) {
@@ -366,6 +392,7 @@ class ClassifierTask final : public RowTask {
 
   Model& model() const override { return *model_; }
   std::string config_json() const override { return to_json(model_->config()); }
+  std::string optimizer_json() const override { return to_json(model_->optimizer()); }
 
  protected:
   std::map<std::string, std::string> metadata() const override {
@@ -643,6 +670,23 @@ void Task::generate(const std::string&, const SamplingOptions&, const std::strin
                     const std::function<bool(const std::string&)>&) {
   throw Error(checkpoint_path + ": holds a " + kind_name(kind()) +
               " model: generate needs an lm or seq2seq checkpoint (a classifier is measured with qkv eval)");
+}
+
+Batch rows_of(const Batch& b, int first, int n) {
+  Batch part;
+  part.rows = n;
+  part.len_a = b.len_a;
+  part.len_b = b.len_b;
+  part.tokens = b.tokens * n / std::max(1, b.rows);
+  const auto take = [&](const std::vector<int32_t>& from, std::vector<int32_t>& to) {
+    const size_t width = from.size() / static_cast<size_t>(std::max(1, b.rows));
+    to.assign(from.begin() + static_cast<std::ptrdiff_t>(first * width),
+              from.begin() + static_cast<std::ptrdiff_t>((first + n) * width));
+  };
+  take(b.a, part.a);
+  take(b.b, part.b);
+  take(b.c, part.c);
+  return part;
 }
 
 void Task::save(const std::string& path) {

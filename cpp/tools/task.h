@@ -68,6 +68,9 @@ struct Batch {
   long long tokens = 0;  // positions processed, for tokens/s
 };
 
+// Rows [first, first + n) of a batch (every field holds rows of equal width).
+Batch rows_of(const Batch& b, int first, int n);
+
 class Task {
  public:
   virtual ~Task() = default;
@@ -88,6 +91,13 @@ class Task {
   // The training batch of a step: a function of (seed, step) only, so a resumed run sees the same batches.
   virtual Batch train_batch(uint64_t seed, int step, int batch) const = 0;
   virtual float train_step(const Batch& batch) = 0;
+  // Data-parallel training (distributed.h): the targets of a batch that count in its mean loss (not padding);
+  // one step on this rank's part of a global batch, its gradient weighted by `weight` (its share of the global
+  // count) and summed across ranks by the model's gradient sync before the update; returns the part's mean loss.
+  virtual long long counted(const Batch& batch) const = 0;
+  virtual float train_part(const Batch& part, float weight) = 0;
+  void set_gradient_sync(dist::GradientSync* sync) { model().set_gradient_sync(sync); }
+  virtual std::string optimizer_json() const = 0;
   // Loss, accuracy and perplexity over the held-out split or the whole data, `batch` rows at a time and at
   // most max_batches batches (0: all). count is 0 when there is nothing to evaluate.
   virtual Metrics evaluate(bool held_out, int batch, int max_batches) = 0;

@@ -19,6 +19,9 @@ namespace qkv {
 namespace models {
 struct ModelCore;
 }
+namespace dist {
+class GradientSync;
+}
 
 class Model {
  public:
@@ -53,6 +56,11 @@ class Model {
   // NonFinite::Skip (a micro-batch's loss or the gradient norm was not finite).
   void zero_grad();
   bool apply_gradients();
+
+  // Data-parallel training (cpp/src/dist): from now on apply_gradients() sums every rank's gradients into this
+  // replica's before the step (each rank gives accumulate() the weight of its share of the global batch), the
+  // sums overlapping the backward. nullptr: this process trains alone again. The caller keeps `sync` alive.
+  void set_gradient_sync(dist::GradientSync* sync);
 
   // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name. The spans are
   // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first.

@@ -38,6 +38,8 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
     core.ops().download(host.back().data(), x.data(), x.size_bytes());
     return host.back();
   };
+  check(!with_optimizer || !core.params.moments_sharded(),
+        "the Adam moments are sharded across ranks (ZeRO-1): gather them before saving the optimizer state");
   for (nn::Param& p : core.params.all()) {
     refs.emplace_back(p.name, p.shape, on_host(p.value));
     if (with_optimizer) {
@@ -126,6 +128,8 @@ namespace {
 // mis-shaped and left-over tensor at once. with_moments: the file must hold the Adam moments too, and they
 // are restored.
 void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_moments) {
+  check(!with_moments || !core.params.moments_sharded(),
+        "the Adam moments are sharded across ranks (ZeRO-1): load the checkpoint before joining the group");
   std::set<std::string> expected;
   std::vector<std::string> problems;
   for (nn::Param& p : core.params.all()) {

@@ -27,6 +27,7 @@ bool Model::last_step_skipped() const { return core().optimizer.last_skipped(); 
 
 void Model::zero_grad() { core().zero_grad(); }
 bool Model::apply_gradients() { return core().apply_gradients(); }
+void Model::set_gradient_sync(dist::GradientSync* sync) { core().set_sync(sync); }
 
 std::vector<ParameterView> Model::parameters() { return models::views_of(core().params, kind()); }
 

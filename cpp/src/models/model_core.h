@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "dist/sync.h"
 #include "nn/dropout.h"
 #include "nn/parameters.h"
 #include "ops/ops.h"
@@ -95,9 +96,23 @@ struct ModelCore {
   // One optimizer step on the accumulated gradients; false when it was skipped (NonFinite::Skip: a
   // non-finite loss or gradient norm; the gradients are then zeroed). See Optimizer::step.
   bool apply_gradients() {
-    const bool finite_loss = !nonfinite_loss;
+    bool finite_loss = !nonfinite_loss;
     nonfinite_loss = false;
-    return optimizer.step(params, finite_loss);
+    if (!sync) return optimizer.step(params, finite_loss);
+    // Data parallel: every rank's gradients summed (each rank weighted its share of the global batch) before
+    // the norm, the clipping and the step, which then see the same values on every rank.
+    finite_loss = sync->reduce(params, finite_loss);
+    const bool stepped = optimizer.step(params, finite_loss);
+    if (stepped) sync->after_step(params);
+    return stepped;
+  }
+
+  // The data-parallel group this model trains in (nullptr: alone). The caller keeps it alive while set.
+  dist::GradientSync* sync = nullptr;
+  void set_sync(dist::GradientSync* s) {
+    if (sync) sync->detach(params);
+    sync = s;
+    if (sync) sync->attach(params);
   }
 
   // forward_backward() returns the loss after accumulating gradients (checked with check_loss). A
@@ -113,7 +128,8 @@ struct ModelCore {
 
   MemoryUsage memory() const {
     const size_t weights = params.count() * sizeof(float);
-    return {weights, weights, 2 * weights, ws.size_bytes()};
+    // The moments: this replica's part under ZeRO-1 (dist/).
+    return {weights, weights, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};
   }
 
   // The ids of a batch on the device: validated host ids in, the Ids the ops take out (dst: ws.take_ints).

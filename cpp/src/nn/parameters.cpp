@@ -39,11 +39,12 @@ Constant& Parameters::add_constant(std::vector<float> host_values) {
 }
 
 void Parameters::bind() {
+  const bool whole = !moments_sharded();
   for (Param& p : params_) {
     p.value = {values_.data() + p.offset, p.numel};
     p.grad = {grads_.data() + p.offset, p.numel};
-    p.m = {m_.data() + p.offset, p.numel};
-    p.v = {v_.data() + p.offset, p.numel};
+    p.m = whole ? Span{m_.data() + p.offset, p.numel} : Span{};
+    p.v = whole ? Span{v_.data() + p.offset, p.numel} : Span{};
   }
   size_t at = 0;
   for (Constant& c : constants_) {
@@ -81,6 +82,21 @@ void Parameters::finalize(uint64_t seed) {
 }
 
 void Parameters::zero_grad() { ops_->fill(grads_.span(), 0.f); }
+
+void Parameters::shard_moments(size_t begin, size_t end) {
+  check(begin < end && end <= total_, "shard_moments(", begin, ", ", end, "): expected 0 <= begin < end <= ", total_);
+  const std::vector<int64_t> shape{static_cast<int64_t>(end - begin)};
+  Tensor m(shape, device()), v(shape, device());
+  const size_t old_end = m_begin_ + m_.numel(), from = std::max(begin, m_begin_), until = std::min(end, old_end);
+  if (from < until) {
+    ops_->copy(m.data() + (from - begin), m_.data() + (from - m_begin_), (until - from) * sizeof(float));
+    ops_->copy(v.data() + (from - begin), v_.data() + (from - m_begin_), (until - from) * sizeof(float));
+  }
+  m_ = std::move(m);
+  v_ = std::move(v);
+  m_begin_ = begin;
+  bind();
+}
 
 void Parameters::to(ops::Backend& target) {
   if (&target == ops_) return;

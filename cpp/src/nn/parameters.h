@@ -8,6 +8,7 @@
 // Constants (the sinusoidal position table) are registered like parameters but are neither trained nor saved.
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,8 +61,24 @@ class Parameters {
   // The flat buffers, every tensor at its offset (padding between tensors stays 0). Device memory.
   Span values() { return values_.span(); }
   Span grads() { return grads_.span(); }
+  // The Adam moments: the whole layout, or under ZeRO-1 (shard_moments) only [moments_begin(), + size()) of it.
   Span moments1() { return m_.span(); }
   Span moments2() { return v_.span(); }
+  size_t moments_begin() const { return m_begin_; }
+  size_t moments_size() const { return m_.numel(); }
+  bool moments_sharded() const { return m_begin_ != 0 || m_.numel() != total_; }
+  // ZeRO-1 (dist/): this replica keeps the moments of [begin, end) of the layout only, their values kept where
+  // it held them (else 0); a Param's m and v are then empty. shard_moments(0, count()) makes them whole again.
+  void shard_moments(size_t begin, size_t end);
+
+  // Backward progress, for data-parallel training (dist/): models register their tensors in forward order, so
+  // a backward makes their gradients final from the last one back. The stacks call grads_final_from(offset)
+  // after each layer's backward: every gradient at offsets >= `offset` of grads() is final for this backward
+  // (nothing later in it adds to them). A listener may start reducing them at once.
+  void on_grads_final(std::function<void(size_t offset)> listener) { grads_final_ = std::move(listener); }
+  void grads_final_from(size_t offset) const {
+    if (grads_final_) grads_final_(offset);
+  }
 
  private:
   void bind();  // points every Param's and Constant's spans into the buffers
@@ -69,9 +86,10 @@ class Parameters {
   ops::Backend* ops_;
   std::deque<Param> params_;  // a deque keeps references stable while layers register
   std::deque<Constant> constants_;
-  size_t total_ = 0;
+  size_t total_ = 0, m_begin_ = 0;
   uint64_t streams_ = 0;
   Tensor values_, grads_, m_, v_, constants_buf_;
+  std::function<void(size_t)> grads_final_;
 };
 
 }  // namespace qkv::nn

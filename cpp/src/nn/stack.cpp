@@ -36,8 +36,11 @@ NormInto next_norm(const Layers& layers, size_t l, LayerNorm* final_norm, Span o
 EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
     : params_(params), C_(o.C), pre_(o.norm == NormPosition::Pre) {
-  for (int l = 0; l < layers; ++l)
+  for (int l = 0; l < layers; ++l) {
+    offsets_.push_back(params.count());
     layers_.push_back(std::make_unique<EncoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
+  }
+  offsets_.push_back(params.count());
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
 }
 
@@ -56,9 +59,11 @@ void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropou
 
 Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop) {
   final_norm_backward(params_.ops(), norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
+  params_.grads_final_from(offsets_.back());
   Span d_out = d_a_, d_in = d_b_;
   for (int l = size() - 1; l >= 0; --l) {
     layers_[static_cast<size_t>(l)]->backward(d_in, d_out, xs_[static_cast<size_t>(l)], mask, B, T, drop);
+    params_.grads_final_from(offsets_[static_cast<size_t>(l)]);
     std::swap(d_in, d_out);
   }
   return d_out;
@@ -67,8 +72,11 @@ Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, in
 DecoderStack::DecoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
     : params_(params), C_(o.C), pre_(o.norm == NormPosition::Pre) {
-  for (int l = 0; l < layers; ++l)
+  for (int l = 0; l < layers; ++l) {
+    offsets_.push_back(params.count());
     layers_.push_back(std::make_unique<DecoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
+  }
+  offsets_.push_back(params.count());
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
 }
 
@@ -91,10 +99,12 @@ void DecoderStack::forward(CSpan memory, const AttentionMask& self_mask, const A
 Span DecoderStack::backward(CSpan d_output, Span dmemory, CSpan memory, const AttentionMask& self_mask,
                             const AttentionMask& memory_mask, int B, int T, int S, const Dropout& drop) {
   final_norm_backward(params_.ops(), norm_.get(), d_a_, d_output, xs_.back(), B * T, C_);
+  params_.grads_final_from(offsets_.back());
   Span d_out = d_a_, d_in = d_b_;
   for (int l = size() - 1; l >= 0; --l) {
     layers_[static_cast<size_t>(l)]->backward(d_in, dmemory, d_out, xs_[static_cast<size_t>(l)], memory, self_mask,
                                               memory_mask, B, T, S, drop);
+    params_.grads_final_from(offsets_[static_cast<size_t>(l)]);
     std::swap(d_in, d_out);
   }
   return d_out;

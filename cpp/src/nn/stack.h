@@ -35,7 +35,8 @@ class EncoderStack {
   bool pre_;  // pre-LN: each layer's last add runs fused with the next norm (Residual)
   std::vector<std::unique_ptr<EncoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
-  std::vector<Span> xs_;  // L+1 of (B,T,C)
+  std::vector<size_t> offsets_;  // where each layer's tensors, then the final norm's, begin in the flat buffers
+  std::vector<Span> xs_;         // L+1 of (B,T,C)
   Span out_, d_a_, d_b_;
 };
 
@@ -62,6 +63,7 @@ class DecoderStack {
   bool pre_;
   std::vector<std::unique_ptr<DecoderLayer>> layers_;
   std::unique_ptr<LayerNorm> norm_;
+  std::vector<size_t> offsets_;
   std::vector<Span> xs_;
   Span out_, d_a_, d_b_;
 };

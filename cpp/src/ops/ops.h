@@ -9,7 +9,7 @@
 //   reference (ops/reference_backend.cpp): plain loops, no threads, the oracle every other backend is tested
 //                                          against (tests/cpp/ops/backend_ops_test.cpp);
 //   cpu       (ops/cpu_backend.cpp): the xsimd kernels of kernels/cpu and the thread pool; also wasm's;
-//   cuda      (ops/cuda_backend.cpp): kernels/cuda, cuBLAS for products; only in builds with CUDA.
+//   cuda      (kernels/cuda/cuda_backend.cpp): kernels/cuda, cuBLAS for products; only in builds with CUDA.
 //
 // Rules every backend keeps (the formulas and aliasing rules of each op are kernels/kernels.h's, repeated here
 // only where the contract adds something):

@@ -54,14 +54,19 @@ bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
   }
   ++t_;
   // One pass over the flat buffers: each tensor's weight decay as a range, adjacent tensors with the same
-  // decay merged (the padding between them is 0 and stays 0).
+  // decay merged (the padding between them is 0 and stays 0). Under ZeRO-1 only the part [b, e) of the layout
+  // whose moments this replica keeps is updated (dist/ gathers the other ranks' parts); ranges are then
+  // relative to b.
+  const size_t b = params.moments_begin(), e = b + params.moments1().size();
   ranges_.clear();
   for (const nn::Param& p : params.all()) {
+    const size_t from = std::max(p.offset, b), to = std::min(p.offset + p.numel, e);
+    if (from >= to) continue;
     const float wd = config_.decay_matrices_only && !p.decay ? 0.f : config_.weight_decay;
     if (!ranges_.empty() && ranges_.back().weight_decay == wd)
-      ranges_.back().end = p.offset + p.numel;
+      ranges_.back().end = to - b;
     else
-      ranges_.push_back({p.offset, p.offset + p.numel, wd});
+      ranges_.push_back({from - b, to - b, wd});
   }
   const ops::AdamHyper h{learning_rate_at(config_, t_),
                          config_.beta1,
@@ -71,8 +76,8 @@ bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
                          t_,
                          grad_scale};
   ops::Backend& ops = params.ops();
-  ops.adam_step(params.values(), params.moments1(), params.moments2(), params.grads(), ranges_, h,
-                scratch(params, ops.adam_scratch_size(ranges_.size())));
+  ops.adam_step(params.values().subspan(b, e - b), params.moments1(), params.moments2(),
+                params.grads().subspan(b, e - b), ranges_, h, scratch(params, ops.adam_scratch_size(ranges_.size())));
   return true;
 }
 
