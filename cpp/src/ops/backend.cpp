@@ -1,5 +1,8 @@
 // The backend registry: one Backend per device for the whole process, made on first use.
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -37,6 +40,20 @@ Backend& backend(Device device) {
   check(cuda != nullptr, "device = cuda is unavailable: ", why);
   return *cuda;
 }
+
+void* host_allocate(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  // On wasm32 size_t is 32 bits: a request near its top would wrap when rounded up.
+  check(bytes <= std::numeric_limits<size_t>::max() - 63, "out of memory: ", bytes,
+        " bytes do not fit in this build's address space (", sizeof(size_t) * 8, "-bit)");
+  const size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  check(p != nullptr, "out of memory: could not allocate ", rounded, " bytes");
+  std::memset(p, 0, rounded);
+  return p;
+}
+
+void host_free(void* p) noexcept { std::free(p); }
 
 Backend& reference_backend() {
   static const std::unique_ptr<Backend> ref = make_reference_backend();

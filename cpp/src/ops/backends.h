@@ -12,4 +12,9 @@ std::unique_ptr<Backend> make_cpu_backend();        // ops/cpu_backend.cpp
 std::unique_ptr<Backend> make_reference_backend();  // ops/reference_backend.cpp
 std::unique_ptr<Backend> make_cuda_backend();       // kernels/cuda/cuda_backend.cpp, or ops/no_cuda.cpp
 
+// Host memory for the two executors whose device is the CPU (cpu and reference, ops/backend.cpp): 64-byte
+// aligned and zero-filled; qkv::Error ("out of memory: ...") on failure; 0 bytes gives nullptr.
+void* host_allocate(size_t bytes);
+void host_free(void* p) noexcept;
+
 }  // namespace qkv::ops

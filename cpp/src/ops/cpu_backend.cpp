@@ -22,18 +22,8 @@ class CpuBackend final : public Backend {
     return "cpu (" + active_isa() + ", " + std::to_string(num_threads()) + " threads)";
   }
 
-  void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
-    // On wasm32 size_t is 32 bits: a request near its top would wrap when rounded up.
-    check(bytes <= std::numeric_limits<size_t>::max() - 63, "out of memory: ", bytes,
-          " bytes do not fit in this build's address space (", sizeof(size_t) * 8, "-bit)");
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    check(p != nullptr, "out of memory: could not allocate ", rounded, " bytes");
-    std::memset(p, 0, rounded);
-    return p;
-  }
-  void free(void* p) noexcept override { std::free(p); }
+  void* allocate(size_t bytes) override { return host_allocate(bytes); }
+  void free(void* p) noexcept override { host_free(p); }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memmove(dst, src, bytes);
   }

@@ -57,16 +57,8 @@ class ReferenceBackend final : public Backend {
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "reference"; }
 
-  void* allocate(size_t bytes) override {
-    if (bytes == 0) return nullptr;
-    check(bytes <= std::numeric_limits<size_t>::max() - 63, "out of memory: ", bytes, " bytes");
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    check(p != nullptr, "out of memory: could not allocate ", rounded, " bytes");
-    std::memset(p, 0, rounded);
-    return p;
-  }
-  void free(void* p) noexcept override { std::free(p); }
+  void* allocate(size_t bytes) override { return host_allocate(bytes); }
+  void free(void* p) noexcept override { host_free(p); }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (bytes) std::memmove(dst, src, bytes);
   }

@@ -23,20 +23,6 @@ std::string path_of(const std::string& name) { return std::string(QKV_FIXTURES_D
 std::vector<uint8_t> state_dict(const std::string& c) { return io::read_file(path_of(c + ".safetensors")); }
 SafetensorsFile io_of(const std::string& c) { return read_safetensors(path_of(c + ".io.safetensors")); }
 
-OptimizerConfig optimizer_of(const SafetensorsFile& f) {
-  const auto o = test::meta_json(f, "optimizer");
-  OptimizerConfig c;
-  c.kind = parse_optimizer_kind(o.at("kind").get<std::string>());
-  c.lr = o.at("lr").get<float>();
-  c.beta1 = o.at("betas")[0].get<float>();
-  c.beta2 = o.at("betas")[1].get<float>();
-  c.eps = o.at("eps").get<float>();
-  c.weight_decay = o.at("weight_decay").get<float>();
-  c.decay_matrices_only = o.at("decay").get<std::string>() == "matrices";
-  c.grad_clip = o.at("grad_clip").is_null() ? 0.f : o.at("grad_clip").get<float>();
-  return c;
-}
-
 // The logits of the rows that matter: all, or (Seq2Seq, "non_pad_tgt_in") the positions whose target input is
 // not padding, where a seed's own masks make the padded rows an artefact (see the fixture script).
 std::vector<float> rows(const std::vector<float>& logits, const SafetensorsFile& f) {
@@ -89,7 +75,7 @@ void seq2seq_case(const std::string& c, const ImportedWeights& r) {
   const int B = static_cast<int>(f.at("input.src").shape[0]), S = static_cast<int>(f.at("input.src").shape[1]),
             T = static_cast<int>(f.at("input.tgt_in").shape[1]);
   const bool trains = f.metadata.count("losses");
-  Seq2Seq m(seq2seq_config_from_json(r.config_json), trains ? optimizer_of(f) : OptimizerConfig{});
+  Seq2Seq m(seq2seq_config_from_json(r.config_json), trains ? test::optimizer_of(f) : OptimizerConfig{});
   m.load_weights(state_dict(c));
   const auto got = m.logits(src, tgt_in, B, S, T);
   expect_logits(c, rows(got, f), rows(f.floats("output.logits"), f));
@@ -107,7 +93,7 @@ void classifier_case(const std::string& c, const ImportedWeights& r) {
   ASSERT_EQ(r.kind, "classifier");
   const auto ids = test::ids(f, "input.ids"), labels = test::ids(f, "input.labels");
   const int B = static_cast<int>(f.at("input.ids").shape[0]), T = static_cast<int>(f.at("input.ids").shape[1]);
-  Classifier m(classifier_config_from_json(r.config_json), optimizer_of(f));
+  Classifier m(classifier_config_from_json(r.config_json), test::optimizer_of(f));
   m.load_weights(state_dict(c));
   expect_logits(c, m.logits(ids, B, T), f.floats("output.logits"));
   expect_trajectory(f, [&] { return m.train_step(ids, labels, B, T); });
@@ -120,7 +106,7 @@ void lm_case(const std::string& c, const ImportedWeights& r, const std::vector<u
   const auto ids = test::ids(f, "input.ids"), targets = test::ids(f, "input.targets");
   const int B = static_cast<int>(f.at("input.ids").shape[0]), T = static_cast<int>(f.at("input.ids").shape[1]);
   const bool trains = f.metadata.count("losses");
-  LanguageModel m(language_model_config_from_json(r.config_json), trains ? optimizer_of(f) : OptimizerConfig{});
+  LanguageModel m(language_model_config_from_json(r.config_json), trains ? test::optimizer_of(f) : OptimizerConfig{});
   m.load_weights(bytes);
   expect_logits(c, m.logits(ids, B, T), f.floats("output.logits"));
   if (trains) expect_trajectory(f, [&] { return m.train_step(ids, targets, B, T); });

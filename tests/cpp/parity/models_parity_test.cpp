@@ -4,29 +4,15 @@
 // without a GPU). On CUDA the weights are loaded on the CPU and the model moved with to(), and it comes back
 // with to(Device::CPU) for the gradients to be read: the path a user's checkpoint takes.
 #include "parity/parity_util.h"
-#include "test_util.h"
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
 #include "qkv/seq2seq.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
 
 constexpr double kOutputTol = 1e-5, kGradTol = 1e-4, kLossTol = 1e-4;
-
-OptimizerConfig optimizer_of(const SafetensorsFile& f) {
-  const auto o = test::meta_json(f, "optimizer");
-  OptimizerConfig c;
-  c.kind = parse_optimizer_kind(o.at("kind").get<std::string>());
-  c.lr = o.at("lr").get<float>();
-  c.beta1 = o.at("betas")[0].get<float>();
-  c.beta2 = o.at("betas")[1].get<float>();
-  c.eps = o.at("eps").get<float>();
-  c.weight_decay = o.at("weight_decay").get<float>();
-  c.decay_matrices_only = o.at("decay").get<std::string>() == "matrices";
-  c.grad_clip = o.at("grad_clip").is_null() ? 0.f : o.at("grad_clip").get<float>();
-  return c;
-}
 
 std::vector<double> losses_of(const SafetensorsFile& f) {
   return test::meta_json(f, "losses").get<std::vector<double>>();
@@ -47,7 +33,7 @@ void run_model_case(Device device, const std::string& name, const Config& config
                     Step step) {
   SCOPED_TRACE(name + (device == Device::CUDA ? " on cuda" : " on cpu"));
   const auto f = test::fixture(name);
-  const OptimizerConfig opt = optimizer_of(f);
+  const OptimizerConfig opt = test::optimizer_of(f);
   {
     Model m(config, opt);
     test::load_params(m.parameters(), f);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "qkv/config.h"
+#include "qkv/optimizer.h"
 #include "qkv/parameter.h"
 #include "qkv/safetensors.h"
 
@@ -63,6 +65,21 @@ inline void expect_grads(std::vector<ParameterView> params, const SafetensorsFil
 inline std::vector<int32_t> ids(const SafetensorsFile& f, const std::string& name) {
   const auto v = f.ints(name);
   return {v.begin(), v.end()};
+}
+
+// The optimizer a fixture's script trained with (its "optimizer" metadata).
+inline OptimizerConfig optimizer_of(const SafetensorsFile& f) {
+  const auto o = meta_json(f, "optimizer");
+  OptimizerConfig c;
+  c.kind = parse_optimizer_kind(o.at("kind").get<std::string>());
+  c.lr = o.at("lr").get<float>();
+  c.beta1 = o.at("betas")[0].get<float>();
+  c.beta2 = o.at("betas")[1].get<float>();
+  c.eps = o.at("eps").get<float>();
+  c.weight_decay = o.at("weight_decay").get<float>();
+  c.decay_matrices_only = o.at("decay").get<std::string>() == "matrices";
+  c.grad_clip = o.at("grad_clip").is_null() ? 0.f : o.at("grad_clip").get<float>();
+  return c;
 }
 
 }  // namespace qkv::test
