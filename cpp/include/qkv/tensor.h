@@ -15,7 +15,8 @@ namespace qkv {
 using Span = std::span<float>;
 using CSpan = std::span<const float>;
 
-enum class Device { CPU, CUDA };
+// WebGPU: the npm package's GPU worker (a browser page's GPU), connected by init({ backend: "webgpu" }).
+enum class Device { CPU, CUDA, WebGPU };
 
 // Returns memory to the backend of the device it came from.
 struct AlignedDeleter {

@@ -28,6 +28,7 @@ Backend& backend(Device device) {
     static const std::unique_ptr<Backend> cpu = make_cpu_backend();
     return *cpu;
   }
+  if (device == Device::WebGPU) return webgpu_backend();
   // CUDA: asked of the driver once. Refused with the reason where there is no GPU (or no CUDA in this build);
   // a failed start (make_cuda_backend threw) is tried again by the next call.
   static std::once_flag once;

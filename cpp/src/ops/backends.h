@@ -11,6 +11,8 @@ namespace qkv::ops {
 std::unique_ptr<Backend> make_cpu_backend();        // ops/cpu_backend.cpp
 std::unique_ptr<Backend> make_reference_backend();  // ops/reference_backend.cpp
 std::unique_ptr<Backend> make_cuda_backend();       // kernels/cuda/cuda_backend.cpp, or ops/no_cuda.cpp
+// The connected WebGPU executor (ops/webgpu_backend.cpp); throws qkv::Error with the reason when none is.
+Backend& webgpu_backend();
 
 // Host memory for the two executors whose device is the CPU (cpu and reference, ops/backend.cpp): 64-byte
 // aligned and zero-filled; qkv::Error ("out of memory: ...") on failure; 0 bytes gives nullptr.

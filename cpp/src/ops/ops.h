@@ -143,6 +143,9 @@ class Backend {
 // The backend of a device, made on first use and kept for the process. Device::CUDA throws qkv::Error with
 // cuda_unavailable_reason() when this build or machine has none.
 Backend& backend(Device device);
+// Returns WebGPU memory to its connection even after that failed (the deleter of a Tensor: never throws).
+void webgpu_free(void* p) noexcept;
+
 // The oracle: plain loops, one thread.
 Backend& reference_backend();
 // Tests and debugging (ggml's use_ref): while on, backend(Device::CPU) is the reference executor, so a model

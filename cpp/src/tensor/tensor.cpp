@@ -11,7 +11,11 @@
 namespace qkv {
 
 void AlignedDeleter::operator()(float* p) const noexcept {
-  if (p) ops::backend(device).free(p);
+  if (!p) return;
+  if (device == Device::WebGPU)
+    ops::webgpu_free(p);  // also once the GPU is gone: the registry would refuse the failed backend
+  else
+    ops::backend(device).free(p);
 }
 
 AlignedFloats allocate_floats(size_t count, Device device) {

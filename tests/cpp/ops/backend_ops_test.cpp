@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/webgpu_loopback.h"
 #include "qkv/device.h"
 #include "test_util.h"
 
@@ -84,6 +85,9 @@ using Case = std::function<Outputs(Backend&)>;
 std::vector<Backend*> executors_under_test() {
   std::vector<Backend*> out{&ops::backend(Device::CPU)};
   if (cuda_device_count() > 0) out.push_back(&ops::backend(Device::CUDA));
+  // The WebGPU executor's commands, run by the loopback on the CPU executor: checks every op's encoding.
+  test::webgpu_loopback();
+  out.push_back(&ops::backend(Device::WebGPU));
   return out;
 }
 
@@ -413,7 +417,7 @@ TEST(BackendOps, AdamStepOverRangesWithGapsAndTheSumOfSquares) {
 TEST(BackendOps, CudaIsCheckedWhereAGpuIsPresent) {
   if (cuda_device_count() == 0)
     GTEST_SKIP() << cuda_unavailable_reason() << ": the cases above ran the CPU executor only";
-  EXPECT_EQ(executors_under_test().size(), 2u);
+  EXPECT_EQ(executors_under_test().size(), 3u);
 }
 
 }  // namespace

@@ -22,8 +22,8 @@ export const Op = {
   // ---- handled by the worker itself ----
   Wrap: 0, //              the rest of the ring is unused: continue at word 0
   Capacity: 1, //          bytes: the arena must hold at least this many bytes (grows, keeping contents)
-  Upload: 2, //            dst(ptr), src(host), bytes, ticket
-  Download: 3, //          dst(host), src(ptr), bytes, ticket
+  Upload: 2, //            dst(ptr), bytes, then the bytes themselves (ceil(bytes / 4) words; big uploads come in chunks)
+  Download: 3, //          dst(host, lo), dst(host, hi: 0 in wasm32), src(ptr), bytes, ticket
   Sync: 4, //              ticket: reply once all earlier work is done
   Copy: 5, //              dst(ptr), src(ptr), bytes (any multiple of 1; regions do not overlap)
   // ---- kernels (web/src/webgpu/kernels.ts): the ops of cpp/src/ops/ops.h, arguments in its order ----
@@ -67,7 +67,10 @@ export const Control = {
   Head: 0, //    the ring index the core writes next (0 <= Head < RingWords)
   Tail: 1, //    the ring index the worker reads next; Head == Tail: empty (the core never fills the last word)
   Reply: 2, //   the last ticket answered
-  Status: 3, //  0 ok; 1 an error (message in the worker's last reply); 2 device lost
+  Status: 3, //  0 ok; 1 an error; 2 the device was lost (the message says why; nothing more runs)
   RingWords: 4, // the ring's size in words
-  Words: 16, //  the ring starts after these
+  MessageBytes: 5, // the length of the UTF-8 message at word Message
+  Message: 16, // 1 KiB for the message of a failure
+  Words: 272, // the ring starts after these
+
 } as const;

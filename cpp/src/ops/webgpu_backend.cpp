@@ -1,0 +1,623 @@
+// The WebGPU executor: every op of the contract becomes a command (webgpu_protocol.h; the words of each are
+// documented in web/src/webgpu/protocol.ts) written into a ring in shared memory, which the GPU worker encodes
+// into WebGPU dispatches. Why a ring and not calls into JS: the models are synchronous C++, WebGPU reads back
+// asynchronously (mapAsync), and a wasm thread cannot await. So the GPU lives in another worker, and this side
+// blocks (a futex wait) only where the contract waits anyway: download(), sum_squares(), synchronize(). Every
+// other op is a few words in the ring; the worker sees them in batches, at the next wait or when the ring
+// fills, and submits them as one command buffer.
+//
+// Device memory is the GPU worker's arena, one storage buffer; a device pointer here is kBase + its byte
+// offset in the arena (never dereferenced on this side). The allocator (first fit, 256-byte blocks) lives
+// here so that allocate() needs no round trip; the worker only hears the arena's new high-water mark.
+#include "ops/webgpu_backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "ops/backends.h"
+#include "ops/ops.h"
+#include "ops/webgpu_protocol.h"
+#include "qkv/error.h"
+
+#if defined(__EMSCRIPTEN__)
+#include <emscripten/threading.h>
+#endif
+
+namespace qkv::ops {
+namespace {
+
+using webgpu::Op;
+namespace ctl = webgpu::control;
+
+constexpr uintptr_t kBase = 4096;    // device pointer = kBase + arena byte offset; nullptr stays "none"
+constexpr size_t kAlign = 256;       // minStorageBufferOffsetAlignment, and a cache line many times over
+constexpr double kWaitLimitS = 300;  // a reply later than this: the worker is gone (SwiftShader runs slowly)
+
+// Wakes the worker waiting on `word` / waits while `word` == expected, at most `ms`. In the browser these are
+// Atomics.notify and Atomics.wait on the wasm memory; natively (the loopback tests) a short sleep suffices.
+void wake(std::atomic<int32_t>* word) {
+#if defined(__EMSCRIPTEN_PTHREADS__)
+  emscripten_futex_wake(word, INT_MAX);
+#else
+  (void)word;
+#endif
+}
+void wait_while(std::atomic<int32_t>* word, int32_t expected, double ms) {
+#if defined(__EMSCRIPTEN_PTHREADS__)
+  emscripten_futex_wait(word, static_cast<uint32_t>(expected), ms);
+#else
+  (void)ms;
+  if (word->load() == expected) std::this_thread::sleep_for(std::chrono::microseconds(20));
+#endif
+}
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+uint32_t u32(int i) { return static_cast<uint32_t>(i); }
+
+// The ring and its control block, in one allocation: int32 words, control::kWords of control, then the ring.
+class Channel {
+ public:
+  Channel(size_t ring_words) : words_(ctl::kWords + ring_words) {
+    block_ = std::make_unique<std::atomic<int32_t>[]>(words_);
+    for (size_t i = 0; i < words_; ++i) block_[i].store(0);
+    block_[ctl::kRingWords].store(static_cast<int32_t>(ring_words));
+    ring_words_ = static_cast<uint32_t>(ring_words);
+  }
+  int32_t* address() { return reinterpret_cast<int32_t*>(block_.get()); }
+  uint32_t ring_words() const { return ring_words_; }
+
+  // Appends one command: op, then `args` (and `tail` words of payload after them). A full ring is first
+  // handed to the worker, and this waits for room.
+  void put(Op op, std::initializer_list<uint32_t> args, const void* tail = nullptr, size_t tail_words = 0) {
+    check_status();
+    const uint32_t n = static_cast<uint32_t>(1 + args.size() + tail_words);
+    uint32_t h = head();
+    if (h + n > ring_words_) {  // no room before the end: a Wrap, then start over at 0
+      reserve(ring_words_ - h + n);
+      ring(h) = static_cast<int32_t>(static_cast<uint32_t>(Op::Wrap) << 16 | 1u);
+      h = 0;
+    } else {
+      reserve(n);
+    }
+    ring(h) = static_cast<int32_t>(static_cast<uint32_t>(op) << 16 | n);
+    uint32_t i = h + 1;
+    for (uint32_t a : args) ring(i++) = static_cast<int32_t>(a);
+    if (tail_words) std::memcpy(reinterpret_cast<int32_t*>(&block_[ctl::kWords]) + i, tail, tail_words * 4);
+    block_[ctl::kHead].store(static_cast<int32_t>((h + n) % ring_words_));
+    // Let the worker start early on a long run of ops; it is woken at every wait anyway.
+    if (used() > ring_words_ / 4) wake(&block_[ctl::kHead]);
+  }
+
+  // A command the caller waits for: it carries a ticket as its last argument (the worker stores it in Reply
+  // once done). Returns when answered; throws what the worker reported.
+  uint32_t next_ticket() { return ++ticket_; }
+  void wait(uint32_t ticket) {
+    wake(&block_[ctl::kHead]);
+    const auto start = std::chrono::steady_clock::now();
+    for (;;) {
+      const int32_t r = block_[ctl::kReply].load();
+      if (static_cast<int32_t>(static_cast<uint32_t>(r) - ticket) >= 0) break;
+      check_status();
+      wait_while(&block_[ctl::kReply], r, 1000);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      check(s < kWaitLimitS, "webgpu: the GPU worker has not answered for ", static_cast<int>(s),
+            " s; it has stopped (the page closed its worker, or the browser ended it)");
+    }
+    check_status();
+  }
+
+  void fail(const std::string& why) {
+    failure_ = why;
+    block_[ctl::kStatus].store(webgpu::kFailed);
+  }
+  std::string status_message() const {
+    const int32_t st = block_[ctl::kStatus].load();
+    if (st == webgpu::kOk) return "";
+    if (!failure_.empty()) return failure_;
+    const int32_t n = std::clamp<int32_t>(block_[ctl::kMessageBytes].load(), 0, ctl::kMessageCapacity);
+    std::string m(reinterpret_cast<const char*>(&block_[ctl::kMessage]), static_cast<size_t>(n));
+    return (st == webgpu::kLost ? "the GPU device was lost: " : "") + (m.empty() ? "unknown failure" : m);
+  }
+  void check_status() const {
+    if (block_[ctl::kStatus].load() != webgpu::kOk) throw Error("webgpu: " + status_message());
+  }
+
+ private:
+  std::atomic<int32_t>& ring(uint32_t i) { return block_[ctl::kWords + i]; }
+  uint32_t head() const { return static_cast<uint32_t>(block_[ctl::kHead].load()); }
+  uint32_t used() const {
+    const uint32_t h = head(), t = static_cast<uint32_t>(block_[ctl::kTail].load());
+    return (h + ring_words_ - t) % ring_words_;
+  }
+  // Waits until `n` words after the head are free (the ring never fills its last word: head == tail is empty).
+  void reserve(uint32_t n) {
+    check(n < ring_words_, "webgpu: a command of ", n, " words does not fit the ring of ", ring_words_);
+    const auto start = std::chrono::steady_clock::now();
+    while (ring_words_ - 1 - used() < n) {
+      check_status();
+      wake(&block_[ctl::kHead]);
+      const int32_t t = block_[ctl::kTail].load();
+      wait_while(&block_[ctl::kTail], t, 1000);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      check(s < kWaitLimitS, "webgpu: the GPU worker has not taken commands for ", static_cast<int>(s), " s");
+    }
+  }
+
+  size_t words_;
+  uint32_t ring_words_;
+  std::unique_ptr<std::atomic<int32_t>[]> block_;
+  uint32_t ticket_ = 0;
+  std::string failure_;
+};
+
+// First-fit over the arena's byte range, in kAlign blocks. Freed neighbours merge.
+class ArenaAllocator {
+ public:
+  // Returns the offset, or SIZE_MAX when `bytes` do not fit under `limit`.
+  size_t take(size_t bytes, size_t limit) {
+    bytes = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second < bytes) continue;
+      const size_t off = it->first, left = it->second - bytes;
+      free_.erase(it);
+      if (left) free_[off + bytes] = left;
+      used_[off] = bytes;
+      return off;
+    }
+    if (bytes > limit || top_ > limit - bytes) return SIZE_MAX;
+    const size_t off = top_;
+    top_ += bytes;
+    used_[off] = bytes;
+    return off;
+  }
+  void give(size_t off) {
+    auto it = used_.find(off);
+    if (it == used_.end()) return;
+    size_t size = it->second;
+    used_.erase(it);
+    auto next = free_.find(off + size);
+    if (next != free_.end()) {
+      size += next->second;
+      free_.erase(next);
+    }
+    auto prev = free_.lower_bound(off);
+    if (prev != free_.begin()) {
+      --prev;
+      if (prev->first + prev->second == off) {
+        prev->second += size;
+        return;
+      }
+    }
+    free_[off] = size;
+  }
+  size_t top() const { return top_; }
+  size_t in_use() const {
+    size_t n = 0;
+    for (const auto& [o, s] : used_) n += s;
+    return n;
+  }
+
+ private:
+  std::map<size_t, size_t> free_, used_;  // offset -> bytes
+  size_t top_ = 0;
+};
+
+// The scratch the WGSL kernels need (web/src/webgpu/kernels.ts: scratchSizes), in floats.
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+class WebGpuBackend final : public Backend {
+ public:
+  WebGpuBackend(const WebGpuLimits& limits, size_t ring_words) : limits_(limits), channel_(ring_words) {}
+
+  int32_t* control_block() { return channel_.address(); }
+  void fail(const std::string& why) { channel_.fail(why); }
+  std::string failure() const { return channel_.status_message(); }
+  const WebGpuLimits& limits() const { return limits_; }
+  // Bytes of the models' tensors (the backend's own partial sums not counted).
+  size_t in_use() {
+    std::lock_guard lock(mutex_);
+    return arena_.in_use() - (partials_ ? (partials_capacity_ * sizeof(float) + kAlign - 1) / kAlign * kAlign : 0);
+  }
+
+  Device device() const override { return Device::WebGPU; }
+  std::string name() const override { return "webgpu (" + limits_.adapter + ")"; }
+
+  void* allocate(size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    const size_t limit = static_cast<size_t>(
+        std::min<uint64_t>({limits_.max_buffer_size, limits_.max_storage_buffer_binding_size, SIZE_MAX / 2}));
+    const size_t off = arena_.take(bytes, limit);
+    check(off != SIZE_MAX, "out of memory: the WebGPU arena needs ", arena_.in_use() + bytes,
+          " bytes, more than the adapter's one-buffer limit of ", limit,
+          " bytes (maxStorageBufferBindingSize / maxBufferSize of ", limits_.adapter, ")");
+    if (arena_.top() > capacity_) {
+      capacity_ = arena_.top();
+      channel_.put(Op::Capacity, {static_cast<uint32_t>(capacity_)});
+    }
+    const size_t words = ceil_div(bytes, 4);
+    if (words) channel_.put(Op::Fill, {static_cast<uint32_t>(off), static_cast<uint32_t>(words), bits(0.f)});
+    return reinterpret_cast<void*>(kBase + off);
+  }
+  void free(void* p) noexcept override {
+    if (!p) return;
+    std::lock_guard lock(mutex_);
+    arena_.give(reinterpret_cast<uintptr_t>(p) - kBase);
+  }
+
+  void upload(void* dst, const void* src, size_t bytes) override {
+    // In chunks of at most a quarter of the ring, each carrying its bytes (the caller may reuse src at once).
+    const size_t chunk = std::min<size_t>(64 * 1024, channel_.ring_words());  // bytes: a quarter of the ring at most
+    const auto* s = static_cast<const unsigned char*>(src);
+    std::vector<uint32_t> words;
+    for (size_t done = 0; done < bytes; done += chunk) {
+      const size_t n = std::min(chunk, bytes - done);
+      words.assign(ceil_div(n, 4), 0);
+      std::memcpy(words.data(), s + done, n);
+      channel_.put(Op::Upload, {off(static_cast<char*>(dst) + done), static_cast<uint32_t>(n)}, words.data(),
+                   words.size());
+    }
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    const uint32_t t = channel_.next_ticket();
+    const uint64_t host = reinterpret_cast<uintptr_t>(dst);  // wasm32: hi is 0; natively the loopback's address
+    channel_.put(Op::Download, {lo(host), hi(host), off(src), static_cast<uint32_t>(bytes), t});
+    channel_.wait(t);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) channel_.put(Op::Copy, {off(dst), off(src), static_cast<uint32_t>(bytes)});
+  }
+  void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
+    check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (webgpu): rows = ", rows,
+          ", cols = ", cols, ", ld_dst = ", ld_dst, ", ld_src = ", ld_src, ": expected ld >= cols >= 0");
+    if (rows && cols) channel_.put(Op::CopyRows, {off(dst), u32(ld_dst), off(src), u32(ld_src), u32(rows), u32(cols)});
+  }
+  void fill(Span x, float value) override {
+    if (!x.empty()) channel_.put(Op::Fill, {off(x.data()), n32(x.size()), bits(value)});
+  }
+  void synchronize(const char* op) override {
+    const uint32_t t = channel_.next_ticket();
+    channel_.put(Op::Sync, {t});
+    try {
+      channel_.wait(t);
+    } catch (const Error& e) {
+      throw Error(std::string(e.what()) + " (in " + op + ")");
+    }
+  }
+
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc) override {
+    check(M >= 0 && N >= 0 && K >= 0, "gemm (webgpu): M = ", M, ", N = ", N, ", K = ", K, ": expected sizes >= 0");
+    check(lda >= std::max(1, ta ? M : K) && ldb >= std::max(1, tb ? K : N) && ldc >= std::max(1, N),
+          "gemm (webgpu): lda = ", lda, ", ldb = ", ldb, ", ldc = ", ldc, " are too small for M = ", M, ", N = ", N,
+          ", K = ", K);
+    if (M == 0 || N == 0) return;
+    channel_.put(Op::Gemm, {ta, tb, u32(M), u32(N), u32(K), bits(alpha), off(A), u32(lda), off(B), u32(ldb), bits(beta),
+                            off(C), u32(ldc)});
+  }
+  void add(Span out, CSpan a, CSpan b) override {
+    check(a.size() >= out.size() && b.size() >= out.size(), "add (webgpu): inputs of ", a.size(), " and ", b.size(),
+          " floats for an output of ", out.size());
+    if (!out.empty()) channel_.put(Op::Add, {off(out.data()), off(a.data()), off(b.data()), n32(out.size())});
+  }
+
+  void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
+    rows_check("layernorm_forward", rows, C, {y.size(), x.size()}, {mean.size(), rstd.size()}, {w.size(), b.size()});
+    channel_.put(Op::LayerNormForward, {off(y.data()), off(mean.data()), off(rstd.data()), off(x.data()), off(w.data()),
+                                        off(b.data()), u32(rows), u32(C)});
+  }
+  void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
+                                  int C) override {
+    rows_check("residual_layernorm_forward", rows, C, {r.size(), y.size(), x.size(), f.size()},
+               {mean.size(), rstd.size()}, {w.size(), b.size()});
+    channel_.put(Op::ResidualLayerNormForward,
+                 {off(r.data()), off(y.data()), off(mean.data()), off(rstd.data()), off(x.data()), off(f.data()),
+                  off(w.data()), off(b.data()), u32(rows), u32(C)});
+  }
+  size_t layernorm_backward_scratch_size(int rows, int C) const override {
+    return 2 * static_cast<size_t>(C) * ceil_div(static_cast<size_t>(std::max(rows, 0)), kRowBlock);
+  }
+  void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
+                          int rows, int C, Span scratch) override {
+    rows_check("layernorm_backward", rows, C, {dx.size(), dy.size(), x.size()}, {mean.size(), rstd.size()},
+               {dw.size(), db.size(), w.size()});
+    scratch_check("layernorm_backward", scratch, layernorm_backward_scratch_size(rows, C));
+    check(dr.empty() || dr.size() >= static_cast<size_t>(rows) * C, "layernorm_backward (webgpu): dr of ", dr.size(),
+          " floats for rows * C = ", static_cast<size_t>(rows) * C);
+    channel_.put(Op::LayerNormBackward,
+                 {off(dx.data()), off(dw.data()), off(db.data()), off(dr.data()), n32(dr.size()), off(dy.data()),
+                  off(x.data()), off(w.data()), off(mean.data()), off(rstd.data()), u32(rows), u32(C),
+                  off(scratch.data()), n32(scratch.size())});
+  }
+
+  void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
+    check(rows >= 0 && N >= 0 && h.size() >= static_cast<size_t>(rows) * N &&
+              (act == Act::Identity || a.size() >= static_cast<size_t>(rows) * N) &&
+              (b.empty() || b.size() >= static_cast<size_t>(N)),
+          "bias_act_forward (webgpu): spans too small for rows = ", rows, ", N = ", N);
+    if (rows == 0 || N == 0) return;
+    channel_.put(Op::BiasActForward,
+                 {off(a.data()), off(h.data()), off(b.data()), n32(b.size()), act_code(act), u32(rows), u32(N)});
+  }
+  size_t bias_act_backward_scratch_size(int rows, int N) const override {
+    return static_cast<size_t>(N) * ceil_div(static_cast<size_t>(std::max(rows, 0)), kRowBlock);
+  }
+  void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) override {
+    check(rows >= 0 && N >= 0 && da.size() >= static_cast<size_t>(rows) * N &&
+              (dh.empty() || dh.size() >= static_cast<size_t>(rows) * N) &&
+              (db.empty() || db.size() >= static_cast<size_t>(N)),
+          "bias_act_backward (webgpu): spans too small for rows = ", rows, ", N = ", N);
+    if (!db.empty()) scratch_check("bias_act_backward", scratch, bias_act_backward_scratch_size(rows, N));
+    if (rows == 0 || N == 0) return;
+    channel_.put(Op::BiasActBackward,
+                 {off(dh.data()), n32(dh.size()), off(db.data()), n32(db.size()), off(da.data()), off(h.data()),
+                  n32(h.size()), act_code(act), u32(rows), u32(N), off(scratch.data()), n32(scratch.size())});
+  }
+
+  void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
+    check(x.size() >= y.size(), "dropout_forward (webgpu): x of ", x.size(), " floats for y of ", y.size());
+    if (!y.empty())
+      channel_.put(Op::DropoutForward, {off(y.data()), off(x.data()), n32(y.size()), bits(p), lo(seed), hi(seed)});
+  }
+  void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
+    check(dy.size() >= dx.size(), "dropout_backward (webgpu): dy of ", dy.size(), " floats for dx of ", dx.size());
+    if (!dx.empty())
+      channel_.put(Op::DropoutBackward, {off(dx.data()), off(dy.data()), n32(dx.size()), bits(p), lo(seed), hi(seed)});
+  }
+
+  size_t attention_scratch_size(const AttentionShape& s, int) const override {
+    // The backward's D = rowsum(dout * out) per (b, h, query).
+    return static_cast<size_t>(s.B) * s.H * s.Tq;
+  }
+  void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
+                         Span scratch) override {
+    shape_check("attention_forward", s);
+    put_words(Op::AttentionForward, with_shape({off(out.data()), off(lse.data()), off(q), off(k), off(v)}, s,
+                                               {off(scratch.data()), n32(scratch.size())}));
+  }
+  void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
+                          CSpan out, CSpan lse, const AttentionShape& s, Span scratch) override {
+    shape_check("attention_backward", s);
+    scratch_check("attention_backward", scratch, attention_scratch_size(s, 1));
+    put_words(Op::AttentionBackward, with_shape({off(dq), off(dk), off(dv), off(dout.data()), off(q), off(k), off(v),
+                                                 off(out.data()), off(lse.data())},
+                                                s, {off(scratch.data()), n32(scratch.size())}));
+  }
+  void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
+    shape_check("attention_weights", s);
+    check(att.size() >= static_cast<size_t>(s.B) * s.H * s.Tq * s.Tk, "attention_weights (webgpu): att of ", att.size(),
+          " floats for B * H * Tq * Tk");
+    put_words(Op::AttentionWeights, with_shape({off(att.data()), off(q), off(k)}, s, {}));
+  }
+
+  void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
+    check(B >= 0 && T >= 0 && C >= 1 && x.size() >= static_cast<size_t>(B) * T * C && tokens.device != nullptr,
+          "embedding_forward (webgpu): B = ", B, ", T = ", T, ", C = ", C, ", x of ", x.size(), " floats");
+    if (B * T == 0) return;
+    channel_.put(Op::EmbeddingForward, {off(x.data()), off(tokens.device), off(wte.data()), off(pos.data()),
+                                        n32(pos.size()), bits(scale), u32(B), u32(T), u32(C)});
+  }
+  size_t embedding_backward_scratch_size(int, int) const override { return 0; }
+  void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
+                          Span scratch) override {
+    check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0 && dx.size() >= static_cast<size_t>(B) * T * C,
+          "embedding_backward (webgpu): dwte of ", dwte.size(), " floats, dx of ", dx.size(), " for B = ", B,
+          ", T = ", T, ", C = ", C);
+    if (B * T == 0) return;
+    channel_.put(Op::EmbeddingBackward, {off(dwte.data()), n32(dwte.size() / static_cast<size_t>(C)), off(dpos.data()),
+                                         n32(dpos.size()), off(dx.data()), off(tokens.device), bits(scale), u32(B),
+                                         u32(T), u32(C), off(scratch.data()), n32(scratch.size())});
+  }
+
+  void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
+    check(out.size() >= static_cast<size_t>(B) * C && x.size() >= static_cast<size_t>(B) * T * C,
+          "mean_pool_forward (webgpu): spans too small for B = ", B, ", T = ", T, ", C = ", C);
+    channel_.put(Op::MeanPoolForward, {off(out.data()), off(x.data()), off(key_pad), u32(B), u32(T), u32(C)});
+  }
+  void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
+    check(dout.size() >= static_cast<size_t>(B) * C && dx.size() >= static_cast<size_t>(B) * T * C,
+          "mean_pool_backward (webgpu): spans too small for B = ", B, ", T = ", T, ", C = ", C);
+    channel_.put(Op::MeanPoolBackward, {off(dx.data()), off(dout.data()), off(key_pad), u32(B), u32(T), u32(C)});
+  }
+
+  void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
+                            float smoothing) override {
+    ce_check("crossentropy_forward", losses, logits, targets, rows, V);
+    channel_.put(Op::CrossEntropyForward, {off(losses.data()), off(logits.data()), off(targets.device), u32(rows),
+                                           u32(V), u32(ignore_index), bits(smoothing)});
+  }
+  void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
+                                     int V, int ignore_index, float smoothing) override {
+    ce_check("crossentropy_forward_backward", losses, logits, targets, rows, V);
+    check(dlogits.size() >= static_cast<size_t>(rows) * V, "crossentropy_forward_backward (webgpu): dlogits of ",
+          dlogits.size(), " floats for rows * V");
+    channel_.put(Op::CrossEntropyForwardBackward,
+                 {off(losses.data()), off(dlogits.data()), off(logits.data()), off(targets.device), bits(scale),
+                  u32(rows), u32(V), u32(ignore_index), bits(smoothing)});
+  }
+  void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
+    check(rows >= 0 && V >= 1 && best.size() >= static_cast<size_t>(rows) &&
+              logits.size() >= static_cast<size_t>(rows) * V,
+          "argmax_rows (webgpu): rows = ", rows, ", V = ", V, " for spans of ", best.size(), " and ", logits.size());
+    if (rows) channel_.put(Op::ArgmaxRows, {off(best.data()), off(logits.data()), u32(rows), u32(V)});
+  }
+
+  // The ranges go to the device as quads (begin, end, l2, shrink) in scratch; the factors are computed here
+  // in double exactly as the CPU kernel computes them.
+  size_t adam_scratch_size(size_t ranges) const override { return 4 * ranges; }
+  void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,
+                 Span scratch) override {
+    scratch_check("adam_step", scratch, adam_scratch_size(ranges.size()));
+    if (ranges.empty()) return;
+    check(ranges.back().end <= p.size() && m.size() >= p.size() && v.size() >= p.size() && g.size() >= p.size(),
+          "adam_step (webgpu): the last range ends at ", ranges.back().end, " for buffers of ", p.size());
+    std::vector<uint32_t> quads;
+    for (const AdamRange& r : ranges) {
+      const float l2 = h.decoupled ? 0.f : r.weight_decay;
+      const float shrink = static_cast<float>(1.0 - (h.decoupled ? static_cast<double>(h.lr) * r.weight_decay : 0.0));
+      quads.insert(quads.end(), {static_cast<uint32_t>(r.begin), static_cast<uint32_t>(r.end), bits(l2), bits(shrink)});
+    }
+    upload(scratch.data(), quads.data(), quads.size() * 4);
+    const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
+    const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
+    const float step = static_cast<float>(h.lr / bc1), sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
+    channel_.put(Op::AdamStep,
+                 {off(p.data()), off(m.data()), off(v.data()), off(g.data()), off(scratch.data()), n32(ranges.size()),
+                  bits(h.beta1), bits(h.beta2), bits(h.eps), bits(h.grad_scale), bits(step), bits(sqrt_bc2)});
+  }
+
+  // The partial sums (one float per 4096-float block) land in a buffer this backend keeps, grown as needed;
+  // they come back to be added in double.
+  size_t sum_squares_scratch_size() const override { return 0; }
+  double sum_squares(CSpan x, Span) override {
+    if (x.empty()) return 0.0;
+    const size_t blocks = ceil_div(x.size(), webgpu::kSumSquaresBlock);
+    if (partials_capacity_ < blocks) {
+      if (partials_) free(partials_);
+      partials_ = allocate(blocks * sizeof(float));
+      partials_capacity_ = blocks;
+    }
+    channel_.put(Op::SumSquares, {off(x.data()), n32(x.size()), off(partials_)});
+    host_partials_.resize(blocks);
+    download(host_partials_.data(), partials_, blocks * sizeof(float));
+    double sum = 0.0;
+    for (float s : host_partials_) sum += s;
+    return sum;
+  }
+
+ private:
+  static constexpr size_t kRowBlock = 64;  // rows per partial sum of the dw/db reductions (kernels.ts)
+
+  static uint32_t off(const void* p) { return p ? static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) - kBase) : 0u; }
+  static uint32_t n32(size_t n) {
+    check(n <= UINT32_MAX, "webgpu: a span of ", n, " elements is too long for one command");
+    return static_cast<uint32_t>(n);
+  }
+  static uint32_t lo(uint64_t x) { return static_cast<uint32_t>(x); }
+  static uint32_t hi(uint64_t x) { return static_cast<uint32_t>(x >> 32); }
+  static uint32_t act_code(Act a) { return static_cast<uint32_t>(a); }
+
+  static void rows_check(const char* op, int rows, int C, std::initializer_list<size_t> full,
+                         std::initializer_list<size_t> per_row, std::initializer_list<size_t> per_col) {
+    check(rows >= 0 && C >= 1, op, " (webgpu): rows = ", rows, ", C = ", C, ": expected rows >= 0, C >= 1");
+    const size_t n = static_cast<size_t>(rows) * C;
+    for (size_t s : full) check(s >= n, op, " (webgpu): a span of ", s, " floats for rows * C = ", n);
+    for (size_t s : per_row)
+      check(s >= static_cast<size_t>(rows), op, " (webgpu): a span of ", s, " for ", rows, " rows");
+    for (size_t s : per_col) check(s >= static_cast<size_t>(C), op, " (webgpu): a span of ", s, " for C = ", C);
+  }
+  static void scratch_check(const char* op, Span scratch, size_t need) {
+    check(scratch.size() >= need, op, " (webgpu): scratch of ", scratch.size(), " floats: expected ", need);
+  }
+  static void shape_check(const char* op, const AttentionShape& s) {
+    check(s.B >= 0 && s.Tq >= 0 && s.Tk >= 0 && s.H >= 1 && s.C % s.H == 0 && s.ldq >= s.C && s.ldkv >= s.C &&
+              s.key_rows() >= s.Tk,
+          op, " (webgpu): B = ", s.B, ", Tq = ", s.Tq, ", Tk = ", s.Tk, ", C = ", s.C, ", H = ", s.H, ", ldq = ", s.ldq,
+          ", ldkv = ", s.ldkv, " are inconsistent");
+  }
+  static void ce_check(const char* op, Span losses, CSpan logits, const Ids& targets, int rows, int V) {
+    check(rows >= 0 && V >= 1 && losses.size() >= static_cast<size_t>(rows) &&
+              logits.size() >= static_cast<size_t>(rows) * V && targets.device != nullptr,
+          op, " (webgpu): rows = ", rows, ", V = ", V, " for losses of ", losses.size(), " and logits of ",
+          logits.size());
+  }
+  static std::vector<uint32_t> with_shape(std::initializer_list<uint32_t> ptrs, const AttentionShape& s,
+                                          std::initializer_list<uint32_t> after) {
+    std::vector<uint32_t> w(ptrs);
+    w.insert(w.end(), {u32(s.B), u32(s.Tq), u32(s.Tk), u32(s.C), u32(s.H), u32(s.ldq), u32(s.ldkv), off(s.key_pad),
+                       s.key_pad ? 1u : 0u, s.causal ? 1u : 0u, bits(s.dropout), lo(s.seed), hi(s.seed), u32(s.q_pos),
+                       u32(s.key_rows())});
+    w.insert(w.end(), after);
+    return w;
+  }
+  void put_words(Op op, const std::vector<uint32_t>& w) { channel_.put(op, {}, w.data(), w.size()); }
+
+  WebGpuLimits limits_;
+  Channel channel_;
+  std::mutex mutex_;  // allocate/free may come from any thread (a model freed in another thread)
+  ArenaAllocator arena_;
+  size_t capacity_ = 0;
+  void* partials_ = nullptr;
+  size_t partials_capacity_ = 0;
+  std::vector<float> host_partials_;
+};
+
+std::mutex registry_mutex;
+std::unique_ptr<WebGpuBackend> current;
+std::string unavailable = "init({ backend: \"webgpu\" }) has not connected a GPU";
+
+}  // namespace
+
+int32_t* webgpu_open(const WebGpuLimits& limits, size_t ring_words) {
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+  (void)limits;
+  (void)ring_words;
+  throw Error(
+      "webgpu needs the threaded build (the page must be cross-origin isolated: COOP same-origin and COEP "
+      "require-corp), because the core waits for the GPU worker on shared memory");
+#else
+  check(ring_words >= 1024 && ring_words < (1u << 30), "ring_words = ", ring_words,
+        " is invalid: expected 1024 <= ring_words < 2^30");
+  check(limits.max_buffer_size >= 1024 && limits.max_storage_buffer_binding_size >= 1024,
+        "webgpu limits: maxBufferSize = ", limits.max_buffer_size,
+        ", maxStorageBufferBindingSize = ", limits.max_storage_buffer_binding_size,
+        ": expected at least 1024 bytes each");
+  std::lock_guard lock(registry_mutex);
+  // The previous connection's backend is kept alive (tensors made on it free into it); it is failed so that
+  // nothing waits on a worker that is gone.
+  static std::vector<std::unique_ptr<WebGpuBackend> > retired;
+  if (current) {
+    check(current->in_use() == 0, "webgpu: ", current->in_use(),
+          " bytes of models are still on the WebGPU device: dispose() them before connecting again");
+    current->fail("the WebGPU connection was replaced by a new init()");
+    retired.push_back(std::move(current));
+  }
+  current = std::make_unique<WebGpuBackend>(limits, ring_words);
+  return current->control_block();
+#endif
+}
+
+void webgpu_fail(const std::string& why) {
+  std::lock_guard lock(registry_mutex);
+  if (current) current->fail(why);
+  unavailable = why;
+}
+
+std::string webgpu_unavailable_reason() {
+  std::lock_guard lock(registry_mutex);
+  if (!current) return unavailable;
+  return current->failure();
+}
+
+void webgpu_free(void* p) noexcept {
+  std::lock_guard lock(registry_mutex);
+  if (current) current->free(p);
+}
+
+std::string webgpu_adapter() {
+  std::lock_guard lock(registry_mutex);
+  return current ? current->limits().adapter : "";
+}
+
+Backend& webgpu_backend() {
+  std::lock_guard lock(registry_mutex);
+  check(current != nullptr, "device = webgpu is unavailable: ", unavailable);
+  const std::string why = current->failure();
+  check(why.empty(), "device = webgpu is unavailable: ", why);
+  return *current;
+}
+
+}  // namespace qkv::ops
