@@ -18,6 +18,10 @@ export interface LoadPlan {
   relaxedSimd: boolean;
   /** URL of Emscripten's pthread worker script (`qkv.worker.js`); threaded build only. */
   pthreadWorkerUrl?: string;
+  /** InitOptions.backend: "wasm" loads no GPU worker. */
+  backend: "webgpu" | "wasm" | "auto";
+  /** URL of the GPU worker script (`gpu-worker.js`); browsers only. */
+  gpuWorkerUrl?: string;
 }
 
 /** A config as it crosses: the fields of one of the model configs (types checked by the core's binding). */
@@ -130,6 +134,8 @@ export interface Calls {
   setLearningRate: { in: { model: number; lr: number }; out: null };
   dispose: { in: { model: number }; out: null };
   memory: { in: null; out: MemoryReport };
+  /** For tests: destroys the WebGPU device, as a driver reset would (the qkv Worker only). */
+  loseGpuDevice: { in: null; out: null };
   checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };
   tokenizer: { in: TokenizerIn; out: TokenizerOut };
   encode: { in: { tokenizer: string; text: string | Uint8Array; bos: boolean; eos: boolean }; out: { ids: Int32Array } };

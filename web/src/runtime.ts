@@ -29,7 +29,7 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
   if (!loading) {
     loading = (async () => {
       if (typeof options !== "object" || options === null) {
-        throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd? }, got ${describe(options)}`);
+        throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd?, backend? }, got ${describe(options)}`);
       }
       const platform = getPlatform();
       const threads = options.threads === undefined ? platform.defaultThreads() : positiveInt("threads", options.threads);
@@ -38,6 +38,9 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
       }
       if (options.relaxedSimd !== undefined && typeof options.relaxedSimd !== "boolean") {
         throw new Error(`relaxedSimd must be a boolean, got ${describe(options.relaxedSimd)}`);
+      }
+      if (options.backend !== undefined && !["webgpu", "wasm", "auto"].includes(options.backend)) {
+        throw new Error(`backend must be "webgpu", "wasm" or "auto", got ${describe(options.backend)}`);
       }
       if (options.relaxedSimd === true && !hasRelaxedSimd()) {
         throw new Error(

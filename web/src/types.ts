@@ -29,6 +29,14 @@ export interface InitOptions {
    * the plain build gives the same bits on every machine.
    */
   relaxedSimd?: boolean;
+  /**
+   * Where models train and run: `"webgpu"` on the page's GPU (rejects where there is none, naming why),
+   * `"wasm"` on the CPU cores, `"auto"` (the default) WebGPU where an adapter exists, else the wasm core with
+   * one console warning saying why. WebGPU needs a browser with `navigator.gpu` and the threaded build (a
+   * cross-origin isolated page: the core waits for the GPU on shared memory); in Node it is never used.
+   * Checkpoints are the same bytes either way: `save()` reads the weights back from the GPU.
+   */
+  backend?: "webgpu" | "wasm" | "auto";
 }
 
 /** What runs, as reported by {@link init}. */
@@ -43,6 +51,12 @@ export interface RuntimeInfo {
   relaxedSimd: boolean;
   /** Version reported by the loaded core (equal to the package version). */
   version: string;
+  /** Where models train and run: the page's GPU through WebGPU, or the wasm core on the CPU. */
+  backend: "webgpu" | "wasm";
+  /** The WebGPU adapter in use (`"google swiftshader"`, `"nvidia ampere"`, ...), with backend `"webgpu"`. */
+  adapter?: string;
+  /** Why `init({ backend: "auto" })` fell back to the wasm core. */
+  fallbackReason?: string;
 }
 
 /** The three model kinds of the core. */

@@ -74,3 +74,17 @@ export const Control = {
   Words: 272, // the ring starts after these
 
 } as const;
+
+/** Messages from the qkv Worker to the GPU worker. */
+export type GpuRequest =
+  | { type: "open" }
+  | { type: "start"; memory: WebAssembly.Memory; control: number }
+  /** For tests: destroy the device, as a driver reset would (device.lost fires). */
+  | { type: "lose" };
+
+/** Messages from the GPU worker to the qkv Worker. */
+export type GpuReply =
+  | { type: "opened"; adapter: string; fallback: boolean; maxBufferSize: number; maxStorageBufferBindingSize: number }
+  | { type: "unavailable"; reason: string }
+  | { type: "started" }
+  | { type: "lost"; reason: string };
