@@ -21,7 +21,7 @@ const PAGE = `<!doctype html>
 <meta charset="utf-8">
 <link rel="icon" href="data:,">
 <script type="module">
-  import { Classifier, init, LanguageModel, Seq2Seq } from "./pkg/browser.js";
+  import { Classifier, info, init, LanguageModel, Seq2Seq } from "./pkg/browser.js";
   import { backend as coreBackend } from "./pkg/runtime.js";
   const q = new URLSearchParams(location.search);
   const result = { warnings: [] };
@@ -84,6 +84,7 @@ const PAGE = `<!doctype html>
       result.lost = await lm.trainStep(x, y).then(() => "resolved", (e) => e instanceof Error && e.message);
       result.after = [];
       for (let i = 0; i < 20; i++) result.after.push((await lm.trainStep(x, y)).loss);
+      result.infoAfter = await info();
       result.newModel = await LanguageModel.create({ vocabSize: 11, context: 8, dModel: 16, heads: 2, layers: 1 }).then((m) => "created", (e) => e.message);
     }
   } catch (e) {
@@ -208,5 +209,6 @@ describe("WebGPU backend", () => {
     expect(after.every(Number.isFinite)).toBe(true);
     expect(after.at(-1)!).toBeLessThan(after[0]!);
     expect(r.newModel).toBe("created"); // new models go to the wasm core
+    expect(r.infoAfter).toMatchObject({ backend: "wasm", fallbackReason: expect.stringMatching(/the GPU device was lost/) });
   }, 300_000);
 });

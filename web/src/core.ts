@@ -279,6 +279,11 @@ export class Engine {
   private readonly generations = new Set<Stepping>();
   private nextId = 1;
 
+  /** What init() resolved to; info() reports it with the GPU's state of now. */
+  runtime: RuntimeInfo | undefined;
+  /** Why the GPU went away after init (device lost, GPU worker stopped): models now run on the wasm core. */
+  gpuGone: string | undefined;
+
   constructor(readonly core: QkvCore) {}
 
   /** Serves one request: the single switch of the direct API. */
@@ -357,6 +362,12 @@ export class Engine {
           e.core.delete();
         }
         return null;
+      }
+      case "info": {
+        const r = this.runtime!;
+        return this.gpuGone === undefined || r.backend !== "webgpu"
+          ? r
+          : { ...r, backend: "wasm", fallbackReason: this.gpuGone };
       }
       case "loseGpuDevice":
         throw new Error("qkv: there is no GPU worker here (WebGPU runs in the browser's qkv Worker)");

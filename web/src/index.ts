@@ -21,7 +21,7 @@ export type {
   Seq2SeqShape,
   StepResult,
 } from "./types.js";
-export { init, memory } from "./runtime.js";
+export { info, init, memory } from "./runtime.js";
 export { Model, type SaveOptions } from "./model.js";
 export { checkpointMetadata } from "./checkpoint.js";
 export { LanguageModel } from "./language-model.js";

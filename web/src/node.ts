@@ -63,6 +63,7 @@ setPlatform({
     const info = describeCore(core, threads, relaxedSimd, { backend: "wasm" });
     allowExit(core);
     const engine = new Engine(core);
+    engine.runtime = info;
     const order = new CallOrder();
     let failure: Error | undefined;
     // A trap or abort: this core is done; init() starts a new one (runtime.ts).

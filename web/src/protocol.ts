@@ -134,6 +134,8 @@ export interface Calls {
   setLearningRate: { in: { model: number; lr: number }; out: null };
   dispose: { in: { model: number }; out: null };
   memory: { in: null; out: MemoryReport };
+  /** The runtime as init() reported it, with where models run now (after a GPU loss: the wasm core). */
+  info: { in: null; out: RuntimeInfo };
   /** For tests: destroys the WebGPU device, as a driver reset would (the qkv Worker only). */
   loseGpuDevice: { in: null; out: null };
   checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };

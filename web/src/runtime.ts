@@ -58,6 +58,14 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
   return loading;
 }
 
+/**
+ * What runs now: `init()`'s answer, with `backend` as of this moment (after a GPU device loss, `"wasm"` with
+ * the reason in `fallbackReason`). Loads the core with defaults if needed.
+ */
+export async function info(): Promise<RuntimeInfo> {
+  return (await backend()).call("info", null);
+}
+
 /** The backend, loading the core with defaults if {@link init} was not called. */
 export async function backend(): Promise<Backend> {
   return (await load()).backend;

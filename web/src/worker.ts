@@ -43,8 +43,9 @@ async function load(p: LoadPlan): Promise<RuntimeInfo> {
     mainScriptUrlOrBlob: p.glueUrl,
     qkvThreads: p.threads,
   });
-  engine = new Engine(core);
-  return describeCore(core, p.threads, p.relaxedSimd, await connectGpu(core, p));
+  const e = (engine = new Engine(core));
+  e.runtime = describeCore(core, p.threads, p.relaxedSimd, await connectGpu(core, p, (why) => (e.gpuGone = why)));
+  return e.runtime;
 }
 
 /** Ring size of the WebGPU command stream: 4 MiB, room for thousands of ops between two waits. */
@@ -55,7 +56,11 @@ let gpuWorker: Worker | undefined;
  * Starts the GPU worker and connects the core to it (gpu-worker.ts), as init({ backend }) asks: "webgpu"
  * rejects with the reason when that fails, "auto" falls back to the wasm core and says why.
  */
-async function connectGpu(core: QkvCore, p: LoadPlan): Promise<Pick<RuntimeInfo, "backend" | "adapter" | "fallbackReason">> {
+async function connectGpu(
+  core: QkvCore,
+  p: LoadPlan,
+  gone: (why: string) => void,
+): Promise<Pick<RuntimeInfo, "backend" | "adapter" | "fallbackReason">> {
   if (p.backend === "wasm") return { backend: "wasm" };
   const refuse = (reason: string) => {
     gpuWorker?.terminate();
@@ -95,10 +100,14 @@ async function connectGpu(core: QkvCore, p: LoadPlan): Promise<Pick<RuntimeInfo,
     return refuse(started.type === "unavailable" ? started.reason : "unexpected reply");
   }
   // From now on the worker speaks only to report a device loss (the ring's control block has it too).
-  worker.onmessage = (e: MessageEvent<GpuReply>) => {
-    if (e.data.type === "lost") core.webgpuFail(`the GPU device was lost: ${e.data.reason}`);
+  const fail = (why: string) => {
+    core.webgpuFail(why);
+    gone(why);
   };
-  worker.onerror = (e) => core.webgpuFail(`the GPU worker stopped: ${e.message}`);
+  worker.onmessage = (e: MessageEvent<GpuReply>) => {
+    if (e.data.type === "lost") fail(`the GPU device was lost: ${e.data.reason}`);
+  };
+  worker.onerror = (e) => fail(`the GPU worker stopped: ${e.message}`);
   return { backend: "webgpu", adapter: opened.adapter };
 }
 
