@@ -84,7 +84,7 @@ class JsModel {
         std::unique_ptr<Model> cpu = Model::load(snapshot_);
         m_ = std::move(cpu);
         throw qkv::Error(std::string(e.what()) + "; the model continues on the wasm core from its state at step " +
-                    std::to_string(m_->step()) + " (its last save({ withOptimizer: true }), load or creation)");
+                         std::to_string(m_->step()) + " (its last save({ withOptimizer: true }), load or creation)");
       }
     });
   }

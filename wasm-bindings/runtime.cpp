@@ -5,6 +5,8 @@
 
 #include "convert.h"
 #include "model.h"
+#include "ops/backend_check.h"
+#include "ops/ops.h"
 #include "ops/webgpu_backend.h"
 #include "qkv/cpu.h"
 #include "qkv/qkv.h"
@@ -62,6 +64,30 @@ void webgpu_fail(std::string why) {
   qkv::ops::webgpu_fail(why);
   set_default_device(qkv::Device::CPU);
 }
+// Every op of the executor new models run on against a trusted one, on the same inputs over ragged shapes
+// (ops/backend_check.h): WebGPU against the wasm core's CPU executor, or the CPU executor against plain loops.
+val check_backend(std::string group) {
+  return guarded([&] {
+    const bool gpu = default_device() == qkv::Device::WebGPU;
+    qkv::ops::Backend& be = qkv::ops::backend(default_device());
+    qkv::ops::Backend& oracle = gpu ? qkv::ops::backend(qkv::Device::CPU) : qkv::ops::reference_backend();
+    val results = val::array();
+    for (const qkv::ops::OpCheck& r : qkv::ops::check_backend(be, oracle, group)) {
+      val o = val::object();
+      o.set("name", r.name);
+      o.set("error", r.error);
+      o.set("tol", r.tol);
+      o.set("ok", r.ok);
+      if (!r.ok) o.set("detail", r.detail);
+      results.call<void>("push", o);
+    }
+    val out = val::object();
+    out.set("backend", gpu ? "webgpu" : "wasm");
+    out.set("against", gpu ? "wasm" : "reference");
+    out.set("results", results);
+    return out;
+  });
+}
 std::string device_name() { return default_device() == qkv::Device::WebGPU ? "webgpu" : "wasm"; }
 }  // namespace
 }  // namespace qkv::js
@@ -83,4 +109,5 @@ EMSCRIPTEN_BINDINGS(qkv_runtime) {
   emscripten::function("webgpuConnect", &webgpu_connect);
   emscripten::function("webgpuFail", &webgpu_fail);
   emscripten::function("device", &device_name);
+  emscripten::function("checkBackend", &check_backend);
 }

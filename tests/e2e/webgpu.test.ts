@@ -5,6 +5,7 @@
 // wasm core and gives its logits. Then the fallbacks: "auto" on a software adapter runs the wasm core and
 // says why; "webgpu" on a page that is not cross-origin isolated is refused naming the headers; a device
 // loss rejects the call in flight and the model goes on training on the wasm core.
+import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -21,7 +22,7 @@ const PAGE = `<!doctype html>
 <meta charset="utf-8">
 <link rel="icon" href="data:,">
 <script type="module">
-  import { Classifier, info, init, LanguageModel, Seq2Seq } from "./pkg/browser.js";
+  import { CharTokenizer, checkBackend, Classifier, info, init, LanguageModel, Seq2Seq } from "./pkg/browser.js";
   import { backend as coreBackend } from "./pkg/runtime.js";
   const q = new URLSearchParams(location.search);
   const result = { warnings: [] };
@@ -46,7 +47,11 @@ const PAGE = `<!doctype html>
       result.lmLogitsAfter = arr(await lm.predict(x, { batch: B }));
       result.lmGreedy = arr(await lm.generate(Int32Array.of(1, 2, 3), { maxTokens: 12, temperature: 0 }));
       result.lmGreedyNoCache = arr(await lm.generate(Int32Array.of(1, 2, 3), { maxTokens: 12, temperature: 0, useCache: false }));
-      result.lmSaved = arr(await lm.save());
+      // The checkpoint with a char tokenizer of 19 letters (+ 4 specials = the 23 ids), for `qkv generate`.
+      const tok = await CharTokenizer.fromText("abcdefghijklmnopqrs");
+      result.tokSize = tok.size;
+      result.lmGreedyText = await tok.decode(await lm.generate(await tok.encode("abc"), { maxTokens: 12, temperature: 0 }));
+      result.lmSaved = arr(await lm.save({ tokenizer: tok }));
       lm.dispose();
       // Seq2Seq: post-LN ReLU, sinusoidal positions, padding in the source.
       const s2s = await Seq2Seq.create({ srcVocab: 19, tgtVocab: 21, context: 12, dModel: 32, heads: 4, encoderLayers: 2, decoderLayers: 2, dFF: 48, seed: 5, lr: 3e-3, dropout: 0 });
@@ -71,6 +76,11 @@ const PAGE = `<!doctype html>
       const bytes = Uint8Array.from(window.__checkpoint);
       const lm = await LanguageModel.load(bytes);
       result.lmLogits = arr(await lm.predict(ids(3 * 17, 0, 23, 1), { batch: 3 }));
+    } else if (mode === "ops") {
+      result.info = await init({ backend: "webgpu" });
+      const t0 = performance.now();
+      result.check = await checkBackend();
+      result.checkSeconds = (performance.now() - t0) / 1000;
     } else if (mode === "refuse") {
       result.refused = await init({ backend: "webgpu" }).then(() => "resolved", (e) => e instanceof Error && e.message);
     } else if (mode === "auto") {
@@ -180,8 +190,29 @@ describe("WebGPU backend", () => {
     expect(gpu.s2sGreedy).toEqual(wasm.s2sGreedy);
   }, 900_000);
 
-  it("saves checkpoints that load in the wasm core with the same logits", async () => {
+  it("runs every op of the contract on the GPU within its bound of the wasm core's, over ragged shapes", async () => {
+    const r = await run("mode=ops");
+    const check = r.check as { backend: string; against: string; results: { name: string; error: number; tol: number; ok: boolean; detail?: string }[] };
+    expect(check.backend).toBe("webgpu");
+    expect(check.against).toBe("wasm");
+    const groups = new Set(check.results.map((x) => x.name.split(" ")[0]));
+    for (const g of ["copy_rows", "gemm", "layernorm", "bias_act", "dropout", "attention", "embedding", "mean_pool", "crossentropy", "adam"])
+      expect(groups, g).toContain(g);
+    const bad = check.results.filter((x) => !x.ok).map((x) => `${x.name}${x.detail} (error ${x.error}, tol ${x.tol})`);
+    expect(bad).toEqual([]);
+    console.log(`webgpu: ${check.results.length} op outputs checked against the wasm core in ${(r.checkSeconds as number).toFixed(1)} s`);
+  }, 900_000);
+
+  it("saves checkpoints that load in the wasm core and natively", async () => {
     const saved = gpu.lmSaved as number[];
+    expect(gpu.tokSize).toBe(23);
+    // Natively: the qkv tool continues the same prompt with the same tokens.
+    const tool = path.join(root, "build/native/cpp/tools/qkv");
+    if (!existsSync(tool)) throw new Error(`${tool} is missing: build the native preset first (cmake --build --preset native)`);
+    const file = path.join(dir, "gpu.safetensors");
+    writeFileSync(file, Uint8Array.from(saved));
+    const out = execFileSync(tool, ["generate", "--ckpt", file, "--prompt", "abc", "--max-tokens", "12", "--temperature", "0"], { encoding: "utf8" });
+    expect(out).toContain(gpu.lmGreedyText as string);
     const r = await run("mode=load&backend=wasm", isolated, (page) =>
       page.addInitScript((bytes) => Object.assign(window, { __checkpoint: bytes }), saved),
     );

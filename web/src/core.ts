@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import type { Calls, ConfigIn, ModelOut, ModelRequest, TokenizerIn, TokenizerOut } from "./protocol.js";
-import type { MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
+import type { BackendCheck, MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -86,6 +86,8 @@ export interface QkvCore {
   webgpuConnect(maxBufferSize: number, maxStorageBufferBindingSize: number, adapter: string, ringWords: number): number;
   /** The GPU worker is gone: models on it reject with `why`; new models go to the wasm core. */
   webgpuFail(why: string): void;
+  /** Every op of the running executor against a trusted one (ops/backend_check.h); undefined on error. */
+  checkBackend(group: string): BackendCheck | undefined;
   /** Where new models go: "webgpu" once connected, else "wasm". */
   device(): "webgpu" | "wasm";
   /** The shared memory of the threaded build (Emscripten's Module.wasmMemory). */
@@ -369,6 +371,8 @@ export class Engine {
           ? r
           : { ...r, backend: "wasm", fallbackReason: this.gpuGone };
       }
+      case "checkBackend":
+        return this.run(() => this.core.checkBackend(req.in.group))!;
       case "loseGpuDevice":
         throw new Error("qkv: there is no GPU worker here (WebGPU runs in the browser's qkv Worker)");
       case "memory":

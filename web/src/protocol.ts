@@ -4,7 +4,7 @@
 // A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
 // `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
-import type { MemoryReport, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
+import type { BackendCheck, MemoryReport, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -136,6 +136,7 @@ export interface Calls {
   memory: { in: null; out: MemoryReport };
   /** The runtime as init() reported it, with where models run now (after a GPU loss: the wasm core). */
   info: { in: null; out: RuntimeInfo };
+  checkBackend: { in: { group: string }; out: BackendCheck };
   /** For tests: destroys the WebGPU device, as a driver reset would (the qkv Worker only). */
   loseGpuDevice: { in: null; out: null };
   checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };

@@ -2,7 +2,7 @@
 // calls and the registry that warns about models garbage-collected without dispose().
 
 import { getPlatform, hasRelaxedSimd, type Backend } from "./platform.js";
-import type { InitOptions, MemoryReport, RuntimeInfo } from "./types.js";
+import type { BackendCheck, InitOptions, MemoryReport, RuntimeInfo } from "./types.js";
 import { describe, positiveInt } from "./validate.js";
 
 let loading: Promise<{ backend: Backend; info: RuntimeInfo }> | undefined;
@@ -64,6 +64,18 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
  */
 export async function info(): Promise<RuntimeInfo> {
   return (await backend()).call("info", null);
+}
+
+/**
+ * Runs every op of the executor models run on (WebGPU, or the wasm core) and a trusted one (the wasm core's
+ * CPU kernels, or plain loops) on the same random inputs over ragged shapes, and reports how far apart each
+ * output is: a check of this machine's GPU driver and of qkv's kernels on it. `group` runs one family
+ * ("gemm", "attention", ...; default all). Takes seconds on a GPU, longer on a software adapter.
+ */
+export async function checkBackend(options: { group?: string } = {}): Promise<BackendCheck> {
+  const group = options.group ?? "";
+  if (typeof group !== "string") throw new TypeError(`options.group must be a string, got ${describe(group)}`);
+  return (await backend()).call("checkBackend", { group });
 }
 
 /** The backend, loading the core with defaults if {@link init} was not called. */

@@ -342,3 +342,25 @@ export interface MemoryReport {
   /** The most the heap may grow to (4 GiB). */
   heapMaxBytes: number;
 }
+
+/** One output of one op's case in {@link checkBackend}: how far the running executor is from the trusted one. */
+export interface OpCheck {
+  /** The case and output, e.g. `"gemm 17 64 257 t3 beta 0.500000: C"`. */
+  name: string;
+  /** The largest difference, relative to max(1, |expected|) (or to the output's largest value for sums). */
+  error: number;
+  /** What `error` may reach (0: the same bits). */
+  tol: number;
+  ok: boolean;
+  /** The first element past its bound, when not ok. */
+  detail?: string;
+}
+
+/** What {@link checkBackend} resolves to. */
+export interface BackendCheck {
+  /** The executor checked: the one new models run on. */
+  backend: "webgpu" | "wasm";
+  /** What it was compared with: the wasm core's CPU executor (for WebGPU), or plain loops (for wasm). */
+  against: "wasm" | "reference";
+  results: OpCheck[];
+}

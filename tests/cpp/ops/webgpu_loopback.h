@@ -26,12 +26,18 @@ class WebGpuLoopback {
   explicit WebGpuLoopback(size_t ring_words = 1 << 16, uint64_t max_buffer = uint64_t{1} << 30) {
     connect(ring_words, max_buffer);
   }
-  ~WebGpuLoopback() { stop(); }
+  // Nothing serves the connection any more: it is failed, so that no model waits on it (and the next
+  // webgpu_loopback() connects a fresh one).
+  ~WebGpuLoopback() {
+    stop();
+    if (block_) report(ops::webgpu::kFailed, "the loopback ended");
+  }
   WebGpuLoopback(const WebGpuLoopback&) = delete;
   WebGpuLoopback& operator=(const WebGpuLoopback&) = delete;
 
   void connect(size_t ring_words, uint64_t max_buffer) {
     stop();
+    if (block_) report(ops::webgpu::kFailed, "the loopback was reconnected");
     ops::WebGpuLimits limits;
     limits.max_buffer_size = limits.max_storage_buffer_binding_size = max_buffer;
     limits.adapter = "loopback";
