@@ -109,12 +109,6 @@ class Stream implements Dispatcher {
     this.device.queue.writeBuffer(this.arena!, dst, src.buffer, src.byteOffset, n);
   }
 
-  copy(dst: number, src: number, bytes: number): void {
-    if (dst % 4 || src % 4) throw new Error(`copy of ${bytes} bytes from ${src} to ${dst}: offsets must be multiples of 4`);
-    this.endPass();
-    this.commandEncoder().copyBufferToBuffer(this.arena!, src, this.arena!, dst, align(bytes, 4));
-  }
-
   /** The arena's bytes [src, src + bytes) once the work before them is done. */
   async download(src: number, bytes: number): Promise<Uint8Array> {
     const n = align(bytes, 4);
@@ -238,7 +232,6 @@ async function serve(memory: WebAssembly.Memory, control: number, gpu: GPUDevice
         try {
           if (op === Op.Capacity) stream.capacity(a[0]!);
           else if (op === Op.Upload) stream.upload(a[0]!, new Uint8Array(memory.buffer, (at + 3) * 4, a[1]!));
-          else if (op === Op.Copy) stream.copy(a[0]!, a[1]!, a[2]!);
           else stream.kernels.encode(op, a, stream);
         } catch (e) {
           report(1, (e as Error).message);
