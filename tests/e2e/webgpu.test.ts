@@ -84,7 +84,7 @@ const PAGE = `<!doctype html>
     } else if (mode === "refuse") {
       result.refused = await init({ backend: "webgpu" }).then(() => "resolved", (e) => e instanceof Error && e.message);
     } else if (mode === "auto") {
-      result.info = await init();
+      result.info = await init({ backend: "auto" });
     } else if (mode === "lose") {
       result.info = await init({ backend: "webgpu" });
       const lm = await LanguageModel.create({ vocabSize: 11, context: 8, dModel: 16, heads: 2, layers: 1, seed: 1, lr: 1e-2 });

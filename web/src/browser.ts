@@ -96,7 +96,8 @@ setPlatform({
         );
       }
       const info = await client.send("init", plan(threaded, options.threads, useRelaxedSimd(options), options.wasmPath, backend));
-      if (info.fallbackReason !== undefined) {
+      // Asked for by name, the fallback is worth a warning; left unset (most pages), info() has the reason.
+      if (info.fallbackReason !== undefined && options.backend === "auto") {
         console.warn(`qkv: running on the wasm core, not WebGPU: ${info.fallbackReason}`);
       }
       return { backend: client as Backend, info };

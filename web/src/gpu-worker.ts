@@ -184,6 +184,9 @@ async function serve(memory: WebAssembly.Memory, control: number, gpu: GPUDevice
     report(2, info.message || info.reason || "unknown reason");
     post({ type: "lost", reason: info.message || String(info.reason) });
   });
+  // Every batch of work runs inside a validation and an out-of-memory error scope, popped at each wait.
+  gpu.pushErrorScope("out-of-memory");
+  gpu.pushErrorScope("validation");
   const answer = (ticket: number) => {
     Atomics.store(i32, base + Control.Reply, ticket | 0);
     Atomics.notify(i32, base + Control.Reply);
@@ -223,6 +226,14 @@ async function serve(memory: WebAssembly.Memory, control: number, gpu: GPUDevice
               stream.submit();
               await gpu.queue.onSubmittedWorkDone();
             }
+            // An error of the work before this point is known now, not later: the core must not take a
+            // result that came out of a failed dispatch.
+            const validation = await gpu.popErrorScope();
+            const memoryError = await gpu.popErrorScope();
+            const error = validation ?? memoryError;
+            gpu.pushErrorScope("out-of-memory");
+            gpu.pushErrorScope("validation");
+            if (error) report(1, error.message);
           } catch (e) {
             report(1, (e as Error).message);
           }

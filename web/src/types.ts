@@ -31,8 +31,9 @@ export interface InitOptions {
   relaxedSimd?: boolean;
   /**
    * Where models train and run: `"webgpu"` on the page's GPU (rejects where there is none, naming why),
-   * `"wasm"` on the CPU cores, `"auto"` (the default) WebGPU where an adapter exists, else the wasm core with
-   * one console warning saying why. WebGPU needs a browser with `navigator.gpu` and the threaded build (a
+   * `"wasm"` on the CPU cores, `"auto"` WebGPU where a hardware adapter exists, else the wasm core with one
+   * console warning saying why. Unset, the same choice as `"auto"` without the warning (the reason is in
+   * `info().fallbackReason`). WebGPU needs a browser with `navigator.gpu` and the threaded build (a
    * cross-origin isolated page: the core waits for the GPU on shared memory); in Node it is never used.
    * Checkpoints are the same bytes either way: `save()` reads the weights back from the GPU.
    */
