@@ -12,16 +12,16 @@ class JsClassifier : public JsModel<JsClassifier, qkv::Classifier, qkv::Classifi
   using JsModel::JsModel;
 
   val train_step(val tokens, val labels, int batch, int seq) {
-    return guarded([&] {
+    return run([&] {
       return step_result(m_->train_step(int32_array(tokens, "tokens"), int32_array(labels, "labels"), batch, seq));
     });
   }
   val evaluate(val tokens, val labels, int batch, int seq) {
-    return guarded(
+    return run(
         [&] { return to_js(m_->evaluate(int32_array(tokens, "tokens"), int32_array(labels, "labels"), batch, seq)); });
   }
   val logits(val tokens, int batch, int seq) {
-    return guarded([&] { return to_js(m_->logits(int32_array(tokens, "tokens"), batch, seq)); });
+    return run([&] { return to_js(m_->logits(int32_array(tokens, "tokens"), batch, seq)); });
   }
   val attention(int layer) const {
     return guarded([&] { return to_js(m_->attention(layer)); });

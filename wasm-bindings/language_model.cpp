@@ -27,30 +27,30 @@ class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv:
   using JsModel::JsModel;
 
   val train_step(val inputs, val targets, int batch, int seq) {
-    return guarded([&] {
+    return run([&] {
       return step_result(m_->train_step(int32_array(inputs, "inputs"), int32_array(targets, "targets"), batch, seq));
     });
   }
   val evaluate(val inputs, val targets, int batch, int seq) {
-    return guarded([&] {
+    return run([&] {
       return to_js(m_->evaluate(int32_array(inputs, "inputs"), int32_array(targets, "targets"), batch, seq));
     });
   }
   val logits(val inputs, int batch, int seq) {
-    return guarded([&] { return to_js(m_->logits(int32_array(inputs, "inputs"), batch, seq)); });
+    return run([&] { return to_js(m_->logits(int32_array(inputs, "inputs"), batch, seq)); });
   }
   val attention(int layer) const {
     return guarded([&] { return to_js(m_->attention(layer)); });
   }
   val generate(val prompt, val options) {
-    return guarded([&] {
+    return run([&] {
       const auto p = int32_array(prompt, "prompt");
       return to_js(m_->generate(p, sampling_options(options)));
     });
   }
   // nullptr (JS null) on error, with the error left for takeError().
   JsGeneration* start_generation(val prompt, val options) {
-    return guarded([&] {
+    return run([&] {
       const auto p = int32_array(prompt, "prompt");
       return new JsGeneration(m_->start_generation(p, sampling_options(options)));
     });

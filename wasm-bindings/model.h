@@ -5,8 +5,19 @@
 
 #include "config.h"
 #include "convert.h"
+#include "ops/webgpu_backend.h"
+#include "qkv/error.h"
 
 namespace qkv::js {
+
+// Where create() and load() put new models: the CPU (the wasm core), or the GPU the qkv Worker connected
+// (runtime.cpp: webgpuConnect).
+inline Device& default_device_slot() {
+  static Device d = Device::CPU;
+  return d;
+}
+inline Device default_device() { return default_device_slot(); }
+inline void set_default_device(Device d) { default_device_slot() = d; }
 
 // Every entry point runs its whole body in guarded(): see LastError.
 
@@ -16,26 +27,43 @@ namespace qkv::js {
 template <class Self, class Model, class Config>
 class JsModel {
  public:
-  explicit JsModel(std::unique_ptr<Model> m) : m_(std::move(m)) {}
+  explicit JsModel(std::unique_ptr<Model> m, std::vector<uint8_t> snapshot = {}) : m_(std::move(m)) {
+    keep(std::move(snapshot));
+  }
 
   static Self* create(val config) {
     return guarded([&] {
       const auto c = read_config<Config>(config, Self::kName);
-      return new Self(std::make_unique<Model>(c.first, c.second));
+      return new Self(std::make_unique<Model>(c.first, c.second, default_device()));
+      // (JsModel's constructor keeps the host copy a model on the GPU falls back to.)
     });
   }
   static Self* load(val bytes) {
-    return guarded([&] { return new Self(Model::load(uint8_array(bytes, "bytes"))); });
+    return guarded([&] {
+      const auto in = uint8_array(bytes, "bytes");
+      std::unique_ptr<Model> m = Model::load(in);
+      if (default_device() == Device::CPU) return new Self(std::move(m));
+      m->to(default_device());
+      return new Self(std::move(m), std::vector<uint8_t>(in.begin(), in.end()));
+    });
   }
 
   val save(bool with_optimizer, val metadata) {
-    return guarded([&] { return to_js(m_->save(with_optimizer, string_map(metadata, "options.metadata"))); });
+    return run([&] {
+      std::vector<uint8_t> bytes = m_->save(with_optimizer, string_map(metadata, "options.metadata"));
+      val out = to_js(bytes);
+      if (with_optimizer) keep(std::move(bytes));
+      return out;
+    });
   }
   void load_weights(val bytes) {
-    guarded([&] { m_->load_weights(uint8_array(bytes, "bytes")); });
+    run([&] {
+      m_->load_weights(uint8_array(bytes, "bytes"));
+      keep({});
+    });
   }
   void set_learning_rate(float lr) {
-    guarded([&] { m_->set_learning_rate(lr); });
+    run([&] { m_->set_learning_rate(lr); });
   }
   double num_parameters() const { return static_cast<double>(m_->num_parameters()); }
   int step() const { return m_->step(); }
@@ -43,6 +71,24 @@ class JsModel {
   val memory() const { return to_js(m_->memory()); }
 
  protected:
+  // guarded() for calls on a model that may be on the GPU. When the GPU is lost (or its worker dies) in the
+  // call, the model continues on the wasm core from its host copy (kept at creation, load and every
+  // save({ withOptimizer })), and the error says so: the call is rejected, the model stays usable.
+  template <class F>
+  auto run(F&& f) -> decltype(f()) {
+    return guarded([&]() -> decltype(f()) {
+      try {
+        return f();
+      } catch (const qkv::Error& e) {
+        if (m_->device() != Device::WebGPU || ops::webgpu_unavailable_reason().empty()) throw;
+        std::unique_ptr<Model> cpu = Model::load(snapshot_);
+        m_ = std::move(cpu);
+        throw qkv::Error(std::string(e.what()) + "; the model continues on the wasm core from its state at step " +
+                         std::to_string(m_->step()) + " (its last save({ withOptimizer: true }), load or creation)");
+      }
+    });
+  }
+
   // What a trainStep resolves to: the loss, and whether the model skipped the update (NonFinite::Skip).
   val step_result(float loss) const {
     val out = val::object();
@@ -53,6 +99,15 @@ class JsModel {
   }
 
   std::unique_ptr<Model> m_;
+
+ private:
+  // The host copy of a model on the GPU: `bytes` when given (a checkpoint with its optimizer state), else
+  // the model's own state read back now. Nothing for a model on the CPU.
+  void keep(std::vector<uint8_t> bytes) {
+    if (m_->device() == Device::CPU) return;
+    snapshot_ = bytes.empty() ? m_->save(true, {}) : std::move(bytes);
+  }
+  std::vector<uint8_t> snapshot_;
 };
 
 // The Embind class of a model binding with what JsModel gives every kind; the caller adds the rest.

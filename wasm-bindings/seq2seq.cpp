@@ -12,25 +12,25 @@ class JsSeq2Seq : public JsModel<JsSeq2Seq, qkv::Seq2Seq, qkv::Seq2SeqConfig> {
   using JsModel::JsModel;
 
   val train_step(val src, val tgt_in, val tgt_out, int batch, int src_len, int tgt_len) {
-    return guarded([&] {
+    return run([&] {
       return step_result(m_->train_step(int32_array(src, "src"), int32_array(tgt_in, "tgtIn"),
                                         int32_array(tgt_out, "tgtOut"), batch, src_len, tgt_len));
     });
   }
   val evaluate(val src, val tgt_in, val tgt_out, int batch, int src_len, int tgt_len) {
-    return guarded([&] {
+    return run([&] {
       return to_js(m_->evaluate(int32_array(src, "src"), int32_array(tgt_in, "tgtIn"), int32_array(tgt_out, "tgtOut"),
                                 batch, src_len, tgt_len));
     });
   }
   val logits(val src, val tgt_in, int batch, int src_len, int tgt_len) {
-    return guarded([&] {
+    return run([&] {
       return to_js(m_->logits(int32_array(src, "src"), int32_array(tgt_in, "tgtIn"), batch, src_len, tgt_len));
     });
   }
   // options: { bos, eos, maxTokens, beamWidth, lengthPenalty, useCache }, types checked by the package.
   val generate(val src, int batch, int src_len, val options) {
-    return guarded([&] {
+    return run([&] {
       qkv::DecodeOptions d;
       d.bos = options["bos"].as<int>();
       d.eos = options["eos"].as<int>();

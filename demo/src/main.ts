@@ -18,6 +18,7 @@ function mib(bytes: number): string {
 
 /** The status line: what runs (threads, SIMD) and the wasm heap, refreshed every 2 s. */
 function showRuntime(info: RuntimeInfo, heap?: { heapBytes: number; heapUsedBytes: number }): void {
+  const where = info.backend === "webgpu" ? `WebGPU on ${info.adapter ?? "a GPU"} · ` : "";
   const what = info.threaded
     ? `threaded: ${info.threads} threads`
     : `single-threaded${state.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)"}`;
@@ -26,9 +27,10 @@ function showRuntime(info: RuntimeInfo, heap?: { heapBytes: number; heapUsedByte
     : heap.heapUsedBytes > 0 ? ` · wasm memory ${mib(heap.heapUsedBytes)} in use of ${mib(heap.heapBytes)}`
     : ` · wasm heap ${mib(heap.heapBytes)}`;
   const simd = `SIMD ${info.simd}${info.relaxedSimd ? " + relaxed" : ""}`;
-  statusEl.textContent = `${what} · ${simd} · qkv ${info.version}${mem}`;
+  statusEl.textContent = `${where}${what} · ${simd} · qkv ${info.version}${mem}`;
   const d = statusEl.dataset;
   d.state = "ready";
+  d.backend = info.backend;
   d.threaded = String(info.threaded);
   d.threads = String(info.threads);
   d.simd = info.simd;
@@ -36,10 +38,33 @@ function showRuntime(info: RuntimeInfo, heap?: { heapBytes: number; heapUsedByte
   if (heap) d.heapUsed = String(heap.heapUsedBytes);
 }
 
+type BackendChoice = "webgpu" | "wasm" | "auto";
+
+/** The backend asked for in the address (?backend=webgpu|wasm|auto): init() runs once per page, so the
+ * switch reloads the page with the new choice. */
+function backendChoice(): BackendChoice {
+  const b = new URLSearchParams(location.search).get("backend");
+  return b === "webgpu" || b === "wasm" ? b : "auto";
+}
+
+function setupBackendSwitch(info: RuntimeInfo | undefined, chosen: BackendChoice): void {
+  const select = $("#backend") as HTMLSelectElement;
+  select.value = chosen;
+  select.onchange = () => {
+    const url = new URL(location.href);
+    url.searchParams.set("backend", select.value);
+    location.assign(url);
+  };
+  $("#backend-note").textContent = info?.fallbackReason ? `(wasm runs: ${info.fallbackReason})` : "";
+}
+
 async function main(): Promise<void> {
   $("#isolation-note").hidden = state.crossOriginIsolated;
   setupTabs($("#tabs"));
-  const info = await init();
+  const chosen = backendChoice();
+  setupBackendSwitch(undefined, chosen);
+  const info = await init({ backend: chosen });
+  setupBackendSwitch(info, chosen);
   Object.assign(state, { threaded: info.threaded, threads: info.threads, simd: info.simd, relaxedSimd: info.relaxedSimd });
   showRuntime(info);
   const refresh = async () => {

@@ -16,13 +16,21 @@ const ARGS = [
   "--disable-sync",
 ];
 
-/** Starts headless Chromium with a fresh profile in `userDataDir`. */
-export function launch(userDataDir: string, viewport?: { width: number; height: number }): Promise<BrowserContext> {
+/**
+ * Starts headless Chromium with a fresh profile in `userDataDir`. `webgpu`: with navigator.gpu, on SwiftShader
+ * (TOOLCHAIN.md: `--enable-unsafe-webgpu`; without it the page has navigator.gpu but no adapter).
+ */
+export function launch(
+  userDataDir: string,
+  viewport?: { width: number; height: number },
+  options: { webgpu?: boolean } = {},
+): Promise<BrowserContext> {
   if (!existsSync(CHROMIUM)) throw new Error(`${CHROMIUM} is missing: apt-get install -y chromium`);
+  const args = options.webgpu ? [...ARGS, "--enable-unsafe-webgpu"] : ARGS;
   return chromium.launchPersistentContext(userDataDir, {
     executablePath: CHROMIUM,
     headless: true,
-    args: ARGS,
+    args,
     ...(viewport ? { viewport } : {}),
   });
 }

@@ -16,9 +16,13 @@ describe("init", () => {
         /init\(\{ relaxedSimd: true \}\) needs a WebAssembly engine with relaxed SIMD.*--experimental-wasm-relaxed-simd/,
       );
     }
+    await expect(init({ backend: "gpu" as "webgpu" })).rejects.toThrow(/backend must be "webgpu", "wasm" or "auto", got "gpu"/);
+    // WebGPU is the browser's: Node refuses it by name, and "auto" runs the wasm core.
+    await expect(init({ backend: "webgpu" })).rejects.toThrow(/init\(\{ backend: "webgpu" \}\) needs a browser with WebGPU/);
     // The relaxed-SIMD build wherever the engine has it; the run with the flag (scripts/test.sh) loads it.
-    const info = await init({ threaded: false, threads: 4 });
-    expect(info).toMatchObject({ threaded: false, threads: 1, relaxedSimd: EXPECT_RELAXED_SIMD });
+    const info = await init({ threaded: false, threads: 4, backend: "auto" });
+    expect(info).toMatchObject({ threaded: false, threads: 1, relaxedSimd: EXPECT_RELAXED_SIMD, backend: "wasm" });
+    expect(info.fallbackReason).toBeUndefined();
   });
 
   it("the single-threaded build trains", async () => {

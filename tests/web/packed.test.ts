@@ -23,7 +23,7 @@ describe("packed package", () => {
     expect(files).toContain("package.json");
   });
 
-  it("carries the built entries, the Worker, the glue and the four .wasm files", () => {
+  it("carries the built entries, the Worker, the GPU worker, the glue and the four .wasm files", () => {
     for (const f of [
       "web/dist/index.js",
       "web/dist/index.d.ts",
@@ -31,6 +31,7 @@ describe("packed package", () => {
       "web/dist/node.cjs",
       "web/dist/browser.js",
       "web/dist/worker.js",
+      "web/dist/gpu-worker.js",
       "web/dist/cjs/index.d.ts",
       "web/dist/wasm/qkv.js",
       "web/dist/wasm/qkv.worker.js",

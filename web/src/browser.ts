@@ -21,7 +21,14 @@ function warnFallback(): void {
 }
 
 /** The build files: defaults beside this module, or under `wasmPath`. Both builds of a kind share one glue. */
-function plan(threaded: boolean, threads: number, relaxedSimd: boolean, wasmPath: string | URL | undefined): LoadPlan {
+function plan(
+  threaded: boolean,
+  threads: number,
+  relaxedSimd: boolean,
+  wasmPath: string | URL | undefined,
+  backend: LoadPlan["backend"],
+): LoadPlan {
+  const gpu = { backend, gpuWorkerUrl: new URL("./gpu-worker.js", import.meta.url).href };
   if (wasmPath !== undefined) {
     let base = String(wasmPath);
     if (!base.endsWith("/")) base += "/";
@@ -34,6 +41,7 @@ function plan(threaded: boolean, threads: number, relaxedSimd: boolean, wasmPath
       wasmUrl: at(`${stem}${relaxedSimd ? "-relaxed" : ""}.wasm`),
       relaxedSimd,
       ...(threaded ? { pthreadWorkerUrl: at("qkv.worker.js") } : {}),
+      ...gpu,
     };
   }
   // Literal new URL(...) calls: bundlers see them and emit the files.
@@ -48,6 +56,7 @@ function plan(threaded: boolean, threads: number, relaxedSimd: boolean, wasmPath
         relaxedSimd,
         // ?no-inline: Vite would otherwise inline this small script as a data: URL, which cannot host a pthread.
         pthreadWorkerUrl: new URL("./wasm/qkv.worker.js?no-inline", import.meta.url).href,
+        ...gpu,
       }
     : {
         threaded,
@@ -57,6 +66,7 @@ function plan(threaded: boolean, threads: number, relaxedSimd: boolean, wasmPath
           ? new URL("./wasm/qkv-st-relaxed.wasm", import.meta.url).href
           : new URL("./wasm/qkv-st.wasm", import.meta.url).href,
         relaxedSimd,
+        ...gpu,
       };
 }
 
@@ -78,7 +88,18 @@ setPlatform({
     if (!threaded && options.threaded === undefined) warnFallback();
     const client = new WorkerClient(new Worker(new URL("./worker.js", import.meta.url)));
     try {
-      const info = await client.send("init", plan(threaded, options.threads, useRelaxedSimd(options), options.wasmPath));
+      const backend = options.backend ?? "auto";
+      if (backend === "webgpu" && !threaded) {
+        throw new Error(
+          'qkv: init({ backend: "webgpu" }) needs the threaded build (the core waits for the GPU on shared memory): ' +
+            "serve the page with `Cross-Origin-Opener-Policy: same-origin` and `Cross-Origin-Embedder-Policy: require-corp`",
+        );
+      }
+      const info = await client.send("init", plan(threaded, options.threads, useRelaxedSimd(options), options.wasmPath, backend));
+      // Asked for by name, the fallback is worth a warning; left unset (most pages), info() has the reason.
+      if (info.fallbackReason !== undefined && options.backend === "auto") {
+        console.warn(`qkv: running on the wasm core, not WebGPU: ${info.fallbackReason}`);
+      }
       return { backend: client as Backend, info };
     } catch (e) {
       client.fail(e instanceof Error ? e : new Error(String(e)));  // a failed load leaves no worker running

@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import type { Calls, ConfigIn, ModelOut, ModelRequest, TokenizerIn, TokenizerOut } from "./protocol.js";
-import type { MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
+import type { BackendCheck, MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -82,6 +82,16 @@ export interface QkvCore {
   /** The error of the last failed call (the binding never throws through wasm frames), cleared on read. */
   takeError(): { message: string; typeError: boolean } | undefined;
   checkpointMetadata(bytes: Uint8Array): Record<string, string>;
+  /** Opens the WebGPU executor's ring; returns its control block's address (0 on error: takeError()). */
+  webgpuConnect(maxBufferSize: number, maxStorageBufferBindingSize: number, adapter: string, ringWords: number): number;
+  /** The GPU worker is gone: models on it reject with `why`; new models go to the wasm core. */
+  webgpuFail(why: string): void;
+  /** Every op of the running executor against a trusted one (ops/backend_check.h); undefined on error. */
+  checkBackend(group: string): BackendCheck | undefined;
+  /** Where new models go: "webgpu" once connected, else "wasm". */
+  device(): "webgpu" | "wasm";
+  /** The shared memory of the threaded build (Emscripten's Module.wasmMemory). */
+  wasmMemory?: WebAssembly.Memory;
   LanguageModel: CoreModelClass<CoreLanguageModel>;
   Seq2Seq: CoreModelClass<CoreSeq2Seq>;
   Classifier: CoreModelClass<CoreClassifier>;
@@ -134,7 +144,12 @@ export function crashError(cause: unknown): Error {
 }
 
 /** Checks the loaded core's version and thread count, returning what runs. */
-export function describeCore(core: QkvCore, threads: number, relaxedSimd: boolean): RuntimeInfo {
+export function describeCore(
+  core: QkvCore,
+  threads: number,
+  relaxedSimd: boolean,
+  gpu: Pick<RuntimeInfo, "backend" | "adapter" | "fallbackReason"> = { backend: "wasm" },
+): RuntimeInfo {
   const version = core.version();
   if (version !== VERSION) {
     throw new Error(
@@ -144,7 +159,7 @@ export function describeCore(core: QkvCore, threads: number, relaxedSimd: boolea
   }
   const threaded = core.threaded();
   if (threaded && core.numThreads() !== threads) core.setThreads(threads);
-  return { threaded, threads: core.numThreads(), simd: core.simd(), relaxedSimd, version };
+  return { threaded, threads: core.numThreads(), simd: core.simd(), relaxedSimd, version, ...gpu };
 }
 
 /** (query length, key length) of one attention map of the last forward pass. */
@@ -266,6 +281,11 @@ export class Engine {
   private readonly generations = new Set<Stepping>();
   private nextId = 1;
 
+  /** What init() resolved to; info() reports it with the GPU's state of now. */
+  runtime: RuntimeInfo | undefined;
+  /** Why the GPU went away after init (device lost, GPU worker stopped): models now run on the wasm core. */
+  gpuGone: string | undefined;
+
   constructor(readonly core: QkvCore) {}
 
   /** Serves one request: the single switch of the direct API. */
@@ -345,6 +365,16 @@ export class Engine {
         }
         return null;
       }
+      case "info": {
+        const r = this.runtime!;
+        return this.gpuGone === undefined || r.backend !== "webgpu"
+          ? r
+          : { ...r, backend: "wasm", fallbackReason: this.gpuGone };
+      }
+      case "checkBackend":
+        return this.run(() => this.core.checkBackend(req.in.group))!;
+      case "loseGpuDevice":
+        throw new Error("qkv: there is no GPU worker here (WebGPU runs in the browser's qkv Worker)");
       case "memory":
         return {
           models: [...this.models].map(([id, e]) => ({ id, kind: e.kind, bytes: e.core.memory() })),

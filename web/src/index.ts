@@ -3,6 +3,7 @@
 
 export type {
   AttentionOptions,
+  BackendCheck,
   BatchShape,
   ClassifierConfig,
   GenerateOptions,
@@ -12,6 +13,7 @@ export type {
   MemoryReport,
   MemoryUsage,
   Metrics,
+  OpCheck,
   ModelKind,
   OptimizerOptions,
   RuntimeInfo,
@@ -21,7 +23,7 @@ export type {
   Seq2SeqShape,
   StepResult,
 } from "./types.js";
-export { init, memory } from "./runtime.js";
+export { checkBackend, info, init, memory } from "./runtime.js";
 export { Model, type SaveOptions } from "./model.js";
 export { checkpointMetadata } from "./checkpoint.js";
 export { LanguageModel } from "./language-model.js";

@@ -54,11 +54,16 @@ setPlatform({
     } catch (e) {
       throw new Error(`qkv: cannot load ${gluePath} (${toError(e).message}); ${howToFix}`);
     }
+    if (options.backend === "webgpu") {
+      throw new Error('qkv: init({ backend: "webgpu" }) needs a browser with WebGPU; Node runs the wasm core (backend "wasm" or "auto")');
+    }
     const threads = threaded ? options.threads : 1;
     const core = await factory({ wasmBinary, qkvThreads: threads });
-    const info = describeCore(core, threads, relaxedSimd);
+    // "auto" in Node: there is no navigator.gpu here, so the wasm core, quietly (it is what Node always runs).
+    const info = describeCore(core, threads, relaxedSimd, { backend: "wasm" });
     allowExit(core);
     const engine = new Engine(core);
+    engine.runtime = info;
     const order = new CallOrder();
     let failure: Error | undefined;
     // A trap or abort: this core is done; init() starts a new one (runtime.ts).

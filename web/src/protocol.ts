@@ -4,7 +4,7 @@
 // A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
 // `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
-import type { MemoryReport, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
+import type { BackendCheck, MemoryReport, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -18,6 +18,10 @@ export interface LoadPlan {
   relaxedSimd: boolean;
   /** URL of Emscripten's pthread worker script (`qkv.worker.js`); threaded build only. */
   pthreadWorkerUrl?: string;
+  /** InitOptions.backend: "wasm" loads no GPU worker. */
+  backend: "webgpu" | "wasm" | "auto";
+  /** URL of the GPU worker script (`gpu-worker.js`); browsers only. */
+  gpuWorkerUrl?: string;
 }
 
 /** A config as it crosses: the fields of one of the model configs (types checked by the core's binding). */
@@ -130,6 +134,11 @@ export interface Calls {
   setLearningRate: { in: { model: number; lr: number }; out: null };
   dispose: { in: { model: number }; out: null };
   memory: { in: null; out: MemoryReport };
+  /** The runtime as init() reported it, with where models run now (after a GPU loss: the wasm core). */
+  info: { in: null; out: RuntimeInfo };
+  checkBackend: { in: { group: string }; out: BackendCheck };
+  /** For tests: destroys the WebGPU device, as a driver reset would (the qkv Worker only). */
+  loseGpuDevice: { in: null; out: null };
   checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };
   tokenizer: { in: TokenizerIn; out: TokenizerOut };
   encode: { in: { tokenizer: string; text: string | Uint8Array; bos: boolean; eos: boolean }; out: { ids: Int32Array } };

@@ -2,7 +2,7 @@
 // calls and the registry that warns about models garbage-collected without dispose().
 
 import { getPlatform, hasRelaxedSimd, type Backend } from "./platform.js";
-import type { InitOptions, MemoryReport, RuntimeInfo } from "./types.js";
+import type { BackendCheck, InitOptions, MemoryReport, RuntimeInfo } from "./types.js";
 import { describe, positiveInt } from "./validate.js";
 
 let loading: Promise<{ backend: Backend; info: RuntimeInfo }> | undefined;
@@ -29,7 +29,7 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
   if (!loading) {
     loading = (async () => {
       if (typeof options !== "object" || options === null) {
-        throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd? }, got ${describe(options)}`);
+        throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd?, backend? }, got ${describe(options)}`);
       }
       const platform = getPlatform();
       const threads = options.threads === undefined ? platform.defaultThreads() : positiveInt("threads", options.threads);
@@ -38,6 +38,9 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
       }
       if (options.relaxedSimd !== undefined && typeof options.relaxedSimd !== "boolean") {
         throw new Error(`relaxedSimd must be a boolean, got ${describe(options.relaxedSimd)}`);
+      }
+      if (options.backend !== undefined && !["webgpu", "wasm", "auto"].includes(options.backend)) {
+        throw new Error(`backend must be "webgpu", "wasm" or "auto", got ${describe(options.backend)}`);
       }
       if (options.relaxedSimd === true && !hasRelaxedSimd()) {
         throw new Error(
@@ -53,6 +56,26 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
     });
   }
   return loading;
+}
+
+/**
+ * What runs now: `init()`'s answer, with `backend` as of this moment (after a GPU device loss, `"wasm"` with
+ * the reason in `fallbackReason`). Loads the core with defaults if needed.
+ */
+export async function info(): Promise<RuntimeInfo> {
+  return (await backend()).call("info", null);
+}
+
+/**
+ * Runs every op of the executor models run on (WebGPU, or the wasm core) and a trusted one (the wasm core's
+ * CPU kernels, or plain loops) on the same random inputs over ragged shapes, and reports how far apart each
+ * output is: a check of this machine's GPU driver and of qkv's kernels on it. `group` runs one family
+ * ("gemm", "attention", ...; default all). Takes seconds on a GPU, longer on a software adapter.
+ */
+export async function checkBackend(options: { group?: string } = {}): Promise<BackendCheck> {
+  const group = options.group ?? "";
+  if (typeof group !== "string") throw new TypeError(`options.group must be a string, got ${describe(group)}`);
+  return (await backend()).call("checkBackend", { group });
 }
 
 /** The backend, loading the core with defaults if {@link init} was not called. */

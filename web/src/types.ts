@@ -29,6 +29,15 @@ export interface InitOptions {
    * the plain build gives the same bits on every machine.
    */
   relaxedSimd?: boolean;
+  /**
+   * Where models train and run: `"webgpu"` on the page's GPU (rejects where there is none, naming why),
+   * `"wasm"` on the CPU cores, `"auto"` WebGPU where a hardware adapter exists, else the wasm core with one
+   * console warning saying why. Unset, the same choice as `"auto"` without the warning (the reason is in
+   * `info().fallbackReason`). WebGPU needs a browser with `navigator.gpu` and the threaded build (a
+   * cross-origin isolated page: the core waits for the GPU on shared memory); in Node it is never used.
+   * Checkpoints are the same bytes either way: `save()` reads the weights back from the GPU.
+   */
+  backend?: "webgpu" | "wasm" | "auto";
 }
 
 /** What runs, as reported by {@link init}. */
@@ -43,6 +52,12 @@ export interface RuntimeInfo {
   relaxedSimd: boolean;
   /** Version reported by the loaded core (equal to the package version). */
   version: string;
+  /** Where models train and run: the page's GPU through WebGPU, or the wasm core on the CPU. */
+  backend: "webgpu" | "wasm";
+  /** The WebGPU adapter in use (`"google swiftshader"`, `"nvidia ampere"`, ...), with backend `"webgpu"`. */
+  adapter?: string;
+  /** Why `init({ backend: "auto" })` fell back to the wasm core. */
+  fallbackReason?: string;
 }
 
 /** The three model kinds of the core. */
@@ -327,4 +342,26 @@ export interface MemoryReport {
   heapUsedBytes: number;
   /** The most the heap may grow to (4 GiB). */
   heapMaxBytes: number;
+}
+
+/** One output of one op's case in {@link checkBackend}: how far the running executor is from the trusted one. */
+export interface OpCheck {
+  /** The case and output, e.g. `"gemm 17 64 257 t3 beta 0.500000: C"`. */
+  name: string;
+  /** The largest difference, relative to max(1, |expected|) (or to the output's largest value for sums). */
+  error: number;
+  /** What `error` may reach (0: the same bits). */
+  tol: number;
+  ok: boolean;
+  /** The first element past its bound, when not ok. */
+  detail?: string;
+}
+
+/** What {@link checkBackend} resolves to. */
+export interface BackendCheck {
+  /** The executor checked: the one new models run on. */
+  backend: "webgpu" | "wasm";
+  /** What it was compared with: the wasm core's CPU executor (for WebGPU), or plain loops (for wasm). */
+  against: "wasm" | "reference";
+  results: OpCheck[];
 }

@@ -350,7 +350,8 @@ class WebGpuBackend final : public Backend {
           "bias_act_forward (webgpu): spans too small for rows = ", rows, ", N = ", N);
     if (rows == 0 || N == 0) return;
     channel_.put(Op::BiasActForward,
-                 {off(a.data()), off(h.data()), off(b.data()), n32(b.size()), act_code(act), u32(rows), u32(N)});
+                 {off(a.empty() ? h.data() : a.data()),  // Identity may leave a empty: a is h then
+                  off(h.data()), off(b.data()), n32(b.size()), act_code(act), u32(rows), u32(N)});
   }
   size_t bias_act_backward_scratch_size(int rows, int N) const override {
     return static_cast<size_t>(N) * ceil_div(static_cast<size_t>(std::max(rows, 0)), kRowBlock);
@@ -474,9 +475,9 @@ class WebGpuBackend final : public Backend {
     const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
     const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
     const float step = static_cast<float>(h.lr / bc1), sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
-    channel_.put(Op::AdamStep,
-                 {off(p.data()), off(m.data()), off(v.data()), off(g.data()), off(scratch.data()), n32(ranges.size()),
-                  bits(h.beta1), bits(h.beta2), bits(h.eps), bits(h.grad_scale), bits(step), bits(sqrt_bc2)});
+    channel_.put(Op::AdamStep, {off(p.data()), off(m.data()), off(v.data()), off(g.data()), n32(ranges.back().end),
+                                off(scratch.data()), n32(ranges.size()), bits(h.beta1), bits(h.beta2), bits(h.eps),
+                                bits(h.grad_scale), bits(step), bits(sqrt_bc2)});
   }
 
   // The partial sums (one float per 4096-float block) land in a buffer this backend keeps, grown as needed;

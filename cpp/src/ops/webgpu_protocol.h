@@ -1,7 +1,7 @@
 #pragma once
 // The command stream of the WebGPU backend (ops/webgpu_backend.cpp) to the GPU worker of the npm package: the
 // opcodes and the control block. web/src/webgpu/protocol.ts is the other half and documents every command's
-// words; the numbers here must match it (tests/web checks them through the binding's webgpuProtocol()).
+// words; the numbers here must match it (tests/web/webgpu-protocol.test.ts checks that they do).
 #include <cstdint>
 
 namespace qkv::ops::webgpu {

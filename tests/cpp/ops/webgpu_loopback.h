@@ -26,12 +26,18 @@ class WebGpuLoopback {
   explicit WebGpuLoopback(size_t ring_words = 1 << 16, uint64_t max_buffer = uint64_t{1} << 30) {
     connect(ring_words, max_buffer);
   }
-  ~WebGpuLoopback() { stop(); }
+  // Nothing serves the connection any more: it is failed, so that no model waits on it (and the next
+  // webgpu_loopback() connects a fresh one).
+  ~WebGpuLoopback() {
+    stop();
+    if (block_) report(ops::webgpu::kFailed, "the loopback ended");
+  }
   WebGpuLoopback(const WebGpuLoopback&) = delete;
   WebGpuLoopback& operator=(const WebGpuLoopback&) = delete;
 
   void connect(size_t ring_words, uint64_t max_buffer) {
     stop();
+    if (block_) report(ops::webgpu::kFailed, "the loopback was reconnected");
     ops::WebGpuLimits limits;
     limits.max_buffer_size = limits.max_storage_buffer_binding_size = max_buffer;
     limits.adapter = "loopback";
@@ -253,9 +259,9 @@ class WebGpuLoopback {
       case Op::AdamStep: {
         // protocol.ts's formula, as the WGSL kernel runs it, over the ranges' quads.
         float *p = f(a[0]), *m = f(a[1]), *v = f(a[2]), *g = f(a[3]);
-        const uint32_t* q = reinterpret_cast<const uint32_t*>(u8(a[4]));
-        const float b1 = fl(a[6]), b2 = fl(a[7]), eps = fl(a[8]), gs = fl(a[9]), step = fl(a[10]), sbc2 = fl(a[11]);
-        for (uint32_t r = 0; r < a[5]; ++r) {
+        const uint32_t* q = reinterpret_cast<const uint32_t*>(u8(a[5]));
+        const float b1 = fl(a[7]), b2 = fl(a[8]), eps = fl(a[9]), gs = fl(a[10]), step = fl(a[11]), sbc2 = fl(a[12]);
+        for (uint32_t r = 0; r < a[6]; ++r) {
           const float l2 = fl(q[4 * r + 2]), shrink = fl(q[4 * r + 3]);
           for (uint32_t k = q[4 * r]; k < q[4 * r + 1]; ++k) {
             const float gi = g[k] * gs + l2 * p[k];

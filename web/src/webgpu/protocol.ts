@@ -52,7 +52,7 @@ export const Op = {
   // lr / (1 - beta1^t) and sqrt_bc2 = sqrt(1 - beta2^t), computed by the core in double as the CPU does. For i
   // in a range: gi = g*grad_scale + l2*p; p *= shrink; m = b1*m + (1-b1)*gi; v = b2*v + (1-b2)*gi*gi;
   // p -= step * (m / (sqrt(v) / sqrt_bc2 + eps)). Elements outside every range are left alone.
-  AdamStep: 37, //         p, m, v, g (ptrs), ranges(ptr), nranges, beta1(f), beta2(f), eps(f), grad_scale(f), step(f), sqrt_bc2(f)
+  AdamStep: 37, //         p, m, v, g (ptrs), n (the last range's end), ranges(ptr), nranges, beta1(f), beta2(f), eps(f), grad_scale(f), step(f), sqrt_bc2(f)
   // partials[j] = sum of x[i]^2 over block j = [j * 4096, (j+1) * 4096) ∩ [0, n), j < ceil(n / 4096); the core
   // adds the partials in double.
   SumSquares: 38, //       x(ptr), n, partials(ptr)
@@ -74,3 +74,17 @@ export const Control = {
   Words: 272, // the ring starts after these
 
 } as const;
+
+/** Messages from the qkv Worker to the GPU worker. */
+export type GpuRequest =
+  | { type: "open" }
+  | { type: "start"; memory: WebAssembly.Memory; control: number }
+  /** For tests: destroy the device, as a driver reset would (device.lost fires). */
+  | { type: "lose" };
+
+/** Messages from the GPU worker to the qkv Worker. */
+export type GpuReply =
+  | { type: "opened"; adapter: string; fallback: boolean; maxBufferSize: number; maxStorageBufferBindingSize: number }
+  | { type: "unavailable"; reason: string }
+  | { type: "started" }
+  | { type: "lost"; reason: string };

@@ -1,0 +1,25 @@
+// checkBackend() in Node: the wasm core's CPU executor against plain loops, every op over ragged shapes, as the
+// native BackendOps tests run it (ops/backend_check.cpp); in the browser the same sweep checks WebGPU
+// (tests/e2e/webgpu.test.ts).
+import { describe, expect, it } from "vitest";
+import { checkBackend } from "../../web/dist/node.js";
+
+describe("checkBackend", () => {
+  it("finds every op of the wasm core within its bound of the reference loops", async () => {
+    const check = await checkBackend();
+    expect(check.backend).toBe("wasm");
+    expect(check.against).toBe("reference");
+    expect(check.results.length).toBeGreaterThan(500);
+    const bad = check.results.filter((r) => !r.ok).map((r) => `${r.name}${r.detail} (error ${r.error}, tol ${r.tol})`);
+    expect(bad).toEqual([]);
+    // Exact outputs are exactly equal; the others are somewhere within their bound, not trivially 0 everywhere.
+    expect(check.results.filter((r) => r.tol === 0).every((r) => r.error === 0)).toBe(true);
+    expect(check.results.some((r) => r.tol > 0 && r.error > 0)).toBe(true);
+  }, 300_000);
+
+  it("runs one group, and names an unknown one", async () => {
+    const gemm = await checkBackend({ group: "gemm" });
+    expect(gemm.results.every((r) => r.name.startsWith("gemm "))).toBe(true);
+    await expect(checkBackend({ group: "gem" })).rejects.toThrow(/group = "gem" is unknown: expected copies, gemm/);
+  }, 300_000);
+});
