@@ -47,6 +47,9 @@ const PAGE = `<!doctype html>
       result.lmLogitsAfter = arr(await lm.predict(x, { batch: B }));
       result.lmGreedy = arr(await lm.generate(Int32Array.of(1, 2, 3), { maxTokens: 12, temperature: 0 }));
       result.lmGreedyNoCache = arr(await lm.generate(Int32Array.of(1, 2, 3), { maxTokens: 12, temperature: 0, useCache: false }));
+      result.lmStream = [];
+      for await (const t of lm.stream(Int32Array.of(1, 2, 3), { maxTokens: 12, temperature: 0 })) result.lmStream.push(t);
+      result.lmSampled = arr(await lm.generate(Int32Array.of(4, 5), { maxTokens: 10, temperature: 0.8, topK: 5, seed: 9 }));
       // The checkpoint with a char tokenizer of 19 letters (+ 4 specials = the 23 ids), for the qkv tool.
       const tok = await CharTokenizer.fromText("abcdefghijklmnopqrs");
       result.tokSize = tok.size;
@@ -61,6 +64,8 @@ const PAGE = `<!doctype html>
       result.s2sLosses = [];
       for (let i = 0; i < 50; i++) result.s2sLosses.push((await s2s.trainStep(src, tin, tout, { batch: 2 })).loss);
       result.s2sGreedy = arr(await s2s.generate(src.subarray(0, 9), { maxTokens: 8, bos: 1, eos: 2 }));
+      result.s2sBeam = arr(await s2s.generate(src, { batch: 2, maxTokens: 8, bos: 1, eos: 2, beamWidth: 3 }));
+      result.s2sEval = await s2s.evaluate(src, tin, tout, { batch: 2 });
       s2s.dispose();
       // Classifier: mean pooling over non-padding positions.
       const cls = await Classifier.create({ vocabSize: 29, context: 10, dModel: 32, heads: 4, layers: 2, dFF: 48, classes: 3, pooling: "mean", seed: 7, lr: 3e-3, dropout: 0 });
@@ -194,6 +199,12 @@ describe("WebGPU backend", () => {
     expect(gpu.lmGreedy).toEqual(wasm.lmGreedy);
     expect(gpu.lmGreedyNoCache).toEqual(gpu.lmGreedy);
     expect(gpu.s2sGreedy).toEqual(wasm.s2sGreedy);
+    expect(gpu.lmStream).toEqual(gpu.lmGreedy);
+    expect(gpu.lmSampled).toEqual(wasm.lmSampled); // the same seed samples the same tokens from logits 1e-5 apart
+    expect(gpu.s2sBeam).toEqual(wasm.s2sBeam);
+    const se = gpu.s2sEval as { loss: number; accuracy: number }, swe = wasm.s2sEval as { loss: number; accuracy: number };
+    expect(Math.abs(se.loss - swe.loss)).toBeLessThan(1e-4 * swe.loss);
+    expect(se.accuracy).toBe(swe.accuracy);
   }, 900_000);
 
   it("runs every op of the contract on the GPU within its bound of the wasm core's, over ragged shapes", async () => {
