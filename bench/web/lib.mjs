@@ -66,15 +66,8 @@ export function trainingBatch(ref, i) {
   return { inputs: x.data.subarray(k * size, (k + 1) * size), targets: y.data.subarray(k * size, (k + 1) * size), batch: b, seq: t };
 }
 
-/** qkv's learning_rate_at(t) for the t-th optimizer step (t = 1, 2, ...): linear warm-up, cosine decay. */
-export function learningRateAt(o, t) {
-  if (o.schedule === "constant") return o.lr;
-  if (o.schedule !== "cosine") throw new Error(`schedule ${o.schedule} is not implemented here`);
-  if (t < o.warmup_steps) return (o.lr * t) / o.warmup_steps;
-  if (t >= o.total_steps) return o.min_lr;
-  const progress = (t - o.warmup_steps) / (o.total_steps - o.warmup_steps);
-  return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1 + Math.cos(Math.PI * progress));
-}
+// learningRateAt lives in schedule.mjs (no Node imports: bench/webgpu.mjs bundles tfjs_gpt.mjs for the browser).
+export { learningRateAt } from "./schedule.mjs";
 
 export function median(xs) {
   const s = [...xs].sort((a, b) => a - b);

@@ -21,7 +21,7 @@
 //   at most 1), decoupled weight decay on tensors with >= 2 dims, bias-corrected moments, lr of the t-th step
 //   from qkv's schedule. tf.train.adam has no decoupled weight decay, so the update is written out here with
 //   TF.js ops, one tidy per step, the results assigned to variables (nothing leaks between steps).
-import { learningRateAt } from "./lib.mjs";
+import { learningRateAt } from "./schedule.mjs";
 
 const LINEAR = /(in_proj_weight|out_proj\.weight|linear1\.weight|linear2\.weight)$/;
 
