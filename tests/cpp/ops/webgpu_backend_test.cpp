@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "models/device_fixtures.h"
 #include "ops/ops.h"
 #include "ops/webgpu_loopback.h"
 #include "qkv/classifier.h"
@@ -23,46 +24,10 @@
 namespace qkv {
 namespace {
 
-LanguageModelConfig lm_config() {
-  LanguageModelConfig c{.vocab_size = 17, .context = 12, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 48};
-  c.seed = 7;
-  return c;
-}
-
-Seq2SeqConfig seq2seq_config() {
-  Seq2SeqConfig c{.src_vocab = 13,
-                  .tgt_vocab = 15,
-                  .context = 12,
-                  .d_model = 32,
-                  .heads = 4,
-                  .encoder_layers = 2,
-                  .decoder_layers = 2,
-                  .d_ff = 48};
-  c.norm = NormPosition::Post;
-  c.activation = Activation::ReLU;
-  c.positions = Positions::Sinusoidal;
-  c.label_smoothing = 0.1f;
-  return c;
-}
-
-std::vector<int32_t> ids(int B, int T, int V, uint64_t seed, int pad = 0) {
-  std::vector<int32_t> out(static_cast<size_t>(B) * T);
-  uint64_t s = seed * 2654435761u + 1;
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      s = s * 6364136223846793005ull + 1442695040888963407ull;
-      out[static_cast<size_t>(b) * T + t] =
-          t >= T - pad && b % 2 == 1 ? 0 : 1 + static_cast<int32_t>((s >> 33) % (V - 1));
-    }
-  return out;
-}
-
-void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, double tol, const char* what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_LE(std::abs(double(got[i]) - want[i]), tol * std::max(1.0, std::abs(double(want[i]))))
-        << what << "[" << i << "]: webgpu " << got[i] << ", cpu " << want[i];
-}
+using test::expect_near_all;
+using test::ids;
+using test::lm_config;
+using test::seq2seq_config;
 
 template <class M>
 std::unique_ptr<M> on_webgpu(M& cpu) {
@@ -88,7 +53,7 @@ TEST(WebGpuStream, LanguageModelFollowsTheCpu) {
     const float lc = cpu.train_step(in, tg, B, T), lg = gpu->train_step(in, tg, B, T);
     EXPECT_NEAR(lg, lc, 1e-6 * lc) << "step " << step;
   }
-  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), 1e-5, "logits after training");
+  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), 1e-5, "logits after training", "webgpu");
   const std::vector<int32_t> prompt{1, 2, 3};
   SamplingOptions greedy;
   greedy.max_new_tokens = 8;
@@ -117,7 +82,7 @@ TEST(WebGpuStream, Seq2SeqAndClassifierFollowTheCpu) {
     o.beam_width = width;
     const Decoded dg = gpu->generate(one, 1, S, o), dc = cpu.generate(one, 1, S, o);
     EXPECT_EQ(dg.tokens, dc.tokens) << "beam width " << width;
-    expect_near_all(dg.scores, dc.scores, 1e-5, "beam scores");  // from the trained weights: Adam's 1e-6
+    expect_near_all(dg.scores, dc.scores, 1e-5, "beam scores", "webgpu");  // from the trained weights: Adam's 1e-6
   }
 
   for (Pooling pooling : {Pooling::First, Pooling::Mean}) {
