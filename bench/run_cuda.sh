@@ -64,6 +64,10 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
     fi
     if [[ " $only " == *" ops "* ]]; then
       build/cuda/bench/qkv_cuda_bench 2>&1 | tee "$out/ops.log" | grep -v '^RESULT' || status=1
+      # The same with the attention forward on CUDA cores (attention.cu) instead of tensor cores (attention_tc.cu).
+      echo "== attention forward on CUDA cores (QKV_CUDA_ATTENTION=cores), for the A/B with the tensor-core rows above"
+      QKV_CUDA_ATTENTION=cores build/cuda/bench/qkv_cuda_bench 2>&1 | tee "$out/ops_cuda_cores.log" | grep -i attention ||
+        status=1
     fi
   else
     echo "configure/build failed: see $out/configure.log and $out/build.log"; tail -30 "$out/build.log" "$out/configure.log"

@@ -199,7 +199,8 @@ struct AttentionCase {
   int q_pos = 0, extra_rows = 0;  // a KV cache: queries at q_pos.., k_rows = Tk + extra_rows
 };
 
-void check_attention(const AttentionCase& c, uint64_t seed) {
+// fwd_tol: the forward's bound (kFp32; TF32 tensor cores: kGemmTf32Tolerance, the products' rounding).
+void check_attention(const AttentionCase& c, uint64_t seed, double fwd_tol = kFp32) {
   SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq << " Tk " << c.Tk << " H " << c.H << " hs " << c.hs
                                     << " causal " << c.causal << " pad " << c.pad << " dropout " << c.dropout
                                     << " q_pos " << c.q_pos);
@@ -235,8 +236,8 @@ void check_attention(const AttentionCase& c, uint64_t seed) {
     test::upload_bytes(d.b[0], pad.data(), pad.size());
   }
   kc::attention_forward(out_, lse_, q_, kv_, kv_ + C, sd);
-  EXPECT_TRUE(near("out", download(out_, nout), out, kFp32));
-  EXPECT_TRUE(near("lse", download(lse_, nl), lse, kFp32));
+  EXPECT_TRUE(near("out", download(out_, nout), out, fwd_tol));
+  EXPECT_TRUE(near("lse", download(lse_, nl), lse, fwd_tol));
   kc::attention_weights(att_, q_, kv_, sd);
   EXPECT_TRUE(near("weights", download(att_, natt), att, kFp32));
   kc::attention_backward(dq_, dkv_, dkv_ + C, s_, dout_, q_, kv_, kv_ + C, out_, lse_, sd);
@@ -267,6 +268,32 @@ TEST(CudaOps, AttentionMatchesTheCpu) {
   };
   uint64_t seed = 400;
   for (const auto& c : cases) check_attention(c, seed += 10);
+}
+
+// The forward on tensor cores (attention_tc.cu, head sizes 16..128) and on CUDA cores (attention.cu), each
+// against the CPU over ragged shapes with both masks, dropout and the KV-cache shape: 3xTF32 within fp32's
+// bound; with TF32 products (set_gemm_tf32) within kGemmTf32Tolerance.
+TEST(CudaOps, AttentionForwardOnTensorCoresAndOnCudaCores) {
+  QKV_REQUIRE_CUDA_DEVICE();
+  const AttentionCase cases[] = {
+      {1, 1, 1, 1, 16, false, false, 0.f},        {2, 3, 17, 2, 32, false, true, 0.f},
+      {2, 17, 17, 3, 64, true, false, 0.f},       {1, 67, 67, 2, 96, true, true, 0.f},
+      {2, 64, 257, 1, 128, false, true, 0.f},     {3, 257, 257, 2, 64, true, false, 0.f},
+      {2, 64, 64, 6, 64, true, false, 0.1f},      {2, 17, 67, 2, 32, false, true, 0.5f},
+      {2, 3, 67, 2, 64, true, false, 0.f, 64, 5}, {1, 1, 257, 4, 128, true, false, 0.f, 256, 0},
+  };
+  for (int tensor_cores : {1, 0}) {
+    SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
+    kc::set_attention_tensor_cores(tensor_cores);
+    uint64_t seed = 900;
+    for (const auto& c : cases) check_attention(c, seed += 10);
+  }
+  kc::set_attention_tensor_cores(1);
+  kc::set_gemm_tf32(true);
+  uint64_t seed = 950;
+  for (const auto& c : cases) check_attention(c, seed += 10, kc::kGemmTf32Tolerance);
+  kc::set_gemm_tf32(false);
+  kc::set_attention_tensor_cores(-1);
 }
 
 // ---- embedding ----

@@ -19,8 +19,8 @@
 // The dropout mask of element (b,h,t,s) is dropout_hash(seed, ((b*H + h)*Tq + t)*Tk + s), the CPU's.
 // Masks: causal hides s > t + q_pos, key_pad (device, (B, key_rows)) hides padded keys; under the causal
 // mask tiles wholly past a block's last query are skipped.
-// Status: correct-first. Scores and the P.V products run on FP32 CUDA cores; the tensor-core (wgmma/mma)
-// tiling of FlashAttention-2 is the next step once this is measured on a GPU.
+// Status: the forward runs on tensor cores where attention_tc.cu has an instance (head sizes 16..128, sm_80+);
+// these CUDA-core kernels are its fallback and reference, and still the whole backward.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/dropout_hash.h"
@@ -335,6 +335,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   check_shape(op, s);
   if (s.B == 0 || s.Tq == 0) return;
   check(out && lse && q && (s.Tk == 0 || (k && v)), op, " (cuda): null device pointer");
+  if (attention_forward_tensor_cores(out, lse, q, k, v, s)) return;
   attention_forward_kernel<<<grid_of(s.Tq, s), kThreads>>>(out, lse, q, k, v, params_of(s));
   check_launch(op);
 }

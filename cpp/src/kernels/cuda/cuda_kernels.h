@@ -87,6 +87,13 @@ void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t se
 // the (Tq,Tk) matrix is never stored. lse (B,H,Tq) as on the CPU. Limit: hs <= kAttentionMaxHeadSize.
 constexpr int kAttentionMaxHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s);
+// The forward on tensor cores (attention_tc.cu, FlashAttention-2 with mma.sync; 3xTF32 keeps fp32 accuracy, one
+// TF32 product under set_gemm_tf32(true)) for head sizes 16, 32, 64, 96 and 128 on sm_80+; attention_forward
+// uses it there and returns false elsewhere. set_attention_tensor_cores: -1 automatic (the default; the variable
+// QKV_CUDA_ATTENTION=cores selects the CUDA-core kernel), 0 never, 1 where supported: for tests and A/B runs.
+bool attention_forward_tensor_cores(float* out, float* lse, const float* q, const float* k, const float* v,
+                                    const AttentionShape& s);
+void set_attention_tensor_cores(int mode);
 // scratch: attention_backward_scratch_size floats (D = rowsum(dout * out) per (b, h, t)).
 size_t attention_backward_scratch_size(const AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
