@@ -132,7 +132,7 @@ describe("browser entry without a bundler", () => {
     const r = (await page.evaluate(() => (window as unknown as { __result: Record<string, unknown> }).__result)) as {
       error?: string;
       badPath: string;
-      info: { threaded: boolean; threads: number; relaxedSimd: boolean };
+      info: { threaded: boolean; threads: number; relaxedSimd: boolean; backend: string; fallbackReason?: string };
       losses: number[];
       outOfRange: string;
       wrongType: string;
@@ -163,6 +163,10 @@ describe("browser entry without a bundler", () => {
     expect(r.info.threaded).toBe(true);
     expect(r.info.threads).toBeGreaterThan(1);
     expect(r.info.relaxedSimd).toBe(false);
+    // This Chromium runs without --enable-unsafe-webgpu: navigator.gpu but no adapter, so the wasm core, quietly
+    // (backend left unset), with the reason in info (tests/e2e/webgpu.test.ts has the GPU).
+    expect(r.info.backend).toBe("wasm");
+    expect(r.info.fallbackReason).toMatch(/requestAdapter\(\) found no GPU adapter|navigator\.gpu is undefined/);
     expect(r.losses[0]!).toBeGreaterThan(1.2); // ~ln 5
     expect(r.losses.at(-1)!).toBeLessThan(0.5 * r.losses[0]!);
     expect(r.outOfRange).toMatch(/inputs\[1\] = 9 is out of range: expected a token id in \[0, 5\)/);

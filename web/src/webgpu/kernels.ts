@@ -452,16 +452,32 @@ const EMBEDDING_FORWARD = `${EACH} {
 }`;
 // backward: dwte 0, V 1, dpos 2, dpos_n 3, dx 4, ids 5, scale 6, B 7, T 8, C 9. dwte[v] += scale dx[r] over the
 // rows r of token v in order (a workgroup per v, the same additions in the same order as the CPU: no atomics);
-// dpos[t] += dx[b, t] over b, an invocation per (t, c).
-const EMBEDDING_BACKWARD_WTE = `@compute @workgroup_size(64) fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+// dpos[t] += dx[b, t] over b, an invocation per (t, c). The workgroup of v reads the ids once, in blocks of
+// 1024 rows: each invocation counts the matches in its 16 rows, a prefix sum over the 64 counts gives each its
+// place, and the matching rows land in \`rows_of\` in order; then the invocations add those rows' columns.
+const EMBEDDING_BACKWARD_WTE = `var<workgroup> rows_of: array<u32, 1024>;
+var<workgroup> counts: array<u32, 64>;
+@compute @workgroup_size(64) fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) l: u32) {
   let v = wg_index(g, n); let C = arg(9u); let rows = arg(7u) * arg(8u);
   if (v >= arg(1u)) { return; }
-  for (var c = l; c < C; c += 64u) {
-    var acc = ld(w(0u) + v * C + c);
-    for (var r = 0u; r < rows; r++) {
-      if (mem[w(5u) + r] == v) { acc = acc + argf(6u) * ld(w(4u) + r * C + c); }
+  for (var r0 = 0u; r0 < rows; r0 += 1024u) {
+    let lo = r0 + l * 16u; let hi = min(rows, lo + 16u);
+    var mine = 0u;
+    for (var r = lo; r < hi; r++) { if (mem[w(5u) + r] == v) { mine++; } }
+    counts[l] = mine;
+    workgroupBarrier();
+    var at = 0u;
+    for (var i = 0u; i < l; i++) { at += counts[i]; }
+    for (var r = lo; r < hi; r++) { if (mem[w(5u) + r] == v) { rows_of[at] = r; at++; } }
+    workgroupBarrier();
+    var total = 0u;
+    for (var i = 0u; i < 64u; i++) { total += counts[i]; }
+    for (var c = l; c < C; c += 64u) {
+      var acc = ld(w(0u) + v * C + c);
+      for (var k = 0u; k < total; k++) { acc = acc + argf(6u) * ld(w(4u) + rows_of[k] * C + c); }
+      st(w(0u) + v * C + c, acc);
     }
-    st(w(0u) + v * C + c, acc);
+    workgroupBarrier();  // counts and rows_of are read up before the next block rewrites them
   }
 }`;
 const EMBEDDING_BACKWARD_POS = `${EACH} {
