@@ -243,14 +243,14 @@ void launch(float* out, float* lse, const float* q, const float* k, const float*
   static const bool opted_in = [&] {  // more than the default 48 KiB of shared memory, asked for once
     check_cuda(cudaFuncSetAttribute(attention_forward_tc_kernel<HS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes)),
-               "attention_forward (cuda, tensor cores)", "cudaFuncSetAttribute");
+               "attention_forward", "cudaFuncSetAttribute");
     return true;
   }();
   (void)opted_in;
   const dim3 grid(static_cast<unsigned>((s.Tq + kWarps * kBr - 1) / (kWarps * kBr)), static_cast<unsigned>(s.H),
                   static_cast<unsigned>(s.B));
   attention_forward_tc_kernel<HS><<<grid, kWarps * kWarp, bytes>>>(out, lse, q, k, v, p);
-  check_launch("attention_forward (cuda, tensor cores)");
+  check_launch("attention_forward");
 }
 
 std::atomic<int> forced{-1};  // set_attention_tensor_cores: -1 automatic, 0 never, 1 where supported
@@ -258,8 +258,8 @@ std::atomic<int> forced{-1};  // set_attention_tensor_cores: -1 automatic, 0 nev
 bool gpu_has_mma() {
   static const bool has = [] {
     int dev = 0, major = 0;
-    check_cuda(cudaGetDevice(&dev), "attention_forward (cuda)", "cudaGetDevice");
-    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "attention_forward (cuda)",
+    check_cuda(cudaGetDevice(&dev), "attention_forward", "cudaGetDevice");
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "attention_forward",
                "cudaDeviceGetAttribute");
     return major >= 8;
   }();
