@@ -205,16 +205,19 @@ function layernormForward(residual: boolean): string {
   let x = w(${3 + o}u) + base;
   ${residual ? `for (var i = l; i < C; i += 256u) { st(w(0u) + base + i, ld(x + i) + ld(w(5u) + base + i)); }` : ""}
   let src = ${residual ? "w(0u) + base" : "x"};
+  // The statistics of d = x - mu0 with mu0 the f32 mean, corrected by c = mean(d): a mean far from 0 next to
+  // a small spread (x = 3 + noise over few columns) would otherwise lose digits of (x - mean) to mu0's rounding.
   var s = 0.0;
   for (var i = l; i < C; i += 256u) { s += ld(src + i); }
-  let mean = reduce_sum(l, s) / f32(C);
-  var q = 0.0;
-  for (var i = l; i < C; i += 256u) { let d = ld(src + i) - mean; q += d * d; }
-  let rstd = inverseSqrt(reduce_sum(l, q) / f32(C) + 1e-5);
+  let mu0 = reduce_sum(l, s) / f32(C);
+  var sd = 0.0; var q = 0.0;
+  for (var i = l; i < C; i += 256u) { let d = ld(src + i) - mu0; sd += d; q += d * d; }
+  let c = reduce_sum(l, sd) / f32(C);
+  let rstd = inverseSqrt(max(reduce_sum(l, q) / f32(C) - c * c, 0.0) + 1e-5);
   for (var i = l; i < C; i += 256u) {
-    st(w(${o}u) + base + i, (ld(src + i) - mean) * rstd * ld(w(${4 + 2 * o}u) + i) + ld(w(${5 + 2 * o}u) + i));
+    st(w(${o}u) + base + i, (ld(src + i) - mu0 - c) * rstd * ld(w(${4 + 2 * o}u) + i) + ld(w(${5 + 2 * o}u) + i));
   }
-  if (l == 0u) { st(w(${1 + o}u) + row, mean); st(w(${2 + o}u) + row, rstd); }
+  if (l == 0u) { st(w(${1 + o}u) + row, mu0 + c); st(w(${2 + o}u) + row, rstd); }
 }`;
 }
 
