@@ -281,16 +281,19 @@ const BIAS_ACT_G = `fn grad_at(i: u32) -> f32 {
 const BIAS_BACKWARD_PARTIAL = `${ACT}${BIAS_ACT_G}@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) id: vec3<u32>) {
   let c = id.x; let blk = id.y; let N = arg(9u); let rows = arg(8u);
   if (c >= N) { return; }
-  var s = 0.0;
-  for (var r = blk * 64u; r < min(rows, blk * 64u + 64u); r++) { s += grad_at(r * N + c); }
+  // Kahan-compensated: the column sums of a gradient cancel, so their rounding is judged against a small result.
+  var s = 0.0; var e = 0.0;
+  for (var r = blk * 64u; r < min(rows, blk * 64u + 64u); r++) {
+    let y = grad_at(r * N + c) - e; let t = s + y; e = (t - s) - y; s = t;
+  }
   st(w(10u) + blk * N + c, s);
 }`;
 const BIAS_BACKWARD_SUM = `@compute @workgroup_size(256) fn main(@builtin(global_invocation_id) id: vec3<u32>) {
   let c = id.x; let N = arg(9u);
   if (c >= N) { return; }
   let blocks = (arg(8u) + 63u) / 64u;
-  var s = 0.0;
-  for (var b = 0u; b < blocks; b++) { s += ld(w(10u) + b * N + c); }
+  var s = 0.0; var e = 0.0;  // Kahan, as the partials
+  for (var b = 0u; b < blocks; b++) { let y = ld(w(10u) + b * N + c) - e; let t = s + y; e = (t - s) - y; s = t; }
   st(w(2u) + c, ld(w(2u) + c) + s);
 }`;
 const ACT_BACKWARD = `${ACT}${BIAS_ACT_G}${EACH} {
@@ -606,6 +609,17 @@ const SUM_SQUARES = `${REDUCE}${EACH} {
   let total = reduce_sum(l, s);
   if (l == 0u) { st(w(2u) + blk, total); }
 }`;
+
+/**
+ * Floats of scratch the kernels need, as the core's webgpu_backend.cpp sizes it (its *_scratch_size): the dw/db
+ * and db partial sums per block of 64 rows, attention's D per query row, none for the embedding.
+ */
+export const scratchSizes = {
+  layernormBackward: (rows: number, C: number) => 2 * C * Math.ceil(rows / 64),
+  biasActBackward: (rows: number, N: number) => N * Math.ceil(rows / 64),
+  attention: (s: { B: number; Tq: number; H: number }) => s.B * s.H * s.Tq,
+  embeddingBackward: (_V: number, _rows: number) => 0,
+};
 
 /** The workgroups of `groups` folded into (x, y) under the 65535 limit. */
 function grid(groups: number): [number, number] {
