@@ -61,7 +61,7 @@ const TSCONFIG = {
 
 type PageResult = {
   error?: string;
-  info: { threaded: boolean; threads: number; simd: string; relaxedSimd: boolean; version: string };
+  info: { threaded: boolean; threads: number; simd: string; relaxedSimd: boolean; version: string; backend: string; fallbackReason?: string };
   isolated: boolean;
   losses: number[];
 };
@@ -151,7 +151,7 @@ function expectTrained(r: PageResult): void {
 }
 
 describe("the packed tarball in a fresh Vite app", () => {
-  it("vite build emits the four .wasm, the glue and both workers as assets", () => {
+  it("vite build emits the four .wasm, the glue and the workers as assets", () => {
     const has = (re: RegExp) => assets.filter((f) => re.test(f));
     // Vite's content hash: 8 characters of [\w-], so qkv-<hash> and qkv-st-<hash> cannot be confused.
     expect(has(/^qkv-[\w-]{8}\.wasm$/)).toHaveLength(1);
@@ -162,6 +162,7 @@ describe("the packed tarball in a fresh Vite app", () => {
     expect(has(/^qkv-st-[\w-]{8}\.js$/)).toHaveLength(1);
     expect(has(/^qkv\.worker-[\w-]{8}\.js$/)).toHaveLength(1); // the pthread worker, not inlined
     expect(has(/^worker-[\w-]{8}\.js$/)).toHaveLength(1); // the package's Worker
+    expect(has(/^gpu-worker-[\w-]{8}\.js$/)).toHaveLength(1); // its GPU worker (WebGPU)
   });
 
   it("runs threaded when served with COOP/COEP", async () => {
@@ -171,6 +172,9 @@ describe("the packed tarball in a fresh Vite app", () => {
     expect(result.info.threaded).toBe(true);
     expect(result.info.threads).toBe(2);
     expect(wasmLoaded).toEqual([expect.stringMatching(/^200 \/assets\/qkv-relaxed-[\w-]{8}\.wasm$/)]);
+    // The bundled GPU worker started and found no adapter (this Chromium has no WebGPU flags): quietly wasm.
+    expect(result.info.backend).toBe("wasm");
+    expect(result.info.fallbackReason).toMatch(/requestAdapter\(\) found no GPU adapter/);
     expect(warnings.filter((w) => w.includes("qkv"))).toEqual([]);
     expect(errors).toEqual([]);
   });
