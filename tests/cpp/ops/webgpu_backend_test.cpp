@@ -133,6 +133,9 @@ TEST(WebGpuStream, AWorkerErrorAndADeviceLossBecomeErrorsNamingThem) {
   {
     test::WebGpuLoopback lb;
     LanguageModel gpu(lm_config(), {}, Device::WebGPU);
+    // A first call waits for everything queued (the model's own initialisation), so that the loss hits the
+    // kernels of the call below, not those of the creation.
+    gpu.logits(ids(1, 4, 17, 3), 1, 4);
     lb.fail_next("Device was destroyed.", /*lost=*/true);
     const std::string m = test::message_of([&] { gpu.logits(ids(1, 4, 17, 3), 1, 4); });
     EXPECT_NE(m.find("webgpu: the GPU device was lost: Device was destroyed."), std::string::npos) << m;
