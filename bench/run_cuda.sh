@@ -45,10 +45,11 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
     if [[ " $only " == *" tests "* ]]; then
       # The CUDA ops against the CPU ops, every op against the reference (BackendOps), and the models on the GPU
       # against the CPU and PyTorch (ModelDeviceCuda, ParityModelsCuda), and the NCCL communicator on one rank.
+      # Cuda* includes CudaFlashAttention.* (the tensor-core attention against the reference executor).
       build/cuda/tests/cpp/qkv_tests --gtest_filter='Cuda*:Device*:BackendOps*:ModelDevice*:ParityModelsCuda*:Nccl*' 2>&1 |
         tee "$out/cuda_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-      QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*' >"$out/cuda_tests_sync.log" 2>&1 ||
+      QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*:CudaFlashAttention.*' >"$out/cuda_tests_sync.log" 2>&1 ||
         { echo "attention tests failed with QKV_CUDA_SYNC=1 (see cuda_tests_sync.log)"; status=1; }
       build/cuda/tests/cpp/qkv_tests --gtest_brief=1 >"$out/all_tests.log" 2>&1 || { echo "full suite failed (all_tests.log)"; status=1; }
       tail -3 "$out/all_tests.log"
@@ -56,7 +57,7 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
     if [[ " $only " == *" sanitize "* ]]; then
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 3 build/cuda/tests/cpp/qkv_tests \
-          --gtest_filter='CudaOps.*:ModelDeviceCuda.*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
+          --gtest_filter='CudaOps.*:ModelDeviceCuda.*:CudaFlashAttention.OddHeadSizes*:CudaFlashAttention.KeyPadding*:CudaFlashAttention.KvCache*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
           { echo "compute-sanitizer $tool found errors (sanitize_$tool.log)"; status=1; }
         tail -2 "$out/sanitize_$tool.log"
       done
