@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""PyTorch-eager peer for the CUDA training benchmarks (issue 9), on the GPU machine (PyTorch 2.x with CUDA).
+"""PyTorch peer for the CUDA training benchmarks (issues 9, 25), on the GPU machine (PyTorch 2.x with CUDA):
+eager, or torch.compile'd; fp32, TF32 or bf16 autocast.
 
-usage: cuda_torch.py char-gpt|seq2seq [--precision fp32|tf32] [--steps N] [--warmup N] [--batch N] [--peak-tflops X]
+usage: cuda_torch.py char-gpt|seq2seq [--precision fp32|tf32|bf16] [--mode eager|compile] [--steps N] [--warmup N]
+                     [--batch N] [--peak-tflops X]
 
   char-gpt  nanoGPT's "shakespeare-char" GPU config: V 65, 6 pre-LN layers, 6 heads, 384 wide, context 256,
             batch 64, GELU, no biases, tied head, dropout 0 (timing), AdamW (lr 1e-3, betas (0.9, 0.99), wd 0.1 on
@@ -9,17 +11,24 @@ usage: cuda_torch.py char-gpt|seq2seq [--precision fp32|tf32] [--steps N] [--war
   seq2seq   the PyTorch translation tutorial's model: vocab 5000, d_model 512, 8 heads, 6+6 post-LN layers,
             d_ff 2048, ReLU, dropout 0 (timing), sinusoidal positions, source and target length 100, batch 64,
             Adam(lr 1e-4, betas (0.9, 0.98), eps 1e-9), cross-entropy ignoring pad 0.
-  --precision fp32 (torch.backends.cuda.matmul.allow_tf32 = False, the default) or tf32 (True).
+  --precision fp32 (torch.backends.cuda.matmul.allow_tf32 = False, the default), tf32 (True), or bf16: the forward
+            and the loss under torch.autocast("cuda", dtype=torch.bfloat16) (weights, gradients and optimizer state
+            stay fp32: PyTorch's mixed precision; bf16 needs no loss scaling), TF32 allowed for what autocast leaves
+            in fp32.
+  --mode    eager (the default) or compile: the model wrapped in torch.compile (default options); the first
+            warm-up steps compile it (--warmup counts them; they are not timed).
 
 Batches are random token ids (speed does not depend on them; no padding). Steps are timed with CUDA events
 around each step after the warm-up; the median is reported. MFU = model FLOPs per step (below) / step time /
-the GPU's dense peak for the precision (H100 SXM: fp32 66.9, tf32 494.7 TFLOP/s; H100 PCIe: 51.2, 378;
---peak-tflops overrides). Model FLOPs per step, as nanoGPT's estimate_mfu (PaLM appendix B):
+the GPU's dense peak for the precision (H100 SXM: fp32 66.9, tf32 494.7, bf16 989.4 TFLOP/s; H100 PCIe: 51.2,
+378, 756; --peak-tflops overrides). Model FLOPs per step, as nanoGPT's estimate_mfu (PaLM appendix B):
   6 * (non-embedding parameters) * tokens + 12 * layers * C * T per token for attention (full T x T, even causal).
 Prints a table and one line per run:
-  RESULT bench=<name> side=PyTorch precision=<p> device="<gpu>" ms_per_step=<median> tokens_per_s=<n> mfu=<x>
+  RESULT bench=<name> side=PyTorch precision=<p> mode=<eager|compile> device="<gpu>" ms_per_step=<median>
+         tokens_per_s=<n> mfu=<x>
 """
 import argparse
+import contextlib
 import math
 import sys
 
@@ -29,7 +38,8 @@ import torch.nn.functional as F
 
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("bench", choices=["char-gpt", "seq2seq"])
-parser.add_argument("--precision", choices=["fp32", "tf32"], default="fp32")
+parser.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default="fp32")
+parser.add_argument("--mode", choices=["eager", "compile"], default="eager")
 parser.add_argument("--steps", type=int, default=50)
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--batch", type=int, default=64)
@@ -39,8 +49,10 @@ args = parser.parse_args()
 if not torch.cuda.is_available():
     sys.exit("cuda_torch.py: no CUDA device visible to PyTorch (torch.cuda.is_available() is False)")
 dev = torch.device("cuda")
-torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
-torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+torch.backends.cuda.matmul.allow_tf32 = args.precision != "fp32"
+torch.backends.cudnn.allow_tf32 = args.precision != "fp32"
+# bf16: the forward and the loss under autocast (the backward follows the forward's dtypes); otherwise a no-op.
+autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if args.precision == "bf16" else contextlib.nullcontext
 sys.dont_write_bytecode = True
 
 
@@ -48,10 +60,10 @@ def peak_tflops(name, precision):
     if args.peak_tflops > 0:
         return args.peak_tflops
     table = {  # dense, no sparsity
-        "H100 PCIe": {"fp32": 51.2, "tf32": 378.0},
-        "H100": {"fp32": 66.9, "tf32": 494.7},  # SXM5 / HBM3
-        "H200": {"fp32": 66.9, "tf32": 494.7},
-        "A100": {"fp32": 19.5, "tf32": 156.0},
+        "H100 PCIe": {"fp32": 51.2, "tf32": 378.0, "bf16": 756.0},
+        "H100": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4},  # SXM5 / HBM3
+        "H200": {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4},
+        "A100": {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
     }
     for key in table:
         if key in name:
@@ -112,6 +124,7 @@ def run_char_gpt():
     V, T, C, H, L, B = 65, 256, 384, 6, 6, args.batch
     torch.manual_seed(1337)
     model = GPT(V, T, C, H, L).to(dev)
+    fwd = torch.compile(model) if args.mode == "compile" else model
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
@@ -124,7 +137,8 @@ def run_char_gpt():
 
     def step(i):
         x, y = pool[i % len(pool)]
-        loss = model(x, y)
+        with autocast():
+            loss = fwd(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -160,6 +174,7 @@ def run_seq2seq():
     V, C, H, L, F_, S, T, B = 5000, 512, 8, 6, 2048, 100, 100, args.batch
     torch.manual_seed(0)
     model = Seq2Seq(V, C, H, L, F_).to(dev)
+    fwd = torch.compile(model) if args.mode == "compile" else model
     opt = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     loss_fn = nn.CrossEntropyLoss(ignore_index=0)
     tgt_mask = nn.Transformer.generate_square_subsequent_mask(T - 1, device=dev)
@@ -175,8 +190,9 @@ def run_seq2seq():
 
     def step(i):
         src, tgt = pool[i % len(pool)]
-        logits = model(src, tgt[:-1], tgt_mask)
-        loss = loss_fn(logits.reshape(-1, V), tgt[1:].reshape(-1))
+        with autocast():
+            logits = fwd(src, tgt[:-1], tgt_mask)
+            loss = loss_fn(logits.reshape(-1, V), tgt[1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -201,12 +217,13 @@ def main():
     gpu = torch.cuda.get_device_name()
     peak = peak_tflops(gpu, args.precision)
     mfu = flops / (median / 1e3) / (peak * 1e12)
-    print(f"\n== PyTorch {torch.__version__} eager, {name}, {args.precision}, {gpu}; "
+    print(f"\n== PyTorch {torch.__version__} {args.mode}, {name}, {args.precision}, {gpu}; "
           f"{args.warmup} warm-up + {args.steps} timed steps")
     print(f"{'side':10} {'ms/step':>9} {'tokens/s':>12} {'TFLOP/s':>9} {'MFU':>7}")
     print(f"{'PyTorch':10} {median:>9.2f} {tokens / (median / 1e3):>12.0f} {flops / (median / 1e3) / 1e12:>9.1f} "
           f"{100 * mfu:>6.1f}%")
-    print(f"RESULT bench={args.bench} side=PyTorch precision={args.precision} device=\"{gpu}\" torch={torch.__version__} "
+    print(f"RESULT bench={args.bench} side=PyTorch precision={args.precision} mode={args.mode} device=\"{gpu}\" "
+          f"torch={torch.__version__} "
           f"batch={args.batch} ms_per_step={median:.3f} tokens_per_s={tokens / (median / 1e3):.1f} "
           f"model_tflop_per_step={flops / 1e12:.4f} peak_tflops={peak} mfu={mfu:.4f}")
 

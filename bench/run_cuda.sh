@@ -4,18 +4,20 @@
 #   bash bench/run_cuda.sh            # build, CUDA tests, ops, training qkv vs PyTorch; logs under $OUT (or build/cuda/bench-cuda)
 # Variables: CUDA_BENCH_ONLY="tests ops train torch" (default; add "sanitize" for compute-sanitizer memcheck and
 # racecheck over the CUDA op tests, a few minutes), CUDA_BENCH_STEPS (50 timed training steps), CUDA_BENCH_WARMUP
-# (10), CUDA_BENCH_JOBS (16).
+# (10), CUDA_BENCH_JOBS (16), CUDA_BENCH_TORCH_MODES ("eager compile": the PyTorch peers to run; torch.compile's
+# runs spend a minute or two compiling each, so on the lent machine's 10-minute calls run "torch" in a call of its own).
 #
 # What it runs:
 #   1. configure + build the `cuda` preset (sm_90 + PTX) with the carried headers and GoogleTest;
 #   2. the CUDA tests: every CUDA op against the CPU op (tests/cpp/cuda), then the whole suite once (the CPU
 #      tests must still pass in a CUDA build);
 #   3. qkv_cuda_bench: each CUDA op at the char GPT's shapes against its floor (copy bandwidth, matrix rate);
-#   4. training, qkv ("train": build/cuda/bench/qkv_cuda_train, models on Device::CUDA) beside PyTorch eager
-#      ("torch": bench/cuda_torch.py), one process per (model, precision), the two sides back to back: the char
-#      GPT (6 layers, 6 heads, 384 wide, context 256, batch 64) and the tutorial Seq2Seq (d_model 512, 8 heads,
-#      6+6 layers, batch 64, length 100), fp32 and tf32; then bench/cuda_report.py prints each row's ms/step,
-#      tokens/s and MFU for both sides and qkv / PyTorch (bench/README.md, "CUDA").
+#   4. training, qkv ("train": build/cuda/bench/qkv_cuda_train, models on Device::CUDA) beside PyTorch eager and
+#      torch.compile ("torch": bench/cuda_torch.py), one process per (model, precision, mode), back to back: the
+#      char GPT (6 layers, 6 heads, 384 wide, context 256, batch 64) and the tutorial Seq2Seq (d_model 512, 8 heads,
+#      6+6 layers, batch 64, length 100), fp32 and tf32, and bf16 autocast on the PyTorch side (qkv has no bf16
+#      yet); then bench/cuda_report.py prints each row's ms/step, tokens/s and MFU for every side and qkv / PyTorch
+#      (bench/README.md, "CUDA").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-build/cuda/bench-cuda}"
@@ -24,6 +26,7 @@ only="${CUDA_BENCH_ONLY:-tests ops train torch}"
 steps="${CUDA_BENCH_STEPS:-50}"
 warmup="${CUDA_BENCH_WARMUP:-10}"
 jobs="${CUDA_BENCH_JOBS:-16}"
+torch_modes="${CUDA_BENCH_TORCH_MODES:-eager compile}"
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee "$out/gpu.txt"
@@ -76,8 +79,8 @@ if [[ " $only " == *" train "* || " $only " == *" torch "* ]]; then
   : >"$out/qkv_train.log"
   : >"$out/torch.log"
   for bench in char-gpt seq2seq; do
-    for precision in fp32 tf32; do
-      if [[ " $only " == *" train "* ]]; then
+    for precision in fp32 tf32 bf16; do
+      if [[ " $only " == *" train "* && "$precision" != bf16 ]]; then
         if [ -x build/cuda/bench/qkv_cuda_train ]; then
           build/cuda/bench/qkv_cuda_train "$bench" --device cuda --precision "$precision" --steps "$steps" \
             --warmup "$warmup" 2>&1 | tee -a "$out/qkv_train.log" | tail -5
@@ -88,9 +91,11 @@ if [[ " $only " == *" train "* || " $only " == *" torch "* ]]; then
         fi
       fi
       if [[ " $only " == *" torch "* ]]; then
-        python3 bench/cuda_torch.py "$bench" --precision "$precision" --steps "$steps" --warmup "$warmup" 2>&1 |
-          tee -a "$out/torch.log" | tail -3
-        [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        for mode in $torch_modes; do
+          python3 bench/cuda_torch.py "$bench" --precision "$precision" --mode "$mode" --steps "$steps" \
+            --warmup "$warmup" 2>&1 | tee -a "$out/torch.log" | tail -3
+          [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+        done
       fi
     done
   done
