@@ -49,7 +49,7 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
       build/cuda/tests/cpp/qkv_tests --gtest_filter='Cuda*:Device*:BackendOps*:ModelDevice*:ParityModelsCuda*:Nccl*' 2>&1 |
         tee "$out/cuda_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-      QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*' >"$out/cuda_tests_sync.log" 2>&1 ||
+      QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*:CudaFlashAttention.*' >"$out/cuda_tests_sync.log" 2>&1 ||
         { echo "attention tests failed with QKV_CUDA_SYNC=1 (see cuda_tests_sync.log)"; status=1; }
       build/cuda/tests/cpp/qkv_tests --gtest_brief=1 >"$out/all_tests.log" 2>&1 || { echo "full suite failed (all_tests.log)"; status=1; }
       tail -3 "$out/all_tests.log"
@@ -57,17 +57,20 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
     if [[ " $only " == *" sanitize "* ]]; then
       for tool in memcheck racecheck; do
         compute-sanitizer --tool "$tool" --error-exitcode 3 build/cuda/tests/cpp/qkv_tests \
-          --gtest_filter='CudaOps.*:ModelDeviceCuda.*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
+          --gtest_filter='CudaOps.*:CudaFlashAttention.*:ModelDeviceCuda.*:-CudaOps.Gemm*:CudaOps.AnInjected*' >"$out/sanitize_$tool.log" 2>&1 ||
           { echo "compute-sanitizer $tool found errors (sanitize_$tool.log)"; status=1; }
         tail -2 "$out/sanitize_$tool.log"
       done
     fi
     if [[ " $only " == *" ops "* ]]; then
       build/cuda/bench/qkv_cuda_bench 2>&1 | tee "$out/ops.log" | grep -v '^RESULT' || status=1
-      # The same with the attention forward on CUDA cores (attention.cu) instead of tensor cores (attention_tc.cu).
-      echo "== attention forward on CUDA cores (QKV_CUDA_ATTENTION=cores), for the A/B with the tensor-core rows above"
-      QKV_CUDA_ATTENTION=cores build/cuda/bench/qkv_cuda_bench 2>&1 | tee "$out/ops_cuda_cores.log" | grep -i attention ||
-        status=1
+      # The ops table has the attention A/B (row-wise FP32 kernels vs the flash ones); this is the same A/B over a
+      # whole training step: the char GPT with QKV_CUDA_ATTENTION=rowwise.
+      if [ -x build/cuda/bench/qkv_cuda_train ]; then
+        echo "== char GPT fp32 training step with the row-wise attention (QKV_CUDA_ATTENTION=rowwise), for the A/B"
+        QKV_CUDA_ATTENTION=rowwise build/cuda/bench/qkv_cuda_train char-gpt --device cuda --precision fp32 \
+          --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_rowwise.log" | tail -3 || status=1
+      fi
     fi
   else
     echo "configure/build failed: see $out/configure.log and $out/build.log"; tail -30 "$out/build.log" "$out/configure.log"

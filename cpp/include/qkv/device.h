@@ -13,7 +13,8 @@ std::string cuda_unavailable_reason();
 // A one-line description for logs and `--help`, e.g. "cpu (avx512, 2 threads); cuda: not built".
 std::string device_summary();
 
-// TF32 in the CUDA matrix products (cuBLAS on tensor cores: 10-bit mantissa inputs, fp32 accumulate), for every
+// TF32 in the CUDA matrix products (cuBLAS on tensor cores: 10-bit mantissa inputs, fp32 accumulate) and in the
+// attention kernels' tile products (one TF32 mma per product instead of the fp32 default's three), for every
 // model on Device::CUDA in this process; off (fp32) by default, like torch.backends.cuda.matmul.allow_tf32.
 // set_cuda_tf32(true) throws qkv::Error naming cuda_unavailable_reason() in a build without CUDA;
 // set_cuda_tf32(false) is then a no-op. The CPU path is fp32 whatever this says.

@@ -270,32 +270,6 @@ TEST(CudaOps, AttentionMatchesTheCpu) {
   for (const auto& c : cases) check_attention(c, seed += 10);
 }
 
-// The forward on tensor cores (attention_tc.cu, head sizes 16..128) and on CUDA cores (attention.cu), each
-// against the CPU over ragged shapes with both masks, dropout and the KV-cache shape: 3xTF32 within fp32's
-// bound; with TF32 products (set_gemm_tf32) within kGemmTf32Tolerance.
-TEST(CudaOps, AttentionForwardOnTensorCoresAndOnCudaCores) {
-  QKV_REQUIRE_CUDA_DEVICE();
-  const AttentionCase cases[] = {
-      {1, 1, 1, 1, 16, false, false, 0.f},        {2, 3, 17, 2, 32, false, true, 0.f},
-      {2, 17, 17, 3, 64, true, false, 0.f},       {1, 67, 67, 2, 96, true, true, 0.f},
-      {2, 64, 257, 1, 128, false, true, 0.f},     {3, 257, 257, 2, 64, true, false, 0.f},
-      {2, 64, 64, 6, 64, true, false, 0.1f},      {2, 17, 67, 2, 32, false, true, 0.5f},
-      {2, 3, 67, 2, 64, true, false, 0.f, 64, 5}, {1, 1, 257, 4, 128, true, false, 0.f, 256, 0},
-  };
-  for (int tensor_cores : {1, 0}) {
-    SCOPED_TRACE(tensor_cores ? "tensor cores" : "CUDA cores");
-    kc::set_attention_tensor_cores(tensor_cores);
-    uint64_t seed = 900;
-    for (const auto& c : cases) check_attention(c, seed += 10);
-  }
-  kc::set_attention_tensor_cores(1);
-  kc::set_gemm_tf32(true);
-  uint64_t seed = 950;
-  for (const auto& c : cases) check_attention(c, seed += 10, kc::kGemmTf32Tolerance);
-  kc::set_gemm_tf32(false);
-  kc::set_attention_tensor_cores(-1);
-}
-
 // ---- embedding ----
 
 TEST(CudaOps, EmbeddingMatchesTheCpuBitForBit) {

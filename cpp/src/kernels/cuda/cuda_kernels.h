@@ -80,26 +80,42 @@ void bias_act_backward(float* dh, float* db, float* scratch, const float* da, co
 void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed);
 void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed);
 
-// ---- Attention (attention.cu) ----
+// ---- Attention (flash_attention.cu: tensor cores; attention.cu: the row-wise FP32 reference, the weights) ----
 
 // kernels.h: attention_forward / attention_backward / attention_weights; s.key_pad, when set, is DEVICE memory
-// (B, key_rows). Fused: one warp per query row, keys in tiles of 32 through shared memory, online softmax;
-// the (Tq,Tk) matrix is never stored. lse (B,H,Tq) as on the CPU. Limit: hs <= kAttentionMaxHeadSize.
+// (B, key_rows). Fused: the (Tq,Tk) matrix is never stored; lse (B,H,Tq) as on the CPU. Limit: hs <=
+// kAttentionMaxHeadSize. attention_forward / attention_backward are the selection the backend calls: the
+// tensor-core kernels (FlashAttention-2's tiles, mma.sync TF32) in the precision of the process's TF32 switch
+// (set_gemm_tf32, which qkv::set_cuda_tf32 sets), or the row-wise kernels when the environment has
+// QKV_CUDA_ATTENTION=rowwise (A/B comparisons of whole steps).
 constexpr int kAttentionMaxHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s);
-// The forward on tensor cores (attention_tc.cu, FlashAttention-2 with mma.sync; 3xTF32 keeps fp32 accuracy, one
-// TF32 product under set_gemm_tf32(true)) for head sizes 16, 32, 64, 96 and 128 on sm_80+; attention_forward
-// uses it there and returns false elsewhere. set_attention_tensor_cores: -1 automatic (the default; the variable
-// QKV_CUDA_ATTENTION=cores selects the CUDA-core kernel), 0 never, 1 where supported: for tests and A/B runs.
-bool attention_forward_tensor_cores(float* out, float* lse, const float* q, const float* k, const float* v,
-                                    const AttentionShape& s);
-void set_attention_tensor_cores(int mode);
-// scratch: attention_backward_scratch_size floats (D = rowsum(dout * out) per (b, h, t)).
+// scratch: attention_backward_scratch_size floats (D = rowsum(dout * out) per (b, h, t)), for every variant.
 size_t attention_backward_scratch_size(const AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse, const AttentionShape& s);
 // att (B,H,Tq,Tk) = P: the scores, then the masked softmax of each row, materialised (only when asked for).
 void attention_weights(float* att, const float* q, const float* k, const AttentionShape& s);
+
+// The tensor-core kernels with their precision named (the tests and the benchmark force each):
+//   Fp32: 3xTF32 (each operand split into two TF32 parts, three mma per product): fp32 accuracy, the CPU's
+//         tolerance (1e-5).
+//   Tf32: one TF32 mma per product (10-bit mantissa inputs, fp32 accumulation). Scores q.k carry about
+//         sqrt(hs) * 2^-11 of |q||k| and dP = dout.v likewise, which reach out, dq, dk, dv through exp and two
+//         more TF32 products: within kAttentionTf32Tolerance of the largest |value| of each output (at least 1).
+enum class AttentionPrecision { Fp32, Tf32 };
+constexpr double kAttentionTf32Tolerance = 1e-2;
+void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
+                             const AttentionShape& s, AttentionPrecision precision);
+void attention_backward_flash(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out, const float* lse,
+                              const AttentionShape& s, AttentionPrecision precision);
+// The row-wise FP32 kernels (a warp per query row, CUDA cores): the GPU reference of the tensor-core ones.
+void attention_forward_rowwise(float* out, float* lse, const float* q, const float* k, const float* v,
+                               const AttentionShape& s);
+void attention_backward_rowwise(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
+                                const float* k, const float* v, const float* out, const float* lse,
+                                const AttentionShape& s);
 
 // ---- Embedding (embedding.cu; the bucketing in embedding_buckets.cpp) ----
 

@@ -1,0 +1,254 @@
+// The tensor-core attention kernels (kernels/cuda/flash_attention.cu) against the reference executor
+// (ops/reference_backend.cpp: plain loops, dot products in double), forward (out, lse) and backward (dq, dk, dv),
+// in both precisions, on ragged shapes: T in 1, 3, 17, 64, 67, 257 (below, at and past the 16-row warp tiles and
+// the 32/64-row block tiles), head sizes 16, 32, 64, 96, 128 (each template instance, D = 32, 64, 96, 128) and odd
+// ones (3, 17, 67: zero-padded columns, the scalar loads), causal or not, key_pad with a batch whose keys are all
+// padding, dropout (the same counter-based mask: outputs differ if a single kept/dropped decision does), a KV
+// cache's q_pos / k_rows (the decode shape Tq = 1) and leading dimensions past C. Outputs start as NaN, so an
+// element the kernels fail to write fails.
+// Tolerances:
+//   Fp32 (3xTF32): |gpu - ref| <= 1e-5 * max(1, |ref|) element by element, the CPU parity tolerance. 3xTF32 drops
+//     a_small * b_small and rounds the small parts: about 3 * 2^-22 (7e-7) of |a||b| per product at worst, so an
+//     hs-long dot of unit-scale terms is off by ~sqrt(hs) * 2e-7 < 3e-6, as fp32 arithmetic itself is.
+//   Tf32: |gpu - ref| <= kAttentionTf32Tolerance (1e-2) * max(1, max |ref|) over each output. One TF32 rounding of
+//     each input is 2^-11 (5e-4) relative: a score or dP = dout . v of hs = 128 unit-scale terms is off by about
+//     sqrt(128) * 5e-4 * 0.7 ~ 4e-3 of its terms' scale, which exp and the P V / dS K products carry into the
+//     outputs at the same relative order or below (estimated ~1e-3 of each output's scale; the bound leaves x10).
+// Every test skips, naming the reason, without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "ops/backends.h"
+#include "runtime/random.h"
+#include "test_util.h"
+
+namespace qkv {
+namespace {
+
+namespace kc = kernels::cuda;
+using kc::AttentionPrecision;
+using test::DeviceBuffers;
+using test::download;
+using test::near;
+using test::poison;
+using test::randn;
+
+constexpr double kFp32 = 1e-5;
+
+// |got - want| <= tol * max(1, max |want|) over the output (infinities must match exactly).
+::testing::AssertionResult near_norm(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                                     double tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << want.size();
+  double scale = 1;
+  for (float w : want)
+    if (std::isfinite(w)) scale = std::max(scale, static_cast<double>(std::abs(w)));
+  size_t bad = 0, first = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    const bool ok = std::isinf(w) ? g == w : std::abs(g - w) <= tol * scale;
+    if (!ok && bad++ == 0) first = i;
+    if (std::isfinite(w) && !(std::abs(g - w) <= worst)) worst = std::abs(g - w);
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " differ by more than "
+                                       << tol * scale << "; first [" << first << "] = " << got[first] << ", reference "
+                                       << want[first] << "; max |diff| " << worst;
+}
+
+struct FlashCase {
+  int B, Tq, Tk, H, hs;
+  bool causal, pad;
+  float dropout;
+  int q_pos = 0, extra_rows = 0;  // a KV cache: queries at q_pos.., k_rows = Tk + extra_rows
+};
+
+// The reference's outputs of one case, host memory.
+struct Reference {
+  std::vector<float> out, lse, dq, dkv;
+};
+
+// Inputs: q (B*Tq, ldq = C + 5), k and v interleaved in kv (B*k_rows, ldkv = 2C + 4: k at column 0, v at C),
+// dout (B*Tq, C); key_pad (B, k_rows), batch 0 all padding when c.pad.
+struct Inputs {
+  int C, ldq, ldkv, krows;
+  std::vector<float> q, kv, dout;
+  std::vector<uint8_t> pad;
+  Inputs(const FlashCase& c, uint64_t seed) : C(c.H * c.hs), ldq(C + 5), ldkv(2 * C + 4), krows(c.Tk + c.extra_rows) {
+    q = randn(static_cast<size_t>(c.B) * c.Tq * ldq, seed);
+    kv = randn(static_cast<size_t>(c.B) * krows * ldkv, seed + 1);
+    dout = randn(static_cast<size_t>(c.B) * c.Tq * C, seed + 2);
+    pad.assign(static_cast<size_t>(c.B) * krows, 0);
+    if (c.pad) {
+      Rng rng(seed + 3);
+      for (auto& p : pad) p = rng.uniform() < 0.3;
+      for (int s = 0; s < krows; ++s) pad[s] = 1;  // batch 0: every key padded (all-masked rows)
+    }
+  }
+  kernels::AttentionShape shape(const FlashCase& c, const uint8_t* key_pad) const {
+    return kernels::AttentionShape{c.B,      c.Tq,      c.Tk, C,       c.H,  ldq, ldkv, c.pad ? key_pad : nullptr,
+                                   c.causal, c.dropout, 77,   c.q_pos, krows};
+  }
+};
+
+Reference run_reference(const FlashCase& c, const Inputs& in) {
+  static const std::unique_ptr<ops::Backend> ref = ops::make_reference_backend();
+  const kernels::AttentionShape s = in.shape(c, in.pad.data());
+  Reference r;
+  r.out.assign(static_cast<size_t>(c.B) * c.Tq * in.C, 0.f);
+  r.lse.assign(static_cast<size_t>(c.B) * c.H * c.Tq, 0.f);
+  r.dq.assign(in.q.size(), 0.f);
+  r.dkv.assign(in.kv.size(), 0.f);
+  std::vector<float> scratch(ref->attention_scratch_size(s, 1));
+  const float* kv = in.kv.data();
+  ref->attention_forward(r.out, r.lse, in.q.data(), kv, kv + in.C, s, scratch);
+  ref->attention_backward(r.dq.data(), r.dkv.data(), r.dkv.data() + in.C, in.dout, in.q.data(), kv, kv + in.C, r.out,
+                          r.lse, s, scratch);
+  return r;
+}
+
+// The heads' columns of the written rows: dq's first C of each ldq-wide row; dk and dv (2C of each ldkv-wide row)
+// in the rows < Tk of each batch.
+std::vector<float> dq_columns(const FlashCase& c, const Inputs& in, const std::vector<float>& dq) {
+  std::vector<float> r;
+  for (size_t row = 0; row < static_cast<size_t>(c.B) * c.Tq; ++row)
+    for (int i = 0; i < in.C; ++i) r.push_back(dq[row * in.ldq + i]);
+  return r;
+}
+std::vector<float> dkv_columns(const FlashCase& c, const Inputs& in, const std::vector<float>& dkv) {
+  std::vector<float> r;
+  for (int b = 0; b < c.B; ++b)
+    for (int t = 0; t < c.Tk; ++t)
+      for (int i = 0; i < 2 * in.C; ++i) r.push_back(dkv[(static_cast<size_t>(b) * in.krows + t) * in.ldkv + i]);
+  return r;
+}
+
+// The flash kernels in one precision against the reference; with twice, the backward runs a second time and must
+// give the same bits (one writer per output, no atomics).
+void check_flash(const FlashCase& c, uint64_t seed, bool twice = false) {
+  SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq << " Tk " << c.Tk << " H " << c.H << " hs " << c.hs
+                                    << " causal " << c.causal << " pad " << c.pad << " dropout " << c.dropout
+                                    << " q_pos " << c.q_pos << " k_rows " << c.Tk + c.extra_rows);
+  const Inputs in(c, seed);
+  const Reference want = run_reference(c, in);
+  const size_t nout = want.out.size(), nl = want.lse.size();
+  const kernels::AttentionShape s0 = in.shape(c, nullptr);
+  DeviceBuffers d({in.q.size(), in.kv.size(), nout, nout, nl, in.q.size(), in.kv.size(),
+                   std::max<size_t>(kc::attention_backward_scratch_size(s0), 1)},
+                  {}, {in.pad.size()});
+  float *q_ = d.f[0], *kv_ = d.f[1], *dout_ = d.f[2], *out_ = d.f[3], *lse_ = d.f[4], *dq_ = d.f[5], *dkv_ = d.f[6];
+  float* scratch_ = d.f[7];
+  kc::upload(q_, in.q, "test"), kc::upload(kv_, in.kv, "test"), kc::upload(dout_, in.dout, "test");
+  test::upload_bytes(d.b[0], in.pad.data(), in.pad.size());
+  const kernels::AttentionShape s = in.shape(c, d.b[0]);
+  for (AttentionPrecision precision : {AttentionPrecision::Fp32, AttentionPrecision::Tf32}) {
+    const bool fp32 = precision == AttentionPrecision::Fp32;
+    SCOPED_TRACE(fp32 ? "fp32 (3xTF32)" : "tf32");
+    const auto check = [&](const char* what, const std::vector<float>& got, const std::vector<float>& ref) {
+      return fp32 ? near(what, got, ref, kFp32) : near_norm(what, got, ref, kc::kAttentionTf32Tolerance);
+    };
+    poison(out_, nout), poison(lse_, nl), poison(dq_, in.q.size()), poison(dkv_, in.kv.size());
+    kc::attention_forward_flash(out_, lse_, q_, kv_, kv_ + in.C, s, precision);
+    EXPECT_TRUE(check("out", download(out_, nout), want.out));
+    EXPECT_TRUE(check("lse", download(lse_, nl), want.lse));
+    kc::attention_backward_flash(dq_, dkv_, dkv_ + in.C, scratch_, dout_, q_, kv_, kv_ + in.C, out_, lse_, s,
+                                 precision);
+    const auto dq = download(dq_, in.q.size()), dkv = download(dkv_, in.kv.size());
+    EXPECT_TRUE(check("dq", dq_columns(c, in, dq), dq_columns(c, in, want.dq)));
+    EXPECT_TRUE(check("dk and dv", dkv_columns(c, in, dkv), dkv_columns(c, in, want.dkv)));
+    if (twice) {
+      kc::attention_backward_flash(dq_, dkv_, dkv_ + in.C, scratch_, dout_, q_, kv_, kv_ + in.C, out_, lse_, s,
+                                   precision);
+      EXPECT_EQ(download(dq_, in.q.size()), dq) << "dq differs between two identical runs";
+      EXPECT_EQ(download(dkv_, in.kv.size()), dkv) << "dk, dv differ between two identical runs";
+    }
+  }
+}
+
+constexpr int kSizes[] = {1, 3, 17, 64, 67, 257};
+constexpr int kHeadSizes[] = {16, 32, 64, 96, 128};
+
+TEST(CudaFlashAttention, MatchesTheReferenceOnRaggedShapes) {
+  QKV_SKIP_WITHOUT_CUDA();
+  uint64_t seed = 1000;
+  for (int T : kSizes)
+    for (int hs : kHeadSizes)
+      for (bool causal : {false, true}) check_flash({2, T, T, 2, hs, causal, false, 0.f}, seed += 10);
+}
+
+TEST(CudaFlashAttention, OddHeadSizesAndUnequalLengths) {
+  QKV_SKIP_WITHOUT_CUDA();
+  const FlashCase cases[] = {
+      {1, 1, 1, 1, 1, false, false, 0.f},      {2, 3, 17, 2, 3, false, false, 0.f},
+      {1, 67, 67, 2, 67, true, false, 0.f},    {3, 257, 257, 2, 17, true, false, 0.f},
+      {2, 64, 257, 1, 128, false, false, 0.f}, {2, 257, 64, 3, 32, false, false, 0.f},
+      {2, 17, 3, 2, 64, true, false, 0.f},  // causal with fewer keys than queries
+  };
+  uint64_t seed = 2000;
+  for (const auto& c : cases) check_flash(c, seed += 10);
+}
+
+TEST(CudaFlashAttention, KeyPaddingAndDropoutUseTheSameMask) {
+  QKV_SKIP_WITHOUT_CUDA();
+  const FlashCase cases[] = {
+      {2, 67, 67, 2, 64, true, true, 0.f},    {2, 64, 257, 1, 128, false, true, 0.f},
+      {2, 64, 64, 6, 64, true, false, 0.1f},  {2, 17, 67, 2, 32, false, true, 0.5f},
+      {2, 257, 257, 2, 96, true, true, 0.1f}, {3, 3, 17, 2, 16, false, false, 0.5f},
+  };
+  uint64_t seed = 3000;
+  for (const auto& c : cases) check_flash(c, seed += 10);
+}
+
+TEST(CudaFlashAttention, KvCacheQueriesAtAnOffset) {
+  QKV_SKIP_WITHOUT_CUDA();
+  const FlashCase cases[] = {
+      {2, 3, 67, 2, 64, true, false, 0.f, 64, 5},    // 3 new queries after 64 cached keys, 5 spare rows
+      {1, 1, 257, 4, 32, true, false, 0.f, 256, 0},  // the decode step: one query, every key before it
+      {2, 1, 65, 6, 64, true, true, 0.f, 64, 191},   // decode in a 256-row cache, with padding
+      {2, 17, 81, 2, 128, true, false, 0.f, 64, 3},
+  };
+  uint64_t seed = 4000;
+  for (const auto& c : cases) check_flash(c, seed += 10);
+}
+
+// The char GPT's attention (context 256, 6 heads of 64, causal) at batch 2: the benchmark's shape; and the
+// backward twice, bit for bit.
+TEST(CudaFlashAttention, CharGptShapeAndDeterminism) {
+  QKV_SKIP_WITHOUT_CUDA();
+  check_flash({2, 256, 256, 6, 64, true, false, 0.f}, 5000, true);
+  check_flash({2, 256, 256, 6, 64, true, false, 0.1f}, 5010, true);
+}
+
+// The backend's selection follows the TF32 switch: with it off, attention_forward is the Fp32 flash kernel, bit for
+// bit; with it on, the Tf32 one.
+TEST(CudaFlashAttention, TheSelectionFollowsTheTf32Switch) {
+  QKV_SKIP_WITHOUT_CUDA();
+  if (const char* e = std::getenv("QKV_CUDA_ATTENTION"); e && std::string(e) == "rowwise")
+    GTEST_SKIP() << "QKV_CUDA_ATTENTION=rowwise routes the selection to the row-wise kernels";
+  const FlashCase c{2, 67, 67, 2, 64, true, false, 0.f};
+  const Inputs in(c, 6000);
+  const size_t nout = static_cast<size_t>(c.B) * c.Tq * in.C, nl = static_cast<size_t>(c.B) * c.H * c.Tq;
+  DeviceBuffers d({in.q.size(), in.kv.size(), nout, nl, nout, nl});
+  kc::upload(d.f[0], in.q, "test"), kc::upload(d.f[1], in.kv, "test");
+  const kernels::AttentionShape s = in.shape(c, nullptr);
+  for (bool tf32 : {false, true}) {
+    kc::set_gemm_tf32(tf32);
+    kc::attention_forward(d.f[2], d.f[3], d.f[0], d.f[1], d.f[1] + in.C, s);
+    kc::attention_forward_flash(d.f[4], d.f[5], d.f[0], d.f[1], d.f[1] + in.C, s,
+                                tf32 ? AttentionPrecision::Tf32 : AttentionPrecision::Fp32);
+    EXPECT_EQ(download(d.f[2], nout), download(d.f[4], nout)) << (tf32 ? "tf32" : "fp32");
+    EXPECT_EQ(download(d.f[3], nl), download(d.f[5], nl)) << (tf32 ? "tf32" : "fp32");
+  }
+  kc::set_gemm_tf32(false);
+}
+
+}  // namespace
+}  // namespace qkv
