@@ -6,7 +6,7 @@ usage: cuda_report.py LOG_DIR      (standard library only)
 Reads `RESULT bench=char-gpt|seq2seq side=qkv|PyTorch|PyTorch-compile precision=fp32|tf32|bf16 ...` lines,
 printed by build/cuda/bench/qkv_cuda_train and bench/cuda_torch.py, from every *.log under LOG_DIR, and prints one
 row per (model, precision): each side's median ms/step, tokens/s and MFU, and qkv / eager and qkv / compiled in
-tokens/s (above 1: qkv is faster). bf16 is PyTorch's autocast; qkv has no bf16 mode yet, so its cells are "-". Both sides count the same model FLOPs per step (nanoGPT's estimate_mfu, cuda_torch.py's docstring) and
+tokens/s (above 1: qkv is faster). bf16 is PyTorch's autocast against qkv's --precision bf16 (bf16 products, fp32 storage). Both sides count the same model FLOPs per step (nanoGPT's estimate_mfu, cuda_torch.py's docstring) and
 divide by the same peak, so the MFU ratio equals the speed ratio; the report says so when the counts differ.
 A side that printed no RESULT line (not run, or failed) shows "-", and the row names the log to read.
 """
@@ -77,8 +77,6 @@ def main():
             print(f"{title:<27} {precision:<5}  {cells(q)}  {cells(t)}  {cells(c, 11)}  {ratio(t, 10)} {ratio(c, 12)} "
                   f"{peak:>13}")
             for side, r in (("qkv", q), ("PyTorch", t), ("PyTorch-compile", c)):
-                if side == "qkv" and precision == "bf16":
-                    continue  # not implemented: said in the docstring, not a failure
                 if r is None:
                     notes.append(f"{bench} {precision}: no {side} result (see {os.path.join(log_dir, LOGS[side])})")
             if q and t:  # the same count for the compiled side: the same model and script
@@ -90,7 +88,7 @@ def main():
                     notes.append(f"{bench} {precision}: the sides divide by different peaks ({peak} TFLOP/s)")
     sources = sorted({r.get("peak_source", "?") for (_, side, _), r in results.items() if side == "qkv"})
     print(f"  peak: the GPU's dense datasheet figure (no sparsity; cuda_torch.py's table, H100 SXM: fp32 66.9, tf32 "
-          f"494.7 TFLOP/s) unless --peak-tflops gave one; the qkv side's: {', '.join(sources) or '-'}")
+          f"494.7, bf16 989.4 TFLOP/s) unless --peak-tflops gave one; the qkv side's: {', '.join(sources) or '-'}")
     losses = [f"{bench} {prec} {float(r['loss_first']):.3f} -> {float(r['loss_last']):.3f}"
               for (bench, side, prec), r in sorted(results.items()) if side == "qkv" and "loss_first" in r]
     if losses:

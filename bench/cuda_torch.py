@@ -11,7 +11,7 @@ usage: cuda_torch.py char-gpt|seq2seq [--precision fp32|tf32|bf16] [--mode eager
             d_ff 2048, ReLU, dropout 0 (timing), sinusoidal positions, source and target length 100, batch 64,
             Adam(lr 1e-4, betas (0.9, 0.98), eps 1e-9), cross-entropy ignoring pad 0.
   --precision fp32 (torch.backends.cuda.matmul.allow_tf32 = False, the default), tf32 (True), or bf16: autocast to
-  bfloat16 around the forward and the loss (fp32 weights and optimizer state, as qkv's --precision bf16 is to be).
+  bfloat16 around the forward and the loss (fp32 weights and optimizer state, as qkv's --precision bf16).
   --mode eager (the default) or compile: torch.compile(model) (the default inductor backend); its compilation
   happens in the warm-up steps, which are not timed.
 

@@ -2,7 +2,7 @@
 // PyTorch-eager peer: the same two models, the same batches' shapes, the same step, the same FLOP count and the
 // same peak table, so that qkv / PyTorch is the ratio of two step times and nothing else.
 //
-// usage: qkv_cuda_train char-gpt|seq2seq [--device cuda|cpu] [--precision fp32|tf32] [--steps N] [--warmup N]
+// usage: qkv_cuda_train char-gpt|seq2seq [--device cuda|cpu] [--precision fp32|tf32|bf16] [--steps N] [--warmup N]
 //                       [--batch N] [--peak-tflops X]
 //
 //   char-gpt  nanoGPT's "shakespeare-char" GPU config: V 65, 6 pre-LN layers, 6 heads, 384 wide, context 256,
@@ -16,7 +16,7 @@
 //             read with teacher forcing as the peer does (decoder in tgt[:-1], loss on tgt[1:]: 99 positions).
 //   --device     cuda (default) or cpu: the CPU run is a check that the bench trains (use a small --batch);
 //                without a GPU, --device cuda prints cuda_unavailable_reason() and exits 1.
-//   --precision  fp32 (default) or tf32: qkv::set_cuda_tf32, the peer's torch.backends.cuda.matmul.allow_tf32.
+//   --precision  fp32 (default), tf32 or bf16: qkv::set_cuda_precision; the peer's allow_tf32, or its bf16 autocast.
 //
 // A step is train_step on one batch (forward, backward, the optimizer's update), which returns the loss to the
 // host: that copy waits for the step's kernels, so the wall time around the call is the step's time. Batches
@@ -58,7 +58,7 @@ struct Args {
 
 int usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s char-gpt|seq2seq [--device cuda|cpu] [--precision fp32|tf32] [--steps N] [--warmup N]\n"
+               "usage: %s char-gpt|seq2seq [--device cuda|cpu] [--precision fp32|tf32|bf16] [--steps N] [--warmup N]\n"
                "       [--batch N] [--peak-tflops X]   (bench/README.md, \"CUDA\")\n",
                argv0);
   return 2;
@@ -222,17 +222,20 @@ Peak peak_tflops(const Args& a, const std::string& name) {
   if (a.device != qkv::Device::CUDA) return {};
   struct Row {
     const char* key;
-    double fp32, tf32;
+    double fp32, tf32, bf16;
   };
   static constexpr Row kTable[] = {
-      {"H100 PCIe", 51.2, 378.0},
-      {"H100", 66.9, 494.7},  // SXM5 / HBM3
-      {"H200", 66.9, 494.7},
-      {"A100", 19.5, 156.0},
+      {"H100 PCIe", 51.2, 378.0, 756.0},
+      {"H100", 66.9, 494.7, 989.4},  // SXM5 / HBM3
+      {"H200", 66.9, 494.7, 989.4},
+      {"A100", 19.5, 156.0, 312.0},
   };
   for (const Row& r : kTable)
     if (name.find(r.key) != std::string::npos)
-      return {a.precision == "tf32" ? r.tf32 : r.fp32, std::string("datasheet ") + r.key + " dense"};
+      return {a.precision == "tf32"   ? r.tf32
+              : a.precision == "bf16" ? r.bf16
+                                      : r.fp32,
+              std::string("datasheet ") + r.key + " dense"};
   return {};
 }
 
@@ -248,7 +251,7 @@ int run(int argc, char** argv) {
     const std::string value = argv[++i];
     if (flag == "--device" && (value == "cuda" || value == "cpu"))
       a.device = value == "cuda" ? qkv::Device::CUDA : qkv::Device::CPU;
-    else if (flag == "--precision" && (value == "fp32" || value == "tf32"))
+    else if (flag == "--precision" && (value == "fp32" || value == "tf32" || value == "bf16"))
       a.precision = value;
     else if (flag == "--steps")
       a.steps = std::max(1, std::atoi(value.c_str()));
@@ -266,11 +269,12 @@ int run(int argc, char** argv) {
     std::fprintf(stderr, "qkv_cuda_train: --device cuda: %s\n", qkv::cuda_unavailable_reason().c_str());
     return 1;
   }
-  if (!cuda && a.precision == "tf32") {
-    std::fprintf(stderr, "qkv_cuda_train: --precision tf32 is a CUDA setting; the CPU computes in fp32\n");
+  if (!cuda && a.precision != "fp32") {
+    std::fprintf(stderr, "qkv_cuda_train: --precision %s is a CUDA setting; the CPU computes in fp32\n",
+                 a.precision.c_str());
     return 2;
   }
-  if (cuda) qkv::set_cuda_tf32(a.precision == "tf32");
+  if (cuda) qkv::set_cuda_precision(qkv::parse_cuda_precision(a.precision, "--precision"));
 
   Bench b = a.bench == "char-gpt" ? char_gpt(a) : seq2seq(a);
   const std::string dev = device_name(a.device);

@@ -14,8 +14,8 @@
 #   4. training, qkv ("train": build/cuda/bench/qkv_cuda_train, models on Device::CUDA) beside PyTorch eager and
 #      torch.compile ("torch": bench/cuda_torch.py --mode eager|compile), one process per (model, precision, side),
 #      back to back: the char GPT (6 layers, 6 heads, 384 wide, context 256, batch 64) and the tutorial Seq2Seq
-#      (d_model 512, 8 heads, 6+6 layers, batch 64, length 100), fp32 and tf32, and PyTorch's bf16 autocast (qkv
-#      has no bf16 mode yet); then bench/cuda_report.py prints each row's ms/step, tokens/s and MFU per side and
+#      (d_model 512, 8 heads, 6+6 layers, batch 64, length 100), fp32, tf32 and bf16 (qkv's --precision bf16 beside
+#      PyTorch's autocast); then bench/cuda_report.py prints each row's ms/step, tokens/s and MFU per side and
 #      qkv / eager, qkv / compiled (bench/README.md, "CUDA").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -84,8 +84,7 @@ if [[ " $only " == *" train "* || " $only " == *" torch "* ]]; then
   : >"$out/torch.log"
   for bench in char-gpt seq2seq; do
     for precision in fp32 tf32 bf16; do
-      # qkv has no bf16 mode yet (issue 25): PyTorch's bf16 autocast rows stand alone in the report.
-      if [[ " $only " == *" train "* && $precision != bf16 ]]; then
+      if [[ " $only " == *" train "* ]]; then
         if [ -x build/cuda/bench/qkv_cuda_train ]; then
           build/cuda/bench/qkv_cuda_train "$bench" --device cuda --precision "$precision" --steps "$steps" \
             --warmup "$warmup" 2>&1 | tee -a "$out/qkv_train.log" | tail -5

@@ -57,6 +57,22 @@ Device choose_device(const std::string& flag, const std::string& from_config = "
   return Device::CUDA;
 }
 
+// --precision: the CUDA products' arithmetic for this process (qkv::set_cuda_precision). Anything but fp32 on the
+// CPU is refused, as it would change nothing: the CPU computes in fp32.
+void set_precision(const std::string& flag, Device device) {
+  if (flag.empty()) return;
+  const CudaPrecision p = [&] {
+    try {
+      return parse_cuda_precision(flag, "--precision");
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }();
+  if (p != CudaPrecision::FP32 && device != Device::CUDA)
+    throw UsageError("--precision " + flag + " is a CUDA setting (the CPU computes in fp32): add --device cuda");
+  if (device == Device::CUDA) set_cuda_precision(p);
+}
+
 void set_threads(const Flag<int>& threads) {
   if (!threads.given) return;
   try {
@@ -165,6 +181,7 @@ int run_train(const TrainArgs& a) {
   const bool from_file = a.resume.empty() && !a.config.empty() && a.config != "tiny" && a.config != "small";
   const Setup file_setup = from_file && a.device.empty() ? resolve_setup(parse_kind(a.model.value), a.config) : Setup{};
   const Device device = choose_device(a.device, file_setup.device, a.config);
+  set_precision(a.precision, device);
   set_threads(a.threads);
   if (a.steps.given && a.steps.value < 1)
     throw UsageError("--steps " + std::to_string(a.steps.value) + ": expected >= 1");
@@ -257,6 +274,7 @@ int run_train(const TrainArgs& a) {
                       {"--eval-every", std::to_string(t.eval_every)},
                       {"the first step (--resume)", std::to_string(start + 1)},
                       {"--device", device == Device::CUDA ? "cuda" : "cpu"},
+                      {"--precision", device == Device::CUDA ? to_string(cuda_precision()) : "fp32"},
                       {"--bucket-mb", std::to_string(a.bucket_mb)},
                       {"--check-replicas", a.check_replicas ? "on" : "off"},
                       {"--zero", std::to_string(a.zero)},
@@ -269,9 +287,11 @@ int run_train(const TrainArgs& a) {
   }
   const bool lead = !dist || dist->lead();
   if (lead)
-    std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s; batch %d, steps %d..%d, checkpoint %s\n%s",
-                 kind_name(task->kind()), task->num_parameters(), device_summary().c_str(), t.batch, start + 1, total,
-                 out.c_str(), dist ? ("qkv train: data parallel over " + dist->describe(t.batch) + "\n").c_str() : "");
+    std::fprintf(stderr, "qkv train: %s model, %zu parameters, %s%s; batch %d, steps %d..%d, checkpoint %s\n%s",
+                 kind_name(task->kind()), task->num_parameters(), device_summary().c_str(),
+                 device == Device::CUDA ? (std::string(", on cuda in ") + to_string(cuda_precision())).c_str() : "",
+                 t.batch, start + 1, total, out.c_str(),
+                 dist ? ("qkv train: data parallel over " + dist->describe(t.batch) + "\n").c_str() : "");
   if (lead && dist && a.zero == 1) {
     // The Adam moments are two floats per parameter; each rank now keeps its 1/N of them.
     const double whole = 2.0 * sizeof(float) * static_cast<double>(task->num_parameters()) / (1 << 20);
@@ -349,6 +369,7 @@ int run_train(const TrainArgs& a) {
 
 int run_generate(const GenerateArgs& a) {
   const Device device = choose_device(a.device);
+  set_precision(a.precision, device);
   set_threads(a.threads);
   SamplingOptions o;
   o.max_new_tokens = a.max_tokens;
@@ -391,6 +412,7 @@ int run_generate(const GenerateArgs& a) {
 
 int run_eval(const EvalArgs& a) {
   const Device device = choose_device(a.device);
+  set_precision(a.precision, device);
   set_threads(a.threads);
   if (a.batch.given && a.batch.value < 1)
     throw UsageError("--batch " + std::to_string(a.batch.value) + ": expected >= 1");

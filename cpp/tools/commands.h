@@ -15,6 +15,7 @@ struct Flag {
 
 struct TrainArgs {
   std::string data, config, out, resume, device;  // device: "" = not given
+  std::string precision;                          // --precision fp32|tf32|bf16 ("" = fp32), CUDA only
   Flag<std::string> model{"lm"}, non_finite{"error"};
   Flag<int> steps, threads, batch, eval_every, log_every;
   Flag<double> lr;
@@ -28,6 +29,7 @@ struct TrainArgs {
 
 struct GenerateArgs {
   std::string ckpt, prompt, stop, device;  // device: "" = not given
+  std::string precision;                   // as TrainArgs::precision
   int max_tokens = 200, top_k = 0;
   double temperature = 0.8, top_p = 1.0, repetition_penalty = 1.0;
   int beam = 1;
@@ -38,6 +40,7 @@ struct GenerateArgs {
 
 struct EvalArgs {
   std::string ckpt, data, device;  // device: "" = not given
+  std::string precision;           // as TrainArgs::precision
   Flag<int> batch, threads;
 };
 

@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
   flags.add(t, "--threads", train.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
   t->add_option("--device", train.device, "cpu or cuda (default: the config file's \"device\", else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  t->add_option("--precision", train.precision,
+                "cuda: fp32 (default), tf32 or bf16 products (weights, optimizer and checkpoint stay fp32)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   flags.add(t, "--batch", train.batch, "Rows per batch, across all ranks under mpirun (default: the preset's)")
       ->check(CLI::PositiveNumber);
   flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
@@ -139,6 +142,9 @@ int main(int argc, char** argv) {
   flags.add(g, "--seed", gen.seed, "Seed of the sampling (default: random, printed on stderr)");
   flags.add(g, "--threads", gen.threads, "CPU threads")->check(CLI::PositiveNumber);
   g->add_option("--device", gen.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  g->add_option("--precision", gen.precision,
+                "cuda: fp32 (default), tf32 or bf16 products (weights, optimizer and checkpoint stay fp32)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   g->footer(
       "\nThe prompt and then each new token are written to stdout as they come. A seq2seq checkpoint decodes\n"
       "greedily, or with beam search (--beam); the sampling flags do not apply to it.");
@@ -150,6 +156,8 @@ int main(int argc, char** argv) {
   flags.add(e, "--batch", eval.batch, "Rows per batch")->check(CLI::PositiveNumber);
   flags.add(e, "--threads", eval.threads, "CPU threads")->check(CLI::PositiveNumber);
   e->add_option("--device", eval.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  e->add_option("--precision", eval.precision, "cuda: fp32 (default), tf32 or bf16 products")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
 
   InfoArgs info;
   CLI::App* i = app.add_subcommand("info", "A checkpoint's model, config, parameter count and tensors");

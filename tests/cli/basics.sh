@@ -21,6 +21,11 @@ expect 2 "--steps" -- train --data text.txt --steps 0
 expect 2 "--steps" -- train --data text.txt --steps many
 expect 2 "--model" -- train --data text.txt --model rnn
 expect 2 "--device" -- train --data text.txt --device tpu
+expect 2 "--precision: fp16 not in" -- train --data text.txt --precision fp16
+# --precision other than fp32 is a CUDA setting: on the CPU it is refused, naming the fix.
+expect 2 "--precision bf16 is a CUDA setting \(the CPU computes in fp32\): add --device cuda" -- train --data text.txt --precision bf16
+expect 2 "--precision tf32 is a CUDA setting" -- generate --ckpt x --prompt a --precision tf32
+expect 2 "--precision bf16 is a CUDA setting" -- eval --ckpt x --data text.txt --precision bf16
 expect 2 "preset \(tiny, small\)" -- train --data text.txt --config huge
 expect 2 "--top-p.*top_p = 1.5" -- generate --ckpt x --prompt a --top-p 1.5
 expect 2 "--temperature.*temperature = -1" -- generate --ckpt x --prompt a --temperature -1

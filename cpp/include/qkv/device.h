@@ -13,11 +13,29 @@ std::string cuda_unavailable_reason();
 // A one-line description for logs and `--help`, e.g. "cpu (avx512, 2 threads); cuda: not built".
 std::string device_summary();
 
-// TF32 in the CUDA matrix products (cuBLAS on tensor cores: 10-bit mantissa inputs, fp32 accumulate) and in the
-// attention kernels' tile products (one TF32 mma per product instead of the fp32 default's three), for every
-// model on Device::CUDA in this process; off (fp32) by default, like torch.backends.cuda.matmul.allow_tf32.
-// set_cuda_tf32(true) throws qkv::Error naming cuda_unavailable_reason() in a build without CUDA;
-// set_cuda_tf32(false) is then a no-op. The CPU path is fp32 whatever this says.
+// The arithmetic of the CUDA matrix products, for every model on Device::CUDA in this process (the CPU path is
+// fp32 whatever this says; so are parameters, gradients, optimizer state and checkpoints in every mode):
+//   FP32 (the default): fp32 products, cuBLAS's default math; the attention kernels' tile products in 3xTF32
+//        (fp32 accuracy). The parity reference.
+//   TF32: cuBLAS on tensor cores with 10-bit mantissa inputs and fp32 accumulation, one TF32 mma per attention
+//        tile product; like torch.backends.cuda.matmul.allow_tf32.
+//   BF16: cuBLAS on tensor cores with bf16 inputs (8-bit mantissas, converted from the fp32 operands inside the
+//        product) and fp32 accumulation; attention as TF32. Weights stay fp32 (the master copy the optimizer
+//        updates) and activations are stored in fp32: the products run at the bf16 rate, memory traffic is
+//        fp32's. The counterpart of PyTorch's bf16 autocast, with its own tolerance against FP32 (about 8x
+//        TF32's: 3 fewer mantissa bits).
+// set_cuda_precision(anything but FP32) throws qkv::Error naming cuda_unavailable_reason() in a build without
+// CUDA; FP32 is then a no-op.
+enum class CudaPrecision { FP32, TF32, BF16 };
+void set_cuda_precision(CudaPrecision precision);
+CudaPrecision cuda_precision();
+// "fp32", "tf32", "bf16".
+const char* to_string(CudaPrecision precision);
+// The inverse of to_string; anything else throws qkv::Error naming `what` (e.g. "--precision"), the value and
+// the three names.
+CudaPrecision parse_cuda_precision(const std::string& name, const char* what);
+
+// Shorthands: set_cuda_tf32(on) is set_cuda_precision(on ? TF32 : FP32); cuda_tf32() is cuda_precision() == TF32.
 void set_cuda_tf32(bool on);
 bool cuda_tf32();
 

@@ -36,9 +36,14 @@ void up(float* dst, const std::vector<float>& src) { kc::upload(dst, src, "test"
 
 // ---- gemm ----
 
-void check_gemm(bool tf32) {
-  kc::set_gemm_tf32(tf32);
-  const double tol = tf32 ? kc::kGemmTf32Tolerance : kFp32;
+void check_gemm(kc::MatmulPrecision precision) {
+  kc::set_matmul_precision(precision);
+  const char* name = precision == kc::MatmulPrecision::Tf32   ? " tf32"
+                     : precision == kc::MatmulPrecision::Bf16 ? " bf16"
+                                                              : " fp32";
+  const double tol = precision == kc::MatmulPrecision::Tf32   ? kc::kGemmTf32Tolerance
+                     : precision == kc::MatmulPrecision::Bf16 ? kc::kGemmBf16Tolerance
+                                                              : kFp32;
   uint64_t seed = 1;
   for (int M : {1, 17, 67, 257})
     for (int N : {1, 3, 64, 257})
@@ -47,7 +52,7 @@ void check_gemm(bool tf32) {
           for (int tb = 0; tb < 2; ++tb)
             for (float beta : {0.f, 0.5f}) {
               SCOPED_TRACE(::testing::Message() << "M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb
-                                                << " beta " << beta << (tf32 ? " tf32" : " fp32"));
+                                                << " beta " << beta << name);
               // Leading dimensions past the row length, as the layers' interleaved buffers have.
               const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
               const auto A = randn(static_cast<size_t>(ta ? K : M) * lda, seed++);
@@ -77,17 +82,24 @@ void check_gemm(bool tf32) {
                       << "C[" << i << "][" << j << "] = " << got[at] << ", CPU " << want[at];
                 }
             }
-  kc::set_gemm_tf32(false);
+  kc::set_matmul_precision(kc::MatmulPrecision::Fp32);
 }
 
 TEST(CudaOps, GemmFp32MatchesTheCpu) {
   QKV_REQUIRE_CUDA_DEVICE();
-  check_gemm(false);
+  check_gemm(kc::MatmulPrecision::Fp32);
 }
 
 TEST(CudaOps, GemmTf32WithinItsTolerance) {
   QKV_REQUIRE_CUDA_DEVICE();
-  check_gemm(true);
+  check_gemm(kc::MatmulPrecision::Tf32);
+}
+
+// Bf16 (qkv::set_cuda_precision(BF16)): cublasGemmEx with bf16 compute on the fp32 operands, within
+// kGemmBf16Tolerance of sum |a||b| over the same sweep.
+TEST(CudaOps, GemmBf16WithinItsTolerance) {
+  QKV_REQUIRE_CUDA_DEVICE();
+  check_gemm(kc::MatmulPrecision::Bf16);
 }
 
 // ---- LayerNorm ----

@@ -56,6 +56,23 @@ TEST(ModelDevice, Tf32WithoutAGpuIsRefusedWithTheReason) {
   EXPECT_NE(test::message_of([] { set_cuda_tf32(true); }).find(cuda_unavailable_reason()), std::string::npos);
   set_cuda_tf32(false);  // a no-op, not an error
   EXPECT_FALSE(cuda_tf32());
+  const std::string bf16 = test::message_of([] { set_cuda_precision(CudaPrecision::BF16); });
+  EXPECT_NE(bf16.find("set_cuda_precision(bf16)"), std::string::npos) << bf16;
+  EXPECT_NE(bf16.find(cuda_unavailable_reason()), std::string::npos) << bf16;
+  set_cuda_precision(CudaPrecision::FP32);
+  EXPECT_EQ(cuda_precision(), CudaPrecision::FP32);
+}
+
+// The precision's names, both ways; a wrong one is refused naming the argument, the value and the choices.
+TEST(ModelDevice, PrecisionNamesParseAndAWrongOneIsNamed) {
+  for (CudaPrecision p : {CudaPrecision::FP32, CudaPrecision::TF32, CudaPrecision::BF16})
+    EXPECT_EQ(parse_cuda_precision(to_string(p), "--precision"), p);
+  EXPECT_STREQ(to_string(CudaPrecision::BF16), "bf16");
+  for (const char* bad : {"fp16", "BF16", "", "tf32 "}) {
+    const std::string m = test::message_of([&] { parse_cuda_precision(bad, "--precision"); });
+    EXPECT_NE(m.find(std::string("--precision = \"") + bad + "\": expected fp32, tf32 or bf16"), std::string::npos)
+        << m;
+  }
 }
 
 TEST(ModelDevice, ToTheDeviceItIsOnChangesNothing) {
@@ -182,6 +199,36 @@ TEST(ModelDeviceCuda, LanguageModelInTf32StaysWithinItsTolerance) {
   }
   set_cuda_tf32(false);
   EXPECT_FALSE(cuda_tf32());
+}
+
+// BF16 (set_cuda_precision): the products' inputs keep 8 significant bits, 3 fewer than TF32's, so each product
+// carries up to 8x TF32's error (kGemmBf16Tolerance = 8 kGemmTf32Tolerance); the logits and 50 steps of losses
+// stay within 8x the TF32 test's bound (8e-2). Attention runs its TF32 tiles in this mode (within TF32's bound).
+// The parameters the optimizer updates stay fp32, and so does the checkpoint: the GPU model's save() after the
+// steps has the CPU's layout and size, and the same model loaded back on the CPU gives logits within the same
+// bound of the GPU's.
+TEST(ModelDeviceCuda, LanguageModelInBf16StaysWithinItsTolerance) {
+  QKV_SKIP_WITHOUT_CUDA();
+  constexpr double kBf16Tol = 8e-2;
+  LanguageModel cpu(lm_config());
+  const auto gpu = on_cuda(cpu);
+  set_cuda_precision(CudaPrecision::BF16);
+  EXPECT_EQ(cuda_precision(), CudaPrecision::BF16);
+  EXPECT_FALSE(cuda_tf32());
+  const int B = 3, T = 11;
+  const auto in = ids(B, T, 17, 18), tg = ids(B, T, 17, 19);
+  expect_near_all(gpu->logits(in, B, T), cpu.logits(in, B, T), kBf16Tol, "lm logits in bf16");
+  for (int s = 0; s < 50; ++s) {
+    const float lc = cpu.train_step(in, tg, B, T), lg = gpu->train_step(in, tg, B, T);
+    EXPECT_LE(std::abs(lg - lc) / std::abs(lc), kBf16Tol) << "step " << s << ": cuda bf16 " << lg << ", cpu " << lc;
+  }
+  const auto saved = gpu->save();
+  EXPECT_EQ(saved.size(), cpu.save().size());
+  LanguageModel back(lm_config());
+  back.load_state(saved);
+  expect_near_all(back.logits(in, B, T), gpu->logits(in, B, T), kBf16Tol, "bf16-trained weights on the cpu");
+  set_cuda_precision(CudaPrecision::FP32);
+  EXPECT_EQ(cuda_precision(), CudaPrecision::FP32);
 }
 
 TEST(ModelDeviceCuda, ACheckpointSavedOnTheGpuIsTheCpusBytes) {

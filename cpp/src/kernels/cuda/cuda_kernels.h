@@ -42,15 +42,25 @@ void synchronize(const char* op);
 // ---- Matrix product (gemm.cpp), cuBLAS ----
 
 // kernels::gemm's contract (row-major, leading dimensions, all four transpose cases, beta == 0 does not read C).
-// fp32 by default. With set_gemm_tf32(true) cuBLAS may use TF32 tensor cores (10-bit mantissa inputs, fp32
-// accumulate): each product then carries a relative error of about 2^-11 per input rounding, so a K-long dot
-// product lands within about 1e-3 relative of fp32 (kGemmTf32Tolerance, which the tests use, measured
-// against the sum of |a||b| so that cancellation does not inflate it).
+// The arithmetic of the products (qkv::set_cuda_precision sets it for the process):
+//   Fp32 (default): fp32 throughout.
+//   Tf32: cuBLAS may use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulate): each product then carries a
+//     relative error of about 2^-11 per input rounding, so a K-long dot product lands within about 1e-3 relative
+//     of fp32 (kGemmTf32Tolerance, which the tests use, measured against the sum of |a||b| so that cancellation
+//     does not inflate it).
+//   Bf16: cuBLAS rounds both operands to bf16 (8 significant bits: up to 2^-8 relative per rounding) and
+//     accumulates in fp32: each product a b carries up to about 2^-7 (8e-3) of |a||b|, a dot product up to that of
+//     sum |a||b| plus fp32's accumulation (kGemmBf16Tolerance: the same 2x margin as TF32's, 8x its value).
+// set_gemm_tf32(on) is set_matmul_precision(on ? Tf32 : Fp32); gemm_tf32() asks whether it is Tf32.
+enum class MatmulPrecision { Fp32, Tf32, Bf16 };
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);
+void set_matmul_precision(MatmulPrecision precision);
+MatmulPrecision matmul_precision();
 void set_gemm_tf32(bool on);
 bool gemm_tf32();
 constexpr double kGemmTf32Tolerance = 2e-3;
+constexpr double kGemmBf16Tolerance = 1.6e-2;
 
 // ---- LayerNorm and the fused residual add (layernorm.cu) ----
 
@@ -85,8 +95,8 @@ void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t se
 // kernels.h: attention_forward / attention_backward / attention_weights; s.key_pad, when set, is DEVICE memory
 // (B, key_rows). Fused: the (Tq,Tk) matrix is never stored; lse (B,H,Tq) as on the CPU. Limit: hs <=
 // kAttentionMaxHeadSize. attention_forward / attention_backward are the selection the backend calls: the
-// tensor-core kernels (FlashAttention-2's tiles, mma.sync TF32) in the precision of the process's TF32 switch
-// (set_gemm_tf32, which qkv::set_cuda_tf32 sets), or the row-wise kernels when the environment has
+// tensor-core kernels (FlashAttention-2's tiles, mma.sync TF32): AttentionPrecision::Fp32 when the matrix products
+// are Fp32, Tf32 when they are Tf32 or Bf16 (qkv::set_cuda_precision), or the row-wise kernels when the environment has
 // QKV_CUDA_ATTENTION=rowwise (A/B comparisons of whole steps).
 constexpr int kAttentionMaxHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s);

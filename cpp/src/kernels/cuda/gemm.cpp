@@ -3,7 +3,10 @@
 // transpose (c, r) with the same ld. So row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: call
 // cuBLAS with the operands swapped (B first), m = N, n = M, and each operand's own transpose flag.
 //   fp32 (default): CUBLAS_DEFAULT_MATH, which never uses TF32 unless NVIDIA_TF32_OVERRIDE says so.
-//   TF32 (set_gemm_tf32): CUBLAS_TF32_TENSOR_OP_MATH; tolerance in cuda_kernels.h (kGemmTf32Tolerance).
+//   TF32: CUBLAS_TF32_TENSOR_OP_MATH; tolerance in cuda_kernels.h (kGemmTf32Tolerance).
+//   BF16: cublasGemmEx on the same fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS rounds A and B to bf16
+//         on the way into its tensor-core tiles and accumulates in fp32 (kGemmBf16Tolerance). No bf16 copy of an
+//         operand is ever stored, so nothing else in the step changes.
 // One cuBLAS handle per process (device 0, the default stream), created on first use: its creation is where
 // a missing device or driver shows up, as a qkv::Error naming gemm.
 // cuBLAS is loaded with dlopen on that first use, not linked: cuBLASLt's static initialisation costs about 0.15 s
@@ -26,13 +29,20 @@
 namespace qkv::kernels::cuda {
 namespace {
 
-std::atomic<bool> tf32{false};
+std::atomic<MatmulPrecision> precision{MatmulPrecision::Fp32};
+
+// cublasGemmEx's exported symbol (the header adds a C++ overload taking a cudaDataType compute type, so
+// decltype(&cublasGemmEx) is ambiguous).
+using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                  const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                  cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
 
 // The cuBLAS entry points gemm uses (cublas_v2.h's cublasCreate and cublasSgemm are macros for the _v2 symbols).
 struct Cublas {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSgemm_v2) sgemm;
+  GemmEx gemm_ex;
 };
 
 void check_cublas(cublasStatus_t status, const char* call) {
@@ -53,7 +63,8 @@ Cublas load_cublas() {
   };
   return Cublas{reinterpret_cast<decltype(&cublasCreate_v2)>(sym("cublasCreate_v2")),
                 reinterpret_cast<decltype(&cublasSetMathMode)>(sym("cublasSetMathMode")),
-                reinterpret_cast<decltype(&cublasSgemm_v2)>(sym("cublasSgemm_v2"))};
+                reinterpret_cast<decltype(&cublasSgemm_v2)>(sym("cublasSgemm_v2")),
+                reinterpret_cast<GemmEx>(sym("cublasGemmEx"))};
 }
 
 struct Handle {
@@ -78,8 +89,10 @@ const Handle& handle() {
 
 }  // namespace
 
-void set_gemm_tf32(bool on) { tf32.store(on); }
-bool gemm_tf32() { return tf32.load(); }
+void set_matmul_precision(MatmulPrecision p) { precision.store(p); }
+MatmulPrecision matmul_precision() { return precision.load(); }
+void set_gemm_tf32(bool on) { precision.store(on ? MatmulPrecision::Tf32 : MatmulPrecision::Fp32); }
+bool gemm_tf32() { return precision.load() == MatmulPrecision::Tf32; }
 
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
@@ -94,10 +107,18 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (M == 0 || N == 0) return;
   check(C != nullptr && (K == 0 || (A != nullptr && B != nullptr)), "gemm (cuda): null device pointer");
   const Handle& c = handle();
-  check_cublas(c.api.set_math_mode(c.h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  check_cublas(c.api.sgemm(c.h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                           &alpha, B, ldb, A, lda, &beta, C, ldc),
-               "cublasSgemm");
+  const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const MatmulPrecision p = precision.load();
+  if (p == MatmulPrecision::Bf16) {
+    check_cublas(c.api.set_math_mode(c.h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    check_cublas(c.api.gemm_ex(c.h, op_b, op_a, N, M, K, &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C,
+                               CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_16BF, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx");
+    return;
+  }
+  check_cublas(c.api.set_math_mode(c.h, p == MatmulPrecision::Tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+               "cublasSetMathMode");
+  check_cublas(c.api.sgemm(c.h, op_b, op_a, N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc), "cublasSgemm");
 }
 
 }  // namespace qkv::kernels::cuda
