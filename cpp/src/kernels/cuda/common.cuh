@@ -1,17 +1,32 @@
 #pragma once
 // What the CUDA kernels share: warp and block reductions, grid sizing, and the deterministic column sums of
 // the parameter gradients (LayerNorm's dw, db and a bias's db).
-#include <cuda_runtime.h>
-
 #include <cstddef>
 #include <cstdint>
 
+#if defined(QKV_WARP_EMULATION)
+// tests/cpp/emulation runs kernels on the CPU: the CUDA built-ins (threadIdx, __syncthreads, __shfl_xor_sync,
+// dynamic_shared, ...) are then its own, and the host-side error layer is not needed.
+#include "emulation/warp_emulation.h"
+#else
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/check.h"
+#endif
 
 namespace qkv::kernels::cuda {
 
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+
+#if !defined(QKV_WARP_EMULATION)
+// The block's dynamic shared memory (the launch's third argument) as T: 16-byte aligned.
+template <class T>
+__device__ inline T* dynamic_shared() {
+  extern __shared__ float4 qkv_dynamic_shared[];
+  return reinterpret_cast<T*>(qkv_dynamic_shared);
+}
+#endif
 
 // The sum / max of v over the 32 lanes, returned to every lane (butterfly order: the same on every lane).
 __device__ inline float warp_sum(float v) {

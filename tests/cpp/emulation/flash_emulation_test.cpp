@@ -1,0 +1,244 @@
+// The tensor-core attention kernels (kernels/cuda/flash_attention.cuh), run on the CPU by the warp emulator
+// (warp_emulation.h: every thread a fiber, real barriers, the mma.sync and cvt.rna.tf32 semantics of the PTX ISA),
+// against the reference executor (ops/reference_backend.cpp: plain loops, dot products in double). These run in
+// every build, with or without CUDA or a GPU: they check the kernels' indices, tile bounds, masks, fragment
+// layouts, online softmax, recomputation from lse and the dropout mask as written. The GPU tests
+// (tests/cpp/cuda/flash_attention_test.cpp) check the same on the hardware, with its rounding and its memory.
+// Tolerances: 3xTF32 (fp32 mode) within 1e-5 * max(1, |ref|) element by element, as on the GPU; TF32 within
+// kAttentionTf32Tolerance of each output's largest |value| (at least 1).
+// Shapes are kept small (every thread is a fiber: a block of the backward takes a few hundred thousand switches).
+#define QKV_WARP_EMULATION 1
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "emulation/warp_emulation.h"
+#include "kernels/cuda/flash_attention.cuh"  // nvcc's #pragma unroll: -Wno-unknown-pragmas here (CMakeLists.txt)
+#include "ops/backends.h"
+#include "runtime/random.h"
+#include "test_util.h"
+
+namespace qkv {
+namespace {
+
+namespace kc = kernels::cuda;
+using test::randn;
+
+// |got - want| <= tol * max(1, |want|) element by element (exact == 1) or tol * max(1, max |want|) over the
+// output (exact == 0); infinities must match.
+::testing::AssertionResult near(const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                                double tol, bool elementwise) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << want.size();
+  double scale = 1;
+  for (float w : want)
+    if (std::isfinite(w)) scale = std::max(scale, static_cast<double>(std::abs(w)));
+  size_t bad = 0, first = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    const double bound = tol * (elementwise ? std::max(1.0, std::abs(w)) : scale);
+    const bool ok = std::isinf(w) ? g == w : std::abs(g - w) <= bound;
+    if (!ok && bad++ == 0) first = i;
+    if (std::isfinite(w) && !(std::abs(g - w) <= worst)) worst = std::abs(g - w);
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " differ; first [" << first
+                                       << "] = " << got[first] << ", reference " << want[first] << "; max |diff| "
+                                       << worst;
+}
+
+struct Case {
+  int B, Tq, Tk, H, hs;
+  bool causal, pad;
+  float dropout;
+  int q_pos = 0, extra_rows = 0;  // a KV cache: queries at q_pos.., k_rows = Tk + extra_rows
+};
+
+// q (B*Tq, ldq = C + 5), k and v interleaved in kv (B*k_rows, ldkv = 2C + 4: k at column 0, v at C), dout
+// (B*Tq, C); key_pad (B, k_rows) with batch 0 all padding when c.pad. Odd leading dimensions: the scalar loads.
+// aligned: ldq = C, ldkv = 2C (C % 4 == 0): the float4 loads.
+struct Inputs {
+  int C, ldq, ldkv, krows;
+  std::vector<float> q, kv, dout;
+  std::vector<uint8_t> pad;
+  Inputs(const Case& c, uint64_t seed, bool aligned)
+      : C(c.H * c.hs), ldq(aligned ? C : C + 5), ldkv(aligned ? 2 * C : 2 * C + 4), krows(c.Tk + c.extra_rows) {
+    q = randn(static_cast<size_t>(c.B) * c.Tq * ldq, seed);
+    kv = randn(static_cast<size_t>(c.B) * krows * ldkv, seed + 1);
+    dout = randn(static_cast<size_t>(c.B) * c.Tq * C, seed + 2);
+    pad.assign(static_cast<size_t>(c.B) * krows, 0);
+    if (c.pad) {
+      Rng rng(seed + 3);
+      for (auto& p : pad) p = rng.uniform() < 0.3;
+      for (int s = 0; s < krows; ++s) pad[static_cast<size_t>(s)] = 1;
+    }
+  }
+  kernels::AttentionShape shape(const Case& c) const {
+    return kernels::AttentionShape{c.B,      c.Tq,      c.Tk, C,       c.H,  ldq, ldkv, c.pad ? pad.data() : nullptr,
+                                   c.causal, c.dropout, 77,   c.q_pos, krows};
+  }
+};
+
+struct Outputs {
+  std::vector<float> out, lse, dq, dkv;
+};
+
+Outputs reference(const Case& c, const Inputs& in) {
+  static const std::unique_ptr<ops::Backend> ref = ops::make_reference_backend();
+  const kernels::AttentionShape s = in.shape(c);
+  Outputs r;
+  r.out.assign(static_cast<size_t>(c.B) * c.Tq * in.C, 0.f);
+  r.lse.assign(static_cast<size_t>(c.B) * c.H * c.Tq, 0.f);
+  r.dq.assign(in.q.size(), 0.f);
+  r.dkv.assign(in.kv.size(), 0.f);
+  std::vector<float> scratch(ref->attention_scratch_size(s, 1));
+  const float* kv = in.kv.data();
+  ref->attention_forward(r.out, r.lse, in.q.data(), kv, kv + in.C, s, scratch);
+  ref->attention_backward(r.dq.data(), r.dkv.data(), r.dkv.data() + in.C, in.dout, in.q.data(), kv, kv + in.C, r.out,
+                          r.lse, s, scratch);
+  return r;
+}
+
+// The three kernels as flash_attention.cu launches them (grid (ceil(rows / 64), H, B), 128 threads), emulated.
+template <int D, bool kSplit>
+Outputs emulate(const Case& c, const Inputs& in) {
+  const kernels::AttentionShape s = in.shape(c);
+  kc::FlashParams fp{kc::attention_params(s), in.C % 4 == 0 && in.ldq % 4 == 0 && in.ldkv % 4 == 0};
+  const float nan = std::nanf("");
+  Outputs o;
+  o.out.assign(static_cast<size_t>(c.B) * c.Tq * in.C, nan);
+  o.lse.assign(static_cast<size_t>(c.B) * c.H * c.Tq, nan);
+  o.dq.assign(in.q.size(), nan);
+  o.dkv.assign(in.kv.size(), nan);
+  std::vector<float> Dg(static_cast<size_t>(c.B) * c.H * c.Tq, nan);
+  const auto grid = [&](int rows) {
+    return emu::Dim3{static_cast<unsigned>((rows + kc::kOwn - 1) / kc::kOwn), static_cast<unsigned>(c.H),
+                     static_cast<unsigned>(c.B)};
+  };
+  const float *q = in.q.data(), *k = in.kv.data(), *v = in.kv.data() + in.C;
+  emu::launch(grid(c.Tq), kc::kThreads, kc::forward_smem(D),
+              [&] { kc::flash_forward_kernel<D, kSplit>(o.out.data(), o.lse.data(), q, k, v, fp); });
+  emu::launch(grid(c.Tq), kc::kThreads, kc::dq_smem(D), [&] {
+    kc::flash_dq_kernel<D, kSplit>(o.dq.data(), Dg.data(), in.dout.data(), q, k, v, o.out.data(), o.lse.data(), fp);
+  });
+  emu::launch(grid(c.Tk), kc::kThreads, kc::dkv_smem(D), [&] {
+    kc::flash_dkv_kernel<D, kSplit>(o.dkv.data(), o.dkv.data() + in.C, Dg.data(), in.dout.data(), q, k, v, o.lse.data(),
+                                    fp);
+  });
+  return o;
+}
+
+// The heads' columns of the written rows: dq's first C of each ldq-wide row; dk and dv (2C of each ldkv-wide row)
+// in the rows < Tk of each batch.
+std::vector<float> dq_columns(const Case& c, const Inputs& in, const std::vector<float>& dq) {
+  std::vector<float> r;
+  for (size_t row = 0; row < static_cast<size_t>(c.B) * c.Tq; ++row)
+    for (int i = 0; i < in.C; ++i) r.push_back(dq[row * in.ldq + i]);
+  return r;
+}
+std::vector<float> dkv_columns(const Case& c, const Inputs& in, const std::vector<float>& dkv) {
+  std::vector<float> r;
+  for (int b = 0; b < c.B; ++b)
+    for (int t = 0; t < c.Tk; ++t)
+      for (int i = 0; i < 2 * in.C; ++i) r.push_back(dkv[(static_cast<size_t>(b) * in.krows + t) * in.ldkv + i]);
+  return r;
+}
+
+template <int D>
+void check_case(const Case& c, uint64_t seed, bool aligned = false) {
+  SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq << " Tk " << c.Tk << " H " << c.H << " hs " << c.hs
+                                    << " causal " << c.causal << " pad " << c.pad << " dropout " << c.dropout
+                                    << " q_pos " << c.q_pos << " k_rows " << c.Tk + c.extra_rows
+                                    << (aligned ? " float4 loads" : " scalar loads"));
+  const Inputs in(c, seed, aligned);
+  const Outputs want = reference(c, in);
+  for (bool split : {true, false}) {
+    SCOPED_TRACE(split ? "fp32 (3xTF32)" : "tf32");
+    const Outputs got = split ? emulate<D, true>(c, in) : emulate<D, false>(c, in);
+    const double tol = split ? 1e-5 : kc::kAttentionTf32Tolerance;
+    EXPECT_TRUE(near("out", got.out, want.out, tol, split));
+    EXPECT_TRUE(near("lse", got.lse, want.lse, tol, split));
+    EXPECT_TRUE(near("dq", dq_columns(c, in, got.dq), dq_columns(c, in, want.dq), tol, split));
+    EXPECT_TRUE(near("dk and dv", dkv_columns(c, in, got.dkv), dkv_columns(c, in, want.dkv), tol, split));
+  }
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define QKV_SKIP_UNDER_ASAN() GTEST_SKIP() << "fibers (swapcontext) confuse AddressSanitizer's stack tracking"
+#else
+#define QKV_SKIP_UNDER_ASAN() \
+  do {                        \
+  } while (0)
+#endif
+
+// The emulator itself: cvt.rna.tf32's rounding and one mma against a plain product.
+TEST(WarpEmulation, Tf32RoundingAndOneMma) {
+  EXPECT_EQ(kc::to_tf32(1.f), 0x3f800000u);
+  EXPECT_EQ(__uint_as_float(kc::to_tf32(1.f + 0x1p-11f)), 1.f + 0x1p-10f);  // a tie: away from zero
+  EXPECT_EQ(__uint_as_float(kc::to_tf32(-(1.f + 0x1p-11f))), -(1.f + 0x1p-10f));
+  EXPECT_EQ(__uint_as_float(kc::to_tf32(1.f + 0x1p-12f)), 1.f);
+  EXPECT_TRUE(std::isinf(__uint_as_float(kc::to_tf32(INFINITY))));
+  QKV_SKIP_UNDER_ASAN();
+  // A (16x8) = r + 0.5 k, B (8x8) = k - n: the C fragments against the plain sums.
+  std::vector<float> d(32 * 4);
+  emu::launch({1, 1, 1}, 32, 0, [&] {
+    const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+    const auto A = [](int r, int k) { return static_cast<float>(r) + 0.5f * static_cast<float>(k); };
+    const auto B = [](int k, int n) { return static_cast<float>(k - n); };
+    const uint32_t a[4] = {kc::to_tf32(A(g, t)), kc::to_tf32(A(g + 8, t)), kc::to_tf32(A(g, t + 4)),
+                           kc::to_tf32(A(g + 8, t + 4))};
+    const uint32_t b[2] = {kc::to_tf32(B(t, g)), kc::to_tf32(B(t + 4, g))};
+    float c[4] = {1.f, 1.f, 1.f, 1.f};
+    kc::mma_tf32(c, a, b);
+    for (int i = 0; i < 4; ++i) d[static_cast<size_t>(lane * 4 + i)] = c[i];
+  });
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int r = lane / 4 + (i >= 2 ? 8 : 0), n = 2 * (lane % 4) + (i & 1);
+      double want = 1;
+      for (int k = 0; k < 8; ++k) want += (r + 0.5 * k) * (k - n);
+      EXPECT_EQ(d[static_cast<size_t>(lane * 4 + i)], static_cast<float>(want)) << "lane " << lane << " element " << i;
+    }
+}
+
+// A warp-wide operation that part of a warp never reaches is reported, not a hang.
+TEST(WarpEmulation, AShuffleThatPartOfTheWarpSkipsIsADeadlock) {
+  QKV_SKIP_UNDER_ASAN();
+  EXPECT_THROW(emu::launch({1, 1, 1}, 64, 0,
+                           [] {
+                             if (threadIdx.x % 32 < 16) {
+                               __syncthreads();
+                             } else {
+                               (void)__shfl_xor_sync(0xffffffffu, 1.f, 1);
+                               __syncthreads();
+                             }
+                           }),
+               emu::Deadlock);
+}
+
+TEST(FlashAttentionEmulated, RaggedShapesEveryHeadSizeInstance) {
+  QKV_SKIP_UNDER_ASAN();
+  uint64_t seed = 100;
+  check_case<32>({2, 17, 17, 2, 16, false, false, 0.f}, seed += 10);
+  check_case<32>({1, 67, 67, 1, 32, true, false, 0.f}, seed += 10, true);
+  check_case<64>({1, 3, 17, 2, 64, false, false, 0.f}, seed += 10, true);
+  check_case<64>({1, 70, 70, 1, 64, true, false, 0.f}, seed += 10);
+  check_case<96>({1, 20, 33, 1, 67, false, false, 0.f}, seed += 10);        // odd head size: zero-padded columns
+  check_case<128>({1, 17, 9, 1, 128, true, false, 0.f}, seed += 10, true);  // causal, fewer keys than queries
+}
+
+TEST(FlashAttentionEmulated, KeyPaddingDropoutAndTheKvCacheShape) {
+  QKV_SKIP_UNDER_ASAN();
+  uint64_t seed = 200;
+  check_case<32>({2, 19, 19, 2, 16, true, true, 0.f}, seed += 10);    // batch 0: every key padded
+  check_case<64>({1, 33, 40, 1, 64, false, true, 0.3f}, seed += 10);  // dropout: the CPU's mask, element for element
+  check_case<32>({2, 3, 67, 1, 32, true, false, 0.f, 64, 5}, seed += 10);       // 3 new queries after 64 cached keys
+  check_case<64>({1, 1, 65, 2, 64, true, true, 0.f, 64, 3}, seed += 10, true);  // decode, one query
+}
+
+}  // namespace
+}  // namespace qkv

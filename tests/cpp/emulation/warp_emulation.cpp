@@ -1,0 +1,221 @@
+// The scheduler behind warp_emulation.h: a launch runs block after block; a block's threads are fibers
+// (makecontext/swapcontext) that the scheduler resumes in turn, each until it waits at a barrier or ends.
+// Barriers count generations: a thread that arrives last opens the barrier (the generation moves on) and carries on;
+// the others become runnable again. A thread that ends leaves its warp and block (later barriers count the living
+// ones), as on GPUs since Volta.
+#define QKV_WARP_EMULATION 1
+#include "emulation/warp_emulation.h"
+
+#include <ucontext.h>
+
+#include <limits>
+#include <vector>
+
+namespace qkv::emu {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr size_t kStackBytes = 256 * 1024;  // a kernel's frame: its register arrays, a few KiB at most
+
+enum class Wait { None, Block, Warp };
+
+struct Fiber {
+  ucontext_t context;
+  Dim3 index;
+  int round = 0;
+  bool done = false;
+  Wait wait = Wait::None;
+  uint64_t wait_generation = 0;
+};
+
+struct WarpState {
+  int arrived = 0, alive = 0;
+  uint64_t generation = 0;
+  uint64_t slots[2][kWarp];
+  float mma[2][kWarp][10];  // a0..a3, b0, b1, c0..c3 of each lane (TF32 values as floats)
+};
+
+struct Launch {
+  Dim3 grid, block_index, block_dim;
+  const std::function<void()>* kernel = nullptr;
+  std::vector<Fiber> fibers;
+  std::vector<WarpState> warps;
+  std::vector<char> stacks;
+  std::vector<float4> shared;  // 16-byte aligned
+  ucontext_t scheduler;
+  int current = -1, arrived = 0, alive = 0;
+  uint64_t generation = 0;
+};
+
+thread_local Launch* active = nullptr;
+
+Launch& launch_state() {
+  if (!active) throw std::logic_error("warp emulation: a CUDA built-in was used outside emu::launch");
+  return *active;
+}
+Fiber& self() { return launch_state().fibers[static_cast<size_t>(launch_state().current)]; }
+WarpState& warp_of(const Fiber& f) { return launch_state().warps[f.index.x / kWarp]; }
+
+// Back to the scheduler until the barrier's generation moves past `generation`.
+void wait_for(Wait kind, uint64_t generation) {
+  Fiber& f = self();
+  f.wait = kind;
+  f.wait_generation = generation;
+  swapcontext(&f.context, &launch_state().scheduler);
+}
+
+bool runnable(const Launch& l, const Fiber& f) {
+  if (f.done) return false;
+  switch (f.wait) {
+    case Wait::None: return true;
+    case Wait::Block: return l.generation != f.wait_generation;
+    default: return l.warps[f.index.x / kWarp].generation != f.wait_generation;
+  }
+}
+
+void fiber_main(int i) {
+  Launch& l = launch_state();
+  (*l.kernel)();
+  Fiber& f = l.fibers[static_cast<size_t>(i)];
+  WarpState& w = warp_of(f);
+  f.done = true;
+  --l.alive;
+  --w.alive;
+  // Those already waiting no longer wait for this thread.
+  if (l.arrived > 0 && l.arrived == l.alive) l.arrived = 0, ++l.generation;
+  if (w.arrived > 0 && w.arrived == w.alive) w.arrived = 0, ++w.generation;
+}  // returns to the scheduler (uc_link)
+
+std::string describe(const Launch& l) {
+  std::string s = "warp emulation: deadlock in block (" + std::to_string(l.block_index.x) + ", " +
+                  std::to_string(l.block_index.y) + ", " + std::to_string(l.block_index.z) + "):";
+  int block = 0, warp = 0;
+  for (const Fiber& f : l.fibers) {
+    if (f.done) continue;
+    (f.wait == Wait::Block ? block : warp) += 1;
+  }
+  return s + " " + std::to_string(block) + " threads wait at __syncthreads, " + std::to_string(warp) +
+         " at a warp-wide operation, " + std::to_string(l.fibers.size() - static_cast<size_t>(l.alive)) + " have ended";
+}
+
+void run_block(Launch& l, size_t threads) {
+  for (size_t i = 0; i < threads; ++i) {
+    Fiber& f = l.fibers[i];
+    f = Fiber{};
+    f.index = {static_cast<unsigned>(i), 0, 0};
+    getcontext(&f.context);
+    f.context.uc_stack.ss_sp = l.stacks.data() + i * kStackBytes;
+    f.context.uc_stack.ss_size = kStackBytes;
+    f.context.uc_link = &l.scheduler;
+    makecontext(&f.context, reinterpret_cast<void (*)()>(&fiber_main), 1, static_cast<int>(i));
+  }
+  for (size_t w = 0; w < l.warps.size(); ++w) {
+    l.warps[w] = WarpState{};
+    l.warps[w].alive = static_cast<int>(std::min<size_t>(kWarp, threads - w * kWarp));
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float4& v : l.shared) v = {nan, nan, nan, nan};
+  l.arrived = 0;
+  l.alive = static_cast<int>(threads);
+  l.generation = 0;
+  while (l.alive > 0) {
+    bool ran = false;
+    for (size_t i = 0; i < threads; ++i) {
+      Fiber& f = l.fibers[i];
+      if (!runnable(l, f)) continue;
+      f.wait = Wait::None;
+      l.current = static_cast<int>(i);
+      swapcontext(&l.scheduler, &f.context);
+      ran = true;
+    }
+    if (!ran) throw Deadlock(describe(l));
+  }
+}
+
+}  // namespace
+
+const Dim3& thread_idx() { return self().index; }
+const Dim3& block_idx() { return launch_state().block_index; }
+const Dim3& block_dim() { return launch_state().block_dim; }
+const Dim3& grid_dim() { return launch_state().grid; }
+void* dynamic_shared_bytes() { return launch_state().shared.data(); }
+
+void sync_block() {
+  Launch& l = launch_state();
+  const uint64_t generation = l.generation;
+  if (++l.arrived == l.alive) {
+    l.arrived = 0;
+    ++l.generation;
+    return;
+  }
+  wait_for(Wait::Block, generation);
+}
+
+void sync_warp() {
+  WarpState& w = warp_of(self());
+  const uint64_t generation = w.generation;
+  if (++w.arrived == w.alive) {
+    w.arrived = 0;
+    ++w.generation;
+    return;
+  }
+  wait_for(Wait::Warp, generation);
+}
+
+uint64_t* warp_slots(int round) { return warp_of(self()).slots[round & 1]; }
+int next_round() { return self().round++; }
+
+void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel) {
+  if (active) throw std::logic_error("warp emulation: launches do not nest");
+  if (threads == 0 || threads > 1024) throw std::invalid_argument("warp emulation: 1..1024 threads a block");
+  Launch l;
+  l.grid = grid;
+  l.block_dim = {threads, 1, 1};
+  l.kernel = &kernel;
+  l.fibers.resize(threads);
+  l.warps.resize((threads + kWarp - 1) / kWarp);
+  l.stacks.resize(threads * kStackBytes);
+  l.shared.resize((shared_bytes + sizeof(float4) - 1) / sizeof(float4));
+  active = &l;
+  try {
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          l.block_index = {x, y, z};
+          run_block(l, threads);
+        }
+  } catch (...) {
+    active = nullptr;
+    throw;
+  }
+  active = nullptr;
+}
+
+}  // namespace qkv::emu
+
+namespace qkv::kernels::cuda {
+
+void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  using emu::sync_warp;
+  const int round = emu::next_round();
+  emu::WarpState& w = emu::warp_of(emu::self());
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  float* mine = w.mma[round & 1][lane];
+  for (int i = 0; i < 4; ++i) mine[i] = __uint_as_float(a[i]);
+  for (int i = 0; i < 2; ++i) mine[4 + i] = __uint_as_float(b[i]);
+  for (int i = 0; i < 4; ++i) mine[6 + i] = c[i];
+  sync_warp();
+  const auto& all = w.mma[round & 1];
+  // A(r, k) and B(k, n) from the lanes that hold them (the layouts in the header).
+  const auto A = [&](int r, int k) { return all[(r % 8) * 4 + k % 4][(r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]; };
+  const auto B = [&](int k, int n) { return all[n * 4 + k % 4][4 + (k >= 4 ? 1 : 0)]; };
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
+    double sum = 0;
+    for (int k = 0; k < 8; ++k) sum += static_cast<double>(A(r, k)) * B(k, n);
+    c[i] = static_cast<float>(c[i] + sum);
+  }
+}
+
+}  // namespace qkv::kernels::cuda
