@@ -20,8 +20,8 @@ std::string device_summary();
 //   TF32: cuBLAS on tensor cores with 10-bit mantissa inputs and fp32 accumulation, one TF32 mma per attention
 //        tile product; like torch.backends.cuda.matmul.allow_tf32.
 //   BF16: cuBLAS on tensor cores with bf16 inputs (8-bit mantissas, converted from the fp32 operands inside the
-//        product) and fp32 accumulation; attention as TF32. Weights stay fp32 (the master copy the optimizer
-//        updates) and activations are stored in fp32: the products run at the bf16 rate, memory traffic is
+//        product) and fp32 accumulation, attention on bf16 tiles (mma m16n8k16). Weights stay fp32 (the master copy the
+//        optimizer updates) and activations are stored in fp32: the products run at the bf16 rate, memory traffic is
 //        fp32's. The counterpart of PyTorch's bf16 autocast, with its own tolerance against FP32 (about 8x
 //        TF32's: 3 fewer mantissa bits).
 // set_cuda_precision(anything but FP32) throws qkv::Error naming cuda_unavailable_reason() in a build without

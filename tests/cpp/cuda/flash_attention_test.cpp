@@ -10,6 +10,7 @@
 //   Fp32 (3xTF32): |gpu - ref| <= 1e-5 * max(1, |ref|) element by element, the CPU parity tolerance. 3xTF32 drops
 //     a_small * b_small and rounds the small parts: about 3 * 2^-22 (7e-7) of |a||b| per product at worst, so an
 //     hs-long dot of unit-scale terms is off by ~sqrt(hs) * 2e-7 < 3e-6, as fp32 arithmetic itself is.
+//   Bf16: as Tf32 with kAttentionBf16Tolerance (8e-2): bf16 keeps 3 fewer significant bits.
 //   Tf32: |gpu - ref| <= kAttentionTf32Tolerance (1e-2) * max(1, max |ref|) over each output. One TF32 rounding of
 //     each input is 2^-11 (5e-4) relative: a score or dP = dout . v of hs = 128 unit-scale terms is off by about
 //     sqrt(128) * 5e-4 * 0.7 ~ 4e-3 of its terms' scale, which exp and the P V / dS K products carry into the
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -149,11 +151,12 @@ void check_flash(const FlashCase& c, uint64_t seed, bool twice = false) {
   kc::upload(q_, in.q, "test"), kc::upload(kv_, in.kv, "test"), kc::upload(dout_, in.dout, "test");
   test::upload_bytes(d.b[0], in.pad.data(), in.pad.size());
   const kernels::AttentionShape s = in.shape(c, d.b[0]);
-  for (AttentionPrecision precision : {AttentionPrecision::Fp32, AttentionPrecision::Tf32}) {
-    const bool fp32 = precision == AttentionPrecision::Fp32;
-    SCOPED_TRACE(fp32 ? "fp32 (3xTF32)" : "tf32");
+  for (AttentionPrecision precision : {AttentionPrecision::Fp32, AttentionPrecision::Tf32, AttentionPrecision::Bf16}) {
+    const bool fp32 = precision == AttentionPrecision::Fp32, tf32 = precision == AttentionPrecision::Tf32;
+    SCOPED_TRACE(fp32 ? "fp32 (3xTF32)" : tf32 ? "tf32" : "bf16");
     const auto check = [&](const char* what, const std::vector<float>& got, const std::vector<float>& ref) {
-      return fp32 ? near(what, got, ref, kFp32) : near_norm(what, got, ref, kc::kAttentionTf32Tolerance);
+      return fp32 ? near(what, got, ref, kFp32)
+                  : near_norm(what, got, ref, tf32 ? kc::kAttentionTf32Tolerance : kc::kAttentionBf16Tolerance);
     };
     poison(out_, nout), poison(lse_, nl), poison(dq_, in.q.size()), poison(dkv_, in.kv.size());
     kc::attention_forward_flash(out_, lse_, q_, kv_, kv_ + in.C, s, precision);
@@ -227,9 +230,9 @@ TEST(CudaFlashAttention, CharGptShapeAndDeterminism) {
   check_flash({2, 256, 256, 6, 64, true, false, 0.1f}, 5010, true);
 }
 
-// The backend's selection follows the TF32 switch: with it off, attention_forward is the Fp32 flash kernel, bit for
-// bit; with it on, the Tf32 one.
-TEST(CudaFlashAttention, TheSelectionFollowsTheTf32Switch) {
+// The backend's selection follows the matrix products' precision (set_matmul_precision, which
+// qkv::set_cuda_precision sets): attention_forward is the flash kernel of the same precision, bit for bit.
+TEST(CudaFlashAttention, TheSelectionFollowsTheProductsPrecision) {
   QKV_SKIP_WITHOUT_CUDA();
   if (const char* e = std::getenv("QKV_CUDA_ATTENTION"); e && std::string(e) == "rowwise")
     GTEST_SKIP() << "QKV_CUDA_ATTENTION=rowwise routes the selection to the row-wise kernels";
@@ -239,15 +242,17 @@ TEST(CudaFlashAttention, TheSelectionFollowsTheTf32Switch) {
   DeviceBuffers d({in.q.size(), in.kv.size(), nout, nl, nout, nl});
   kc::upload(d.f[0], in.q, "test"), kc::upload(d.f[1], in.kv, "test");
   const kernels::AttentionShape s = in.shape(c, nullptr);
-  for (bool tf32 : {false, true}) {
-    kc::set_gemm_tf32(tf32);
+  using M = kc::MatmulPrecision;
+  const std::pair<M, AttentionPrecision> pairs[] = {
+      {M::Fp32, AttentionPrecision::Fp32}, {M::Tf32, AttentionPrecision::Tf32}, {M::Bf16, AttentionPrecision::Bf16}};
+  for (const auto& [matmul, attention] : pairs) {
+    kc::set_matmul_precision(matmul);
     kc::attention_forward(d.f[2], d.f[3], d.f[0], d.f[1], d.f[1] + in.C, s);
-    kc::attention_forward_flash(d.f[4], d.f[5], d.f[0], d.f[1], d.f[1] + in.C, s,
-                                tf32 ? AttentionPrecision::Tf32 : AttentionPrecision::Fp32);
-    EXPECT_EQ(download(d.f[2], nout), download(d.f[4], nout)) << (tf32 ? "tf32" : "fp32");
-    EXPECT_EQ(download(d.f[3], nl), download(d.f[5], nl)) << (tf32 ? "tf32" : "fp32");
+    kc::attention_forward_flash(d.f[4], d.f[5], d.f[0], d.f[1], d.f[1] + in.C, s, attention);
+    EXPECT_EQ(download(d.f[2], nout), download(d.f[4], nout)) << static_cast<int>(matmul);
+    EXPECT_EQ(download(d.f[3], nl), download(d.f[5], nl)) << static_cast<int>(matmul);
   }
-  kc::set_gemm_tf32(false);
+  kc::set_matmul_precision(M::Fp32);
 }
 
 }  // namespace

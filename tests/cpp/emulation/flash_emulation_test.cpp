@@ -4,8 +4,8 @@
 // every build, with or without CUDA or a GPU: they check the kernels' indices, tile bounds, masks, fragment
 // layouts, online softmax, recomputation from lse and the dropout mask as written. The GPU tests
 // (tests/cpp/cuda/flash_attention_test.cpp) check the same on the hardware, with its rounding and its memory.
-// Tolerances: 3xTF32 (fp32 mode) within 1e-5 * max(1, |ref|) element by element, as on the GPU; TF32 within
-// kAttentionTf32Tolerance of each output's largest |value| (at least 1).
+// Tolerances: 3xTF32 (fp32 mode) within 1e-5 * max(1, |ref|) element by element, as on the GPU; TF32 and bf16
+// within kAttentionTf32Tolerance and kAttentionBf16Tolerance of each output's largest |value| (at least 1).
 // Shapes are kept small (every thread is a fiber: a block of the backward takes a few hundred thousand switches).
 #define QKV_WARP_EMULATION 1
 #include <gtest/gtest.h>
@@ -104,7 +104,7 @@ Outputs reference(const Case& c, const Inputs& in) {
 }
 
 // The three kernels as flash_attention.cu launches them (grid (ceil(rows / 64), H, B), 128 threads), emulated.
-template <int D, bool kSplit>
+template <int D, kc::AttentionPrecision kP>
 Outputs emulate(const Case& c, const Inputs& in) {
   const kernels::AttentionShape s = in.shape(c);
   kc::FlashParams fp{kc::attention_params(s), in.C % 4 == 0 && in.ldq % 4 == 0 && in.ldkv % 4 == 0};
@@ -121,13 +121,13 @@ Outputs emulate(const Case& c, const Inputs& in) {
   };
   const float *q = in.q.data(), *k = in.kv.data(), *v = in.kv.data() + in.C;
   emu::launch(grid(c.Tq), kc::kThreads, kc::forward_smem(D),
-              [&] { kc::flash_forward_kernel<D, kSplit>(o.out.data(), o.lse.data(), q, k, v, fp); });
+              [&] { kc::flash_forward_kernel<D, kP>(o.out.data(), o.lse.data(), q, k, v, fp); });
   emu::launch(grid(c.Tq), kc::kThreads, kc::dq_smem(D), [&] {
-    kc::flash_dq_kernel<D, kSplit>(o.dq.data(), Dg.data(), in.dout.data(), q, k, v, o.out.data(), o.lse.data(), fp);
+    kc::flash_dq_kernel<D, kP>(o.dq.data(), Dg.data(), in.dout.data(), q, k, v, o.out.data(), o.lse.data(), fp);
   });
   emu::launch(grid(c.Tk), kc::kThreads, kc::dkv_smem(D), [&] {
-    kc::flash_dkv_kernel<D, kSplit>(o.dkv.data(), o.dkv.data() + in.C, Dg.data(), in.dout.data(), q, k, v, o.lse.data(),
-                                    fp);
+    kc::flash_dkv_kernel<D, kP>(o.dkv.data(), o.dkv.data() + in.C, Dg.data(), in.dout.data(), q, k, v, o.lse.data(),
+                                fp);
   });
   return o;
 }
@@ -156,14 +156,18 @@ void check_case(const Case& c, uint64_t seed, bool aligned = false) {
                                     << (aligned ? " float4 loads" : " scalar loads"));
   const Inputs in(c, seed, aligned);
   const Outputs want = reference(c, in);
-  for (bool split : {true, false}) {
-    SCOPED_TRACE(split ? "fp32 (3xTF32)" : "tf32");
-    const Outputs got = split ? emulate<D, true>(c, in) : emulate<D, false>(c, in);
-    const double tol = split ? 1e-5 : kc::kAttentionTf32Tolerance;
-    EXPECT_TRUE(near("out", got.out, want.out, tol, split));
-    EXPECT_TRUE(near("lse", got.lse, want.lse, tol, split));
-    EXPECT_TRUE(near("dq", dq_columns(c, in, got.dq), dq_columns(c, in, want.dq), tol, split));
-    EXPECT_TRUE(near("dk and dv", dkv_columns(c, in, got.dkv), dkv_columns(c, in, want.dkv), tol, split));
+  using P = kc::AttentionPrecision;
+  for (P precision : {P::Fp32, P::Tf32, P::Bf16}) {
+    const bool fp32 = precision == P::Fp32;
+    SCOPED_TRACE(fp32 ? "fp32 (3xTF32)" : precision == P::Tf32 ? "tf32" : "bf16");
+    const Outputs got = fp32                   ? emulate<D, P::Fp32>(c, in)
+                        : precision == P::Tf32 ? emulate<D, P::Tf32>(c, in)
+                                               : emulate<D, P::Bf16>(c, in);
+    const double tol = fp32 ? 1e-5 : precision == P::Tf32 ? kc::kAttentionTf32Tolerance : kc::kAttentionBf16Tolerance;
+    EXPECT_TRUE(near("out", got.out, want.out, tol, fp32));
+    EXPECT_TRUE(near("lse", got.lse, want.lse, tol, fp32));
+    EXPECT_TRUE(near("dq", dq_columns(c, in, got.dq), dq_columns(c, in, want.dq), tol, fp32));
+    EXPECT_TRUE(near("dk and dv", dkv_columns(c, in, got.dkv), dkv_columns(c, in, want.dkv), tol, fp32));
   }
 }
 
@@ -201,6 +205,36 @@ TEST(WarpEmulation, Tf32RoundingAndOneMma) {
       const int r = lane / 4 + (i >= 2 ? 8 : 0), n = 2 * (lane % 4) + (i & 1);
       double want = 1;
       for (int k = 0; k < 8; ++k) want += (r + 0.5 * k) * (k - n);
+      EXPECT_EQ(d[static_cast<size_t>(lane * 4 + i)], static_cast<float>(want)) << "lane " << lane << " element " << i;
+    }
+}
+
+// One bf16 mma against a plain product of the rounded values, and the rounding (to nearest, ties to even).
+TEST(WarpEmulation, Bf16RoundingAndOneMma) {
+  EXPECT_EQ(kc::pack_bf16(1.f, -2.f), 0xc0003f80u);                               // lo in the low half
+  EXPECT_EQ(kc::bf16_half(kc::pack_bf16(1.f + 0x1p-8f, 0.f), 0), 1.f);            // a tie: to even (down)
+  EXPECT_EQ(kc::bf16_half(kc::pack_bf16(1.f + 0x3p-8f, 0.f), 0), 1.f + 0x1p-6f);  // a tie: to even (up)
+  EXPECT_EQ(kc::bf16_half(kc::pack_bf16(0.f, 1.f + 0x1p-9f), 1), 1.f);
+  QKV_SKIP_UNDER_ASAN();
+  std::vector<float> d(32 * 4);
+  const auto A = [](int r, int k) { return 0.25f * static_cast<float>(r) - 0.125f * static_cast<float>(k); };
+  const auto B = [](int k, int n) { return static_cast<float>(k + 2 * n) * 0.5f; };
+  emu::launch({1, 1, 1}, 32, 0, [&] {
+    const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+    const uint32_t a[4] = {
+        kc::pack_bf16(A(g, 2 * t), A(g, 2 * t + 1)), kc::pack_bf16(A(g + 8, 2 * t), A(g + 8, 2 * t + 1)),
+        kc::pack_bf16(A(g, 2 * t + 8), A(g, 2 * t + 9)), kc::pack_bf16(A(g + 8, 2 * t + 8), A(g + 8, 2 * t + 9))};
+    const uint32_t b[2] = {kc::pack_bf16(B(2 * t, g), B(2 * t + 1, g)),
+                           kc::pack_bf16(B(2 * t + 8, g), B(2 * t + 9, g))};
+    float c[4] = {0.5f, 0.5f, 0.5f, 0.5f};
+    kc::mma_bf16(c, a, b);
+    for (int i = 0; i < 4; ++i) d[static_cast<size_t>(lane * 4 + i)] = c[i];
+  });
+  for (int lane = 0; lane < 32; ++lane)
+    for (int i = 0; i < 4; ++i) {
+      const int r = lane / 4 + (i >= 2 ? 8 : 0), n = 2 * (lane % 4) + (i & 1);
+      double want = 0.5;
+      for (int k = 0; k < 16; ++k) want += static_cast<double>(A(r, k)) * B(k, n);  // exact in bf16: small multiples
       EXPECT_EQ(d[static_cast<size_t>(lane * 4 + i)], static_cast<float>(want)) << "lane " << lane << " element " << i;
     }
 }

@@ -32,7 +32,7 @@ struct WarpState {
   int arrived = 0, alive = 0;
   uint64_t generation = 0;
   uint64_t slots[2][kWarp];
-  float mma[2][kWarp][10];  // a0..a3, b0, b1, c0..c3 of each lane (TF32 values as floats)
+  uint32_t mma[2][kWarp][6];  // a0..a3, b0, b1 of each lane (the registers as given)
 };
 
 struct Launch {
@@ -195,27 +195,61 @@ void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::functio
 
 namespace qkv::kernels::cuda {
 
-void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  using emu::sync_warp;
+namespace {
+
+// Publishes the calling lane's a and b registers and waits for the warp's; returns the round's table.
+const uint32_t (&gather(const uint32_t (&a)[4], const uint32_t (&b)[2]))[32][6] {
   const int round = emu::next_round();
   emu::WarpState& w = emu::warp_of(emu::self());
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  float* mine = w.mma[round & 1][lane];
-  for (int i = 0; i < 4; ++i) mine[i] = __uint_as_float(a[i]);
-  for (int i = 0; i < 2; ++i) mine[4 + i] = __uint_as_float(b[i]);
-  for (int i = 0; i < 4; ++i) mine[6 + i] = c[i];
-  sync_warp();
-  const auto& all = w.mma[round & 1];
-  // A(r, k) and B(k, n) from the lanes that hold them (the layouts in the header).
-  const auto A = [&](int r, int k) { return all[(r % 8) * 4 + k % 4][(r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]; };
-  const auto B = [&](int k, int n) { return all[n * 4 + k % 4][4 + (k >= 4 ? 1 : 0)]; };
-  const int g = lane / 4, t = lane % 4;
+  uint32_t* mine = w.mma[round & 1][threadIdx.x % 32];
+  for (int i = 0; i < 4; ++i) mine[i] = a[i];
+  for (int i = 0; i < 2; ++i) mine[4 + i] = b[i];
+  emu::sync_warp();
+  return w.mma[round & 1];
+}
+
+// c (this lane's C fragment) += sum over k < K of A(r, k) B(k, n), in double, rounded once.
+template <int K, class AAt, class BAt>
+void accumulate(float (&c)[4], AAt A, BAt B) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
     double sum = 0;
-    for (int k = 0; k < 8; ++k) sum += static_cast<double>(A(r, k)) * B(k, n);
+    for (int k = 0; k < K; ++k) sum += static_cast<double>(A(r, k)) * B(k, n);
     c[i] = static_cast<float>(c[i] + sum);
   }
+}
+
+}  // namespace
+
+void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const auto& all = gather(a, b);
+  // A(r, k) and B(k, n) from the lanes that hold them (the layouts in the header).
+  accumulate<8>(
+      c, [&](int r, int k) { return __uint_as_float(all[(r % 8) * 4 + k % 4][(r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)]); },
+      [&](int k, int n) { return __uint_as_float(all[n * 4 + k % 4][4 + (k >= 4 ? 1 : 0)]); });
+}
+
+uint32_t pack_bf16(float lo, float hi) {
+  const auto one = [](float x) -> uint32_t {
+    const uint32_t u = __float_as_uint(x);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return (u >> 16) | 0x40u;  // NaN stays NaN
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;                                        // to nearest, ties to even
+  };
+  return one(lo) | (one(hi) << 16);
+}
+
+float bf16_half(uint32_t packed, int high) { return __uint_as_float((high ? packed >> 16 : packed & 0xffffu) << 16); }
+
+void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  const auto& all = gather(a, b);
+  // Column k of A: register pair (k % 16 >= 8), half k % 2, lane g * 4 + (k % 8) / 2.
+  accumulate<16>(
+      c,
+      [&](int r, int k) {
+        return bf16_half(all[(r % 8) * 4 + (k % 8) / 2][(r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+      },
+      [&](int k, int n) { return bf16_half(all[n * 4 + (k % 8) / 2][4 + (k >= 8 ? 1 : 0)], k % 2); });
 }
 
 }  // namespace qkv::kernels::cuda

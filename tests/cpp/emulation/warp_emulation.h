@@ -128,4 +128,16 @@ inline uint32_t to_tf32(float x) {
 // is taken in double and rounded once (the hardware's order is unspecified).
 void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 
+// cvt.rn.bf16x2.f32 with the operands in fragment order: lo's bf16 (round to nearest even) in the low half, hi's in
+// the high half; NaN stays NaN.
+uint32_t pack_bf16(float lo, float hi);
+// The bf16 value of a half of a packed register, as a float (exact).
+float bf16_half(uint32_t packed, int high);
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (PTX ISA layouts, g = lane / 4, t = lane % 4; each register
+// two bf16, the lower index in the low half): A (16x16) a0 (g, 2t..2t+1) a1 (g+8, 2t..2t+1) a2 (g, 2t+8..2t+9)
+// a3 (g+8, 2t+8..2t+9); B (16x8) b0 (2t..2t+1, g) b1 (2t+8..2t+9, g); C as mma_tf32's. Products of bf16 values are
+// exact in fp32; the sum is taken in double and rounded once.
+void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+
 }  // namespace qkv::kernels::cuda

@@ -203,7 +203,7 @@ TEST(ModelDeviceCuda, LanguageModelInTf32StaysWithinItsTolerance) {
 
 // BF16 (set_cuda_precision): the products' inputs keep 8 significant bits, 3 fewer than TF32's, so each product
 // carries up to 8x TF32's error (kGemmBf16Tolerance = 8 kGemmTf32Tolerance); the logits and 50 steps of losses
-// stay within 8x the TF32 test's bound (8e-2). Attention runs its TF32 tiles in this mode (within TF32's bound).
+// stay within 8x the TF32 test's bound (8e-2); attention runs its bf16 tiles (kAttentionBf16Tolerance, the same 8x).
 // The parameters the optimizer updates stay fp32, and so does the checkpoint: the GPU model's save() after the
 // steps has the CPU's layout and size, and the same model loaded back on the CPU gives logits within the same
 // bound of the GPU's.

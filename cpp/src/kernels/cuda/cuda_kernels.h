@@ -95,8 +95,8 @@ void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t se
 // kernels.h: attention_forward / attention_backward / attention_weights; s.key_pad, when set, is DEVICE memory
 // (B, key_rows). Fused: the (Tq,Tk) matrix is never stored; lse (B,H,Tq) as on the CPU. Limit: hs <=
 // kAttentionMaxHeadSize. attention_forward / attention_backward are the selection the backend calls: the
-// tensor-core kernels (FlashAttention-2's tiles, mma.sync TF32): AttentionPrecision::Fp32 when the matrix products
-// are Fp32, Tf32 when they are Tf32 or Bf16 (qkv::set_cuda_precision), or the row-wise kernels when the environment has
+// tensor-core kernels (FlashAttention-2's tiles, mma.sync) in the precision of the matrix products (Fp32, Tf32 or
+// Bf16: qkv::set_cuda_precision), or the row-wise kernels when the environment has
 // QKV_CUDA_ATTENTION=rowwise (A/B comparisons of whole steps).
 constexpr int kAttentionMaxHeadSize = 128;
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s);
@@ -113,8 +113,11 @@ void attention_weights(float* att, const float* q, const float* k, const Attenti
 //   Tf32: one TF32 mma per product (10-bit mantissa inputs, fp32 accumulation). Scores q.k carry about
 //         sqrt(hs) * 2^-11 of |q||k| and dP = dout.v likewise, which reach out, dq, dk, dv through exp and two
 //         more TF32 products: within kAttentionTf32Tolerance of the largest |value| of each output (at least 1).
-enum class AttentionPrecision { Fp32, Tf32 };
+//   Bf16: one bf16 mma (m16n8k16) per product: 8 significant bits per input, 3 fewer than TF32, so 8x its bound
+//         (kAttentionBf16Tolerance), the same estimate scaled.
+enum class AttentionPrecision { Fp32, Tf32, Bf16 };
 constexpr double kAttentionTf32Tolerance = 1e-2;
+constexpr double kAttentionBf16Tolerance = 8e-2;
 void attention_forward_flash(float* out, float* lse, const float* q, const float* k, const float* v,
                              const AttentionShape& s, AttentionPrecision precision);
 void attention_backward_flash(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,

@@ -33,45 +33,48 @@ FlashParams flash_params(const AttentionShape& s, std::initializer_list<const fl
   return fp;
 }
 
-template <int D, bool kSplit>
+template <int D, AttentionPrecision kP>
 void forward_as(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s,
                 const char* op) {
-  static const bool once = (allow_smem(flash_forward_kernel<D, kSplit>, forward_smem(D), op), true);
+  static const bool once = (allow_smem(flash_forward_kernel<D, kP>, forward_smem(D), op), true);
   (void)once;
-  flash_forward_kernel<D, kSplit>
+  flash_forward_kernel<D, kP>
       <<<grid_of(s.Tq, s), kThreads, forward_smem(D)>>>(out, lse, q, k, v, flash_params(s, {q, k, v}));
   check_launch(op);
 }
 
-template <int D, bool kSplit>
+template <int D, AttentionPrecision kP>
 void backward_as(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q, const float* k,
                  const float* v, const float* out, const float* lse, const AttentionShape& s, const char* op) {
-  static const bool once = (allow_smem(flash_dq_kernel<D, kSplit>, dq_smem(D), op),
-                            allow_smem(flash_dkv_kernel<D, kSplit>, dkv_smem(D), op), true);
+  static const bool once =
+      (allow_smem(flash_dq_kernel<D, kP>, dq_smem(D), op), allow_smem(flash_dkv_kernel<D, kP>, dkv_smem(D), op), true);
   (void)once;
   const FlashParams fp = flash_params(s, {q, k, v, out, dout});
   if (s.Tq > 0) {
-    flash_dq_kernel<D, kSplit><<<grid_of(s.Tq, s), kThreads, dq_smem(D)>>>(dq, scratch, dout, q, k, v, out, lse, fp);
+    flash_dq_kernel<D, kP><<<grid_of(s.Tq, s), kThreads, dq_smem(D)>>>(dq, scratch, dout, q, k, v, out, lse, fp);
     check_launch(op);
   }
   if (s.Tk > 0) {
-    flash_dkv_kernel<D, kSplit><<<grid_of(s.Tk, s), kThreads, dkv_smem(D)>>>(dk, dv, scratch, dout, q, k, v, lse, fp);
+    flash_dkv_kernel<D, kP><<<grid_of(s.Tk, s), kThreads, dkv_smem(D)>>>(dk, dv, scratch, dout, q, k, v, lse, fp);
     check_launch(op);
   }
 }
 
 // The template instance for a head size: D = hs rounded up to 32, 64, 96 or 128.
-template <bool kSplit, class Fn>
+template <AttentionPrecision kP, class Fn>
 void by_head_size(int hs, Fn&& fn) {
-  if (hs <= 32) return fn.template operator()<32, kSplit>();
-  if (hs <= 64) return fn.template operator()<64, kSplit>();
-  if (hs <= 96) return fn.template operator()<96, kSplit>();
-  return fn.template operator()<128, kSplit>();
+  if (hs <= 32) return fn.template operator()<32, kP>();
+  if (hs <= 64) return fn.template operator()<64, kP>();
+  if (hs <= 96) return fn.template operator()<96, kP>();
+  return fn.template operator()<128, kP>();
 }
 template <class Fn>
 void by_precision(int hs, AttentionPrecision precision, Fn&& fn) {
-  if (precision == AttentionPrecision::Tf32) return by_head_size<false>(hs, fn);
-  by_head_size<true>(hs, fn);
+  switch (precision) {
+    case AttentionPrecision::Tf32: return by_head_size<AttentionPrecision::Tf32>(hs, fn);
+    case AttentionPrecision::Bf16: return by_head_size<AttentionPrecision::Bf16>(hs, fn);
+    default: return by_head_size<AttentionPrecision::Fp32>(hs, fn);
+  }
 }
 
 // QKV_CUDA_ATTENTION=rowwise routes the backend's attention through the FP32 row-wise kernels (A/B comparisons of
@@ -84,9 +87,12 @@ bool rowwise_forced() {
   return forced;
 }
 
-// Bf16 mode keeps TF32 tiles here: mma.sync has bf16 shapes (m16n8k16) too, but they are not written yet.
 AttentionPrecision current_precision() {
-  return matmul_precision() == MatmulPrecision::Fp32 ? AttentionPrecision::Fp32 : AttentionPrecision::Tf32;
+  switch (matmul_precision()) {
+    case MatmulPrecision::Tf32: return AttentionPrecision::Tf32;
+    case MatmulPrecision::Bf16: return AttentionPrecision::Bf16;
+    default: return AttentionPrecision::Fp32;
+  }
 }
 
 }  // namespace
@@ -97,7 +103,8 @@ void attention_forward_flash(float* out, float* lse, const float* q, const float
   check_attention_shape(op, s);
   if (s.B == 0 || s.Tq == 0) return;
   check(out && lse && q && (s.Tk == 0 || (k && v)), op, " (cuda): null device pointer");
-  by_precision(s.C / s.H, precision, [&]<int D, bool kSplit>() { forward_as<D, kSplit>(out, lse, q, k, v, s, op); });
+  by_precision(s.C / s.H, precision,
+               [&]<int D, AttentionPrecision kP>() { forward_as<D, kP>(out, lse, q, k, v, s, op); });
 }
 
 void attention_backward_flash(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q,
@@ -107,8 +114,8 @@ void attention_backward_flash(float* dq, float* dk, float* dv, float* scratch, c
   check_attention_shape(op, s);
   if (s.B == 0 || (s.Tq == 0 && s.Tk == 0)) return;
   check(dq && dk && dv && scratch && dout && q && k && v && out && lse, op, " (cuda): null device pointer");
-  by_precision(s.C / s.H, precision, [&]<int D, bool kSplit>() {
-    backward_as<D, kSplit>(dq, dk, dv, scratch, dout, q, k, v, out, lse, s, op);
+  by_precision(s.C / s.H, precision, [&]<int D, AttentionPrecision kP>() {
+    backward_as<D, kP>(dq, dk, dv, scratch, dout, q, k, v, out, lse, s, op);
   });
 }
 

@@ -23,10 +23,14 @@
 // into big = tf32(x) and small = tf32(x - big), and a*b ~ a_small*b_big + a_big*b_small + a_big*b_big (the dropped
 // a_small*b_small and the rounding of the smalls are ~2^-22 of |a||b|, fp32's own order), three mma for each
 // product. Tf32 uses the big parts alone (one mma; 10-bit mantissas, ~2^-11 per input): kAttentionTf32Tolerance.
+// Bf16 (set_cuda_precision(BF16)) rounds both operands of every product to bf16 and runs mma.m16n8k16 (k in steps of
+// 16; 8 significant bits, ~2^-8 per input): kAttentionBf16Tolerance. Softmax, lse, D and the accumulators stay fp32.
 //
 // Fragments (PTX ISA, "Matrix fragments for mma.m16n8k8" with .tf32; (row, column) of the 16x8 A, 8x8 B and 16x8
 // C tiles):  A: a0 (g, c), a1 (g+8, c), a2 (g, c+4), a3 (g+8, c+4);  B: b0 (c, g), b1 (c+4, g);
 //            C: c0 (g, 2c), c1 (g, 2c+1), c2 (g+8, 2c), c3 (g+8, 2c+1).
+// m16n8k16 with .bf16 (each register two bf16, the lower k in the low half): A: a0 (g, 2c..2c+1),
+// a1 (g+8, 2c..2c+1), a2 (g, 2c+8..2c+9), a3 (g+8, 2c+8..2c+9);  B: b0 (2c..2c+1, g), b1 (2c+8..2c+9, g);  C as above.
 // A product whose A operand is an earlier product's result (P V, dS K, ...) takes it straight from the
 // accumulator registers, with no shuffle: the mma sums over k in any order, so within each block of 8 the k index
 // is relabelled (A column c is P column 2c, A column c+4 is P column 2c+1: exactly c0/c2 and c1/c3) and B's rows
@@ -64,7 +68,7 @@ constexpr size_t dkv_smem(int D) {
 }
 static_assert(dq_smem(kAttentionMaxHeadSize) <= 227 * 1024, "shared memory past sm_90's 227 KiB per block");
 
-// ---- TF32 operands and the mma ----
+// ---- Operands and the mma: TF32 (m16n8k8) and bf16 (m16n8k16) ----
 
 #ifndef QKV_WARP_EMULATION  // the emulator has its own (tests/cpp/emulation/warp_emulation.h)
 __device__ inline uint32_t to_tf32(float x) {
@@ -77,6 +81,22 @@ __device__ inline uint32_t to_tf32(float x) {
 __device__ inline void mma_tf32(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Two values as bf16 (round to nearest even) in one register: lo in the low half (the lower k index, as the
+// m16n8k16 fragments want it). cvt's first source goes to the high half.
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// c (16x8) += a (16x16) b (16x8), bf16 inputs, fp32 accumulation.
+__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
@@ -104,48 +124,87 @@ __device__ inline void mma(float (&c)[4], const Operand<4, kSplit>& a, const Ope
 }
 
 // One warp: acc (16 x 8NB) += A (16 x 8KB) B (8KB x 8NB), with A(m, k) and B(k, n) read through the accessors
-// (shared memory). The fragment layouts are the file comment's.
-template <int KB, int NB, bool kSplit, class AAt, class BAt>
+// (shared memory). The fragment layouts are the file comment's; bf16 takes k in steps of 16 (KB even).
+template <int KB, int NB, AttentionPrecision kP, class AAt, class BAt>
 __device__ inline void mma_ab(float (&acc)[NB][4], AAt a_at, BAt b_at) {
   const int lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
+  if constexpr (kP == AttentionPrecision::Bf16) {
+    static_assert(KB % 2 == 0, "bf16 products take k in steps of 16");
 #pragma unroll
-  for (int kb = 0; kb < KB; ++kb) {
-    const int k = kb * 8 + c;
-    Operand<4, kSplit> a;
-    a.set(0, a_at(g, k));
-    a.set(1, a_at(g + 8, k));
-    a.set(2, a_at(g, k + 4));
-    a.set(3, a_at(g + 8, k + 4));
+    for (int kb = 0; kb < KB; kb += 2) {
+      const int k = kb * 8 + 2 * c;
+      const uint32_t a[4] = {pack_bf16(a_at(g, k), a_at(g, k + 1)), pack_bf16(a_at(g + 8, k), a_at(g + 8, k + 1)),
+                             pack_bf16(a_at(g, k + 8), a_at(g, k + 9)),
+                             pack_bf16(a_at(g + 8, k + 8), a_at(g + 8, k + 9))};
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      Operand<2, kSplit> b;
-      b.set(0, b_at(k, nb * 8 + g));
-      b.set(1, b_at(k + 4, nb * 8 + g));
-      mma<kSplit>(acc[nb], a, b);
+      for (int nb = 0; nb < NB; ++nb) {
+        const int n = nb * 8 + g;
+        const uint32_t b[2] = {pack_bf16(b_at(k, n), b_at(k + 1, n)), pack_bf16(b_at(k + 8, n), b_at(k + 9, n))};
+        mma_bf16(acc[nb], a, b);
+      }
+    }
+  } else {
+    constexpr bool kSplit = kP == AttentionPrecision::Fp32;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+      const int k = kb * 8 + c;
+      Operand<4, kSplit> a;
+      a.set(0, a_at(g, k));
+      a.set(1, a_at(g + 8, k));
+      a.set(2, a_at(g, k + 4));
+      a.set(3, a_at(g + 8, k + 4));
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        Operand<2, kSplit> b;
+        b.set(0, b_at(k, nb * 8 + g));
+        b.set(1, b_at(k + 4, nb * 8 + g));
+        mma<kSplit>(acc[nb], a, b);
+      }
     }
   }
 }
 
 // One warp: acc (16 x 8NB) += P (16 x 8KB) B (8KB x 8NB), with P in registers as the C fragments of an earlier
-// product (p[kb] = columns 8kb .. 8kb+7) and the k index relabelled within each block of 8 (file comment):
-//   a = (p0, p2, p1, p3),  b0 = B(8kb + 2c, n),  b1 = B(8kb + 2c + 1, n).
-template <int KB, int NB, bool kSplit, class BAt>
+// product (p[kb] = columns 8kb .. 8kb+7).
+//   TF32: the k index relabelled within each block of 8 (file comment): a = (p0, p2, p1, p3),
+//         b0 = B(8kb + 2c, n), b1 = B(8kb + 2c + 1, n).
+//   bf16: two C fragments make one A fragment of 16 columns as they are (a0 = columns 2c, 2c+1 of row g is
+//         p[kb][0..1], a1 row g+8 p[kb][2..3], a2 and a3 the same of p[kb+1]); b0 = B(16k' + 2c .. +1, n),
+//         b1 = B(16k' + 2c + 8 .. +9, n).
+template <int KB, int NB, AttentionPrecision kP, class BAt>
 __device__ inline void mma_pb(float (&acc)[NB][4], const float (&p)[KB][4], BAt b_at) {
   const int lane = threadIdx.x % kWarp, g = lane / 4, c = lane % 4;
+  if constexpr (kP == AttentionPrecision::Bf16) {
+    static_assert(KB % 2 == 0, "bf16 products take k in steps of 16");
 #pragma unroll
-  for (int kb = 0; kb < KB; ++kb) {
-    Operand<4, kSplit> a;
-    a.set(0, p[kb][0]);
-    a.set(1, p[kb][2]);
-    a.set(2, p[kb][1]);
-    a.set(3, p[kb][3]);
-    const int k = kb * 8 + 2 * c;
+    for (int kb = 0; kb < KB; kb += 2) {
+      const uint32_t a[4] = {pack_bf16(p[kb][0], p[kb][1]), pack_bf16(p[kb][2], p[kb][3]),
+                             pack_bf16(p[kb + 1][0], p[kb + 1][1]), pack_bf16(p[kb + 1][2], p[kb + 1][3])};
+      const int k = kb * 8 + 2 * c;
 #pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      Operand<2, kSplit> b;
-      b.set(0, b_at(k, nb * 8 + g));
-      b.set(1, b_at(k + 1, nb * 8 + g));
-      mma<kSplit>(acc[nb], a, b);
+      for (int nb = 0; nb < NB; ++nb) {
+        const int n = nb * 8 + g;
+        const uint32_t b[2] = {pack_bf16(b_at(k, n), b_at(k + 1, n)), pack_bf16(b_at(k + 8, n), b_at(k + 9, n))};
+        mma_bf16(acc[nb], a, b);
+      }
+    }
+  } else {
+    constexpr bool kSplit = kP == AttentionPrecision::Fp32;
+#pragma unroll
+    for (int kb = 0; kb < KB; ++kb) {
+      Operand<4, kSplit> a;
+      a.set(0, p[kb][0]);
+      a.set(1, p[kb][2]);
+      a.set(2, p[kb][1]);
+      a.set(3, p[kb][3]);
+      const int k = kb * 8 + 2 * c;
+#pragma unroll
+      for (int nb = 0; nb < NB; ++nb) {
+        Operand<2, kSplit> b;
+        b.set(0, b_at(k, nb * 8 + g));
+        b.set(1, b_at(k + 1, nb * 8 + g));
+        mma<kSplit>(acc[nb], a, b);
+      }
     }
   }
 }
@@ -194,7 +253,7 @@ struct FlashParams {
 // ---- forward ----
 
 // grid (ceil(Tq / 64), H, B). out (B,Tq,C) and lse (B,H,Tq), as attention.cu's forward.
-template <int D, bool kSplit>
+template <int D, AttentionPrecision kP>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, FlashParams fp) {
   constexpr int S = stride_of(D), KB = D / 8, NK = kForwardKeys / 8;
@@ -223,7 +282,7 @@ __global__ void __launch_bounds__(kThreads)
     if (w_last < w0 || (p.causal && s0 > w_last + p.q_pos)) continue;
 
     float sc[NK][4] = {};  // S = Q K^T: A(m, d) = Q[m][d], B(d, j) = K[j][d]
-    mma_ab<KB, NK, kSplit>(
+    mma_ab<KB, NK, kP>(
         sc, [&](int r, int d) { return Qw[r * S + d]; }, [&](int d, int j) { return Ks[j * S + d]; });
     float mx[2] = {m[0], m[1]};
 #pragma unroll
@@ -256,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
         sc[nb][i] = keep ? pj * p.keep_scale : 0.f;  // now dropout(P)
       }
     // O += dropout(P) V: B(j, d) = V[j][d]
-    mma_pb<NK, KB, kSplit>(o, sc, [&](int j, int d) { return Vs[j * S + d]; });
+    mma_pb<NK, KB, kP>(o, sc, [&](int j, int d) { return Vs[j * S + d]; });
   }
   if (w_last < w0) return;
 #pragma unroll
@@ -280,7 +339,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- backward: dq (and D) ----
 
 // grid (ceil(Tq / 64), H, B). Writes D (B,H,Tq) = rowsum(dout * out) into Dg for the dk/dv kernel, and dq.
-template <int D, bool kSplit>
+template <int D, AttentionPrecision kP>
 __global__ void __launch_bounds__(kThreads)
     flash_dq_kernel(float* dq, float* Dg, const float* dout, const float* q, const float* k, const float* v,
                     const float* out, const float* lse, FlashParams fp) {
@@ -330,9 +389,9 @@ __global__ void __launch_bounds__(kThreads)
     if (w_last < w0 || (p.causal && s0 > w_last + p.q_pos)) continue;
     float sc[NK][4] = {}, dp[NK][4] = {};
     // S = Q K^T and dP = dO V^T: B(d, j) = K[j][d], V[j][d]
-    mma_ab<KB, NK, kSplit>(
+    mma_ab<KB, NK, kP>(
         sc, [&](int r, int d) { return Qw[r * S + d]; }, [&](int d, int j) { return Ks[j * S + d]; });
-    mma_ab<KB, NK, kSplit>(
+    mma_ab<KB, NK, kP>(
         dp, [&](int r, int d) { return dOw[r * S + d]; }, [&](int d, int j) { return Vs[j * S + d]; });
 #pragma unroll
     for (int nb = 0; nb < NK; ++nb)
@@ -348,7 +407,7 @@ __global__ void __launch_bounds__(kThreads)
         sc[nb][i] = ds;
       }
     // dQ += dS K: B(j, d) = K[j][d]
-    mma_pb<NK, KB, kSplit>(acc, sc, [&](int j, int d) { return Ks[j * S + d]; });
+    mma_pb<NK, KB, kP>(acc, sc, [&](int j, int d) { return Ks[j * S + d]; });
   }
   if (w_last < w0) return;
 #pragma unroll
@@ -363,7 +422,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- backward: dk, dv ----
 
 // grid (ceil(Tk / 64), H, B); after the dq kernel (it reads D from Dg).
-template <int D, bool kSplit>
+template <int D, AttentionPrecision kP>
 __global__ void __launch_bounds__(kThreads)
     flash_dkv_kernel(float* dk, float* dv, const float* Dg, const float* dout, const float* q, const float* k,
                      const float* v, const float* lse, FlashParams fp) {
@@ -402,9 +461,9 @@ __global__ void __launch_bounds__(kThreads)
     if (!has_keys || (p.causal && t0 + kDkvQueries - 1 + p.q_pos < w0)) continue;
     float st[NQ][4] = {}, dpt[NQ][4] = {};
     // S^T = K Q^T and dP^T = V dO^T: A(m, d) = K[m][d], V[m][d]; B(d, j) = Q[j][d], dO[j][d]
-    mma_ab<KB, NQ, kSplit>(
+    mma_ab<KB, NQ, kP>(
         st, [&](int r, int d) { return Kw[r * S + d]; }, [&](int d, int j) { return Qs[j * S + d]; });
-    mma_ab<KB, NQ, kSplit>(
+    mma_ab<KB, NQ, kP>(
         dpt, [&](int r, int d) { return Vw[r * S + d]; }, [&](int d, int j) { return dOs[j * S + d]; });
 #pragma unroll
     for (int nb = 0; nb < NQ; ++nb)
@@ -422,8 +481,8 @@ __global__ void __launch_bounds__(kThreads)
         dpt[nb][i] = ds;
       }
     // dV += dropout(P)^T dO and dK += dS^T Q: B(j, d) = dO[j][d], Q[j][d]
-    mma_pb<NQ, KB, kSplit>(dv_acc, st, [&](int j, int d) { return dOs[j * S + d]; });
-    mma_pb<NQ, KB, kSplit>(dk_acc, dpt, [&](int j, int d) { return Qs[j * S + d]; });
+    mma_pb<NQ, KB, kP>(dv_acc, st, [&](int j, int d) { return dOs[j * S + d]; });
+    mma_pb<NQ, KB, kP>(dk_acc, dpt, [&](int j, int d) { return Qs[j * S + d]; });
   }
   if (!has_keys) return;
 #pragma unroll
