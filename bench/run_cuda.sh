@@ -2,7 +2,7 @@
 # The CUDA checks and benchmarks, in one command on the lent GPU machine (issues 9 and 22). Prepare here first with
 # bench/cuda_carry.sh, then, through the device tool, with carry [".carry"]:
 #   bash bench/run_cuda.sh            # build, CUDA tests, ops, training qkv vs PyTorch; logs under $OUT (or build/cuda/bench-cuda)
-# Variables: CUDA_BENCH_ONLY="tests ops train torch" (default; add "sanitize" for compute-sanitizer memcheck and
+# Variables: CUDA_BENCH_ONLY="tests ops ncu train torch" (default; add "sanitize" for compute-sanitizer memcheck and
 # racecheck over the CUDA op tests, a few minutes), CUDA_BENCH_STEPS (50 timed training steps), CUDA_BENCH_WARMUP
 # (10), CUDA_BENCH_JOBS (16).
 #
@@ -10,7 +10,9 @@
 #   1. configure + build the `cuda` preset (sm_90 + PTX) with the carried headers and GoogleTest;
 #   2. the CUDA tests: every CUDA op against the CPU op (tests/cpp/cuda), then the whole suite once (the CPU
 #      tests must still pass in a CUDA build);
-#   3. qkv_cuda_bench: each CUDA op at the char GPT's shapes against its floor (copy bandwidth, matrix rate);
+#   3. qkv_cuda_bench: each CUDA op at the char GPT's shapes against its floor (copy bandwidth, matrix rate); then
+#      ("ncu") the same bench once more under Nsight Compute (a few launches per kernel), summarised per kernel by
+#      bench/cuda_ncu.py: DRAM and compute-pipe shares of peak, occupancy, the bound (ncu_summary.txt);
 #   4. training, qkv ("train": build/cuda/bench/qkv_cuda_train, models on Device::CUDA) beside PyTorch eager and
 #      torch.compile ("torch": bench/cuda_torch.py --mode eager|compile), one process per (model, precision, side),
 #      back to back: the char GPT (6 layers, 6 heads, 384 wide, context 256, batch 64) and the tutorial Seq2Seq
@@ -21,7 +23,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-build/cuda/bench-cuda}"
 mkdir -p "$out"
-only="${CUDA_BENCH_ONLY:-tests ops train torch}"
+only="${CUDA_BENCH_ONLY:-tests ops ncu train torch}"
 steps="${CUDA_BENCH_STEPS:-50}"
 warmup="${CUDA_BENCH_WARMUP:-10}"
 jobs="${CUDA_BENCH_JOBS:-16}"
@@ -30,7 +32,8 @@ status=0
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee "$out/gpu.txt"
 nvcc --version | tail -2
 
-if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sanitize "* || " $only " == *" train "* ]]; then
+if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" ncu "* || " $only " == *" sanitize "* ||
+  " $only " == *" train "* ]]; then
   extra=()
   if [ -d .carry/usr ]; then
     extra=(-DQKV_SYSTEM_INCLUDE="$PWD/.carry/usr/include" -DCMAKE_PREFIX_PATH="$PWD/.carry/usr")
@@ -70,6 +73,19 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" sani
         echo "== char GPT fp32 training step with the row-wise attention (QKV_CUDA_ATTENTION=rowwise), for the A/B"
         QKV_CUDA_ATTENTION=rowwise build/cuda/bench/qkv_cuda_train char-gpt --device cuda --precision fp32 \
           --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_rowwise.log" | tail -3 || status=1
+      fi
+    fi
+    if [[ " $only " == *" ncu "* ]]; then
+      # A profiler that is missing or refused (ERR_NVGPUCTRPERM without admin rights) is reported, not a failure.
+      if command -v ncu >/dev/null; then
+        if ncu --csv --page raw --print-units base --metrics "$(python3 bench/cuda_ncu.py --metrics)" \
+          build/cuda/bench/qkv_cuda_bench --reps 1 >"$out/ncu.csv" 2>"$out/ncu.log"; then
+          python3 bench/cuda_ncu.py "$out/ncu.csv" | tee "$out/ncu_summary.txt"
+        else
+          echo "ncu failed (ncu.log): $(grep -m3 -E 'ERR|rror' "$out/ncu.log" "$out/ncu.csv")"
+        fi
+      else
+        echo "ncu: Nsight Compute is not installed on this machine; the ncu stage is skipped"
       fi
     fi
   else
