@@ -73,6 +73,9 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" ncu 
         echo "== char GPT fp32 training step with the row-wise attention (QKV_CUDA_ATTENTION=rowwise), for the A/B"
         QKV_CUDA_ATTENTION=rowwise build/cuda/bench/qkv_cuda_train char-gpt --device cuda --precision fp32 \
           --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_rowwise.log" | tail -3 || status=1
+        echo "== the same step with the Linear biases as a separate pass (QKV_CUDA_LT=0), for the cuBLASLt epilogue's A/B"
+        QKV_CUDA_LT=0 build/cuda/bench/qkv_cuda_train char-gpt --device cuda --precision fp32 \
+          --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_no_lt.log" | tail -3 || status=1
       fi
     fi
     if [[ " $only " == *" ncu "* ]]; then

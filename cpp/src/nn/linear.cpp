@@ -15,13 +15,11 @@ void Linear::plan(Workspace& ws, int rows) {
 }
 
 void Linear::forward(Span y, CSpan x, int rows) const {
-  ops().gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, y.data(), out_);
-  if (b_) ops().bias_act_forward(y, y, b_->value, ops::Act::Identity, rows, out_);
+  ops().linear_forward(y, y, x, w_.value, b_ ? CSpan(b_->value) : CSpan(), ops::Act::Identity, rows, in_, out_);
 }
 
 void Linear::forward(Span y, Span h, CSpan x, int rows, ops::Act act) const {
-  ops().gemm(false, true, rows, out_, in_, 1.f, x.data(), in_, w_.value.data(), in_, 0.f, h.data(), out_);
-  ops().bias_act_forward(y, h, b_ ? CSpan(b_->value) : CSpan(), act, rows, out_);
+  ops().linear_forward(y, h, x, w_.value, b_ ? CSpan(b_->value) : CSpan(), act, rows, in_, out_);
 }
 
 void Linear::backward(Span dx, CSpan dy, CSpan x, int rows) {

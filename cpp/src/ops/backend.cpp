@@ -22,6 +22,11 @@ std::atomic<bool> cpu_reference{false};
 
 bool set_cpu_reference(bool on) { return cpu_reference.exchange(on); }
 
+void Backend::linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out) {
+  gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, h.data(), out);
+  if (!b.empty() || act != Act::Identity || a.data() != h.data()) bias_act_forward(a, h, b, act, rows, out);
+}
+
 Backend& backend(Device device) {
   if (device == Device::CPU) {
     if (cpu_reference) return reference_backend();

@@ -182,6 +182,34 @@ void check_gemm(Runner& check_case) {
           }
 }
 
+// A Linear layer's forward (linear_forward): the product and its bias, then the activation, in both of the layer's
+// forms (a separate activation output, and in place with Identity); a CUDA backend adds the bias in cuBLASLt's
+// epilogue, the others run gemm and bias_act.
+void check_linear(Runner& check_case) {
+  uint64_t seed = 50;
+  for (int rows : {1, 17, 67})
+    for (int in : {1, 17, 64})
+      for (int out : {3, 64, 257})
+        for (Act act : {Act::Identity, Act::GELU}) {
+          const auto x = randn(static_cast<size_t>(rows) * in, seed++),
+                     w = randn(static_cast<size_t>(out) * in, seed++);
+          const auto b = randn(out, seed++);
+          check_case("linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out) +
+                         (act == Act::GELU ? " gelu" : ""),
+                     [&](Backend& be) {
+                       Dev d(be);
+                       const size_t n = static_cast<size_t>(rows) * out;
+                       const Span h = d.poisoned(n), a = act == Act::Identity ? h : d.poisoned(n);
+                       be.linear_forward(a, h, d.up(x), d.up(w), d.up(b), act, rows, in, out);
+                       const Span nb = d.poisoned(n);  // no bias: the product alone
+                       be.linear_forward(nb, nb, d.up(x), d.up(w), {}, Act::Identity, rows, in, out);
+                       return Outputs{{"h", d.down(h), Tol::Norm, 1e-5},
+                                      {"a", d.down(a), Tol::Norm, 1e-5},
+                                      {"no bias", d.down(nb), Tol::Norm, 1e-5}};
+                     });
+        }
+}
+
 // ---- LayerNorm ----
 
 void check_layernorm(Runner& check_case) {
@@ -420,6 +448,7 @@ std::vector<OpCheck> check_backend(Backend& be, Backend& oracle, std::string_vie
   Runner run(be, oracle, out);
   const std::pair<const char*, void (*)(Runner&)> groups[] = {{"copies", check_copies},
                                                               {"gemm", check_gemm},
+                                                              {"linear", check_linear},
                                                               {"layernorm", check_layernorm},
                                                               {"bias_act", check_bias_act},
                                                               {"dropout", check_dropout},
@@ -434,8 +463,8 @@ std::vector<OpCheck> check_backend(Backend& be, Backend& oracle, std::string_vie
       known = true;
       fn(run);
     }
-  check(known, "group = \"", group, "\" is unknown: expected copies, gemm, layernorm, bias_act, dropout, attention, ",
-        "embedding, mean_pool, crossentropy, adam or \"\" (all)");
+  check(known, "group = \"", group, "\" is unknown: expected copies, gemm, linear, layernorm, bias_act, dropout, ",
+        "attention, ", "embedding, mean_pool, crossentropy, adam or \"\" (all)");
   return out;
 }
 

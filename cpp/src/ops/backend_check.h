@@ -19,7 +19,7 @@ struct OpCheck {
   std::string detail;  // the first element past its bound, when !ok
 };
 
-// Runs the cases of `group` ("" = all: copies, gemm, layernorm, bias_act, dropout, attention, embedding,
+// Runs the cases of `group` ("" = all: copies, gemm, linear, layernorm, bias_act, dropout, attention, embedding,
 // mean_pool, crossentropy, adam) on `be` and on `oracle` with the same inputs. Throws qkv::Error for an unknown
 // group, and whatever an executor throws.
 std::vector<OpCheck> check_backend(Backend& be, Backend& oracle, std::string_view group = "");

@@ -93,6 +93,11 @@ class Backend {
   virtual size_t bias_act_backward_scratch_size(int rows, int N) const = 0;
   virtual void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) = 0;
 
+  // A Linear layer's forward: h (rows, out) = x (rows, in) w^T (w: (out, in)) + b, then a = act(h) unless act is
+  // Identity and a is h. b may be empty. The default is gemm then bias_act_forward (one pass for bias and
+  // activation); a backend whose matrix product can add the bias itself (cuBLASLt's epilogue) overrides it.
+  virtual void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out);
+
   // Inverted dropout with the counter-based mask of kernels.h (the same mask on every backend).
   virtual void dropout_forward(Span y, CSpan x, float p, uint64_t seed) = 0;
   virtual void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) = 0;

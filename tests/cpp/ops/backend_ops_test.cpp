@@ -46,6 +46,7 @@ void check_group(const char* group) {
 
 TEST(BackendOps, CopiesFillAndAdd) { check_group("copies"); }
 TEST(BackendOps, Gemm) { check_group("gemm"); }
+TEST(BackendOps, LinearForwardWithItsBias) { check_group("linear"); }
 TEST(BackendOps, LayerNormForwardResidualAndBackward) { check_group("layernorm"); }
 TEST(BackendOps, BiasActivationForwardAndBackward) { check_group("bias_act"); }
 TEST(BackendOps, DropoutMasksAreTheSameEverywhere) { check_group("dropout"); }

@@ -59,6 +59,10 @@ void set_matmul_precision(MatmulPrecision precision);
 MatmulPrecision matmul_precision();
 void set_gemm_tf32(bool on);
 bool gemm_tf32();
+// h (rows, out) = x (rows, in) w^T + b (w row-major (out, in), b (out)), every matrix dense, the bias added in
+// cuBLASLt's epilogue in the products' precision (gemm_bias.cpp). Returns false, having done nothing, where it
+// cannot (no cuBLASLt, no algorithm for the shape, QKV_CUDA_LT=0): the caller then runs gemm and bias_act_forward.
+bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h);
 constexpr double kGemmTf32Tolerance = 2e-3;
 constexpr double kGemmBf16Tolerance = 1.6e-2;
 

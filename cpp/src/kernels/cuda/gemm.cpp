@@ -15,7 +15,6 @@
 // (libcublas.so.<CUBLAS_VER_MAJOR>), found through the loader's path or, failing that, the toolkit's library
 // folder seen at configure time (QKV_CUDA_LIBRARY_DIR).
 #include <cublas_v2.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +23,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/library.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
@@ -51,16 +51,8 @@ void check_cublas(cublasStatus_t status, const char* call) {
 
 Cublas load_cublas() {
   const std::string soname = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
-  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
-#ifdef QKV_CUDA_LIBRARY_DIR
-  if (!lib) lib = dlopen((std::string(QKV_CUDA_LIBRARY_DIR) + "/" + soname).c_str(), RTLD_NOW | RTLD_LOCAL);
-#endif
-  check(lib != nullptr, "gemm (cuda): cannot load cuBLAS (", soname, "): ", dlerror());
-  const auto sym = [&](const char* name) {
-    void* f = dlsym(lib, name);
-    check(f != nullptr, "gemm (cuda): ", soname, " has no ", name);
-    return f;
-  };
+  void* lib = open_library(soname, "gemm");
+  const auto sym = [&](const char* name) { return library_symbol(lib, soname, name, "gemm"); };
   return Cublas{reinterpret_cast<decltype(&cublasCreate_v2)>(sym("cublasCreate_v2")),
                 reinterpret_cast<decltype(&cublasSetMathMode)>(sym("cublasSetMathMode")),
                 reinterpret_cast<decltype(&cublasSgemm_v2)>(sym("cublasSgemm_v2")),
