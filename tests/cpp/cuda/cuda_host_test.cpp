@@ -118,6 +118,30 @@ TEST(CudaHost, TokenBucketsListEachTokensRowsInOrder) {
   EXPECT_TRUE(has(message_of([] { kc::bucket_tokens(std::vector<int32_t>{0, 3}, 3); }), "tokens[1] = 3"));
 }
 
+// One TokenBuckets reused across calls (the backend's, every step): the same lists as a fresh one each time, and
+// once it has seen the largest batch, no allocation (its buffers stay where they are).
+TEST(CudaHost, ReusedTokenBucketsMatchFreshOnesAndStopAllocating) {
+  Rng rng(8);
+  kc::TokenBuckets reused;
+  const int32_t* packed_at = nullptr;
+  for (int round = 0; round < 2; ++round)
+    for (int V : {65, 3, 17})
+      for (int n : {257, 1, 64}) {
+        std::vector<int32_t> tokens(static_cast<size_t>(n));
+        for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(V));
+        const kc::TokenBuckets fresh = kc::bucket_tokens(tokens, V);
+        kc::bucket_tokens(tokens, V, reused);
+        ASSERT_EQ(reused.count, fresh.count);
+        ASSERT_EQ(reused.used(), fresh.used());
+        EXPECT_TRUE(std::equal(fresh.packed.begin(), fresh.packed.begin() + static_cast<std::ptrdiff_t>(fresh.used()),
+                               reused.packed.begin()));
+        if (round == 1) {
+          EXPECT_EQ(reused.packed.data(), packed_at) << "V " << V << " n " << n << ": the buffer moved";
+        }
+        if (round == 0 && V == 65 && n == 257) packed_at = reused.packed.data();
+      }
+}
+
 // Without a GPU, each op's first CUDA call fails: every one must say which op it was, as a qkv::Error.
 TEST(CudaHost, WithoutADeviceEveryOpRaisesAnErrorNamingIt) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present: this checks the path without one";

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/staging.h"
 #include "ops/backends.h"
 #include "qkv/error.h"
 
@@ -156,8 +158,9 @@ class CudaBackend final : public Backend {
   size_t embedding_backward_scratch_size(int V, int rows) const override {
     return floats_for<int32_t>(kc::token_buckets_size(V, rows));
   }
-  // The rows of each token are listed on the host (where the ids are) and uploaded to scratch; the device then
-  // adds each token's rows in order, without atomics (kernels/cuda/embedding.cu).
+  // The rows of each token are listed on the host (where the ids are; into buffers kept from call to call) and
+  // uploaded to scratch through pinned memory (no wait for the backward queued before it); the device then adds
+  // each token's rows in order, without atomics (kernels/cuda/embedding.cu).
   void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
                           Span scratch) override {
     check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0, "embedding_backward (cuda): dwte of ", dwte.size(),
@@ -165,12 +168,13 @@ class CudaBackend final : public Backend {
     const int V = static_cast<int>(dwte.size() / static_cast<size_t>(C));
     const size_t n = static_cast<size_t>(B) * T;
     check(tokens.host.size() >= n, "embedding_backward (cuda): ", tokens.host.size(), " token ids for B * T = ", n);
-    const kc::TokenBuckets buckets = kc::bucket_tokens(tokens.host.first(n), V);
-    check(scratch.size() >= floats_for<int32_t>(buckets.packed.size()), "embedding_backward (cuda): scratch of ",
+    const std::lock_guard<std::mutex> lock(embedding_mutex_);
+    kc::bucket_tokens(tokens.host.first(n), V, buckets_);
+    check(scratch.size() >= floats_for<int32_t>(buckets_.used()), "embedding_backward (cuda): scratch of ",
           scratch.size(), " floats: expected embedding_backward_scratch_size(", V, ", ", n, ")");
     int32_t* packed = reinterpret_cast<int32_t*>(scratch.data());
-    upload(packed, buckets.packed.data(), buckets.packed.size() * sizeof(int32_t));
-    kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), packed, buckets.count, scale,
+    staging_.upload(packed, buckets_.packed.data(), buckets_.used() * sizeof(int32_t), "embedding_backward");
+    kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), packed, buckets_.count, scale,
                            B, T, C);
   }
 
@@ -217,6 +221,11 @@ class CudaBackend final : public Backend {
 
  private:
   std::string name_;
+  // The embedding backward's row lists and their pinned upload, reused (no allocation once seen); one model at a
+  // time per process uses them (the mutex: two threads training two models on one GPU).
+  std::mutex embedding_mutex_;
+  kc::TokenBuckets buckets_;
+  kc::PinnedStaging staging_;
 };
 
 }  // namespace

@@ -145,9 +145,14 @@ void embedding_forward(float* x, const int32_t* tokens, const float* wte, const 
 // for bit. packed = [token (count) | start (count + 1) | row (B*T)]; token_buckets_size(V, B*T) bounds it.
 struct TokenBuckets {
   int count = 0;                // distinct tokens
-  std::vector<int32_t> packed;  // host
+  size_t rows = 0;              // B*T: the row lists' length
+  std::vector<int32_t> packed;  // host; only its first used() values are this call's
+  std::vector<int32_t> counts;  // (V) the counting sort's scratch, kept so that a reused struct never allocates
+  size_t used() const;          // 2 count + 1 + rows: the prefix of packed that holds the buckets
 };
 TokenBuckets bucket_tokens(std::span<const int32_t> tokens, int V);  // throws qkv::Error on an id outside [0, V)
+// The same into `into`, whose vectors only grow: after the largest batch, no allocation.
+void bucket_tokens(std::span<const int32_t> tokens, int V, TokenBuckets& into);
 size_t token_buckets_size(int V, int rows);
 // dwte (V,C) += scale * dx at each token's rows; dpos (T_max,C), when not null, += dx summed over the batch.
 void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* buckets, int bucket_count,

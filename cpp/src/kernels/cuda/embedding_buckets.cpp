@@ -15,32 +15,45 @@ size_t token_buckets_size(int V, int rows) {
   return 2 * distinct + 1 + static_cast<size_t>(std::max(0, rows));
 }
 
+size_t TokenBuckets::used() const { return packed.empty() ? 0 : 2 * static_cast<size_t>(count) + 1 + rows; }
+
 TokenBuckets bucket_tokens(std::span<const int32_t> tokens, int V) {
+  TokenBuckets b;
+  bucket_tokens(tokens, V, b);
+  return b;
+}
+
+void bucket_tokens(std::span<const int32_t> tokens, int V, TokenBuckets& b) {
   check(V > 0, "embedding_backward (cuda): V = ", V, ": expected > 0");
   check_ids(tokens, V, std::nullopt, "embedding_backward (cuda)", "tokens");
-  std::vector<int32_t> counts(static_cast<size_t>(V), 0);
-  for (int32_t t : tokens) ++counts[static_cast<size_t>(t)];
-  TokenBuckets b;
-  for (int v = 0; v < V; ++v) b.count += counts[static_cast<size_t>(v)] > 0;
-  const size_t n = tokens.size(), count = static_cast<size_t>(b.count);
-  b.packed.resize(2 * count + 1 + n);
+  const size_t n = tokens.size();
+  if (b.counts.size() < static_cast<size_t>(V)) b.counts.resize(static_cast<size_t>(V));
+  std::fill_n(b.counts.begin(), V, 0);
+  int32_t* counts = b.counts.data();
+  for (int32_t t : tokens) ++counts[t];
+  b.count = 0;
+  for (int v = 0; v < V; ++v) b.count += counts[v] > 0;
+  const size_t count = static_cast<size_t>(b.count);
+  b.rows = n;
+  // Sized for the worst case of (V, n), not this call's count: a later batch of the same shape never grows it.
+  const size_t bound = token_buckets_size(V, static_cast<int>(n));
+  if (b.packed.size() < bound) b.packed.resize(bound);
   int32_t* token = b.packed.data();
   int32_t* start = token + count;
   int32_t* row = start + count + 1;
-  // Bucket k's first row goes at start[k]; next[v] is where token v's next row goes.
-  std::vector<int32_t> next(static_cast<size_t>(V), 0);
+  // Bucket k's first row goes at start[k]; counts[v] becomes where token v's next row goes.
   int32_t k = 0, at = 0;
   for (int v = 0; v < V; ++v) {
-    if (counts[static_cast<size_t>(v)] == 0) continue;
+    if (counts[v] == 0) continue;
     token[k] = v;
     start[k] = at;
-    next[static_cast<size_t>(v)] = at;
-    at += counts[static_cast<size_t>(v)];
+    const int32_t c = counts[v];
+    counts[v] = at;
+    at += c;
     ++k;
   }
   start[count] = at;
-  for (size_t r = 0; r < n; ++r) row[next[static_cast<size_t>(tokens[r])]++] = static_cast<int32_t>(r);
-  return b;
+  for (size_t r = 0; r < n; ++r) row[counts[tokens[r]]++] = static_cast<int32_t>(r);
 }
 
 }  // namespace qkv::kernels::cuda
