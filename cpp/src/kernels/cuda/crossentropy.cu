@@ -81,7 +81,7 @@ __device__ Stats block_combine(Stats st) {
 //   pass 1: (m, s, sz) over the row, one read, then block_combine;
 //   pass 2 (gradient): d = scale * (exp(z - m) / s - e/V) - [i == t] scale * (1-e), a second read and the write.
 // Memory: the row is read twice and the gradient written once; the second read is of the row this block has just
-// read (40 KiB at V = 10000, with 3 rows an SM in flight: L1/L2-resident), so from DRAM it is one read and one
+// read (40 KiB at V = 10000, with 2 rows an SM in flight: L1/L2-resident), so from DRAM it is one read and one
 // write, the floor for a loss with its gradient fused; pass 2 walks the row backwards, the most recently read part
 // first, to keep it that way as far as the caches allow at larger V. vec_store: d's rows share z's alignment
 // (always when d is z), so the body's stores are float4's too.
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const float zt = tid == 0 ? z[t] : 0.f;  // read before block_combine's barriers, so before any write to d (= z?)
   Stats st{-INFINITY, 0.f, 0.f};
   {
-    float v[1];  // the head and the tail: a logit each for threads 0-3 and 4-7
+    float v[1] = {0.f};  // the head and the tail: a logit each for threads 0-3 and 4-7
     int n = 0;
     if (tid < head) v[0] = z[tid], n = 1;
     if (tid >= 4 && tid < 8 && body_end + tid - 4 < V) v[0] = z[body_end + tid - 4], n = 1;
@@ -143,14 +143,24 @@ __global__ void __launch_bounds__(kBlockThreads)
     const float di = scale * (expf(zi - st.m) * inv - uniform);
     return i == t ? di - hit : di;
   };
-  for (int q = nb - 1 - tid; q >= 0; q -= kBlockThreads) {  // backwards: see above
-    const float4 c = z4[q];
-    const int i = head + 4 * q;
-    const float4 o = make_float4(grad(c.x, i), grad(c.y, i + 1), grad(c.z, i + 2), grad(c.w, i + 3));
-    if (vec_store) {
-      reinterpret_cast<float4*>(d + head)[q] = o;
-    } else {
-      d[i] = o.x, d[i + 1] = o.y, d[i + 2] = o.z, d[i + 3] = o.w;
+  // Backwards (see above), kUnroll float4's a thread loaded before any is stored: d may alias z, so a store
+  // between two loads would hold the second back until the first returned.
+  for (int q0 = nb - 1 - tid; q0 >= 0; q0 -= kUnroll * kBlockThreads) {
+    float4 c[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (q0 - u * kBlockThreads >= 0) c[u] = z4[q0 - u * kBlockThreads];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int q = q0 - u * kBlockThreads;
+      if (q < 0) break;
+      const int i = head + 4 * q;
+      const float4 o = make_float4(grad(c[u].x, i), grad(c[u].y, i + 1), grad(c[u].z, i + 2), grad(c[u].w, i + 3));
+      if (vec_store) {
+        reinterpret_cast<float4*>(d + head)[q] = o;
+      } else {
+        d[i] = o.x, d[i + 1] = o.y, d[i + 2] = o.z, d[i + 3] = o.w;
+      }
     }
   }
   if (tid < head) d[tid] = grad(z[tid], tid);

@@ -85,26 +85,6 @@ struct RowRegs {
       for (int e = 0; e < 4 * K; ++e) v[e] = col(lane, e) < C ? p[col(lane, e)] : 0.f;
     }
   }
-  // p = v + q (q null: p = v) at this lane's columns; q may be p.
-  __device__ void store_plus(float* p, const float* q, int lane, int C) const {
-    if constexpr (kVec) {
-#pragma unroll
-      for (int i = 0; i < K; ++i) {
-        const int c = 4 * (lane + kWarp * i);
-        if (c >= C) continue;
-        float4 a = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-        if (q) {
-          const float4 b = *reinterpret_cast<const float4*>(q + c);
-          a = make_float4(b.x + a.x, b.y + a.y, b.z + a.z, b.w + a.w);
-        }
-        *reinterpret_cast<float4*>(p + c) = a;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4 * K; ++e)
-        if (col(lane, e) < C) p[col(lane, e)] = (q ? q[col(lane, e)] : 0.f) + v[e];
-    }
-  }
   __device__ void store(float* p, int lane, int C) const {
     if constexpr (kVec) {
 #pragma unroll
@@ -164,7 +144,15 @@ __global__ void __launch_bounds__(kThreads, K <= 3 ? (kVec ? 4 : 3) : (K <= 4 ? 
       h.store(s_xh + slot, lane, C);
 #pragma unroll
       for (int e = 0; e < 4 * K; ++e) g.v[e] = s * (g.v[e] * wv.v[e] - mean_g - h.v[e] * mean_gx);
-      g.store_plus(dx + o, dr ? dr + o : nullptr, lane, C);  // dr may be dx: each element read, then written
+      // dr may be dx: the whole row of dr is read (into h; xhat is done with) before dx is written, which also
+      // lets the K loads go out together (a store between two loads through pointers that may alias would hold
+      // each load back until the previous store).
+      if (dr) {
+        h.load(dr + o, lane, C);
+#pragma unroll
+        for (int e = 0; e < 4 * K; ++e) g.v[e] = h.v[e] + g.v[e];
+      }
+      g.store(dx + o, lane, C);
       // The next tile's row, into the registers just freed: in flight during the barriers and column sums.
       row += kTileRows;
       if (row < r1) {
@@ -227,7 +215,7 @@ __global__ void layernorm_columns_kernel(float* partial, const float* dy, const 
   float pw = 0.f, pb = 0.f;
   for (int r = k * kColumnBlockRows; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * C + c;
-    pw += dy[i] * ((x[i] - mean[r]) * rstd[r]);
+    pw = fmaf(dy[i], (x[i] - mean[r]) * rstd[r], pw);  // the CPU's fma(dy, xhat, dw)
     pb += dy[i];
   }
   partial[static_cast<size_t>(k) * 2 * C + c] = pw;
@@ -236,32 +224,35 @@ __global__ void layernorm_columns_kernel(float* partial, const float* dy, const 
 
 // out0[j] += sum_k partial[k * stride + j] for j < N, and (out1 not null) out1[j - N] += the same for
 // N <= j < 2N, k = 0, 1, ..., blocks - 1 in that order (one float accumulator, the CPU's order).
-// A block takes 32 columns (one per lane of warp 0, which does the adds: the order is serial per column);
-// its 8 warps stage kSumChunk partial rows at a time in shared memory, 128-byte coalesced rows, kSumChunk / 8
-// independent loads a thread in flight. (A thread per column loading its own column, as before, kept only
-// 2C threads and a load or two each in flight: latency-bound, about as slow as the backward itself.)
-constexpr int kSumColumns = kWarp;
-constexpr int kSumChunk = 128;
+// The adds are serial per column (that order), so the time goes into getting the partials on chip: a block
+// takes only kSumColumns = 8 columns (2C / 8 blocks: 96 at C = 384), its 256 threads stage kSumChunk = 512
+// partial rows of them at once in shared memory (16 independent loads a thread, 32-byte row pieces: whole
+// sectors), and lanes 0-7 of warp 0 then add them in row order. (A thread per column loading its own column,
+// as before, kept 2C threads with a load or two each in flight: latency-bound, about as slow as the backward.)
+constexpr int kSumColumns = 8;
+constexpr int kSumChunk = 512;
+constexpr int kSumLoads = kSumChunk * kSumColumns / kThreads;  // a thread's loads per chunk
 __global__ void __launch_bounds__(kThreads)
     add_column_sums_kernel(float* out0, float* out1, const float* partial, int blocks, int N, int stride) {
-  __shared__ float tile[kSumChunk][kSumColumns];  // row r, lane: conflict-free writes and reads
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int j = blockIdx.x * kSumColumns + lane, total = out1 ? 2 * N : N;
+  __shared__ float tile[kSumChunk][kSumColumns];  // 16 KiB; (row, column) = (i / 8, i % 8) of flat index i
+  const int total = out1 ? 2 * N : N, j0 = blockIdx.x * kSumColumns;
+  const int tid = threadIdx.x, j = j0 + tid;  // j: the column of adder lanes 0-7
+  const bool adder = tid < kSumColumns && j < total;
   float acc = 0.f;
-  if (warp == 0 && j < total) acc = j < N ? out0[j] : out1[j - N];
+  if (adder) acc = j < N ? out0[j] : out1[j - N];
   for (int k0 = 0; k0 < blocks; k0 += kSumChunk) {
     const int n = min(kSumChunk, blocks - k0);
 #pragma unroll
-    for (int i = 0; i < kSumChunk / kRowsPerBlock; ++i) {
-      const int r = warp + i * kRowsPerBlock;
-      if (r < n && j < total) tile[r][lane] = partial[static_cast<size_t>(k0 + r) * stride + j];
+    for (int i = 0; i < kSumLoads; ++i) {
+      const int flat = tid + i * kThreads, r = flat / kSumColumns, c = flat % kSumColumns;
+      if (r < n && j0 + c < total) tile[r][c] = partial[static_cast<size_t>(k0 + r) * stride + j0 + c];
     }
     __syncthreads();
-    if (warp == 0)
-      for (int r = 0; r < n; ++r) acc += tile[r][lane];
+    if (adder)
+      for (int r = 0; r < n; ++r) acc += tile[r][tid];
     __syncthreads();  // read before the next chunk overwrites it
   }
-  if (warp == 0 && j < total) (j < N ? out0[j] : out1[j - N]) = acc;
+  if (adder) (j < N ? out0[j] : out1[j - N]) = acc;
 }
 
 void launch_column_sums(float* out0, float* out1, const float* partial, int blocks, int N, int stride, const char* op) {
