@@ -266,13 +266,10 @@ template <int K, bool kVec>
 void launch_backward(float* partial, float* dx, const float* dr, const float* dy, const float* x, const float* w,
                      const float* mean, const float* rstd, int rows, int C, const char* op) {
   const size_t smem = 2 * static_cast<size_t>(kTileRows) * C * sizeof(float);  // at most 64 KiB (C = 1024)
-  static const bool opted_in = [&] {  // past the 48 KiB default: once per instance
+  if (smem > 48 * 1024)  // past the default limit (C > 768): opt in, on every call (the current device's)
     check_cuda(cudaFuncSetAttribute(layernorm_backward_kernel<K, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(2 * kTileRows * 4 * kWarp * K * sizeof(float))),
+                                    static_cast<int>(smem)),
                op, "cudaFuncSetAttribute");
-    return true;
-  }();
-  (void)opted_in;
   layernorm_backward_kernel<K, kVec>
       <<<column_blocks(rows), kThreads, smem>>>(partial, dx, dr, dy, x, w, mean, rstd, rows, C);
   check_launch(op);
