@@ -1,7 +1,8 @@
 // qkv_cuda_bench: the CUDA ops one by one at the char GPT's GPU shapes (B 64, T 256, C 384, H 6, hs 64, V 65,
-// d_ff 1536), timed with CUDA events (median of --reps after warm-up), on random data. For each op: the time, and
-// the floor it is judged against (bench/README.md's method): bytes it must move at the measured copy bandwidth,
-// or FLOPs at the measured fp32/TF32 matrix rate (both measured first, in the same run). Built only with CUDA.
+// d_ff 1536), plus LayerNorm backward and cross-entropy at the Seq2Seq's (rows 6400, C 512, V 10000), timed with CUDA
+// events (median of --reps after warm-up), on random data. For each op: the time, and the floor it is judged against
+// (bench/README.md's method): bytes it must move at the measured copy bandwidth, or FLOPs at the measured fp32/TF32
+// matrix rate (both measured first, in the same run). Built only with CUDA.
 //   usage: qkv_cuda_bench [--reps N]
 // Prints a table and a RESULT line per op: RESULT bench=cuda-op op=<name> ms=<median> floor_ms=<x>, plus tflops=<rate>
 // on the attention rows (old row-wise kernels and the flash ones in both precisions, against the H100's TF32 rate).
@@ -91,7 +92,7 @@ int main(int argc, char** argv) {
   float *x, *y, *r, *mean, *rstd, *w, *b, *dx, *dw, *db, *dbf, *scratch, *h, *a, *wf, *qkv, *out, *lse, *dqkv, *logits,
       *loss;
   float *copy_src, *copy_dst, *attn_scratch;
-  int32_t* targets;
+  int32_t *targets, *targets_s2s;
   const qkv::kernels::AttentionShape s{B, T, T, C, H, 3 * C, 3 * C, nullptr, true, 0.f, 0};
   arena.plan([&](kc::DeviceArena& m) {
     x = m.take(n), y = m.take(n), r = m.take(n), mean = m.take(rows), rstd = m.take(rows), w = m.take(C);
@@ -100,7 +101,8 @@ int main(int argc, char** argv) {
         m.take(std::max(kc::layernorm_backward_scratch_size(rows, C), kc::bias_act_backward_scratch_size(rows, F)));
     h = m.take(nf), a = m.take(nf), wf = m.take(static_cast<size_t>(F) * C), qkv = m.take(3 * n), out = m.take(n);
     lse = m.take(static_cast<size_t>(B) * H * T), dqkv = m.take(3 * n), logits = m.take(static_cast<size_t>(rows) * V);
-    loss = m.take(rows), targets = m.take_ints(rows), attn_scratch = m.take(kc::attention_backward_scratch_size(s));
+    loss = m.take(rows), targets = m.take_ints(rows), targets_s2s = m.take_ints(rows),
+    attn_scratch = m.take(kc::attention_backward_scratch_size(s));
     copy_src = m.take(big), copy_dst = m.take(big);
   });
   // Random data everywhere an op reads (never zeros: METHOD.md); the big copy buffer gets a 1M-float random block
@@ -124,6 +126,11 @@ int main(int argc, char** argv) {
   std::vector<int32_t> t(rows);
   for (int i = 0; i < rows; ++i) t[i] = i % V;
   kc::upload_ids(targets, t, V, std::nullopt, "bench", "targets");
+  // The Seq2Seq's shapes (rows 6400 = 64 x 100 tokens, C 512, V 10000): targets spread over the vocabulary.
+  const int rows_s2s = 6400, C_s2s = 512, V_s2s = 10000;
+  std::vector<int32_t> t2(rows_s2s);
+  for (int i = 0; i < rows_s2s; ++i) t2[i] = (i * 7919) % V_s2s;
+  kc::upload_ids(targets_s2s, t2, V_s2s, std::nullopt, "bench", "targets");
 
   // The two ceilings, measured here: copy bandwidth (bytes read + written) and the matrix rates.
   const double copy_ms = time_ms([&] {
@@ -153,6 +160,11 @@ int main(int argc, char** argv) {
   row("layernorm_backward",
       time_ms([&] { kc::layernorm_backward(dx, dw, db, scratch, dx, y, x, w, mean, rstd, rows, C); }), mem(4.0 * n),
       "bytes");
+  // dw, db (C_s2s each) in dbf, w in wf, scratch shared: all large enough; mean and rstd are finite numbers.
+  row("layernorm_backward s2s (6400x512)", time_ms([&] {
+        kc::layernorm_backward(dx, dbf, dbf + C_s2s, scratch, dx, y, x, wf, mean, rstd, rows_s2s, C_s2s);
+      }),
+      mem(4.0 * rows_s2s * C_s2s), "bytes");
   row("bias_act_forward gelu", time_ms([&] { kc::bias_act_forward(a, h, wf, qkv::kernels::Act::GELU, rows, F); }),
       mem(3.0 * nf), "bytes");
   row("bias_act_backward gelu",
@@ -207,6 +219,13 @@ int main(int argc, char** argv) {
   row("crossentropy_forward_backward",
       time_ms([&] { kc::crossentropy_forward_backward(loss, logits, logits, targets, 1.f / rows, rows, V, -1, 0.f); }),
       mem(2.0 * rows * V), "bytes");
+  // The floor is one read of the logits and one write of the gradient: the kernel reads each row a second time
+  // for the gradient, but from L1/L2 (crossentropy.cu). Logits: the random copy buffer; the gradient apart.
+  row("crossentropy_fwd_bwd s2s (6400x10000)", time_ms([&] {
+        kc::crossentropy_forward_backward(loss, copy_dst, copy_src, targets_s2s, 1.f / rows_s2s, rows_s2s, V_s2s, -1,
+                                          0.1f);
+      }),
+      mem(2.0 * rows_s2s * V_s2s), "bytes");
   kc::synchronize("bench");
   return 0;
 }

@@ -205,6 +205,86 @@ TEST(CudaOps, LayerNormForwardBackwardMatchTheCpu) {
     }
 }
 
+// The fused backward's paths (layernorm.cu): one block per 32-row group, float4 rows (C % 4 == 0, aligned) or
+// scalar (C odd, or every row buffer one float off), K = ceil(C / 128) float4's a lane up to C = 1024, the
+// two-kernel path past it (1025); groups ragged (31, 33, 1000 rows) and the char GPT's 16384 rows. The mean and
+// rstd are the CPU's, so that only the backward is compared. dx: kFp32 of max(1, |dx|). dw and db sum `rows`
+// terms (three calls accumulate): bounded, like gemm's sums, by kFp32 of the sum of |terms| (at 16384 rows an
+// element near 0 still carries the rounding of partial sums in the hundreds). The GPU adds them in the CPU's
+// order with the CPU's fma(dy, xhat, dw), so on an FMA CPU they agree far more closely; the scalar (offset)
+// path must give the float4 path's dw and db bit for bit, and a second run the first run's bits.
+TEST(CudaOps, LayerNormBackwardFusedShapes) {
+  QKV_REQUIRE_CUDA_DEVICE();
+  uint64_t seed = 150;
+  for (int C : {1, 3, 17, 64, 384, 512, 515, 1024, 1025})
+    for (int rows : {1, 31, 33, 1000, 16384}) {
+      SCOPED_TRACE(::testing::Message() << "rows " << rows << " C " << C);
+      const size_t n = static_cast<size_t>(rows) * C, c = static_cast<size_t>(C), nr = static_cast<size_t>(rows);
+      auto x = randn(n, seed++);
+      for (auto& v : x) v += 3.f;
+      const auto w = randn(c, seed++), b = randn(c, seed++), dy = randn(n, seed++), dr = randn(n, seed++);
+      const auto dw0 = randn(c, seed++), db0 = randn(c, seed++);
+      std::vector<float> y(n), mean(nr), rstd(nr);
+      kernels::layernorm_forward(y, mean, rstd, x, w, b, rows, C);
+      // CPU: dr aliasing dx, no dr, dr apart; dw and db accumulate over the three.
+      std::vector<float> dx_alias = dr, dx_none(n), dx_apart(n), dw = dw0, db = db0;
+      kernels::layernorm_backward(dx_alias, dw, db, dx_alias, dy, x, w, mean, rstd, rows, C);
+      kernels::layernorm_backward(dx_none, dw, db, {}, dy, x, w, mean, rstd, rows, C);
+      kernels::layernorm_backward(dx_apart, dw, db, dr, dy, x, w, mean, rstd, rows, C);
+      std::vector<double> sw(c), sb(c);  // the scale of each sum: |dw0| + 3 sum |dy xhat|, likewise db
+      for (size_t i = 0; i < c; ++i) sw[i] = std::abs(dw0[i]), sb[i] = std::abs(db0[i]);
+      for (size_t r = 0; r < nr; ++r)
+        for (size_t i = 0; i < c; ++i) {
+          const double xhat = (static_cast<double>(x[r * c + i]) - mean[r]) * rstd[r];
+          sw[i] += 3 * std::abs(dy[r * c + i] * xhat), sb[i] += 3 * std::abs(dy[r * c + i]);
+        }
+      const auto sums_near = [&](const char* what, const std::vector<float>& got, const std::vector<float>& want,
+                                 const std::vector<double>& scale) {
+        for (size_t i = 0; i < c; ++i)
+          ASSERT_LE(std::abs(got[i] - want[i]), kFp32 * std::max(1.0, scale[i]))
+              << what << "[" << i << "] = " << got[i] << ", CPU " << want[i];
+      };
+      // GPU. Row buffers get one float more, for the offset (scalar) run.
+      const size_t s = kc::layernorm_backward_scratch_size(rows, C);
+      DeviceBuffers d({n + 1, n + 1, n + 1, n + 1, c + 1, nr, nr, c, c, s, n + 1});
+      float *x_ = d.f[0], *dy_ = d.f[1], *dr_ = d.f[2], *dx_ = d.f[3], *w_ = d.f[4], *mean_ = d.f[5];
+      float *rstd_ = d.f[6], *dw_ = d.f[7], *db_ = d.f[8], *s_ = d.f[9], *dx2_ = d.f[10];
+      up(mean_, mean), up(rstd_, rstd);
+      // run(offset): the three calls on buffers `offset` floats in; returns dx of each, dw, db.
+      const auto run = [&](int off) {
+        up(x_ + off, x), up(dy_ + off, dy), up(dr_ + off, dr), up(w_ + off, w), up(dw_, dw0), up(db_, db0);
+        std::vector<std::vector<float>> out;
+        up(dx_ + off, dr);
+        kc::layernorm_backward(dx_ + off, dw_, db_, s_, dx_ + off, dy_ + off, x_ + off, w_ + off, mean_, rstd_, rows,
+                               C);
+        out.push_back(download(dx_ + off, n));
+        poison(dx2_, n + 1);
+        kc::layernorm_backward(dx2_ + off, dw_, db_, s_, nullptr, dy_ + off, x_ + off, w_ + off, mean_, rstd_, rows, C);
+        out.push_back(download(dx2_ + off, n));
+        poison(dx2_, n + 1);
+        kc::layernorm_backward(dx2_ + off, dw_, db_, s_, dr_ + off, dy_ + off, x_ + off, w_ + off, mean_, rstd_, rows,
+                               C);
+        out.push_back(download(dx2_ + off, n));
+        out.push_back(download(dw_, c));
+        out.push_back(download(db_, c));
+        return out;
+      };
+      const auto got = run(0);
+      EXPECT_TRUE(near("dx (dr aliased)", got[0], dx_alias, kFp32));
+      EXPECT_TRUE(near("dx (no dr)", got[1], dx_none, kFp32));
+      EXPECT_TRUE(near("dx (dr apart)", got[2], dx_apart, kFp32));
+      sums_near("dw", got[3], dw, sw);
+      sums_near("db", got[4], db, sb);
+      EXPECT_EQ(run(0), got) << "a second run differs: not deterministic";
+      const auto off = run(1);  // every row buffer one float off 16-byte alignment: the scalar path
+      EXPECT_TRUE(near("dx (offset, dr aliased)", off[0], dx_alias, kFp32));
+      EXPECT_TRUE(near("dx (offset, no dr)", off[1], dx_none, kFp32));
+      EXPECT_TRUE(near("dx (offset, dr apart)", off[2], dx_apart, kFp32));
+      EXPECT_EQ(off[3], got[3]) << "dw: the scalar path's partials differ from the float4 path's";
+      EXPECT_EQ(off[4], got[4]) << "db: the scalar path's partials differ from the float4 path's";
+    }
+}
+
 // ---- bias + activation, dropout ----
 
 TEST(CudaOps, BiasActMatchesTheCpu) {
@@ -403,6 +483,55 @@ TEST(CudaOps, CrossEntropyMatchesTheCpu) {
         EXPECT_TRUE(near("dlogits", download(d.f[2], n), dlogits, kFp32));
         kc::crossentropy_forward_backward(d.f[1], d.f[0], d.f[0], d.i[0], 0.25f, rows, V, -100, smoothing);
         EXPECT_TRUE(near("dlogits (in place over logits)", download(d.f[0], n), dlogits, kFp32));
+      }
+}
+
+// The block-per-row kernel for V > 1024 (crossentropy.cu): one read for (max, sum of exp, sum of z) with float4
+// loads after a 0-3 logit head up to 16-byte alignment, then the gradient. V = 4099 gives every row a different
+// head; logits one float off shift them all; dlogits apart from logits with another alignment takes the scalar
+// stores. Ignored rows (row 1 always), targets at the row's first and last logit, a huge logit in row 0,
+// smoothing 0 and 0.1, dlogits aliasing logits, and a second run bit-equal to the first.
+TEST(CudaOps, CrossEntropyLargeVocabularies) {
+  QKV_REQUIRE_CUDA_DEVICE();
+  uint64_t seed = 650;
+  for (float smoothing : {0.f, 0.1f})
+    for (int V : {1025, 4099, 10000, 32768})
+      for (int rows : {1, 5, 67}) {
+        SCOPED_TRACE(::testing::Message() << "smoothing " << smoothing << " V " << V << " rows " << rows);
+        const size_t n = static_cast<size_t>(rows) * V, nr = static_cast<size_t>(rows);
+        auto logits = randn(n, seed++, 3.f);
+        logits[0] += 1e4f;
+        Rng rng(seed++);
+        std::vector<int32_t> targets(nr);
+        for (auto& t : targets) t = rng.uniform() < 0.2 ? -100 : static_cast<int32_t>(rng.next_u64() % V);
+        if (rows > 1) targets[1] = -100;
+        if (rows > 2) targets[2] = V - 1;  // the tail
+        if (rows > 3) targets[3] = 0;      // the head
+        std::vector<float> losses(nr), losses2(nr), dlogits(n);
+        kernels::crossentropy_forward(losses, logits, targets.data(), rows, V, -100, smoothing);
+        kernels::crossentropy_forward_backward(losses2, dlogits, logits, targets.data(), 0.25f, rows, V, -100,
+                                               smoothing);
+        DeviceBuffers d({n + 1, nr, n + 1, n + 1}, {nr});
+        float *z_ = d.f[0], *l_ = d.f[1], *d_ = d.f[2], *zz_ = d.f[3];
+        kc::upload_ids(d.i[0], targets, V, -100, "test", "targets");
+        for (int off : {0, 1}) {  // logits (and the in-place dlogits) at 16-byte alignment, then one float off
+          SCOPED_TRACE(off ? "logits one float off" : "logits aligned");
+          float* z = z_ + off;
+          up(z, logits), poison(l_, nr), poison(d_, n + 1);
+          kc::crossentropy_forward(l_, z, d.i[0], rows, V, -100, smoothing);
+          EXPECT_TRUE(near("losses", download(l_, nr), losses, kFp32));
+          kc::crossentropy_forward_backward(l_, d_, z, d.i[0], 0.25f, rows, V, -100, smoothing);  // d_: aligned
+          const auto l1 = download(l_, nr), d1 = download(d_, n);
+          EXPECT_TRUE(near("losses (with gradient)", l1, losses2, kFp32));
+          EXPECT_TRUE(near("dlogits", d1, dlogits, kFp32));
+          kc::crossentropy_forward_backward(l_, d_, z, d.i[0], 0.25f, rows, V, -100, smoothing);
+          EXPECT_EQ(download(l_, nr), l1) << "losses: a second run differs";
+          EXPECT_EQ(download(d_, n), d1) << "dlogits: a second run differs";
+          up(zz_ + off, logits);
+          kc::crossentropy_forward_backward(l_, zz_ + off, zz_ + off, d.i[0], 0.25f, rows, V, -100, smoothing);
+          EXPECT_TRUE(near("dlogits (in place over logits)", download(zz_ + off, n), dlogits, kFp32));
+          EXPECT_EQ(download(l_, nr), l1) << "losses (in place)";
+        }
       }
 }
 

@@ -5,9 +5,11 @@
 // Backward with xhat = (x-mean)*rstd and g = dy*w:
 //   dx = dr + rstd * (g - mean(g) - xhat * mean(g*xhat)),  dw += sum_rows dy*xhat,  db += sum_rows dy
 // Layout: x, f, r, y, dx, dy, dr (rows, C); w, b, dw, db (C); mean, rstd (rows).
-// One warp per row (llm.c's layernorm kernels): lane i takes columns i, i+32, ...; the row's later passes
-// hit L1. A lane reads and writes only its own columns, so r may alias x or f, and dx may alias dr.
-// dw and db: common.cuh's column sums, in the CPU's block order.
+// Forward: one warp per row (llm.c's layernorm kernels): lane i takes columns i, i+32, ...; the row's later
+// passes hit L1. Backward (C <= 1024): one fused kernel, a block per 32-row group computing dx a warp per row
+// from registers and the group's dw/db partial through shared memory (see "Backward" below), then one small
+// kernel adding the partials in group order. A lane reads and writes only its own columns, so r may alias x
+// or f, and dx may alias dr. dw and db are summed in the CPU's order (common.cuh): deterministic.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "qkv/error.h"
@@ -43,9 +45,148 @@ __global__ void layernorm_forward_kernel(float* y, float* mean, float* rstd, flo
   }
 }
 
-// dx only (the row reductions); dw and db come from layernorm_columns_kernel.
-__global__ void layernorm_backward_kernel(float* dx, const float* dr, const float* dy, const float* x, const float* w,
-                                          const float* mean, const float* rstd, int rows, int C) {
+// ---- Backward ----
+// The fused kernel (C <= kFusedMaxC): block k owns the 32-row group [32k, 32k + 32), the CPU's kRowBlock, so
+// that its dw/db partial is the CPU's slot k term for term. Its 8 warps walk the group in 4 tiles of 8 rows,
+// warp w taking row 8 * tile + w:
+//   rows (a warp per row, the row in registers):  mean_g = sum(dy*w)/C, mean_gx = sum(dy*w*xhat)/C by shuffles,
+//     then dx = dr + rstd * (dy*w - mean_g - xhat*mean_gx) straight from the registers. Lane j holds columns
+//     4(j + 32i) .. +3 (float4 loads and stores, when C % 4 == 0 and every row pointer is 16-byte aligned) or
+//     j + 32i (scalar), i < K: K = ceil(C / 128) float4's (4K floats) a lane, K a template argument so the row
+//     lives in registers. w sits in registers for the whole group.
+//   columns: the warps leave dy and xhat of their rows in shared memory (8 rows x C, twice); after a barrier,
+//     thread t takes columns t, t + 256, ... and adds the tile's rows in row order:
+//       pw[c] = fma(dy, xhat, pw[c]), pb[c] += dy   (the CPU's fma(dy, xhat, dw) and db + dy, rowwise_simd.h)
+//     in registers across the 4 tiles, then writes partial[k] = [pw (C) | pb (C)].
+// So each tile reads dy and x once from memory, and the column sums cost shared memory traffic only (the old
+// scheme's layernorm_columns_kernel read dy and x a second time). Each warp loads its next row (dy, x, mean,
+// rstd) into the registers it has just freed before the barriers and the column pass, so that load overlaps
+// them. add_column_sums then adds the partials to dw, db in block order: the CPU's order exactly.
+constexpr int kTileRows = kRowsPerBlock;  // a row per warp per tile
+constexpr int kFusedMaxK = 8;             // float4's a lane: C <= 1024 fused
+constexpr int kFusedMaxC = 4 * kWarp * kFusedMaxK;
+
+template <int K, bool kVec>
+struct RowRegs {
+  float v[4 * K];
+  // Column of element e of this lane (see the layout above).
+  __device__ static int col(int lane, int e) { return kVec ? 4 * (lane + kWarp * (e / 4)) + e % 4 : lane + kWarp * e; }
+  // v = p[0 .. C) at this lane's columns, 0 past C.
+  __device__ void load(const float* p, int lane, int C) {
+    if constexpr (kVec) {
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        const int c = 4 * (lane + kWarp * i);
+        const float4 q = c < C ? *reinterpret_cast<const float4*>(p + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[4 * i] = q.x, v[4 * i + 1] = q.y, v[4 * i + 2] = q.z, v[4 * i + 3] = q.w;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4 * K; ++e) v[e] = col(lane, e) < C ? p[col(lane, e)] : 0.f;
+    }
+  }
+  __device__ void store(float* p, int lane, int C) const {
+    if constexpr (kVec) {
+#pragma unroll
+      for (int i = 0; i < K; ++i) {
+        const int c = 4 * (lane + kWarp * i);
+        if (c < C) *reinterpret_cast<float4*>(p + c) = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4 * K; ++e)
+        if (col(lane, e) < C) p[col(lane, e)] = v[e];
+    }
+  }
+};
+
+// partial (groups, 2C): [k][c] = sum over group k's rows of dy*xhat, [k][C + c] = sum of dy, in row order.
+// Dynamic shared memory: 2 * kTileRows * C floats (dy, then xhat, of the tile's rows).
+template <int K, bool kVec>
+__global__ void __launch_bounds__(kThreads, K <= 3 ? (kVec ? 4 : 3) : (K <= 4 ? 2 : 1))
+    layernorm_backward_kernel(float* partial, float* dx, const float* dr, const float* dy, const float* x,
+                              const float* w, const float* mean, const float* rstd, int rows, int C) {
+  extern __shared__ float4 smem4[];  // float4: the vector stores need 16-byte alignment
+  float* s_dy = reinterpret_cast<float*>(smem4);
+  float* s_xh = s_dy + kTileRows * C;
+  constexpr int kCols = (4 * kWarp * K + kThreads - 1) / kThreads;  // columns a thread sums
+  using Row = RowRegs<K, kVec>;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int r0 = blockIdx.x * kColumnBlockRows, r1 = min(rows, r0 + kColumnBlockRows);
+  const float Cf = static_cast<float>(C);
+  Row wv, g, h;  // w; dy then the gradient; x then xhat
+  wv.load(w, lane, C);
+  float pw[kCols], pb[kCols];
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) pw[j] = pb[j] = 0.f;
+  // This warp's first row, loaded ahead.
+  int row = r0 + warp;
+  float m = 0.f, s = 0.f;
+  if (row < r1) {
+    g.load(dy + static_cast<size_t>(row) * C, lane, C);
+    h.load(x + static_cast<size_t>(row) * C, lane, C);
+    m = mean[row], s = rstd[row];
+  }
+  for (int t0 = r0; t0 < r1; t0 += kTileRows) {  // the same trip count in every warp: the barriers match
+    if (row < r1) {
+      const size_t o = static_cast<size_t>(row) * C;
+      float sg = 0.f, sgx = 0.f;
+#pragma unroll
+      for (int e = 0; e < 4 * K; ++e) {
+        h.v[e] = (h.v[e] - m) * s;  // xhat (garbage past C, where dy = w = 0: it adds 0 and is never stored)
+        const float ge = g.v[e] * wv.v[e];
+        sg += ge;
+        sgx = fmaf(ge, h.v[e], sgx);
+      }
+      const float mean_g = warp_sum(sg) / Cf, mean_gx = warp_sum(sgx) / Cf;
+      const int slot = (row - t0) * C;
+      g.store(s_dy + slot, lane, C);
+      h.store(s_xh + slot, lane, C);
+#pragma unroll
+      for (int e = 0; e < 4 * K; ++e) g.v[e] = s * (g.v[e] * wv.v[e] - mean_g - h.v[e] * mean_gx);
+      // dr may be dx: the whole row of dr is read (into h; xhat is done with) before dx is written, which also
+      // lets the K loads go out together (a store between two loads through pointers that may alias would hold
+      // each load back until the previous store).
+      if (dr) {
+        h.load(dr + o, lane, C);
+#pragma unroll
+        for (int e = 0; e < 4 * K; ++e) g.v[e] = h.v[e] + g.v[e];
+      }
+      g.store(dx + o, lane, C);
+      // The next tile's row, into the registers just freed: in flight during the barriers and column sums.
+      row += kTileRows;
+      if (row < r1) {
+        g.load(dy + static_cast<size_t>(row) * C, lane, C);
+        h.load(x + static_cast<size_t>(row) * C, lane, C);
+        m = mean[row], s = rstd[row];
+      }
+    }
+    __syncthreads();  // the tile's dy and xhat are in shared memory
+    const int n = min(kTileRows, r1 - t0);
+#pragma unroll
+    for (int j = 0; j < kCols; ++j) {
+      const int c = static_cast<int>(threadIdx.x) + j * kThreads;
+      if (c < C)
+        for (int r = 0; r < n; ++r) {
+          const float a = s_dy[r * C + c];
+          pw[j] = fmaf(a, s_xh[r * C + c], pw[j]);
+          pb[j] += a;
+        }
+    }
+    __syncthreads();  // read before the next tile overwrites it
+  }
+  float* out = partial + static_cast<size_t>(blockIdx.x) * 2 * C;
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {
+    const int c = static_cast<int>(threadIdx.x) + j * kThreads;
+    if (c < C) out[c] = pw[j], out[C + c] = pb[j];
+  }
+}
+
+// C > kFusedMaxC (the row does not fit a lane's registers): a warp per row for dx, looping over the row (its
+// later passes hit L1), and layernorm_columns_kernel for the partials, which reads dy and x once more.
+__global__ void layernorm_backward_wide_kernel(float* dx, const float* dr, const float* dy, const float* x,
+                                               const float* w, const float* mean, const float* rstd, int rows, int C) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= rows) return;
   const size_t o = static_cast<size_t>(row) * C;
@@ -74,20 +215,85 @@ __global__ void layernorm_columns_kernel(float* partial, const float* dy, const 
   float pw = 0.f, pb = 0.f;
   for (int r = k * kColumnBlockRows; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * C + c;
-    pw += dy[i] * ((x[i] - mean[r]) * rstd[r]);
+    pw = fmaf(dy[i], (x[i] - mean[r]) * rstd[r], pw);  // the CPU's fma(dy, xhat, dw)
     pb += dy[i];
   }
   partial[static_cast<size_t>(k) * 2 * C + c] = pw;
   partial[static_cast<size_t>(k) * 2 * C + C + c] = pb;
 }
 
-__global__ void add_column_sums_kernel(float* out, const float* partial, int blocks, int N, int stride) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= N) return;
-  float acc = out[c];
-  for (int k = 0; k < blocks; ++k) acc += partial[static_cast<size_t>(k) * stride + c];
-  out[c] = acc;
+// out0[j] += sum_k partial[k * stride + j] for j < N, and (out1 not null) out1[j - N] += the same for
+// N <= j < 2N, k = 0, 1, ..., blocks - 1 in that order (one float accumulator, the CPU's order).
+// The adds are serial per column (that order), so the time goes into getting the partials on chip: a block
+// takes only kSumColumns = 8 columns (2C / 8 blocks: 96 at C = 384), its 256 threads stage kSumChunk = 512
+// partial rows of them at once in shared memory (16 independent loads a thread, 32-byte row pieces: whole
+// sectors), and lanes 0-7 of warp 0 then add them in row order. (A thread per column loading its own column,
+// as before, kept 2C threads with a load or two each in flight: latency-bound, about as slow as the backward.)
+constexpr int kSumColumns = 8;
+constexpr int kSumChunk = 512;
+constexpr int kSumLoads = kSumChunk * kSumColumns / kThreads;  // a thread's loads per chunk
+__global__ void __launch_bounds__(kThreads)
+    add_column_sums_kernel(float* out0, float* out1, const float* partial, int blocks, int N, int stride) {
+  __shared__ float tile[kSumChunk][kSumColumns];  // 16 KiB; (row, column) = (i / 8, i % 8) of flat index i
+  const int total = out1 ? 2 * N : N, j0 = blockIdx.x * kSumColumns;
+  const int tid = threadIdx.x, j = j0 + tid;  // j: the column of adder lanes 0-7
+  const bool adder = tid < kSumColumns && j < total;
+  float acc = 0.f;
+  if (adder) acc = j < N ? out0[j] : out1[j - N];
+  for (int k0 = 0; k0 < blocks; k0 += kSumChunk) {
+    const int n = min(kSumChunk, blocks - k0);
+#pragma unroll
+    for (int i = 0; i < kSumLoads; ++i) {
+      const int flat = tid + i * kThreads, r = flat / kSumColumns, c = flat % kSumColumns;
+      if (r < n && j0 + c < total) tile[r][c] = partial[static_cast<size_t>(k0 + r) * stride + j0 + c];
+    }
+    __syncthreads();
+    if (adder)
+      for (int r = 0; r < n; ++r) acc += tile[r][tid];
+    __syncthreads();  // read before the next chunk overwrites it
+  }
+  if (adder) (j < N ? out0[j] : out1[j - N]) = acc;
 }
+
+void launch_column_sums(float* out0, float* out1, const float* partial, int blocks, int N, int stride, const char* op) {
+  const int total = out1 ? 2 * N : N;
+  add_column_sums_kernel<<<(total + kSumColumns - 1) / kSumColumns, kThreads>>>(out0, out1, partial, blocks, N, stride);
+  check_launch(op);
+}
+
+// The fused backward for one (K, vectorised) instance: one block per 32-row group.
+template <int K, bool kVec>
+void launch_backward(float* partial, float* dx, const float* dr, const float* dy, const float* x, const float* w,
+                     const float* mean, const float* rstd, int rows, int C, const char* op) {
+  const size_t smem = 2 * static_cast<size_t>(kTileRows) * C * sizeof(float);  // at most 64 KiB (C = 1024)
+  if (smem > 48 * 1024)  // past the default limit (C > 768): opt in, on every call (the current device's)
+    check_cuda(cudaFuncSetAttribute(layernorm_backward_kernel<K, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)),
+               op, "cudaFuncSetAttribute");
+  layernorm_backward_kernel<K, kVec>
+      <<<column_blocks(rows), kThreads, smem>>>(partial, dx, dr, dy, x, w, mean, rstd, rows, C);
+  check_launch(op);
+}
+
+template <bool kVec>
+void launch_backward_for_c(float* partial, float* dx, const float* dr, const float* dy, const float* x, const float* w,
+                           const float* mean, const float* rstd, int rows, int C, const char* op) {
+  const int k = (C + 4 * kWarp - 1) / (4 * kWarp);  // float4's a lane
+  if (k <= 1)
+    launch_backward<1, kVec>(partial, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+  else if (k <= 2)
+    launch_backward<2, kVec>(partial, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+  else if (k <= 3)
+    launch_backward<3, kVec>(partial, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+  else if (k <= 4)
+    launch_backward<4, kVec>(partial, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+  else if (k <= 6)
+    launch_backward<6, kVec>(partial, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+  else
+    launch_backward<kFusedMaxK, kVec>(partial, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 void check_sizes(const char* op, int rows, int C) {
   check(rows >= 0, op, " (cuda): rows = ", rows, ": expected >= 0");
@@ -108,9 +314,7 @@ void forward(const char* op, float* y, float* mean, float* rstd, float* r, const
 
 void add_column_sums(float* out, const float* partial, int blocks, int N, int stride, const char* op) {
   if (!out || N == 0 || blocks == 0) return;
-  add_column_sums_kernel<<<(N + kColumnThreads - 1) / kColumnThreads, kColumnThreads>>>(out, partial, blocks, N,
-                                                                                        stride);
-  check_launch(op);
+  launch_column_sums(out, nullptr, partial, blocks, N, stride, op);
 }
 
 void layernorm_forward(float* y, float* mean, float* rstd, const float* x, const float* w, const float* b, int rows,
@@ -135,15 +339,24 @@ void layernorm_backward(float* dx, float* dw, float* db, float* scratch, const f
   if (rows == 0) return;
   check(dx && dw && db && scratch && dy && x && w && mean && rstd, op, " (cuda): null device pointer");
   const int blocks = column_blocks(rows);
-  // The column sums first: they read dy and x, which the contract lets no output alias, so order is free.
-  layernorm_columns_kernel<<<dim3(blocks, (C + kColumnThreads - 1) / kColumnThreads), kColumnThreads>>>(
-      scratch, dy, x, mean, rstd, rows, C);
-  check_launch(op);
-  add_column_sums(dw, scratch, blocks, C, 2 * C, op);
-  add_column_sums(db, scratch + C, blocks, C, 2 * C, op);
-  layernorm_backward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads>>>(dx, dr, dy, x, w, mean, rstd,
-                                                                                      rows, C);
-  check_launch(op);
+  if (C <= kFusedMaxC) {
+    // float4 rows when every row of every (C)-strided buffer starts 16-byte aligned.
+    const bool vec =
+        C % 4 == 0 && aligned16(dx) && (!dr || aligned16(dr)) && aligned16(dy) && aligned16(x) && aligned16(w);
+    if (vec)
+      launch_backward_for_c<true>(scratch, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+    else
+      launch_backward_for_c<false>(scratch, dx, dr, dy, x, w, mean, rstd, rows, C, op);
+  } else {
+    // The column sums first: they read dy and x, which the contract lets no output alias, so order is free.
+    layernorm_columns_kernel<<<dim3(blocks, (C + kColumnThreads - 1) / kColumnThreads), kColumnThreads>>>(
+        scratch, dy, x, mean, rstd, rows, C);
+    check_launch(op);
+    layernorm_backward_wide_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads>>>(dx, dr, dy, x, w, mean,
+                                                                                             rstd, rows, C);
+    check_launch(op);
+  }
+  launch_column_sums(dw, db, scratch, blocks, C, 2 * C, op);  // scratch (blocks, 2C) = [dw part | db part] a row
 }
 
 }  // namespace qkv::kernels::cuda
