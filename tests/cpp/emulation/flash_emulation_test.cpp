@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "emulation/test_support.h"
 #include "emulation/warp_emulation.h"
 #include "kernels/cuda/flash_attention.cuh"  // nvcc's #pragma unroll: -Wno-unknown-pragmas here (CMakeLists.txt)
 #include "ops/backends.h"
@@ -25,31 +26,8 @@ namespace qkv {
 namespace {
 
 namespace kc = kernels::cuda;
+using test::near;
 using test::randn;
-
-// |got - want| <= tol * max(1, |want|) element by element (exact == 1) or tol * max(1, max |want|) over the
-// output (exact == 0); infinities must match.
-::testing::AssertionResult near(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                                double tol, bool elementwise) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << want.size();
-  double scale = 1;
-  for (float w : want)
-    if (std::isfinite(w)) scale = std::max(scale, static_cast<double>(std::abs(w)));
-  size_t bad = 0, first = 0;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    const double bound = tol * (elementwise ? std::max(1.0, std::abs(w)) : scale);
-    const bool ok = std::isinf(w) ? g == w : std::abs(g - w) <= bound;
-    if (!ok && bad++ == 0) first = i;
-    if (std::isfinite(w) && !(std::abs(g - w) <= worst)) worst = std::abs(g - w);
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " differ; first [" << first
-                                       << "] = " << got[first] << ", reference " << want[first] << "; max |diff| "
-                                       << worst;
-}
 
 struct Case {
   int B, Tq, Tk, H, hs;
@@ -170,14 +148,6 @@ void check_case(const Case& c, uint64_t seed, bool aligned = false) {
     EXPECT_TRUE(near("dk and dv", dkv_columns(c, in, got.dkv), dkv_columns(c, in, want.dkv), tol, fp32));
   }
 }
-
-#if defined(__SANITIZE_ADDRESS__)
-#define QKV_SKIP_UNDER_ASAN() GTEST_SKIP() << "fibers (swapcontext) confuse AddressSanitizer's stack tracking"
-#else
-#define QKV_SKIP_UNDER_ASAN() \
-  do {                        \
-  } while (0)
-#endif
 
 // The emulator itself: cvt.rna.tf32's rounding and one mma against a plain product.
 TEST(WarpEmulation, Tf32RoundingAndOneMma) {
