@@ -95,6 +95,47 @@ def main():
         print("  qkv's loss, first warm-up step -> last timed step: " + "; ".join(losses))
     for note in notes:
         print("  " + note)
+    print_targets(results, log_dir)
+
+
+def attention_rows(log_dir):
+    """{op: (ms, floor_ms)} of the attention rows of qkv_cuda_bench's RESULT lines (ops.log), if any."""
+    rows = {}
+    path = os.path.join(log_dir, "ops.log")
+    if not os.path.exists(path):
+        return rows
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("RESULT bench=cuda-op op=attention_"):
+                fields = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+                rows[fields["op"]] = (float(fields["ms"]), float(fields["floor_ms"]))
+    return rows
+
+
+def print_targets(results, log_dir):
+    """Issue 25's targets, each with the figure behind it: met, not met, or not measured."""
+    print("\nIssue 25's targets in this run:")
+    for bench, title in BENCHES:
+        for precision in PRECISIONS:
+            q = results.get((bench, "qkv", precision))
+            for side, label in (("PyTorch", "eager"), ("PyTorch-compile", "torch.compile")):
+                peer = results.get((bench, side, precision))
+                goal = "target" if side == "PyTorch" else "goal beyond it"
+                if not (q and peer):
+                    print(f"  {title} {precision}: qkv >= 1.0x {label} ({goal}): not measured (a side is missing)")
+                    continue
+                r = float(q["tokens_per_s"]) / float(peer["tokens_per_s"])
+                print(f"  {title} {precision}: qkv >= 1.0x {label} ({goal}): {r:.2f}x, "
+                      f"{'met' if r >= 1.0 else 'NOT met'}")
+    rows = attention_rows(log_dir)
+    if not rows:
+        print("  attention forward/backward >= 50% of the tensor-core floor: not measured (no ops.log)")
+    for op, (ms, floor_ms) in sorted(rows.items()):
+        if "rowwise" in op:
+            continue  # the old kernels: the A/B's baseline, not a target
+        share = floor_ms / ms if ms > 0 else 0.0
+        print(f"  {op} >= 50% of its tensor-core floor: {100 * share:.0f}%, {'met' if share >= 0.5 else 'NOT met'}"
+              + (" (3xTF32 issues three mma per product: at most a third)" if "3xtf32" in op else ""))
 
 
 if __name__ == "__main__":
