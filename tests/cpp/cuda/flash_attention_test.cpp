@@ -26,7 +26,9 @@
 #include <utility>
 #include <vector>
 
+#include "attention_cases.h"
 #include "cuda_test_util.h"
+#include "emulation/test_support.h"
 #include "ops/backends.h"
 #include "runtime/random.h"
 #include "test_util.h"
@@ -37,101 +39,18 @@ namespace {
 namespace kc = kernels::cuda;
 using kc::AttentionPrecision;
 using test::DeviceBuffers;
+using test::dkv_columns;
 using test::download;
+using test::dq_columns;
+using test::flash_reference;
+using test::FlashCase;
+using test::FlashInputs;
+using test::FlashOutputs;
 using test::near;
 using test::poison;
 using test::randn;
 
 constexpr double kFp32 = 1e-5;
-
-// |got - want| <= tol * max(1, max |want|) over the output (infinities must match exactly).
-::testing::AssertionResult near_norm(const char* what, const std::vector<float>& got, const std::vector<float>& want,
-                                     double tol) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << want.size();
-  double scale = 1;
-  for (float w : want)
-    if (std::isfinite(w)) scale = std::max(scale, static_cast<double>(std::abs(w)));
-  size_t bad = 0, first = 0;
-  double worst = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    const bool ok = std::isinf(w) ? g == w : std::abs(g - w) <= tol * scale;
-    if (!ok && bad++ == 0) first = i;
-    if (std::isfinite(w) && !(std::abs(g - w) <= worst)) worst = std::abs(g - w);
-  }
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " differ by more than "
-                                       << tol * scale << "; first [" << first << "] = " << got[first] << ", reference "
-                                       << want[first] << "; max |diff| " << worst;
-}
-
-struct FlashCase {
-  int B, Tq, Tk, H, hs;
-  bool causal, pad;
-  float dropout;
-  int q_pos = 0, extra_rows = 0;  // a KV cache: queries at q_pos.., k_rows = Tk + extra_rows
-};
-
-// The reference's outputs of one case, host memory.
-struct Reference {
-  std::vector<float> out, lse, dq, dkv;
-};
-
-// Inputs: q (B*Tq, ldq = C + 5), k and v interleaved in kv (B*k_rows, ldkv = 2C + 4: k at column 0, v at C),
-// dout (B*Tq, C); key_pad (B, k_rows), batch 0 all padding when c.pad.
-struct Inputs {
-  int C, ldq, ldkv, krows;
-  std::vector<float> q, kv, dout;
-  std::vector<uint8_t> pad;
-  Inputs(const FlashCase& c, uint64_t seed) : C(c.H * c.hs), ldq(C + 5), ldkv(2 * C + 4), krows(c.Tk + c.extra_rows) {
-    q = randn(static_cast<size_t>(c.B) * c.Tq * ldq, seed);
-    kv = randn(static_cast<size_t>(c.B) * krows * ldkv, seed + 1);
-    dout = randn(static_cast<size_t>(c.B) * c.Tq * C, seed + 2);
-    pad.assign(static_cast<size_t>(c.B) * krows, 0);
-    if (c.pad) {
-      Rng rng(seed + 3);
-      for (auto& p : pad) p = rng.uniform() < 0.3;
-      for (int s = 0; s < krows; ++s) pad[s] = 1;  // batch 0: every key padded (all-masked rows)
-    }
-  }
-  kernels::AttentionShape shape(const FlashCase& c, const uint8_t* key_pad) const {
-    return kernels::AttentionShape{c.B,      c.Tq,      c.Tk, C,       c.H,  ldq, ldkv, c.pad ? key_pad : nullptr,
-                                   c.causal, c.dropout, 77,   c.q_pos, krows};
-  }
-};
-
-Reference run_reference(const FlashCase& c, const Inputs& in) {
-  static const std::unique_ptr<ops::Backend> ref = ops::make_reference_backend();
-  const kernels::AttentionShape s = in.shape(c, in.pad.data());
-  Reference r;
-  r.out.assign(static_cast<size_t>(c.B) * c.Tq * in.C, 0.f);
-  r.lse.assign(static_cast<size_t>(c.B) * c.H * c.Tq, 0.f);
-  r.dq.assign(in.q.size(), 0.f);
-  r.dkv.assign(in.kv.size(), 0.f);
-  std::vector<float> scratch(ref->attention_scratch_size(s, 1));
-  const float* kv = in.kv.data();
-  ref->attention_forward(r.out, r.lse, in.q.data(), kv, kv + in.C, s, scratch);
-  ref->attention_backward(r.dq.data(), r.dkv.data(), r.dkv.data() + in.C, in.dout, in.q.data(), kv, kv + in.C, r.out,
-                          r.lse, s, scratch);
-  return r;
-}
-
-// The heads' columns of the written rows: dq's first C of each ldq-wide row; dk and dv (2C of each ldkv-wide row)
-// in the rows < Tk of each batch.
-std::vector<float> dq_columns(const FlashCase& c, const Inputs& in, const std::vector<float>& dq) {
-  std::vector<float> r;
-  for (size_t row = 0; row < static_cast<size_t>(c.B) * c.Tq; ++row)
-    for (int i = 0; i < in.C; ++i) r.push_back(dq[row * in.ldq + i]);
-  return r;
-}
-std::vector<float> dkv_columns(const FlashCase& c, const Inputs& in, const std::vector<float>& dkv) {
-  std::vector<float> r;
-  for (int b = 0; b < c.B; ++b)
-    for (int t = 0; t < c.Tk; ++t)
-      for (int i = 0; i < 2 * in.C; ++i) r.push_back(dkv[(static_cast<size_t>(b) * in.krows + t) * in.ldkv + i]);
-  return r;
-}
 
 // The flash kernels in one precision against the reference; with twice, the backward runs a second time and must
 // give the same bits (one writer per output, no atomics).
@@ -139,8 +58,8 @@ void check_flash(const FlashCase& c, uint64_t seed, bool twice = false) {
   SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq << " Tk " << c.Tk << " H " << c.H << " hs " << c.hs
                                     << " causal " << c.causal << " pad " << c.pad << " dropout " << c.dropout
                                     << " q_pos " << c.q_pos << " k_rows " << c.Tk + c.extra_rows);
-  const Inputs in(c, seed);
-  const Reference want = run_reference(c, in);
+  const FlashInputs in(c, seed);
+  const FlashOutputs want = flash_reference(c, in);
   const size_t nout = want.out.size(), nl = want.lse.size();
   const kernels::AttentionShape s0 = in.shape(c, nullptr);
   DeviceBuffers d({in.q.size(), in.kv.size(), nout, nout, nl, in.q.size(), in.kv.size(),
@@ -156,7 +75,7 @@ void check_flash(const FlashCase& c, uint64_t seed, bool twice = false) {
     SCOPED_TRACE(fp32 ? "fp32 (3xTF32)" : tf32 ? "tf32" : "bf16");
     const auto check = [&](const char* what, const std::vector<float>& got, const std::vector<float>& ref) {
       return fp32 ? near(what, got, ref, kFp32)
-                  : near_norm(what, got, ref, tf32 ? kc::kAttentionTf32Tolerance : kc::kAttentionBf16Tolerance);
+                  : near(what, got, ref, tf32 ? kc::kAttentionTf32Tolerance : kc::kAttentionBf16Tolerance, false);
     };
     poison(out_, nout), poison(lse_, nl), poison(dq_, in.q.size()), poison(dkv_, in.kv.size());
     kc::attention_forward_flash(out_, lse_, q_, kv_, kv_ + in.C, s, precision);
@@ -237,7 +156,7 @@ TEST(CudaFlashAttention, TheSelectionFollowsTheProductsPrecision) {
   if (const char* e = std::getenv("QKV_CUDA_ATTENTION"); e && std::string(e) == "rowwise")
     GTEST_SKIP() << "QKV_CUDA_ATTENTION=rowwise routes the selection to the row-wise kernels";
   const FlashCase c{2, 67, 67, 2, 64, true, false, 0.f};
-  const Inputs in(c, 6000);
+  const FlashInputs in(c, 6000);
   const size_t nout = static_cast<size_t>(c.B) * c.Tq * in.C, nl = static_cast<size_t>(c.B) * c.H * c.Tq;
   DeviceBuffers d({in.q.size(), in.kv.size(), nout, nl, nout, nl});
   kc::upload(d.f[0], in.q, "test"), kc::upload(d.f[1], in.kv, "test");

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "attention_cases.h"
 #include "emulation/test_support.h"
 #include "emulation/warp_emulation.h"
 #include "kernels/cuda/flash_attention.cuh"  // nvcc's #pragma unroll: -Wno-unknown-pragmas here (CMakeLists.txt)
@@ -26,68 +27,21 @@ namespace qkv {
 namespace {
 
 namespace kc = kernels::cuda;
+using test::dkv_columns;
+using test::dq_columns;
+using test::flash_reference;
+using test::FlashCase;
+using test::FlashInputs;
+using test::FlashOutputs;
 using test::near;
-using test::randn;
-
-struct Case {
-  int B, Tq, Tk, H, hs;
-  bool causal, pad;
-  float dropout;
-  int q_pos = 0, extra_rows = 0;  // a KV cache: queries at q_pos.., k_rows = Tk + extra_rows
-};
-
-// q (B*Tq, ldq = C + 5), k and v interleaved in kv (B*k_rows, ldkv = 2C + 4: k at column 0, v at C), dout
-// (B*Tq, C); key_pad (B, k_rows) with batch 0 all padding when c.pad. Odd leading dimensions: the scalar loads.
-// aligned: ldq = C, ldkv = 2C (C % 4 == 0): the float4 loads.
-struct Inputs {
-  int C, ldq, ldkv, krows;
-  std::vector<float> q, kv, dout;
-  std::vector<uint8_t> pad;
-  Inputs(const Case& c, uint64_t seed, bool aligned)
-      : C(c.H * c.hs), ldq(aligned ? C : C + 5), ldkv(aligned ? 2 * C : 2 * C + 4), krows(c.Tk + c.extra_rows) {
-    q = randn(static_cast<size_t>(c.B) * c.Tq * ldq, seed);
-    kv = randn(static_cast<size_t>(c.B) * krows * ldkv, seed + 1);
-    dout = randn(static_cast<size_t>(c.B) * c.Tq * C, seed + 2);
-    pad.assign(static_cast<size_t>(c.B) * krows, 0);
-    if (c.pad) {
-      Rng rng(seed + 3);
-      for (auto& p : pad) p = rng.uniform() < 0.3;
-      for (int s = 0; s < krows; ++s) pad[static_cast<size_t>(s)] = 1;
-    }
-  }
-  kernels::AttentionShape shape(const Case& c) const {
-    return kernels::AttentionShape{c.B,      c.Tq,      c.Tk, C,       c.H,  ldq, ldkv, c.pad ? pad.data() : nullptr,
-                                   c.causal, c.dropout, 77,   c.q_pos, krows};
-  }
-};
-
-struct Outputs {
-  std::vector<float> out, lse, dq, dkv;
-};
-
-Outputs reference(const Case& c, const Inputs& in) {
-  static const std::unique_ptr<ops::Backend> ref = ops::make_reference_backend();
-  const kernels::AttentionShape s = in.shape(c);
-  Outputs r;
-  r.out.assign(static_cast<size_t>(c.B) * c.Tq * in.C, 0.f);
-  r.lse.assign(static_cast<size_t>(c.B) * c.H * c.Tq, 0.f);
-  r.dq.assign(in.q.size(), 0.f);
-  r.dkv.assign(in.kv.size(), 0.f);
-  std::vector<float> scratch(ref->attention_scratch_size(s, 1));
-  const float* kv = in.kv.data();
-  ref->attention_forward(r.out, r.lse, in.q.data(), kv, kv + in.C, s, scratch);
-  ref->attention_backward(r.dq.data(), r.dkv.data(), r.dkv.data() + in.C, in.dout, in.q.data(), kv, kv + in.C, r.out,
-                          r.lse, s, scratch);
-  return r;
-}
 
 // The three kernels as flash_attention.cu launches them (grid (ceil(rows / 64), H, B), 128 threads), emulated.
 template <int D, kc::AttentionPrecision kP>
-Outputs emulate(const Case& c, const Inputs& in) {
-  const kernels::AttentionShape s = in.shape(c);
+FlashOutputs emulate(const FlashCase& c, const FlashInputs& in) {
+  const kernels::AttentionShape s = in.shape(c, in.pad.data());
   kc::FlashParams fp{kc::attention_params(s), in.C % 4 == 0 && in.ldq % 4 == 0 && in.ldkv % 4 == 0};
   const float nan = std::nanf("");
-  Outputs o;
+  FlashOutputs o;
   o.out.assign(static_cast<size_t>(c.B) * c.Tq * in.C, nan);
   o.lse.assign(static_cast<size_t>(c.B) * c.H * c.Tq, nan);
   o.dq.assign(in.q.size(), nan);
@@ -110,37 +64,21 @@ Outputs emulate(const Case& c, const Inputs& in) {
   return o;
 }
 
-// The heads' columns of the written rows: dq's first C of each ldq-wide row; dk and dv (2C of each ldkv-wide row)
-// in the rows < Tk of each batch.
-std::vector<float> dq_columns(const Case& c, const Inputs& in, const std::vector<float>& dq) {
-  std::vector<float> r;
-  for (size_t row = 0; row < static_cast<size_t>(c.B) * c.Tq; ++row)
-    for (int i = 0; i < in.C; ++i) r.push_back(dq[row * in.ldq + i]);
-  return r;
-}
-std::vector<float> dkv_columns(const Case& c, const Inputs& in, const std::vector<float>& dkv) {
-  std::vector<float> r;
-  for (int b = 0; b < c.B; ++b)
-    for (int t = 0; t < c.Tk; ++t)
-      for (int i = 0; i < 2 * in.C; ++i) r.push_back(dkv[(static_cast<size_t>(b) * in.krows + t) * in.ldkv + i]);
-  return r;
-}
-
 template <int D>
-void check_case(const Case& c, uint64_t seed, bool aligned = false) {
+void check_case(const FlashCase& c, uint64_t seed, bool aligned = false) {
   SCOPED_TRACE(::testing::Message() << "B " << c.B << " Tq " << c.Tq << " Tk " << c.Tk << " H " << c.H << " hs " << c.hs
                                     << " causal " << c.causal << " pad " << c.pad << " dropout " << c.dropout
                                     << " q_pos " << c.q_pos << " k_rows " << c.Tk + c.extra_rows
                                     << (aligned ? " float4 loads" : " scalar loads"));
-  const Inputs in(c, seed, aligned);
-  const Outputs want = reference(c, in);
+  const FlashInputs in(c, seed, aligned);
+  const FlashOutputs want = flash_reference(c, in);
   using P = kc::AttentionPrecision;
   for (P precision : {P::Fp32, P::Tf32, P::Bf16}) {
     const bool fp32 = precision == P::Fp32;
     SCOPED_TRACE(fp32 ? "fp32 (3xTF32)" : precision == P::Tf32 ? "tf32" : "bf16");
-    const Outputs got = fp32                   ? emulate<D, P::Fp32>(c, in)
-                        : precision == P::Tf32 ? emulate<D, P::Tf32>(c, in)
-                                               : emulate<D, P::Bf16>(c, in);
+    const FlashOutputs got = fp32                   ? emulate<D, P::Fp32>(c, in)
+                             : precision == P::Tf32 ? emulate<D, P::Tf32>(c, in)
+                                                    : emulate<D, P::Bf16>(c, in);
     const double tol = fp32 ? 1e-5 : precision == P::Tf32 ? kc::kAttentionTf32Tolerance : kc::kAttentionBf16Tolerance;
     EXPECT_TRUE(near("out", got.out, want.out, tol, fp32));
     EXPECT_TRUE(near("lse", got.lse, want.lse, tol, fp32));
