@@ -20,6 +20,7 @@
 #include "kernels/cuda/arena.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/stream.h"
 #include "qkv/device.h"
 #include "runtime/random.h"
 
@@ -37,9 +38,9 @@ double time_ms(const std::function<void()>& fn) {
   kc::check_cuda(cudaEventCreate(&b), "bench", "cudaEventCreate");
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
-    kc::check_cuda(cudaEventRecord(a), "bench", "cudaEventRecord");
+    kc::check_cuda(cudaEventRecord(a, kc::stream()), "bench", "cudaEventRecord");
     fn();
-    kc::check_cuda(cudaEventRecord(b), "bench", "cudaEventRecord");
+    kc::check_cuda(cudaEventRecord(b, kc::stream()), "bench", "cudaEventRecord");
     kc::check_cuda(cudaEventSynchronize(b), "bench", "cudaEventSynchronize");
     float t = 0;
     kc::check_cuda(cudaEventElapsedTime(&t, a, b), "bench", "cudaEventElapsedTime");

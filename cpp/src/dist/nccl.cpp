@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/stream.h"
 #include "qkv/error.h"
 
 namespace qkv::dist {
@@ -55,7 +56,8 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_->size(); }
   std::string name() const override { return detail::cat("nccl (", size(), size() == 1 ? " rank)" : " ranks)"); }
 
-  // After the work queued so far on the default stream (the backward that made these gradients), on our stream.
+  // After the work queued so far on qkv's stream (kernels/cuda/stream.h: the backward that made these gradients), on
+  // our stream.
   int start_sum(Span x) override {
     const size_t r = next_++;
     if (r == requests_.size()) {
@@ -65,7 +67,7 @@ class NcclCommunicator final : public Communicator {
       requests_.push_back(p);
     }
     Pending& p = requests_[r];
-    ok(cudaEventRecord(p.ready, cudaStreamLegacy), "cudaEventRecord");
+    ok(cudaEventRecord(p.ready, kernels::cuda::stream()), "cudaEventRecord");
     ok(cudaStreamWaitEvent(stream_, p.ready, 0), "cudaStreamWaitEvent");
     ok(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
     ok(cudaEventRecord(p.done, stream_), "cudaEventRecord");
@@ -81,11 +83,11 @@ class NcclCommunicator final : public Communicator {
     ok(e, "cudaEventQuery");
     return true;
   }
-  // The default stream waits for the sum (the optimizer's kernels follow it); the host does not.
+  // qkv's stream waits for the sum (the optimizer's kernels follow it); the host does not.
   void wait(int r) override {
     Pending& p = requests_[static_cast<size_t>(r)];
     if (!p.waiting) return;
-    ok(cudaStreamWaitEvent(cudaStreamLegacy, p.done, 0), "cudaStreamWaitEvent");
+    ok(cudaStreamWaitEvent(kernels::cuda::stream(), p.done, 0), "cudaStreamWaitEvent");
     p.waiting = false;
     --in_flight_;
   }
@@ -97,7 +99,7 @@ class NcclCommunicator final : public Communicator {
   void all_gather(Span x, std::span<const size_t> bounds) override {
     check(bounds.size() == static_cast<size_t>(size()) + 1 && bounds.back() <= x.size(), "all_gather: expected ",
           size() + 1, " bounds within ", x.size(), " floats");
-    ok(cudaEventRecord(gather_ready(), cudaStreamLegacy), "cudaEventRecord");
+    ok(cudaEventRecord(gather_ready(), kernels::cuda::stream()), "cudaEventRecord");
     ok(cudaStreamWaitEvent(stream_, gather_ready(), 0), "cudaStreamWaitEvent");
     ok(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < size(); ++r) {
@@ -107,7 +109,7 @@ class NcclCommunicator final : public Communicator {
     }
     ok(ncclGroupEnd(), "ncclGroupEnd");
     ok(cudaEventRecord(gather_ready(), stream_), "cudaEventRecord");
-    ok(cudaStreamWaitEvent(cudaStreamLegacy, gather_ready(), 0), "cudaStreamWaitEvent");
+    ok(cudaStreamWaitEvent(kernels::cuda::stream(), gather_ready(), 0), "cudaStreamWaitEvent");
   }
 
   void sum(std::span<double> x) override { host_->sum(x); }

@@ -86,7 +86,7 @@ void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ra
   const AdamScalars a{
       h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
       h.eps,        h.lr,    h.decoupled};
-  adam_kernel<<<grid_for(n, kThreads), kThreads>>>(p, m, v, g, ranges, n_ranges, n, a);
+  adam_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n, a);
   check_launch(op);
 }
 
@@ -97,7 +97,7 @@ double sum_squares(const float* x, size_t n, double* scratch) {
   if (n == 0) return 0.0;
   check(x && scratch, op, " (cuda): null device pointer");
   const size_t chunk = (n + kSumBlocks - 1) / kSumBlocks;
-  sum_squares_kernel<<<kSumBlocks, kThreads>>>(scratch, x, n, chunk);
+  sum_squares_kernel<<<kSumBlocks, kThreads, 0, stream()>>>(scratch, x, n, chunk);
   check_launch(op);
   std::vector<double> partial(kSumBlocks);
   check_cuda(cudaMemcpy(partial.data(), scratch, kSumBlocks * sizeof(double), cudaMemcpyDeviceToHost), op,

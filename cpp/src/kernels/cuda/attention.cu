@@ -289,7 +289,7 @@ void attention_forward_rowwise(float* out, float* lse, const float* q, const flo
   check_attention_shape(op, s);
   if (s.B == 0 || s.Tq == 0) return;
   check(out && lse && q && (s.Tk == 0 || (k && v)), op, " (cuda): null device pointer");
-  attention_forward_kernel<<<grid_of(s.Tq, s), kThreads>>>(out, lse, q, k, v, attention_params(s));
+  attention_forward_kernel<<<grid_of(s.Tq, s), kThreads, 0, stream()>>>(out, lse, q, k, v, attention_params(s));
   check_launch(op);
 }
 
@@ -302,13 +302,13 @@ void attention_backward_rowwise(float* dq, float* dk, float* dv, float* scratch,
   check(dq && dk && dv && scratch && dout && q && k && v && out && lse, op, " (cuda): null device pointer");
   const Params p = attention_params(s);
   if (s.Tq > 0) {
-    attention_rows_kernel<<<row_blocks(s), kThreads>>>(scratch, dout, out, p);
+    attention_rows_kernel<<<row_blocks(s), kThreads, 0, stream()>>>(scratch, dout, out, p);
     check_launch(op);
-    attention_dq_kernel<<<grid_of(s.Tq, s), kThreads>>>(dq, dout, q, k, v, lse, scratch, p);
+    attention_dq_kernel<<<grid_of(s.Tq, s), kThreads, 0, stream()>>>(dq, dout, q, k, v, lse, scratch, p);
     check_launch(op);
   }
   if (s.Tk > 0) {
-    attention_dkv_kernel<<<grid_of(s.Tk, s), kThreads>>>(dk, dv, dout, q, k, v, lse, scratch, p);
+    attention_dkv_kernel<<<grid_of(s.Tk, s), kThreads, 0, stream()>>>(dk, dv, dout, q, k, v, lse, scratch, p);
     check_launch(op);
   }
 }
@@ -318,7 +318,7 @@ void attention_weights(float* att, const float* q, const float* k, const Attenti
   check_attention_shape(op, s);
   if (s.B == 0 || s.Tq == 0 || s.Tk == 0) return;
   check(att && q && k, op, " (cuda): null device pointer");
-  attention_weights_kernel<<<row_blocks(s), kThreads>>>(att, q, k, attention_params(s));
+  attention_weights_kernel<<<row_blocks(s), kThreads, 0, stream()>>>(att, q, k, attention_params(s));
   check_launch(op);
 }
 

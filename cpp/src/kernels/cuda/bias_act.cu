@@ -91,7 +91,8 @@ void dropout(const char* op, float* out, const float* in, size_t n, float p, uin
   check(p >= 0.f && p <= 1.f, op, " (cuda): p = ", p, ": expected 0 <= p <= 1");
   if (n == 0) return;
   check(out && in, op, " (cuda): null device pointer");
-  dropout_kernel<<<grid_for(n, kThreads), kThreads>>>(out, in, n, dropout_threshold(p), 1.f / (1.f - p), seed);
+  dropout_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(out, in, n, dropout_threshold(p), 1.f / (1.f - p),
+                                                                   seed);
   check_launch(op);
 }
 
@@ -103,7 +104,7 @@ void bias_act_forward(float* a, float* h, const float* b, Act act, int rows, int
   if (rows == 0) return;
   check(a && h, op, " (cuda): null device pointer");
   const size_t n = static_cast<size_t>(rows) * N;
-  bias_act_forward_kernel<<<grid_for(n, kThreads), kThreads>>>(a, h, b, act, n, N);
+  bias_act_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(a, h, b, act, n, N);
   check_launch(op);
 }
 
@@ -120,14 +121,14 @@ void bias_act_backward(float* dh, float* db, float* scratch, const float* da, co
   if (!db) {
     if (!dh) return;
     const size_t n = static_cast<size_t>(rows) * N;
-    bias_act_backward_kernel<<<grid_for(n, kThreads), kThreads>>>(dh, da, h, act, n);
+    bias_act_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(dh, da, h, act, n);
     check_launch(op);
     return;
   }
   check(scratch != nullptr, op, " (cuda): scratch is null (bias_act_backward_scratch_size floats)");
   const int blocks = column_blocks(rows);
-  bias_act_columns_kernel<<<dim3(blocks, (N + kColumnThreads - 1) / kColumnThreads), kColumnThreads>>>(scratch, dh, da,
-                                                                                                       h, act, rows, N);
+  bias_act_columns_kernel<<<dim3(blocks, (N + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, stream()>>>(
+      scratch, dh, da, h, act, rows, N);
   check_launch(op);
   add_column_sums(db, scratch, blocks, N, N, op);
 }

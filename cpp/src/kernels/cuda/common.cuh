@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/stream.h"
 #endif
 
 namespace qkv::kernels::cuda {

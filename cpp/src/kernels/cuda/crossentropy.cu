@@ -10,8 +10,8 @@ template <int K>
 void launch_warp(float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale, int rows,
                  int V, int ignore_index, float smoothing) {
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  crossentropy_warp_kernel<K>
-      <<<blocks, kRowsPerBlock * kWarp>>>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing);
+  crossentropy_warp_kernel<K><<<blocks, kRowsPerBlock * kWarp, 0, stream()>>>(losses, dlogits, logits, targets, scale,
+                                                                              rows, V, ignore_index, smoothing);
 }
 
 void run(const char* op, float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale,
@@ -26,8 +26,8 @@ void run(const char* op, float* losses, float* dlogits, const float* logits, con
   if (V > kWarpMaxV) {
     const bool vec_store =
         dlogits && (reinterpret_cast<uintptr_t>(dlogits) - reinterpret_cast<uintptr_t>(logits)) % 16 == 0;
-    crossentropy_block_kernel<<<rows, kBlockThreads>>>(losses, dlogits, logits, targets, scale, V, ignore_index,
-                                                       smoothing, vec_store);
+    crossentropy_block_kernel<<<rows, kBlockThreads, 0, stream()>>>(losses, dlogits, logits, targets, scale, V,
+                                                                    ignore_index, smoothing, vec_store);
   } else if (K <= 4)
     launch_warp<4>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing);
   else if (K <= 8)

@@ -1,6 +1,6 @@
 // The CUDA executor: the op contract (ops/ops.h) on the kernels of this folder, cuBLAS for the products.
 // Device memory comes from cudaMalloc (a model's buffers and its workspace block, a few allocations per model);
-// every op queues its work on the default stream, in order, and only download(), sum_squares() and
+// every op queues its work on qkv's stream (stream.h), in order, and only download(), sum_squares() and
 // synchronize() wait for it. Sizes are checked on the host before any launch (the kernels' own checks), and
 // a CUDA failure becomes a qkv::Error naming the op (check.h).
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/staging.h"
+#include "kernels/cuda/stream.h"
 #include "ops/backends.h"
 #include "qkv/error.h"
 
@@ -63,7 +64,9 @@ class CudaBackend final : public Backend {
     if (bytes) kc::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "download", "cudaMemcpy");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes) kc::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy", "cudaMemcpyAsync");
+    if (bytes)
+      kc::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, kc::stream()), "copy",
+                     "cudaMemcpyAsync");
   }
   void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
     check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (cuda): rows = ", rows,
@@ -72,7 +75,7 @@ class CudaBackend final : public Backend {
     kc::check_cuda(
         cudaMemcpy2DAsync(dst, static_cast<size_t>(ld_dst) * sizeof(float), src,
                           static_cast<size_t>(ld_src) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
-                          static_cast<size_t>(rows), cudaMemcpyDeviceToDevice),
+                          static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, kc::stream()),
         "copy_rows", "cudaMemcpy2DAsync");
   }
   void fill(Span x, float value) override { kc::fill(x.data(), value, x.size()); }

@@ -9,7 +9,7 @@
 // the device without a round trip, so they reach it only through upload_ids, which validates them on the
 // host first: the ops that read ids take them as already validated, as the CPU ops do.
 //
-// All work goes to CUDA's default stream, in order; nothing here synchronises except download,
+// All work goes to qkv's stream (stream.h), in order; nothing here synchronises except download,
 // sum_squares and synchronize. Buffers come from a DeviceArena (arena.h): no op allocates.
 //
 // Dimension legend: B batch, T sequence, C channels, H heads, hs = C/H, V vocabulary, N a row's width.

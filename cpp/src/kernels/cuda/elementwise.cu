@@ -8,7 +8,7 @@ namespace qkv::kernels::cuda {
 void add(float* out, const float* a, const float* b, size_t n) {
   if (n == 0) return;
   check(out && a && b, "add (cuda): a null device pointer for ", n, " elements");
-  add_kernel<<<grid_for(n, kThreads), kThreads>>>(out, a, b, n);
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(out, a, b, n);
   check_launch("add");
 }
 
@@ -16,10 +16,10 @@ void fill(float* x, float value, size_t n) {
   if (n == 0) return;
   check(x != nullptr, "fill (cuda): a null device pointer for ", n, " elements");
   if (value == 0.f) {
-    check_cuda(cudaMemsetAsync(x, 0, n * sizeof(float)), "fill", "cudaMemsetAsync");
+    check_cuda(cudaMemsetAsync(x, 0, n * sizeof(float), stream()), "fill", "cudaMemsetAsync");
     return;
   }
-  fill_kernel<<<grid_for(n, kThreads), kThreads>>>(x, value, n);
+  fill_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, value, n);
   check_launch("fill");
 }
 
@@ -27,7 +27,7 @@ void argmax_rows(int32_t* best, const float* logits, int rows, int V) {
   check(rows >= 0 && V >= 1, "argmax_rows (cuda): rows = ", rows, ", V = ", V, ": expected rows >= 0, V >= 1");
   if (rows == 0) return;
   const int per_block = kThreads / kWarp;
-  argmax_kernel<<<(rows + per_block - 1) / per_block, kThreads>>>(best, logits, rows, V);
+  argmax_kernel<<<(rows + per_block - 1) / per_block, kThreads, 0, stream()>>>(best, logits, rows, V);
   check_launch("argmax_rows");
 }
 
@@ -35,8 +35,8 @@ void mean_pool_forward(float* out, const float* x, const uint8_t* key_pad, int B
   check(B >= 1 && T >= 1 && C >= 1 && key_pad, "mean_pool_forward (cuda): B = ", B, ", T = ", T, ", C = ", C,
         " and a key_pad: expected sizes >= 1 and the padding flags");
   const size_t n = static_cast<size_t>(B) * C;
-  mean_pool_forward_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads>>>(out, x, key_pad, B, T,
-                                                                                               C);
+  mean_pool_forward_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream()>>>(
+      out, x, key_pad, B, T, C);
   check_launch("mean_pool_forward");
 }
 
@@ -44,7 +44,7 @@ void mean_pool_backward(float* dx, const float* dout, const uint8_t* key_pad, in
   check(B >= 1 && T >= 1 && C >= 1 && key_pad, "mean_pool_backward (cuda): B = ", B, ", T = ", T, ", C = ", C,
         " and a key_pad: expected sizes >= 1 and the padding flags");
   const size_t n = static_cast<size_t>(B) * T * C;
-  mean_pool_backward_kernel<<<grid_for(n, kThreads), kThreads>>>(dx, dout, key_pad, B, T, C);
+  mean_pool_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(dx, dout, key_pad, B, T, C);
   check_launch("mean_pool_backward");
 }
 

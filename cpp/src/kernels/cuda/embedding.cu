@@ -62,7 +62,7 @@ void embedding_forward(float* x, const int32_t* tokens, const float* wte, const 
   const size_t n = static_cast<size_t>(B) * T * C;
   if (n == 0) return;
   check(x && tokens && wte && pos, op, " (cuda): null device pointer");
-  embedding_forward_kernel<<<grid_for(n, kThreads), kThreads>>>(x, tokens, wte, pos, scale, T, C, n);
+  embedding_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, tokens, wte, pos, scale, T, C, n);
   check_launch(op);
 }
 
@@ -79,13 +79,14 @@ void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t
     const int32_t* token = buckets;
     const int32_t* start = token + bucket_count;
     const int32_t* row = start + bucket_count + 1;
-    embedding_wte_kernel<<<dim3(bucket_count, (C + kThreads - 1) / kThreads), kThreads>>>(dwte, dx, token, start, row,
-                                                                                          scale, C);
+    embedding_wte_kernel<<<dim3(bucket_count, (C + kThreads - 1) / kThreads), kThreads, 0, stream()>>>(
+        dwte, dx, token, start, row, scale, C);
     check_launch(op);
   }
   if (dpos) {
     const size_t n = static_cast<size_t>(T) * C;
-    embedding_pos_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads>>>(dpos, dx, B, T, C);
+    embedding_pos_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream()>>>(dpos, dx, B,
+                                                                                                          T, C);
     check_launch(op);
   }
 }

@@ -39,7 +39,7 @@ void forward_as(float* out, float* lse, const float* q, const float* k, const fl
   static const bool once = (allow_smem(flash_forward_kernel<D, kP>, forward_smem(D), op), true);
   (void)once;
   flash_forward_kernel<D, kP>
-      <<<grid_of(s.Tq, s), kThreads, forward_smem(D)>>>(out, lse, q, k, v, flash_params(s, {q, k, v}));
+      <<<grid_of(s.Tq, s), kThreads, forward_smem(D), stream()>>>(out, lse, q, k, v, flash_params(s, {q, k, v}));
   check_launch(op);
 }
 
@@ -51,11 +51,13 @@ void backward_as(float* dq, float* dk, float* dv, float* scratch, const float* d
   (void)once;
   const FlashParams fp = flash_params(s, {q, k, v, out, dout});
   if (s.Tq > 0) {
-    flash_dq_kernel<D, kP><<<grid_of(s.Tq, s), kThreads, dq_smem(D)>>>(dq, scratch, dout, q, k, v, out, lse, fp);
+    flash_dq_kernel<D, kP>
+        <<<grid_of(s.Tq, s), kThreads, dq_smem(D), stream()>>>(dq, scratch, dout, q, k, v, out, lse, fp);
     check_launch(op);
   }
   if (s.Tk > 0) {
-    flash_dkv_kernel<D, kP><<<grid_of(s.Tk, s), kThreads, dkv_smem(D)>>>(dk, dv, scratch, dout, q, k, v, lse, fp);
+    flash_dkv_kernel<D, kP>
+        <<<grid_of(s.Tk, s), kThreads, dkv_smem(D), stream()>>>(dk, dv, scratch, dout, q, k, v, lse, fp);
     check_launch(op);
   }
 }

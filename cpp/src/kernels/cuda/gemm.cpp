@@ -7,7 +7,7 @@
 //   BF16: cublasGemmEx on the same fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS rounds A and B to bf16
 //         on the way into its tensor-core tiles and accumulates in fp32 (kGemmBf16Tolerance). No bf16 copy of an
 //         operand is ever stored, so nothing else in the step changes.
-// One cuBLAS handle per process (device 0, the default stream), created on first use: its creation is where
+// One cuBLAS handle per process (device 0, qkv's stream: stream.h), created on first use: its creation is where
 // a missing device or driver shows up, as a qkv::Error naming gemm.
 // cuBLAS is loaded with dlopen on that first use, not linked: cuBLASLt's static initialisation costs about 0.15 s
 // of every process start (measured here), which every test process and every `qkv` command would otherwise
@@ -24,6 +24,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/library.h"
+#include "kernels/cuda/stream.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
@@ -41,6 +42,7 @@ using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOpera
 struct Cublas {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasSetMathMode) set_math_mode;
+  decltype(&cublasSetStream_v2) set_stream;
   decltype(&cublasSgemm_v2) sgemm;
   GemmEx gemm_ex;
 };
@@ -55,6 +57,7 @@ Cublas load_cublas() {
   const auto sym = [&](const char* name) { return library_symbol(lib, soname, name, "gemm"); };
   return Cublas{reinterpret_cast<decltype(&cublasCreate_v2)>(sym("cublasCreate_v2")),
                 reinterpret_cast<decltype(&cublasSetMathMode)>(sym("cublasSetMathMode")),
+                reinterpret_cast<decltype(&cublasSetStream_v2)>(sym("cublasSetStream_v2")),
                 reinterpret_cast<decltype(&cublasSgemm_v2)>(sym("cublasSgemm_v2")),
                 reinterpret_cast<GemmEx>(sym("cublasGemmEx"))};
 }
@@ -74,6 +77,7 @@ const Handle& handle() {
     const cublasStatus_t status = state.api.create(&made);
     cudaGetLastError();  // a failed creation leaves a (non-sticky) runtime error behind: not ours to report later
     check_cublas(status, "cublasCreate");
+    check_cublas(state.api.set_stream(made, stream()), "cublasSetStream");
     state.h = made;
   }
   return state;

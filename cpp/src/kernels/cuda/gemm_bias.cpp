@@ -22,6 +22,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/library.h"
+#include "kernels/cuda/stream.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
@@ -164,7 +165,7 @@ bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const 
   if (s.api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) != CUBLAS_STATUS_SUCCESS) return false;
   const float one = 1.f, zero = 0.f;
   const cublasStatus_t st = s.api.matmul(s.handle, p.desc, &one, w, p.a, x, p.b, &zero, h, p.c, h, p.c, &p.algo,
-                                         s.workspace, kWorkspaceBytes, nullptr);
+                                         s.workspace, kWorkspaceBytes, stream());
   if (st != CUBLAS_STATUS_SUCCESS) throw_cublas_error("gemm_bias", "cublasLtMatmul", static_cast<int>(st));
   check_launch("gemm_bias");
   return true;

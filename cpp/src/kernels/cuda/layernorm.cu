@@ -8,7 +8,8 @@ namespace {
 
 void launch_column_sums(float* out0, float* out1, const float* partial, int blocks, int N, int stride, const char* op) {
   const int total = out1 ? 2 * N : N;
-  add_column_sums_kernel<<<(total + kSumColumns - 1) / kSumColumns, kThreads>>>(out0, out1, partial, blocks, N, stride);
+  add_column_sums_kernel<<<(total + kSumColumns - 1) / kSumColumns, kThreads, 0, stream()>>>(out0, out1, partial,
+                                                                                             blocks, N, stride);
   check_launch(op);
 }
 
@@ -22,7 +23,7 @@ void launch_backward(float* partial, float* dx, const float* dr, const float* dy
                                     static_cast<int>(smem)),
                op, "cudaFuncSetAttribute");
   layernorm_backward_kernel<K, kVec>
-      <<<column_blocks(rows), kThreads, smem>>>(partial, dx, dr, dy, x, w, mean, rstd, rows, C);
+      <<<column_blocks(rows), kThreads, smem, stream()>>>(partial, dx, dr, dy, x, w, mean, rstd, rows, C);
   check_launch(op);
 }
 
@@ -56,8 +57,8 @@ void forward(const char* op, float* y, float* mean, float* rstd, float* r, const
   check_sizes(op, rows, C);
   if (rows == 0) return;
   check(y && mean && rstd && x && w && b && (!f || r), op, " (cuda): null device pointer");
-  layernorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads>>>(y, mean, rstd, r, x, f, w, b, rows,
-                                                                                     C);
+  layernorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream()>>>(y, mean, rstd, r, x,
+                                                                                                  f, w, b, rows, C);
   check_launch(op);
 }
 
@@ -100,11 +101,11 @@ void layernorm_backward(float* dx, float* dw, float* db, float* scratch, const f
       launch_backward_for_c<false>(scratch, dx, dr, dy, x, w, mean, rstd, rows, C, op);
   } else {
     // The column sums first: they read dy and x, which the contract lets no output alias, so order is free.
-    layernorm_columns_kernel<<<dim3(blocks, (C + kColumnThreads - 1) / kColumnThreads), kColumnThreads>>>(
+    layernorm_columns_kernel<<<dim3(blocks, (C + kColumnThreads - 1) / kColumnThreads), kColumnThreads, 0, stream()>>>(
         scratch, dy, x, mean, rstd, rows, C);
     check_launch(op);
-    layernorm_backward_wide_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads>>>(dx, dr, dy, x, w, mean,
-                                                                                             rstd, rows, C);
+    layernorm_backward_wide_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream()>>>(
+        dx, dr, dy, x, w, mean, rstd, rows, C);
     check_launch(op);
   }
   launch_column_sums(dw, db, scratch, blocks, C, 2 * C, op);  // scratch (blocks, 2C) = [dw part | db part] a row

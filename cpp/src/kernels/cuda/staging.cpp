@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/stream.h"
 
 namespace qkv::kernels::cuda {
 
@@ -33,8 +34,8 @@ void PinnedStaging::upload(void* dst, const void* src, size_t bytes, const char*
   }
   if (!s.done) check_cuda(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), op, "cudaEventCreate");
   std::memcpy(s.host, src, bytes);
-  check_cuda(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, nullptr), op, "cudaMemcpyAsync");
-  check_cuda(cudaEventRecord(s.done, nullptr), op, "cudaEventRecord");
+  check_cuda(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
+  check_cuda(cudaEventRecord(s.done, stream()), op, "cudaEventRecord");
 }
 
 }  // namespace qkv::kernels::cuda

@@ -20,7 +20,7 @@ class PinnedStaging {
   PinnedStaging& operator=(const PinnedStaging&) = delete;
   ~PinnedStaging();
 
-  // dst (device) = src (host, `bytes`), queued on the default stream; src may be reused as soon as this returns.
+  // dst (device) = src (host, `bytes`), queued on qkv's stream (stream.h); src may be reused as soon as this returns.
   void upload(void* dst, const void* src, size_t bytes, const char* op);
 
  private:
