@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   float *x, *y, *r, *mean, *rstd, *w, *b, *dx, *dw, *db, *dbf, *scratch, *h, *a, *wf, *qkv, *out, *lse, *dqkv, *logits,
       *loss;
   float *copy_src, *copy_dst, *attn_scratch;
+  void* embed_scratch;
+  size_t embed_bytes = 0;
   int32_t *targets, *targets_s2s;
   const qkv::kernels::AttentionShape s{B, T, T, C, H, 3 * C, 3 * C, nullptr, true, 0.f, 0};
   arena.plan([&](kc::DeviceArena& m) {
@@ -104,6 +106,9 @@ int main(int argc, char** argv) {
     lse = m.take(static_cast<size_t>(B) * H * T), dqkv = m.take(3 * n), logits = m.take(static_cast<size_t>(rows) * V);
     loss = m.take(rows), targets = m.take_ints(rows), targets_s2s = m.take_ints(rows),
     attn_scratch = m.take(kc::attention_backward_scratch_size(s));
+    embed_bytes =
+        std::max(kc::embedding_backward_scratch_bytes(V, rows), kc::embedding_backward_scratch_bytes(10000, 6400));
+    embed_scratch = m.take_bytes(embed_bytes);
     copy_src = m.take(big), copy_dst = m.take(big);
   });
   // Random data everywhere an op reads (never zeros: METHOD.md); the big copy buffer gets a 1M-float random block
@@ -227,6 +232,17 @@ int main(int argc, char** argv) {
                                           0.1f);
       }),
       mem(2.0 * rows_s2s * V_s2s), "bytes");
+  // The embedding backward: sort the rows by token on the device, then gather each token's rows. Floor: one read
+  // of dx and one read and write of dwte (the sort's own traffic is over ints, B*T of them, and left out).
+  row("embedding_backward", time_ms([&] {
+        kc::embedding_backward(copy_dst, nullptr, x, targets, V, 1.f, B, T, C, embed_scratch, embed_bytes);
+      }),
+      mem(static_cast<double>(n) + 2.0 * V * C), "bytes");
+  row("embedding_backward s2s (6400x512 V10000)", time_ms([&] {
+        kc::embedding_backward(copy_dst, nullptr, copy_src, targets_s2s, V_s2s, 1.f, 64, 100, C_s2s, embed_scratch,
+                               embed_bytes);
+      }),
+      mem(static_cast<double>(rows_s2s) * C_s2s + 2.0 * V_s2s * C_s2s), "bytes");
   kc::synchronize("bench");
   return 0;
 }

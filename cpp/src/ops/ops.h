@@ -37,8 +37,8 @@
 namespace qkv::ops {
 
 // Token ids or targets as ops take them: the host copy the model validated, and the same ids in device memory
-// (upload_ids). On the CPU both point at the same memory. The host side exists because the CUDA embedding
-// backward sorts the rows of each token on the host (where the ids are anyway) to add them without atomics.
+// (upload_ids). On the CPU both point at the same memory. The host side is what the reference executor reads,
+// and what the models count accuracy against; the CUDA ops read the device side only.
 struct Ids {
   std::span<const int32_t> host;
   const int32_t* device = nullptr;
@@ -115,7 +115,7 @@ class Backend {
   virtual void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) = 0;
 
   // x (B,T,C) = scale * wte[tokens] + pos[t]; backward: dwte rows += scale * dx, dpos rows += dx (dpos may be
-  // empty). scratch: embedding_backward_scratch_size(V, B*T) floats (the CUDA backend keeps its row lists there).
+  // empty). scratch: embedding_backward_scratch_size(V, B*T) floats (the CUDA backend sorts the rows by token there).
   virtual void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) = 0;
   virtual size_t embedding_backward_scratch_size(int V, int rows) const = 0;
   virtual void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,

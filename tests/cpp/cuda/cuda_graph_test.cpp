@@ -3,10 +3,9 @@
 // never on the legacy default stream, and none of them waits for the device, so that stream capture (in its
 // strictest, global mode) accepts them. The graph, replayed, must give the eager run's bits, and must read its
 // inputs where they are at replay time (new values uploaded between replays give the new results).
-// Not captured here, and not capturable yet: the embedding backward (its row lists are made on the host and
-// copied through pinned slots guarded by events), adam_step (its ranges are uploaded with a synchronous copy)
-// and sum_squares (it returns the sum to the host). The model's step also reads its loss on the host between the
-// forward and the backward; those are what stand between this and a whole captured step.
+// Not captured here, and not capturable yet: adam_step (its ranges are uploaded with a synchronous copy, lr and t
+// are launch arguments) and sum_squares (it returns the sum to the host). The model's step also reads its loss on
+// the host between the forward and the backward; those are what stand between this and a whole captured step.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -24,9 +23,10 @@ namespace {
 namespace kc = kernels::cuda;
 using test::randn;
 
-// A layer's worth of ops, on buffers of one backend: embedding, LayerNorm, the QKV projection through
-// linear_forward (cuBLASLt's bias epilogue where it has one), causal attention with dropout, a GELU feed-forward
-// with dropout, logits, cross-entropy with its gradient, and the backward of each back to the embedding's output.
+// A layer's worth of ops, on buffers of one backend: embedding (forward and backward: the sort on the device),
+// LayerNorm, the QKV projection through linear_forward (cuBLASLt's bias epilogue where it has one), causal attention
+// with dropout, a GELU feed-forward with dropout, logits, cross-entropy with its gradient, and the backward of each
+// back to the embedding's output.
 struct Layer {
   static constexpr int B = 2, T = 17, C = 32, H = 2, V = 11, F = 64, rows = B * T;
   ops::Backend& b;
@@ -50,7 +50,8 @@ struct Layer {
         *logits = make(rows * V), *losses = make(rows), *dlogits = make(rows * V), *dwout = make(V * F),
         *dd1 = make(rows * F), *da1 = make(rows * F), *dh1 = make(rows * F), *db1 = make(F), *datt = make(rows * C),
         *dqkv = make(rows * 3 * C), *dy = make(rows * C), *dx = make(rows * C), *dlnw = make(C), *dlnb = make(C),
-        *sum = make(rows * C), *copied = make(rows * C), *strided = make(rows * C);
+        *sum = make(rows * C), *copied = make(rows * C), *strided = make(rows * C), *dwte = make(V * C),
+        *dpos = make(T * C);
   float* scratch = nullptr;
   size_t scratch_n = 0;
 
@@ -59,8 +60,9 @@ struct Layer {
   explicit Layer(ops::Backend& backend) : b(backend) {
     tokens = static_cast<int32_t*>(b.allocate(rows * sizeof(int32_t)));
     targets = static_cast<int32_t*>(b.allocate(rows * sizeof(int32_t)));
-    scratch_n = std::max({b.attention_scratch_size(shape(), B * H), b.layernorm_backward_scratch_size(rows, C),
-                          b.bias_act_backward_scratch_size(rows, F), size_t{1}});
+    scratch_n =
+        std::max({b.attention_scratch_size(shape(), B * H), b.layernorm_backward_scratch_size(rows, C),
+                  b.bias_act_backward_scratch_size(rows, F), b.embedding_backward_scratch_size(V, rows), size_t{1}});
     scratch = make(scratch_n);
     set_inputs(1);
   }
@@ -126,14 +128,17 @@ struct Layer {
     b.add(span(sum, rows * C), span(dx, rows * C), span(x, rows * C));
     b.copy(copied, sum, rows * C * sizeof(float));
     b.copy_rows(strided, C, qkv + C, 3 * C, rows, C);
+    b.fill(span(dwte, V * C), 0.f);
+    b.fill(span(dpos, T * C), 0.f);
+    b.embedding_backward(span(dwte, V * C), span(dpos, T * C), span(dx, rows * C), ids, 1.f, B, T, C, sc);
   }
 
   // Every output and gradient, downloaded (waits for the device).
   std::vector<std::vector<float>> results() {
     const std::pair<float*, size_t> outs[] = {
-        {logits, rows * V}, {losses, rows},       {dlogits, rows * V}, {dwout, V * F},
-        {db1, F},           {dqkv, rows * 3 * C}, {dx, rows * C},      {dlnw, C},
-        {dlnb, C},          {copied, rows * C},   {strided, rows * C}, {att, rows * C}};
+        {logits, rows * V},   {losses, rows},  {dlogits, rows * V}, {dwout, V * F}, {db1, F},
+        {dqkv, rows * 3 * C}, {dx, rows * C},  {dlnw, C},           {dlnb, C},      {copied, rows * C},
+        {strided, rows * C},  {att, rows * C}, {dwte, V * C},       {dpos, T * C}};
     std::vector<std::vector<float>> r;
     for (auto [p, n] : outs) {
       r.emplace_back(n);

@@ -253,3 +253,6 @@ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 }
 
 }  // namespace qkv::kernels::cuda
+
+float __fadd_rn(float a, float b) { return a + b; }
+float __fmul_rn(float a, float b) { return a * b; }

@@ -104,6 +104,10 @@ inline uint32_t __float_as_uint(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
+// __fadd_rn, __fmul_rn: one rounding each, never contracted into a fused multiply-add with a neighbour (nvcc
+// promises that for these; here they are defined in warp_emulation.cpp, out of the compiler's reach).
+float __fadd_rn(float a, float b);
+float __fmul_rn(float a, float b);
 using std::max;
 using std::min;
 

@@ -7,11 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/staging.h"
 #include "kernels/cuda/stream.h"
 #include "ops/backends.h"
 #include "qkv/error.h"
@@ -159,26 +157,17 @@ class CudaBackend final : public Backend {
     kc::embedding_forward(x.data(), tokens.device, wte.data(), pos.empty() ? nullptr : pos.data(), scale, B, T, C);
   }
   size_t embedding_backward_scratch_size(int V, int rows) const override {
-    return floats_for<int32_t>(kc::token_buckets_size(V, rows));
+    return (kc::embedding_backward_scratch_bytes(V, rows) + sizeof(float) - 1) / sizeof(float);
   }
-  // The rows of each token are listed on the host (where the ids are; into buffers kept from call to call) and
-  // uploaded to scratch through pinned memory (no wait for the backward queued before it); the device then adds
-  // each token's rows in order, without atomics (kernels/cuda/embedding.cu).
+  // The rows are sorted by token on the device and each token's rows added in order, without atomics
+  // (kernels/cuda/embedding.cuh): the device ids alone, no host work, nothing that waits.
   void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
                           Span scratch) override {
     check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0, "embedding_backward (cuda): dwte of ", dwte.size(),
           " floats is not a whole number of rows of C = ", C);
     const int V = static_cast<int>(dwte.size() / static_cast<size_t>(C));
-    const size_t n = static_cast<size_t>(B) * T;
-    check(tokens.host.size() >= n, "embedding_backward (cuda): ", tokens.host.size(), " token ids for B * T = ", n);
-    const std::lock_guard<std::mutex> lock(embedding_mutex_);
-    kc::bucket_tokens(tokens.host.first(n), V, buckets_);
-    check(scratch.size() >= floats_for<int32_t>(buckets_.used()), "embedding_backward (cuda): scratch of ",
-          scratch.size(), " floats: expected embedding_backward_scratch_size(", V, ", ", n, ")");
-    int32_t* packed = reinterpret_cast<int32_t*>(scratch.data());
-    staging_.upload(packed, buckets_.packed.data(), buckets_.used() * sizeof(int32_t), "embedding_backward");
-    kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), packed, buckets_.count, scale,
-                           B, T, C);
+    kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), tokens.device, V, scale, B, T,
+                           C, scratch.data(), scratch.size_bytes());
   }
 
   void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
@@ -224,11 +213,6 @@ class CudaBackend final : public Backend {
 
  private:
   std::string name_;
-  // The embedding backward's row lists and their pinned upload, reused (no allocation once seen); one model at a
-  // time per process uses them (the mutex: two threads training two models on one GPU).
-  std::mutex embedding_mutex_;
-  kc::TokenBuckets buckets_;
-  kc::PinnedStaging staging_;
 };
 
 }  // namespace

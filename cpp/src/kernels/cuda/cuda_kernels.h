@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include <vector>
 
 #include "kernels/kernels.h"
 
@@ -134,29 +133,19 @@ void attention_backward_rowwise(float* dq, float* dk, float* dv, float* scratch,
                                 const float* k, const float* v, const float* out, const float* lse,
                                 const AttentionShape& s);
 
-// ---- Embedding (embedding.cu; the bucketing in embedding_buckets.cpp) ----
+// ---- Embedding (embedding.cuh, embedding.cu) ----
 
 // kernels.h: embedding_forward. tokens: (B,T) device ids from upload_ids.
 void embedding_forward(float* x, const int32_t* tokens, const float* wte, const float* pos, float scale, int B, int T,
                        int C);
-// The backward's scatter, deterministic and with no atomics: the rows of each distinct token are listed in
-// increasing order (a counting sort on the host, where the ids are anyway), and one thread per (token,
-// column) adds them in that order, the CPU's order, with unfused multiply and add: dwte equals the CPU's bit
-// for bit. packed = [token (count) | start (count + 1) | row (B*T)]; token_buckets_size(V, B*T) bounds it.
-struct TokenBuckets {
-  int count = 0;                // distinct tokens
-  size_t rows = 0;              // B*T: the row lists' length
-  std::vector<int32_t> packed;  // host; only its first used() values are this call's
-  std::vector<int32_t> counts;  // (V) the counting sort's scratch, kept so that a reused struct never allocates
-  size_t used() const;          // 2 count + 1 + rows: the prefix of packed that holds the buckets
-};
-TokenBuckets bucket_tokens(std::span<const int32_t> tokens, int V);  // throws qkv::Error on an id outside [0, V)
-// The same into `into`, whose vectors only grow: after the largest batch, no allocation.
-void bucket_tokens(std::span<const int32_t> tokens, int V, TokenBuckets& into);
-size_t token_buckets_size(int V, int rows);
 // dwte (V,C) += scale * dx at each token's rows; dpos (T_max,C), when not null, += dx summed over the batch.
-void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* buckets, int bucket_count,
-                        float scale, int B, int T, int C);
+// Deterministic, with no atomics and no host work: the rows are sorted by token on the device (stably, so each
+// token's rows stay in increasing order) and one thread per (token, column) adds them in that order, the CPU's,
+// with unfused multiply and add: dwte equals the CPU's bit for bit. tokens: (B,T) device ids in [0, V), from
+// upload_ids. scratch: embedding_backward_scratch_bytes(V, B*T) bytes of device memory, any alignment.
+size_t embedding_backward_scratch_bytes(int V, int rows);
+void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* tokens, int V, float scale, int B,
+                        int T, int C, void* scratch, size_t scratch_bytes);
 
 // ---- Softmax cross-entropy (crossentropy.cu) ----
 

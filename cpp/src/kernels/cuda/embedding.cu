@@ -1,56 +1,69 @@
-// Token embedding (optionally scaled, as the paper's x * sqrt(d_model)) plus a position table:
-//   x[b,t,:] = scale * wte[tokens[b,t],:] + pos[t,:]
-// The backward scatters: dwte[token] += scale * dx, dpos[t] += dx (learned positions only). Tokens repeat, so
-// the scatter is turned around into gathers with one writer per output element (no atomics, a fixed order):
-//   dwte: one thread per (distinct token, column) walks that token's rows in increasing order
-//         (bucket_tokens, embedding_buckets.cpp), adding scale * dx with unfused multiply and add
-//         (__fmul_rn, __fadd_rn): the CPU's loop, operation for operation, so dwte matches it bit for bit;
-//   dpos: one thread per (t, column) walks the batch in order, likewise.
-// Layout: x, dx (B,T,C); wte, dwte (V,C); pos, dpos (T_max,C), of which rows [0, T) are used.
-#include "kernels/cuda/common.cuh"
+// The host side of the embedding (embedding.cuh has the kernels and the scheme): the launches, the checks, and
+// the stable sort of the rows by token (cub::DeviceRadixSort, LSD radix and so stable: equal tokens keep their
+// rows in increasing order) over the bits that ids below V can have.
+#include <cub/device/device_radix_sort.cuh>
+
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/embedding.cuh"
 #include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr size_t kAlign = 256;  // every piece of the scratch starts at a multiple (cub's temporary storage wants it)
 
-__global__ void embedding_forward_kernel(float* x, const int32_t* tokens, const float* wte, const float* pos,
-                                         float scale, int T, int C, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = i / C;
-    const int c = static_cast<int>(i % C), t = static_cast<int>(r % T);
-    x[i] =
-        __fadd_rn(__fmul_rn(scale, wte[static_cast<size_t>(tokens[r]) * C + c]), pos[static_cast<size_t>(t) * C + c]);
-  }
-}
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Block (bucket k, column block): dwte[token[k]][c] += scale * dx[row][c] for each of the token's rows, in order.
-__global__ void embedding_wte_kernel(float* dwte, const float* dx, const int32_t* token, const int32_t* start,
-                                     const int32_t* row, float scale, int C) {
-  const int k = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  float* out = dwte + static_cast<size_t>(token[k]) * C + c;
-  float acc = *out;
-  for (int j = start[k]; j < start[k + 1]; ++j)
-    acc = __fadd_rn(acc, __fmul_rn(scale, dx[static_cast<size_t>(row[j]) * C + c]));
-  *out = acc;
-}
-
-// Thread (t, c): dpos[t][c] += dx[b][t][c] for b = 0, 1, ..., B-1.
-__global__ void embedding_pos_kernel(float* dpos, const float* dx, int B, int T, int C) {
-  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;  // t * C + c
-  if (i >= static_cast<size_t>(T) * C) return;
-  float acc = dpos[i];
-  for (int b = 0; b < B; ++b) acc = __fadd_rn(acc, dx[static_cast<size_t>(b) * T * C + i]);
-  dpos[i] = acc;
+// Bits of the largest id, V - 1 (at least 1): the sort passes over these only.
+int id_bits(int V) {
+  int bits = 1;
+  while (bits < 31 && (1 << bits) < V) ++bits;
+  return bits;
 }
 
 void check_sizes(const char* op, int B, int T, int C) {
   check(B >= 0 && T >= 0, op, " (cuda): B = ", B, ", T = ", T, ": expected >= 0");
   check(C > 0, op, " (cuda): C = ", C, ": expected > 0");
+}
+
+// cub's temporary storage for sorting n (token, row) pairs; asks cub, which launches nothing for it.
+size_t sort_bytes(int V, int n, const char* op) {
+  size_t bytes = 0;
+  check_cuda(cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const uint32_t*>(nullptr),
+                                             static_cast<uint32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                             static_cast<int32_t*>(nullptr), n, 0, id_bits(V), stream()),
+             op, "cub::DeviceRadixSort::SortPairs (sizing)");
+  return bytes;
+}
+
+// The scratch, in order: sorted tokens, row indices, sorted rows (n each), begin and end (V each), cub's storage.
+struct Pieces {
+  uint32_t* sorted_tokens;
+  int32_t *rows, *sorted_rows, *begin, *end;
+  void* sort;
+  size_t sort_bytes;
+};
+
+size_t fixed_bytes(int V, int n) {
+  return 3 * aligned(sizeof(int32_t) * static_cast<size_t>(n)) + 2 * aligned(sizeof(int32_t) * static_cast<size_t>(V));
+}
+
+Pieces pieces(void* scratch, int V, int n, size_t sort) {
+  char* p = static_cast<char*>(scratch);
+  const auto take = [&](size_t bytes) {
+    void* at = p;
+    p += aligned(bytes);
+    return at;
+  };
+  Pieces s{};
+  s.sorted_tokens = static_cast<uint32_t*>(take(sizeof(int32_t) * static_cast<size_t>(n)));
+  s.rows = static_cast<int32_t*>(take(sizeof(int32_t) * static_cast<size_t>(n)));
+  s.sorted_rows = static_cast<int32_t*>(take(sizeof(int32_t) * static_cast<size_t>(n)));
+  s.begin = static_cast<int32_t*>(take(sizeof(int32_t) * static_cast<size_t>(V)));
+  s.end = static_cast<int32_t*>(take(sizeof(int32_t) * static_cast<size_t>(V)));
+  s.sort = take(sort);
+  s.sort_bytes = sort;
+  return s;
 }
 
 }  // namespace
@@ -62,31 +75,52 @@ void embedding_forward(float* x, const int32_t* tokens, const float* wte, const 
   const size_t n = static_cast<size_t>(B) * T * C;
   if (n == 0) return;
   check(x && tokens && wte && pos, op, " (cuda): null device pointer");
-  embedding_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(x, tokens, wte, pos, scale, T, C, n);
+  embedding_forward_kernel<<<grid_for(n, kEmbeddingThreads), kEmbeddingThreads, 0, stream()>>>(x, tokens, wte, pos,
+                                                                                               scale, T, C, n);
   check_launch(op);
 }
 
-void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* buckets, int bucket_count,
-                        float scale, int B, int T, int C) {
+size_t embedding_backward_scratch_bytes(int V, int rows) {
+  const char* op = "embedding_backward";
+  check(V > 0 && rows >= 0, op, " (cuda): V = ", V, ", rows = ", rows, ": expected V > 0, rows >= 0");
+  if (rows == 0) return 0;
+  return fixed_bytes(V, rows) + aligned(sort_bytes(V, rows, op)) + kAlign;  // + kAlign: an unaligned scratch start
+}
+
+void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* tokens, int V, float scale, int B,
+                        int T, int C, void* scratch, size_t scratch_bytes) {
   const char* op = "embedding_backward";
   check_sizes(op, B, T, C);
-  const int rows = B * T;
-  check(bucket_count >= 0 && bucket_count <= rows, op, " (cuda): bucket_count = ", bucket_count,
-        ": expected 0 <= count <= B*T = ", rows, " (bucket_tokens of these tokens)");
-  if (rows == 0) return;
-  check(dwte && dx && buckets, op, " (cuda): null device pointer");
-  if (bucket_count > 0) {
-    const int32_t* token = buckets;
-    const int32_t* start = token + bucket_count;
-    const int32_t* row = start + bucket_count + 1;
-    embedding_wte_kernel<<<dim3(bucket_count, (C + kThreads - 1) / kThreads), kThreads, 0, stream()>>>(
-        dwte, dx, token, start, row, scale, C);
-    check_launch(op);
-  }
+  check(V > 0, op, " (cuda): V = ", V, ": expected > 0");
+  const int n = B * T;
+  if (n == 0) return;
+  check(dwte && dx && tokens && scratch, op, " (cuda): null device pointer");
+  const size_t sort = sort_bytes(V, n, op);
+  // The pieces start at the first kAlign boundary of the scratch.
+  const uintptr_t at = reinterpret_cast<uintptr_t>(scratch), start = (at + kAlign - 1) / kAlign * kAlign;
+  check(start - at + fixed_bytes(V, n) + sort <= scratch_bytes, op, " (cuda): scratch of ", scratch_bytes,
+        " bytes: expected embedding_backward_scratch_bytes(", V, ", ", n, ")");
+  const Pieces s = pieces(reinterpret_cast<void*>(start), V, n, sort);
+
+  const unsigned blocks = static_cast<unsigned>((n + kEmbeddingThreads - 1) / kEmbeddingThreads);
+  row_index_kernel<<<blocks, kEmbeddingThreads, 0, stream()>>>(s.rows, n);
+  check_launch(op);
+  size_t sort_storage = s.sort_bytes;
+  check_cuda(cub::DeviceRadixSort::SortPairs(s.sort, sort_storage, reinterpret_cast<const uint32_t*>(tokens),
+                                             s.sorted_tokens, s.rows, s.sorted_rows, n, 0, id_bits(V), stream()),
+             op, "cub::DeviceRadixSort::SortPairs");
+  check_cuda(cudaMemsetAsync(s.begin, 0, 2 * aligned(sizeof(int32_t) * static_cast<size_t>(V)), stream()), op,
+             "cudaMemsetAsync");
+  token_ranges_kernel<<<blocks, kEmbeddingThreads, 0, stream()>>>(s.begin, s.end,
+                                                                  reinterpret_cast<const int32_t*>(s.sorted_tokens), n);
+  check_launch(op);
+  embedding_wte_kernel<<<dim3(static_cast<unsigned>(V), (C + kEmbeddingThreads - 1) / kEmbeddingThreads),
+                         kEmbeddingThreads, 0, stream()>>>(dwte, dx, s.begin, s.end, s.sorted_rows, scale, C);
+  check_launch(op);
   if (dpos) {
-    const size_t n = static_cast<size_t>(T) * C;
-    embedding_pos_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, stream()>>>(dpos, dx, B,
-                                                                                                          T, C);
+    const size_t m = static_cast<size_t>(T) * C;
+    embedding_pos_kernel<<<static_cast<unsigned>((m + kEmbeddingThreads - 1) / kEmbeddingThreads), kEmbeddingThreads, 0,
+                           stream()>>>(dpos, dx, B, T, C);
     check_launch(op);
   }
 }
