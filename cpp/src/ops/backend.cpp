@@ -1,5 +1,7 @@
 // The backend registry: one Backend per device for the whole process, made on first use.
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -8,6 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "ops/backends.h"
+#include "ops/clip.h"
 #include "ops/ops.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
@@ -25,6 +28,20 @@ bool set_cpu_reference(bool on) { return cpu_reference.exchange(on); }
 void Backend::linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out) {
   gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, h.data(), out);
   if (!b.empty() || act != Act::Identity || a.data() != h.data()) bias_act_forward(a, h, b, act, rows, out);
+}
+
+size_t Backend::clipped_adam_scratch_size(size_t ranges) const {
+  return std::max(sum_squares_scratch_size(), adam_scratch_size(ranges));
+}
+
+double Backend::clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, std::span<const AdamRange> ranges,
+                                  const AdamHyper& h, float max_norm, Span scratch) {
+  const double s = sum_squares(g_all, scratch.first(std::min(scratch.size(), sum_squares_scratch_size())));
+  if (!std::isfinite(s)) return s;
+  AdamHyper clipped = h;
+  clipped.grad_scale = clip_factor(s, max_norm);
+  adam_step(p, m, v, g, ranges, clipped, scratch);
+  return s;
 }
 
 Backend& backend(Device device) {

@@ -143,6 +143,16 @@ class Backend {
   // sum(x^2) in double, summed in fixed blocks (independent of the thread count); waits for the result.
   virtual size_t sum_squares_scratch_size() const = 0;
   virtual double sum_squares(CSpan x, Span scratch) = 0;
+
+  // The optimizer's update with global-norm clipping decided from the gradients themselves: s = sum_squares(g_all),
+  // and when s is finite, adam_step over (p, m, v, g) with h.grad_scale replaced by torch's clip_grad_norm_
+  // factor, max_norm / (sqrt(s) + 1e-6) rounded to float where max_norm > 0 and that is below 1, else 1. When s
+  // is not finite nothing is written. Returns s (waits for it). g_all is every gradient (the norm's), g the part
+  // this replica updates (all of it but under ZeRO-1). The default decides on the host between the two ops; a
+  // backend that decides on the device (CUDA) has the update queued before the host waits for s.
+  virtual size_t clipped_adam_scratch_size(size_t ranges) const;
+  virtual double clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, std::span<const AdamRange> ranges,
+                                   const AdamHyper& h, float max_norm, Span scratch);
 };
 
 // The backend of a device, made on first use and kept for the process. Device::CUDA throws qkv::Error with

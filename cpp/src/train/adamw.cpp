@@ -13,11 +13,6 @@ Span Optimizer::scratch(nn::Parameters& params, size_t floats) {
   return scratch_.span().first(floats);
 }
 
-double Optimizer::grad_norm(nn::Parameters& params) {
-  ops::Backend& ops = params.ops();
-  return std::sqrt(ops.sum_squares(params.grads(), scratch(params, ops.sum_squares_scratch_size())));
-}
-
 Optimizer::Optimizer(const OptimizerConfig& config) : config_(config) { validate(config_); }
 
 void Optimizer::set_learning_rate(float lr) {
@@ -28,31 +23,24 @@ void Optimizer::set_learning_rate(float lr) {
   config_.min_lr = std::min(config_.min_lr, lr);
 }
 
+bool Optimizer::refuse(nn::Parameters& params, double norm, bool finite_loss) {
+  if (config_.non_finite == NonFinite::Error) {
+    check(finite_loss, "a loss since the gradients were zeroed is not finite; the step was skipped and the ",
+          "weights are unchanged (try a lower lr)");
+    throw Error(detail::cat("the gradient norm (", norm,
+                            ") is not finite; the step was skipped and the weights are unchanged (try a lower lr)"));
+  }
+  // GradScaler's skip: no update, t (and so the schedule) stays, the next step starts from clean gradients.
+  params.zero_grad();
+  ++skipped_;
+  last_skipped_ = true;
+  return false;
+}
+
 bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
   last_skipped_ = false;
   // A non-finite loss never ran its backward, so the norm would not see it: the model passes it in.
-  const double norm = finite_loss ? grad_norm(params) : std::numeric_limits<double>::quiet_NaN();
-  if (!std::isfinite(norm)) {
-    if (config_.non_finite == NonFinite::Error) {
-      check(finite_loss, "a loss since the gradients were zeroed is not finite; the step was skipped and the ",
-            "weights are unchanged (try a lower lr)");
-      throw Error(detail::cat("the gradient norm (", norm,
-                              ") is not finite; the step was skipped and the weights are unchanged (try a lower lr)"));
-    }
-    // GradScaler's skip: no update, t (and so the schedule) stays, the next step starts from clean gradients.
-    params.zero_grad();
-    ++skipped_;
-    last_skipped_ = true;
-    return false;
-  }
-  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1, a float32
-  // factor as torch's. The update applies it; the gradients themselves are left as accumulated.
-  float grad_scale = 1.f;
-  if (config_.grad_clip > 0.f) {
-    const double scale = config_.grad_clip / (norm + 1e-6);
-    if (scale < 1.0) grad_scale = static_cast<float>(scale);
-  }
-  ++t_;
+  if (!finite_loss) return refuse(params, std::numeric_limits<double>::quiet_NaN(), false);
   // One pass over the flat buffers: each tensor's weight decay as a range, adjacent tensors with the same
   // decay merged (the padding between them is 0 and stays 0). Under ZeRO-1 only the part [b, e) of the layout
   // whose moments this replica keeps is updated (dist/ gathers the other ranks' parts); ranges are then
@@ -68,16 +56,23 @@ bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
     else
       ranges_.push_back({from - b, to - b, wd});
   }
-  const ops::AdamHyper h{learning_rate_at(config_, t_),
+  // The step t + 1 if it is taken. The clipping factor (torch.nn.utils.clip_grad_norm_'s: ops/clip.h) and the
+  // decision to skip come from the gradients' norm, made by the backend between its sum of squares and the
+  // update (on the GPU, without a round trip to the host); the gradients themselves are left as accumulated.
+  const ops::AdamHyper h{learning_rate_at(config_, t_ + 1),
                          config_.beta1,
                          config_.beta2,
                          config_.eps,
                          config_.kind == OptimizerKind::AdamW,
-                         t_,
-                         grad_scale};
+                         t_ + 1,
+                         1.f};
   ops::Backend& ops = params.ops();
-  ops.adam_step(params.values().subspan(b, e - b), params.moments1(), params.moments2(),
-                params.grads().subspan(b, e - b), ranges_, h, scratch(params, ops.adam_scratch_size(ranges_.size())));
+  const double norm = std::sqrt(ops.clipped_adam_step(
+      params.values().subspan(b, e - b), params.moments1(), params.moments2(), params.grads().subspan(b, e - b),
+      params.grads(), ranges_, h, config_.grad_clip, scratch(params, ops.clipped_adam_scratch_size(ranges_.size()))));
+  // Not finite: nothing was updated (the weights, the moments and t are unchanged).
+  if (!std::isfinite(norm)) return refuse(params, norm, true);
+  ++t_;
   return true;
 }
 

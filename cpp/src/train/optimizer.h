@@ -30,10 +30,12 @@ class Optimizer {
   void set_skipped(int n) { skipped_ = n; }
   bool last_skipped() const { return last_skipped_; }
   float current_lr() const { return learning_rate_at(config_, t_ + 1); }
-  // The global L2 norm of all gradients (summed in double across blocks; one value back to the host).
-  double grad_norm(nn::Parameters& params);
 
  private:
+  // A step not taken (a non-finite loss or norm): throws under NonFinite::Error, else zeroes the gradients,
+  // counts the skip and returns false.
+  bool refuse(nn::Parameters& params, double norm, bool finite_loss);
+
   OptimizerConfig config_;
   int t_ = 0;
   int skipped_ = 0;

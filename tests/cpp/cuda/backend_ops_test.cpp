@@ -16,6 +16,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/kernels.h"
+#include "ops/clip.h"
 #include "runtime/random.h"
 #include "test_util.h"
 
@@ -559,6 +560,49 @@ TEST(CudaOps, AdamStepMatchesTheCpu) {
     EXPECT_TRUE(near("m", download(d.f[1], n), m, kFp32));
     EXPECT_TRUE(near("v", download(d.f[2], n), v, kFp32));
   }
+}
+
+// The clipped step decides on the device (adamw.cuh): the sum of squares of every gradient, the clipping factor
+// of that sum (ops/clip.h), the update with it, or no write at all when the sum is not finite.
+TEST(CudaOps, ClippedAdamStepDecidesOnTheDevice) {
+  QKV_REQUIRE_CUDA_DEVICE();
+  const size_t n = 70000;
+  const std::vector<kernels::AdamRange> ranges{{0, 1, 0.1f}, {3, 20000, 0.f}, {20000, 65537, 0.1f}, {66000, n, 0.01f}};
+  const size_t scratch_floats = 2 * kc::clipped_adam_scratch_size() + 2;
+  for (float max_norm : {0.f, 1.f, 1e6f})
+    for (bool poisoned : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "max_norm " << max_norm << (poisoned ? " with a NaN gradient" : ""));
+      auto p = randn(n, 720), m = randn(n, 721, 0.1f), v = randn(n, 722, 0.1f), g = randn(n, 723, 2.f);
+      for (auto& x : v) x = std::abs(x);
+      if (poisoned) g[n / 3] = std::nanf("");
+      DeviceBuffers d({n, n, n, n, sizeof(kernels::AdamRange) * ranges.size() / sizeof(float) + 2, scratch_floats});
+      auto* ranges_ = reinterpret_cast<kernels::AdamRange*>(d.f[4]);
+      kc::upload_ranges(ranges_, ranges, "test");
+      up(d.f[0], p), up(d.f[1], m), up(d.f[2], v), up(d.f[3], g);
+      const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 2, 1.f};
+      const double s =
+          kc::clipped_adam_step(d.f[0], d.f[1], d.f[2], d.f[3], d.f[3], n, ranges_, static_cast<int>(ranges.size()), n,
+                                h, max_norm, reinterpret_cast<double*>(d.f[5]));
+      if (poisoned) {
+        EXPECT_TRUE(std::isnan(s));
+        EXPECT_EQ(download(d.f[0], n), p);
+        EXPECT_EQ(download(d.f[1], n), m);
+        EXPECT_EQ(download(d.f[2], n), v);
+        continue;
+      }
+      double want = 0;
+      for (float x : g) want += static_cast<double>(x) * x;
+      EXPECT_NEAR(s, want, 1e-12 * want);
+      kernels::AdamHyper clipped = h;
+      clipped.grad_scale = ops::clip_factor(s, max_norm);
+      if (max_norm == 1.f) {
+        EXPECT_LT(clipped.grad_scale, 0.01f);
+      }
+      kernels::adam_step(p, m, v, g, ranges, clipped);
+      EXPECT_TRUE(near("p", download(d.f[0], n), p, kFp32));
+      EXPECT_TRUE(near("m", download(d.f[1], n), m, kFp32));
+      EXPECT_TRUE(near("v", download(d.f[2], n), v, kFp32));
+    }
 }
 
 TEST(CudaOps, SumSquaresMatchesTheCpu) {

@@ -256,3 +256,5 @@ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 
 float __fadd_rn(float a, float b) { return a + b; }
 float __fmul_rn(float a, float b) { return a * b; }
+double __dadd_rn(double a, double b) { return a + b; }
+double __dmul_rn(double a, double b) { return a * b; }

@@ -108,6 +108,9 @@ inline uint32_t __float_as_uint(float f) {
 // promises that for these; here they are defined in warp_emulation.cpp, out of the compiler's reach).
 float __fadd_rn(float a, float b);
 float __fmul_rn(float a, float b);
+double __dadd_rn(double a, double b);
+double __dmul_rn(double a, double b);
+using std::isfinite;
 using std::max;
 using std::min;
 

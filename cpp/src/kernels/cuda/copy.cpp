@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/stream.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
@@ -44,8 +45,10 @@ void upload_ranges(AdamRange* dst, std::span<const AdamRange> ranges, const char
   }
   if (ranges.empty()) return;
   check(dst != nullptr, op, " (cuda): upload of ", ranges.size(), " ranges to a null device pointer");
-  check_cuda(cudaMemcpy(dst, ranges.data(), ranges.size_bytes(), cudaMemcpyHostToDevice), op,
-             "cudaMemcpy host to device");
+  // Asynchronous from pageable memory: CUDA copies the bytes to its staging memory before returning (so the
+  // caller may reuse them) and does not wait for the work queued before it (the backward, in a training step).
+  check_cuda(cudaMemcpyAsync(dst, ranges.data(), ranges.size_bytes(), cudaMemcpyHostToDevice, stream()), op,
+             "cudaMemcpyAsync host to device");
 }
 
 void synchronize(const char* op) { check_cuda(cudaDeviceSynchronize(), op, "cudaDeviceSynchronize"); }

@@ -205,6 +205,25 @@ class CudaBackend final : public Backend {
     kc::adam_step(p.data(), m.data(), v.data(), g.data(), dev, static_cast<int>(ranges.size()), ranges.back().end, h);
   }
   size_t sum_squares_scratch_size() const override { return floats_for<double>(kc::sum_squares_scratch_size()); }
+  // The ranges (as adam_step's), then the partial sums and the decision, 8-byte aligned after them.
+  size_t clipped_adam_scratch_size(size_t ranges) const override {
+    return adam_scratch_size(ranges) + floats_for<double>(kc::clipped_adam_scratch_size());
+  }
+  double clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, std::span<const AdamRange> ranges,
+                           const AdamHyper& h, float max_norm, Span scratch) override {
+    check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
+          " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
+    check(ranges.empty() || ranges.back().end <= p.size(), "adam_step (cuda): the last range ends at ",
+          ranges.empty() ? 0 : ranges.back().end, ", past the ", p.size(), " parameters");
+    auto* dev = reinterpret_cast<AdamRange*>(scratch.data());
+    kc::upload_ranges(dev, ranges, "adam_step");
+    // The doubles start at the first 8-byte boundary past the ranges (adam_scratch_size leaves 2 floats for it).
+    const auto after = reinterpret_cast<uintptr_t>(scratch.data() + floats_for<AdamRange>(ranges.size()));
+    auto* doubles = reinterpret_cast<double*>((after + sizeof(double) - 1) / sizeof(double) * sizeof(double));
+    return kc::clipped_adam_step(p.data(), m.data(), v.data(), g.data(), g_all.data(), g_all.size(), dev,
+                                 static_cast<int>(ranges.size()), ranges.empty() ? 0 : ranges.back().end, h, max_norm,
+                                 doubles);
+  }
   double sum_squares(CSpan x, Span scratch) override {
     check(scratch.size() >= sum_squares_scratch_size(), "sum_squares (cuda): scratch of ", scratch.size(),
           " floats: expected sum_squares_scratch_size()");

@@ -166,6 +166,13 @@ void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ra
 // scratch: sum_squares_scratch_size() doubles. Synchronises (the result is a host value).
 size_t sum_squares_scratch_size();
 double sum_squares(const float* x, size_t n, double* scratch);
+// ops.h's clipped_adam_step, decided on the device: s = sum_squares(g_all) (the same partial sums, added in the
+// same order), then the clipping factor and the update, which is skipped when s is not finite; returns s, waiting
+// for it only after the update is queued. h.grad_scale is ignored. scratch: clipped_adam_scratch_size() doubles.
+size_t clipped_adam_scratch_size();
+double clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
+                         const AdamRange* ranges, int n_ranges, size_t n, const AdamHyper& h, float max_norm,
+                         double* scratch);
 
 // ---- The small ops of a model's edges (elementwise.cu) ----
 

@@ -1,0 +1,108 @@
+// Adam and AdamW as torch.optim does them, in one pass over a model's flat parameter buffers, and the sum of
+// squares behind global-norm gradient clipping.
+// reference: https://pytorch.org/docs/stable/generated/torch.optim.Adam.html
+// reference: https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html
+//   g' = grad_scale * g                     (clip_grad_norm_'s scaling, folded in: g itself is not written)
+//   AdamW: p *= 1 - lr * wd (decoupled, before the update);  Adam: g' += wd * p (L2 in the gradient)
+//   m = b1 m + (1-b1) g',  v = b2 v + (1-b2) g'^2
+//   p -= lr / (1-b1^t) * (m / (sqrt(v) / sqrt(1-b2^t) + eps))
+// The scalars are computed as kernels/cpu/adamw.cpp does (in double, then rounded to float); 1 - lr * wd is
+// formed per range on the device in double with unfused multiply and add, the CPU's rounding.
+// Layout: p, m, v, g (n) flat; ranges (n_ranges) sorted and disjoint, each with its weight decay; elements
+// outside every range are left alone. One thread per element finds its range by binary search (a model
+// has tens of ranges): one launch per step, whatever the number of tensors.
+//
+// sum_squares: sum(x^2) in double over a fixed grid of kSumBlocks blocks, each a fixed slice of x; the partial
+// sums are then added in block order (on the host by sum_squares, on the device by clip_decision_kernel: the
+// same order, the same bits). The grid does not depend on the GPU, so the result is the same on every run and
+// every device (not the CPU's bits: its blocks differ).
+// The clipped step (clipped_adam_step) decides on the device: clip_decision_kernel turns the partial sums into
+// the sum s, the clipping factor (ops/clip.h, the host's definition) and whether s is finite, and the update
+// reads them from there, doing nothing when s is not finite. So the update is queued right behind the sum,
+// with no round trip to the host between them.
+// This header holds the kernels (device code only) so that tests/cpp/emulation can run them on the CPU as well;
+// adamw.cu launches them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "ops/clip.h"
+#include "ops/types.h"
+
+namespace qkv::kernels::cuda {
+namespace {
+
+constexpr int kAdamThreads = 256;
+constexpr int kSumBlocks = 512;
+
+struct AdamScalars {
+  float grad_scale, beta1, beta2, step, sqrt_bc2, eps, lr;
+  bool decoupled;
+};
+
+// The clipped step's decision, written by clip_decision_kernel and read by adam_kernel.
+struct ClipDecision {
+  double sum_squares;
+  float grad_scale;
+  int finite;
+};
+
+// decision == nullptr: a.grad_scale as given. Else the decision's factor, and no update at all when its sum is
+// not finite.
+__global__ void adam_kernel(float* p, float* m, float* v, const float* g, const ops::AdamRange* ranges, int n_ranges,
+                            size_t n, AdamScalars a, const ClipDecision* decision) {
+  float grad_scale = a.grad_scale;
+  if (decision) {
+    if (!decision->finite) return;
+    grad_scale = decision->grad_scale;
+  }
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    // The first range whose end is past i.
+    int lo = 0, hi = n_ranges;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (ranges[mid].end <= i) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    if (lo == n_ranges || ranges[lo].begin > i) continue;  // in a gap between ranges
+    const float wd = ranges[lo].weight_decay;
+    const float l2 = a.decoupled ? 0.f : wd;
+    const float shrink =
+        static_cast<float>(__dadd_rn(1.0, a.decoupled ? -__dmul_rn(static_cast<double>(a.lr), wd) : 0.0));
+    const float gi = g[i] * grad_scale + l2 * p[i];
+    float pi = p[i] * shrink;
+    const float mi = a.beta1 * m[i] + (1.f - a.beta1) * gi;
+    const float vi = a.beta2 * v[i] + (1.f - a.beta2) * gi * gi;
+    pi -= a.step * (mi / (sqrtf(vi) / a.sqrt_bc2 + a.eps));
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+// partial[k] = sum of x[i]^2 over block k's slice [k * chunk, min(n, (k + 1) * chunk)).
+__global__ void sum_squares_kernel(double* partial, const float* x, size_t n, size_t chunk) {
+  const size_t begin = blockIdx.x * chunk, end = min(n, begin + chunk);
+  double s = 0.0;
+  for (size_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+  s = block_reduce(s, SumOp{}, 0.0);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+// One thread: the partial sums added in block order (sum_squares's order on the host), then the decision.
+__global__ void clip_decision_kernel(ClipDecision* out, const double* partial, int blocks, float max_norm) {
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  double s = 0.0;
+  for (int k = 0; k < blocks; ++k) s += partial[k];
+  out->sum_squares = s;
+  out->finite = isfinite(s) ? 1 : 0;
+  out->grad_scale = out->finite ? ops::clip_factor(s, max_norm) : 1.f;
+}
+
+}  // namespace
+}  // namespace qkv::kernels::cuda

@@ -1,0 +1,128 @@
+// The CUDA optimizer kernels (kernels/cuda/adamw.cuh) on the warp emulator: the Adam(W) update against the CPU
+// kernel, and the clipped step as adamw.cu launches it (sum of squares in a fixed grid, the decision in one
+// thread, the update reading it): the sum against a plain double sum, the factor equal to ops/clip.h's of that
+// sum, the update equal to the CPU's with that factor, and no write at all when the sum is not finite.
+// Tolerance: p, m, v within 1e-5 * max(1, |cpu|) (the CPU kernel's SIMD and the GPU's may contract differently).
+#define QKV_WARP_EMULATION 1
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "emulation/test_support.h"
+#include "emulation/warp_emulation.h"
+#include "kernels/cuda/adamw.cuh"
+#include "kernels/kernels.h"
+#include "ops/clip.h"
+#include "test_util.h"
+
+namespace qkv {
+namespace {
+
+namespace kc = kernels::cuda;
+using test::near;
+using test::randn;
+
+constexpr size_t kN = 5000;
+const std::vector<kernels::AdamRange> kRanges{{0, 1, 0.1f}, {3, 2000, 0.f}, {2000, 4097, 0.1f}, {4200, kN, 0.01f}};
+
+emu::Dim3 grid(unsigned blocks) { return {blocks, 1, 1}; }
+
+kc::AdamScalars scalars(const kernels::AdamHyper& h) {  // adamw.cu's
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
+  return {h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
+          h.eps,        h.lr,    h.decoupled};
+}
+
+struct State {
+  std::vector<float> p = randn(kN, 1), m = randn(kN, 2, 0.1f), v = randn(kN, 3, 0.1f);
+  State() {
+    for (float& x : v) x = std::abs(x);
+  }
+};
+
+// The clipped step as adamw.cu queues it; returns the decision.
+kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kernels::AdamHyper& h, float max_norm) {
+  std::vector<double> partial(kc::kSumBlocks, std::nan(""));
+  kc::ClipDecision decision{std::nan(""), std::nanf(""), -1};
+  const size_t chunk = (g.size() + kc::kSumBlocks - 1) / kc::kSumBlocks;
+  emu::launch(grid(kc::kSumBlocks), kc::kAdamThreads, 0,
+              [&] { kc::sum_squares_kernel(partial.data(), g.data(), g.size(), chunk); });
+  emu::launch(grid(1), 1, 0, [&] { kc::clip_decision_kernel(&decision, partial.data(), kc::kSumBlocks, max_norm); });
+  emu::launch(grid(static_cast<unsigned>(kc::grid_for(kN, kc::kAdamThreads))), kc::kAdamThreads, 0, [&] {
+    kc::adam_kernel(s.p.data(), s.m.data(), s.v.data(), g.data(), kRanges.data(), static_cast<int>(kRanges.size()), kN,
+                    scalars(h), &decision);
+  });
+  return decision;
+}
+
+TEST(AdamEmulated, UpdateMatchesTheCpu) {
+  QKV_SKIP_UNDER_ASAN();
+  for (bool decoupled : {true, false}) {
+    SCOPED_TRACE(decoupled ? "AdamW" : "Adam");
+    State gpu, cpu;
+    for (int t = 1; t <= 3; ++t) {
+      const auto g = randn(kN, 10 + t);
+      const kernels::AdamHyper h{1e-3f * t, 0.9f, 0.98f, 1e-9f, decoupled, t, t == 2 ? 0.5f : 1.f};
+      kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, h);
+      // Fewer blocks than elements: the grid-stride loop covers the rest.
+      emu::launch(grid(3), kc::kAdamThreads, 0, [&] {
+        kc::adam_kernel(gpu.p.data(), gpu.m.data(), gpu.v.data(), g.data(), kRanges.data(),
+                        static_cast<int>(kRanges.size()), kN, scalars(h), nullptr);
+      });
+    }
+    EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
+    EXPECT_TRUE(near("m", gpu.m, cpu.m, 1e-5, true));
+    EXPECT_TRUE(near("v", gpu.v, cpu.v, 1e-5, true));
+  }
+}
+
+TEST(AdamEmulated, TheClippedStepDecidesOnTheDevice) {
+  QKV_SKIP_UNDER_ASAN();
+  const auto g = randn(kN, 20, 2.f);
+  double want = 0;
+  for (float x : g) want += static_cast<double>(x) * x;
+  for (float max_norm : {0.f, 1.f, 1e6f}) {
+    SCOPED_TRACE(::testing::Message() << "max_norm " << max_norm);
+    State gpu, cpu;
+    const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 1, 1.f};
+    const kc::ClipDecision d = clipped_step(gpu, g, h, max_norm);
+    EXPECT_NEAR(d.sum_squares, want, 1e-12 * want);
+    EXPECT_EQ(d.finite, 1);
+    EXPECT_EQ(d.grad_scale, ops::clip_factor(d.sum_squares, max_norm));
+    if (max_norm == 1.f) {
+      EXPECT_LT(d.grad_scale, 0.1f);  // sqrt(want) is about 140: clipped
+    } else {
+      EXPECT_EQ(d.grad_scale, 1.f);
+    }
+    kernels::AdamHyper clipped = h;
+    clipped.grad_scale = d.grad_scale;
+    kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, clipped);
+    EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
+    EXPECT_TRUE(near("m", gpu.m, cpu.m, 1e-5, true));
+    EXPECT_TRUE(near("v", gpu.v, cpu.v, 1e-5, true));
+  }
+}
+
+TEST(AdamEmulated, ANonFiniteSumLeavesEverythingUntouched) {
+  QKV_SKIP_UNDER_ASAN();
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    auto g = randn(kN, 30);
+    g[kN / 2] = bad;
+    State s;
+    const State before = s;
+    const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 1, 1.f};
+    const kc::ClipDecision d = clipped_step(s, g, h, 1.f);
+    EXPECT_FALSE(std::isfinite(d.sum_squares));
+    EXPECT_EQ(d.finite, 0);
+    EXPECT_EQ(s.p, before.p);
+    EXPECT_EQ(s.m, before.m);
+    EXPECT_EQ(s.v, before.v);
+  }
+}
+
+}  // namespace
+}  // namespace qkv
