@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "cuda_test_util.h"
+#include "embedding_cases.h"
 #include "kernels/kernels.h"
 #include "ops/clip.h"
 #include "runtime/random.h"
@@ -429,15 +430,11 @@ TEST(CudaOps, EmbeddingMatchesTheCpuBitForBit) {
         for (int C : {1, 17, 64}) {
           SCOPED_TRACE(::testing::Message() << "V " << V << " B " << B << " T " << T << " C " << C);
           const int rows = B * T;
-          Rng rng(seed);
-          std::vector<int32_t> tokens(static_cast<size_t>(rows));
-          for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(V));
-          const auto wte = randn(static_cast<size_t>(V) * C, seed++), pos = randn(static_cast<size_t>(T) * C, seed++);
-          const auto dx = randn(static_cast<size_t>(rows) * C, seed++);
-          const auto dwte0 = randn(wte.size(), seed++), dpos0 = randn(pos.size(), seed++);
-          std::vector<float> x(dx.size()), dwte = dwte0, dpos = dpos0;
-          kernels::embedding_forward(x, tokens.data(), wte, pos, 1.7f, B, T, C);
-          kernels::embedding_backward(dwte, dpos, dx, tokens.data(), 1.7f, B, T, C);
+          const test::EmbeddingCase e(V, B, T, C, seed);
+          const std::vector<int32_t>& tokens = e.tokens;
+          const auto &wte = e.wte, &pos = e.pos, &dx = e.dx, &dwte0 = e.dwte0, &dpos0 = e.dpos0;
+          const auto &x = e.x, &dwte = e.dwte, &dpos = e.dpos;
+          const float scale = test::EmbeddingCase::kScale;
           // The scratch one byte past a 256-byte boundary: the op aligns its pieces itself.
           const size_t scratch_bytes = kc::embedding_backward_scratch_bytes(V, rows);
           DeviceBuffers d({x.size(), wte.size(), pos.size(), dx.size(), wte.size(), pos.size()}, {tokens.size()},
@@ -445,9 +442,9 @@ TEST(CudaOps, EmbeddingMatchesTheCpuBitForBit) {
           float *x_ = d.f[0], *wte_ = d.f[1], *pos_ = d.f[2], *dx_ = d.f[3], *dwte_ = d.f[4], *dpos_ = d.f[5];
           kc::upload_ids(d.i[0], tokens, V, std::nullopt, "test", "tokens");
           up(wte_, wte), up(pos_, pos), up(dx_, dx), up(dwte_, dwte0), up(dpos_, dpos0), poison(x_, x.size());
-          kc::embedding_forward(x_, d.i[0], wte_, pos_, 1.7f, B, T, C);
+          kc::embedding_forward(x_, d.i[0], wte_, pos_, scale, B, T, C);
           EXPECT_EQ(download(x_, x.size()), x);
-          kc::embedding_backward(dwte_, dpos_, dx_, d.i[0], V, 1.7f, B, T, C, d.b[0] + 1, scratch_bytes);
+          kc::embedding_backward(dwte_, dpos_, dx_, d.i[0], V, scale, B, T, C, d.b[0] + 1, scratch_bytes);
           EXPECT_EQ(download(dwte_, dwte.size()), dwte);
           EXPECT_EQ(download(dpos_, dpos.size()), dpos);
         }

@@ -12,18 +12,17 @@
 #include <numeric>
 #include <vector>
 
+#include "embedding_cases.h"
 #include "emulation/test_support.h"
 #include "emulation/warp_emulation.h"
 #include "kernels/cuda/embedding.cuh"
 #include "kernels/kernels.h"
-#include "runtime/random.h"
 #include "test_util.h"
 
 namespace qkv {
 namespace {
 
 namespace kc = kernels::cuda;
-using test::randn;
 
 constexpr unsigned kThreads = kc::kEmbeddingThreads;
 
@@ -36,25 +35,21 @@ TEST(EmbeddingEmulated, ForwardAndBackwardMatchTheCpuBitForBit) {
   // (B, T): a single row, ragged rows, more rows than most vocabularies here (every token present).
   const int shapes[][2] = {{1, 1}, {3, 17}, {2, 67}};
   for (int V : {1, 3, 65, 129})
-    for (const auto& [B, T] : shapes)
+    for (const auto &[B, T] : shapes)
       for (int C : {1, 260}) {
         if (V * C > 65 * 260) continue;  // the emulator runs a fiber per thread: the large corner costs seconds
         SCOPED_TRACE(::testing::Message() << "V " << V << " B " << B << " T " << T << " C " << C);
         const int n = B * T;
-        Rng rng(seed);
-        std::vector<int32_t> tokens(static_cast<size_t>(n));
-        for (auto& t : tokens) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(V));
-        const auto wte = randn(static_cast<size_t>(V) * C, seed++), pos = randn(static_cast<size_t>(T) * C, seed++);
-        const auto dx = randn(static_cast<size_t>(n) * C, seed++);
-        const auto dwte0 = randn(wte.size(), seed++), dpos0 = randn(pos.size(), seed++);
-        std::vector<float> want_x(dx.size()), want_dwte = dwte0, want_dpos = dpos0;
-        kernels::embedding_forward(want_x, tokens.data(), wte, pos, 1.7f, B, T, C);
-        kernels::embedding_backward(want_dwte, want_dpos, dx, tokens.data(), 1.7f, B, T, C);
+        const test::EmbeddingCase e(V, B, T, C, seed);
+        const std::vector<int32_t> &tokens = e.tokens;
+        const auto &wte = e.wte, &pos = e.pos, &dx = e.dx;
+        const auto &want_x = e.x, &want_dwte = e.dwte, &want_dpos = e.dpos;
+        const float scale = test::EmbeddingCase::kScale;
 
-        std::vector<float> x(dx.size(), std::nanf("")), dwte = dwte0, dpos = dpos0;
+        std::vector<float> x(dx.size(), std::nanf("")), dwte = e.dwte0, dpos = e.dpos0;
         const size_t elems = x.size();
         emu::launch(grid(std::max(1u, blocks_for(elems) / 3)), kThreads, 0, [&] {
-          kc::embedding_forward_kernel(x.data(), tokens.data(), wte.data(), pos.data(), 1.7f, T, C, elems);
+          kc::embedding_forward_kernel(x.data(), tokens.data(), wte.data(), pos.data(), scale, T, C, elems);
         });
         EXPECT_EQ(x, want_x);
 
@@ -82,7 +77,7 @@ TEST(EmbeddingEmulated, ForwardAndBackwardMatchTheCpuBitForBit) {
           }
         }
         emu::launch(grid(static_cast<unsigned>(V), blocks_for(static_cast<size_t>(C))), kThreads, 0, [&] {
-          kc::embedding_wte_kernel(dwte.data(), dx.data(), begin.data(), end.data(), rows.data(), 1.7f, C);
+          kc::embedding_wte_kernel(dwte.data(), dx.data(), begin.data(), end.data(), rows.data(), scale, C);
         });
         emu::launch(grid(blocks_for(pos.size())), kThreads, 0,
                     [&] { kc::embedding_pos_kernel(dpos.data(), dx.data(), B, T, C); });
