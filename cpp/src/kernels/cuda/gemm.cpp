@@ -31,6 +31,7 @@ namespace qkv::kernels::cuda {
 namespace {
 
 std::atomic<MatmulPrecision> precision{MatmulPrecision::Fp32};
+constexpr size_t kWorkspaceBytes = 32u << 20;
 
 // cublasGemmEx's exported symbol (the header adds a C++ overload taking a cudaDataType compute type, so
 // decltype(&cublasGemmEx) is ambiguous).
@@ -43,6 +44,7 @@ struct Cublas {
   decltype(&cublasCreate_v2) create;
   decltype(&cublasSetMathMode) set_math_mode;
   decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSetWorkspace_v2) set_workspace;
   decltype(&cublasSgemm_v2) sgemm;
   GemmEx gemm_ex;
 };
@@ -58,6 +60,7 @@ Cublas load_cublas() {
   return Cublas{reinterpret_cast<decltype(&cublasCreate_v2)>(sym("cublasCreate_v2")),
                 reinterpret_cast<decltype(&cublasSetMathMode)>(sym("cublasSetMathMode")),
                 reinterpret_cast<decltype(&cublasSetStream_v2)>(sym("cublasSetStream_v2")),
+                reinterpret_cast<decltype(&cublasSetWorkspace_v2)>(sym("cublasSetWorkspace_v2")),
                 reinterpret_cast<decltype(&cublasSgemm_v2)>(sym("cublasSgemm_v2")),
                 reinterpret_cast<GemmEx>(sym("cublasGemmEx"))};
 }
@@ -78,6 +81,14 @@ const Handle& handle() {
     cudaGetLastError();  // a failed creation leaves a (non-sticky) runtime error behind: not ours to report later
     check_cublas(status, "cublasCreate");
     check_cublas(state.api.set_stream(made, stream()), "cublasSetStream");
+    // A workspace of our own, so that cuBLAS never allocates inside a CUDA graph's capture; 32 MiB is NVIDIA's
+    // advice for Hopper's split-K kernels. Without the memory, cuBLAS keeps its default.
+    void* workspace = nullptr;
+    if (cudaMalloc(&workspace, kWorkspaceBytes) == cudaSuccess) {
+      check_cublas(state.api.set_workspace(made, workspace, kWorkspaceBytes), "cublasSetWorkspace");
+    } else {
+      cudaGetLastError();  // not sticky
+    }
     state.h = made;
   }
   return state;
