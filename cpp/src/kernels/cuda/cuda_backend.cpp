@@ -197,11 +197,7 @@ class CudaBackend final : public Backend {
     check(scratch.size() >= adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
           " floats: expected adam_scratch_size(", ranges.size(), ")");
     if (ranges.empty()) return;
-    check(ranges.back().end <= p.size(), "adam_step (cuda): the last range ends at ", ranges.back().end, ", past the ",
-          p.size(), " parameters");
-    // 8-byte alignment for the ranges' size_t fields: the workspace hands out 64-byte aligned spans.
-    auto* dev = reinterpret_cast<AdamRange*>(scratch.data());
-    kc::upload_ranges(dev, ranges, "adam_step");
+    AdamRange* dev = upload_ranges(p, ranges, scratch);
     kc::adam_step(p.data(), m.data(), v.data(), g.data(), dev, static_cast<int>(ranges.size()), ranges.back().end, h);
   }
   size_t sum_squares_scratch_size() const override { return floats_for<double>(kc::sum_squares_scratch_size()); }
@@ -213,10 +209,7 @@ class CudaBackend final : public Backend {
                            const AdamHyper& h, float max_norm, Span scratch) override {
     check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
           " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
-    check(ranges.empty() || ranges.back().end <= p.size(), "adam_step (cuda): the last range ends at ",
-          ranges.empty() ? 0 : ranges.back().end, ", past the ", p.size(), " parameters");
-    auto* dev = reinterpret_cast<AdamRange*>(scratch.data());
-    kc::upload_ranges(dev, ranges, "adam_step");
+    AdamRange* dev = upload_ranges(p, ranges, scratch);
     // The doubles start at the first 8-byte boundary past the ranges (adam_scratch_size leaves 2 floats for it).
     const auto after = reinterpret_cast<uintptr_t>(scratch.data() + floats_for<AdamRange>(ranges.size()));
     auto* doubles = reinterpret_cast<double*>((after + sizeof(double) - 1) / sizeof(double) * sizeof(double));
@@ -231,6 +224,17 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // The ranges into the start of scratch (asynchronously: cuda_kernels.h's upload_ranges), after checking that the
+  // last one ends within the parameters. 8-byte alignment for their size_t fields: the workspace hands out
+  // 64-byte aligned spans.
+  static AdamRange* upload_ranges(Span p, std::span<const AdamRange> ranges, Span scratch) {
+    check(ranges.empty() || ranges.back().end <= p.size(), "adam_step (cuda): the last range ends at ",
+          ranges.empty() ? 0 : ranges.back().end, ", past the ", p.size(), " parameters");
+    auto* dev = reinterpret_cast<AdamRange*>(scratch.data());
+    kc::upload_ranges(dev, ranges, "adam_step");
+    return dev;
+  }
+
   std::string name_;
 };
 
