@@ -142,14 +142,14 @@ struct Classifier::Impl {
     return models::cross_entropy(core, losses, best, logits, label_ids, B, K, INT32_MIN, 0.f);
   }
 
-  // Adds weight * d(mean loss) to the gradients; returns the mean loss.
-  float forward_backward(int B, int T, float weight = 1.f) {
+  // The forward and the loss with weight * d(mean loss)/d logits in one sweep, into the logits buffer.
+  models::ModelCore::PendingLoss forward_loss(int B, int T, float weight) {
     forward(B, T, true);
-    // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
-    const models::LossSum l =
-        models::cross_entropy_with_gradient(core, logits, losses, label_ids, weight, B, K, INT32_MIN, 0.f);
-    const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
-    if (!core.check_loss(mean)) return mean;  // NonFinite::Skip: no backward, the step will be skipped
+    return models::cross_entropy_with_gradient(core, logits, losses, label_ids, weight, B, K, INT32_MIN, 0.f);
+  }
+
+  // Given d logits in the logits buffer, adds to the parameters' gradients.
+  void backward(int B, int T) {
     const CSpan dlogits = logits;
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
@@ -170,7 +170,11 @@ struct Classifier::Impl {
     }
     const Span d_emb = encoder.backward(d_top, mask(), B, T, drop);
     embedding.backward(d_emb, token_ids, B, T, drop);
-    return mean;
+  }
+
+  // Adds weight * d(mean loss) to the gradients; returns the mean loss.
+  float forward_backward(int B, int T, float weight = 1.f) {
+    return core.accumulate([&] { return forward_loss(B, T, weight); }, [&] { backward(B, T); });
   }
 };
 
@@ -187,7 +191,9 @@ float Classifier::forward_backward(std::span<const int32_t> tokens, std::span<co
 
 float Classifier::train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq) {
   impl_->load(tokens, &labels, batch, seq);
-  return impl_->core.train_step([&] { return impl_->forward_backward(batch, seq); });
+  Impl& m = *impl_;
+  return m.core.train_step(
+      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); }, [&] { m.backward(batch, seq); });
 }
 
 Metrics Classifier::evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq) {

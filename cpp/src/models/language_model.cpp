@@ -149,15 +149,15 @@ struct LanguageModel::Impl {
     embedding.backward(d_emb, token_ids, B, T, drop);
   }
 
+  // The forward and the loss with weight * d(mean loss)/d logits in one sweep, into the logits buffer.
+  models::ModelCore::PendingLoss forward_loss(int B, int T, float weight) {
+    forward(B, T, true);
+    return models::cross_entropy_with_gradient(core, logits, losses, target_ids, weight, B * T, V, INT32_MIN, 0.f);
+  }
+
   float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
     load_batch(in, &tg, B, T);
-    forward(B, T, true);
-    // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
-    const models::LossSum s =
-        models::cross_entropy_with_gradient(core, logits, losses, target_ids, weight, B * T, V, INT32_MIN, 0.f);
-    const float l = static_cast<float>(s.loss / s.count);
-    if (core.check_loss(l)) backward(B, T);
-    return l;
+    return core.accumulate([&] { return forward_loss(B, T, weight); }, [&] { backward(B, T); });
   }
 };
 
@@ -173,7 +173,10 @@ float LanguageModel::forward_backward(std::span<const int32_t> inputs, std::span
 }
 
 float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
-  return impl_->core.train_step([&] { return impl_->accumulate(inputs, targets, batch, seq, 1.f); });
+  Impl& m = *impl_;
+  m.load_batch(inputs, &targets, batch, seq);
+  return m.core.train_step(
+      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); }, [&] { m.backward(batch, seq); });
 }
 
 float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,

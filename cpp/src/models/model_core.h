@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
@@ -115,17 +117,94 @@ struct ModelCore {
     if (sync) sync->attach(params);
   }
 
-  // forward_backward() returns the loss after accumulating gradients (checked with check_loss). A
-  // non-finite loss or gradient throws, or under NonFinite::Skip skips the update; either way the weights
-  // are untouched.
-  template <class F>
-  float train_step(F&& forward_backward) {
-    zero_grad();
-    const float loss = forward_backward();
-    apply_gradients();
+  // A training forward's loss still on the device: the per-row losses (ignored rows hold 0) and how many rows
+  // count (known on the host from the targets).
+  struct PendingLoss {
+    CSpan losses;
+    long long count = 0;
+  };
+  // The mean loss (NaN when no row counts): the per-row losses summed on the host in row order, in double.
+  float read_loss(const PendingLoss& l) {
+    const CSpan host = to_host(l.losses, host_floats);
+    double sum = 0.0;
+    for (float x : host) sum += x;  // ignored rows hold 0
+    return static_cast<float>(sum / static_cast<double>(l.count));
+  }
+
+  // A micro-batch's loss and gradients, checked in order (the public forward_backward and accumulate):
+  // forward_loss(), the loss read and checked (check_loss), then backward() when it is finite.
+  template <class ForwardLoss, class Backward>
+  float accumulate(ForwardLoss&& forward_loss, Backward&& backward) {
+    const float loss = read_loss(forward_loss());
+    if (check_loss(loss)) backward();
     return loss;
   }
 
+  // One training step: zero the gradients, forward_loss() (queues the forward and the loss with its gradient,
+  // returns the PendingLoss), backward(), the update. A non-finite loss or gradient throws, or under
+  // NonFinite::Skip skips the update; either way the weights are untouched. Returns the mean loss.
+  //
+  // The step is queued whole, the host reading nothing until its end: the backward runs whatever the loss, and
+  // the device gates the update on the losses and the gradient norm (Optimizer::queue), so that a backend can
+  // launch the step as one unit (ops.h: begin_step; CUDA graphs). `key` names the step's shape for that.
+  // The host then reads the loss and the outcome, and answers as a step that checked the loss first would:
+  // under NonFinite::Error the gradients are zeroed again (the step began from zero) and check_loss throws.
+  // Data parallel keeps the checked order: the loss's finiteness travels with the reduction (dist/).
+  template <class ForwardLoss, class Backward>
+  float train_step(uint64_t key, ForwardLoss&& forward_loss, Backward&& backward) {
+    zero_grad();
+    if (sync) {
+      const float loss = accumulate(forward_loss, backward);
+      apply_gradients();
+      return loss;
+    }
+    const uint64_t passes_before = passes;
+    const PendingLoss pending = queue_step(key ^ step_key(), passes_before, forward_loss, backward);
+    const float loss = read_loss(pending);
+    if (!std::isfinite(loss)) {
+      if (optimizer.config().non_finite == NonFinite::Error) params.zero_grad();
+      check_loss(loss);  // throws under NonFinite::Error
+      optimizer.finish(params, false);
+      nonfinite_loss = false;
+      return loss;
+    }
+    optimizer.finish(params, true);
+    return loss;
+  }
+
+ private:
+  // The step's ops between begin_step and end_step. A StepRetry (the backend's replay met a different step, or
+  // its capture failed: nothing of it ran) runs the step again from the same dropout seeds, op by op.
+  template <class ForwardLoss, class Backward>
+  PendingLoss queue_step(uint64_t key, uint64_t passes_before, ForwardLoss& forward_loss, Backward& backward) {
+    ops::Backend& b = ops();
+    for (int attempt = 0;; ++attempt) {
+      passes = passes_before;
+      b.begin_step(attempt == 0 ? key : 0);
+      try {
+        const PendingLoss pending = forward_loss();
+        backward();
+        // No row counts: the loss is NaN whatever the device computes, and no update may happen.
+        if (pending.count > 0) optimizer.queue(params, pending.losses);
+        b.end_step();
+        return pending;
+      } catch (const ops::StepRetry&) {
+        b.cancel_step();
+        check(attempt == 0, "the training step could not be queued: the backend asked to run it again twice");
+      } catch (...) {
+        b.cancel_step();
+        throw;
+      }
+    }
+  }
+  // What the step's ops depend on beyond the model's shape: where the weights live, and whether dropout is on.
+  uint64_t step_key() const {
+    const auto at = reinterpret_cast<uintptr_t>(const_cast<nn::Parameters&>(params).values().data());
+    return (static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) ^ (training ? 1u : 0u) ^
+           (static_cast<uint64_t>(std::hash<float>{}(dropout)) << 1);
+  }
+
+ public:
   MemoryUsage memory() const {
     const size_t weights = params.count() * sizeof(float);
     // The moments: this replica's part under ZeRO-1 (dist/).
@@ -156,6 +235,13 @@ struct ModelCore {
     return n;
   }
 };
+
+// A training step's shape as ModelCore::train_step's key.
+inline uint64_t shape_key(std::initializer_list<int> dims) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the dimensions
+  for (int d : dims) h = (h ^ static_cast<uint32_t>(d)) * 0x100000001b3ull;
+  return h;
+}
 
 inline void check_positive(int value, const char* name) {
   check(value >= 1, name, " = ", value, " is invalid: expected an integer >= 1");
@@ -230,17 +316,17 @@ inline LossSum cross_entropy(ModelCore& core, Span losses, std::span<int32_t> be
 }
 
 // Training: the loss and, in the same sweep, dlogits = weight * d(mean loss)/d logits, the mean over the rows
-// whose target is not ignore_index. logits is overwritten with dlogits. The returned sum counts no hits
-// (the logits are gone); a batch whose targets are all ignored gets count 0 and a zero gradient.
-inline LossSum cross_entropy_with_gradient(ModelCore& core, Span logits, Span losses, const ops::Ids& targets,
-                                           float weight, int rows, int V, int ignore_index, float smoothing) {
-  LossSum s;
-  for (int r = 0; r < rows; ++r) s.count += targets.host[static_cast<size_t>(r)] != ignore_index;
-  const float scale = s.count ? weight / static_cast<float>(s.count) : 0.f;
+// whose target is not ignore_index. logits is overwritten with dlogits. Nothing is read back: the loss stays on
+// the device until ModelCore::read_loss (the logits are gone, so no hits are counted). A batch whose targets are
+// all ignored gets count 0 and a zero gradient.
+inline ModelCore::PendingLoss cross_entropy_with_gradient(ModelCore& core, Span logits, Span losses,
+                                                          const ops::Ids& targets, float weight, int rows, int V,
+                                                          int ignore_index, float smoothing) {
+  ModelCore::PendingLoss l{CSpan(losses.first(static_cast<size_t>(rows))), 0};
+  for (int r = 0; r < rows; ++r) l.count += targets.host[static_cast<size_t>(r)] != ignore_index;
+  const float scale = l.count ? weight / static_cast<float>(l.count) : 0.f;
   core.ops().crossentropy_forward_backward(losses, logits, logits, targets, scale, rows, V, ignore_index, smoothing);
-  const CSpan l = core.to_host(CSpan(losses.first(static_cast<size_t>(rows))), core.host_floats);
-  for (int r = 0; r < rows; ++r) s.loss += l[static_cast<size_t>(r)];  // ignored rows hold 0
-  return s;
+  return l;
 }
 
 }  // namespace qkv::models

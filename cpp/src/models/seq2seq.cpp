@@ -151,16 +151,18 @@ struct Seq2Seq::Impl {
                                  config.label_smoothing);
   }
 
-  // Adds weight * d(mean loss) to the gradients; returns the mean loss.
-  float forward_backward(int B, int S, int T, float weight = 1.f) {
+  // The forward and the loss with weight * d(mean loss)/d logits in one sweep, into the logits buffer.
+  models::ModelCore::PendingLoss forward_loss(int B, int S, int T, float weight) {
     forward(B, S, T, true);
-    const int rows = B * T;
-    // The loss and weight * d(mean loss)/d logits in one sweep, into the logits buffer.
-    const models::LossSum l = models::cross_entropy_with_gradient(core, logits, losses, tgt_out_ids, weight, rows, V,
-                                                                  config.pad_id, config.label_smoothing);
+    const models::ModelCore::PendingLoss l = models::cross_entropy_with_gradient(
+        core, logits, losses, tgt_out_ids, weight, B * T, V, config.pad_id, config.label_smoothing);
     check(l.count > 0, "tgt_out holds only pad_id = ", config.pad_id, ": expected at least one target token");
-    const float mean = static_cast<float>(l.loss / static_cast<double>(l.count));
-    if (!core.check_loss(mean)) return mean;  // NonFinite::Skip: no backward, the step will be skipped
+    return l;
+  }
+
+  // Given d logits in the logits buffer, adds to the parameters' gradients.
+  void backward(int B, int S, int T) {
+    const int rows = B * T;
     const CSpan dlogits = logits;
     generator.backward(d_top, dlogits, decoder.output(), rows);
     const size_t nm = static_cast<size_t>(B) * S * C;
@@ -169,7 +171,11 @@ struct Seq2Seq::Impl {
     tgt_emb.backward(d_tgt, tgt_in_ids, B, T, drop);
     const Span d_src = encoder.backward(d_memory, src_mask(), B, S, drop);
     src_emb.backward(d_src, src_ids, B, S, drop);
-    return mean;
+  }
+
+  // Adds weight * d(mean loss) to the gradients; returns the mean loss.
+  float forward_backward(int B, int S, int T, float weight = 1.f) {
+    return core.accumulate([&] { return forward_loss(B, S, T, weight); }, [&] { backward(B, S, T); });
   }
 };
 
@@ -187,7 +193,10 @@ float Seq2Seq::forward_backward(std::span<const int32_t> src, std::span<const in
 float Seq2Seq::train_step(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                           std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len) {
   impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
-  return impl_->core.train_step([&] { return impl_->forward_backward(batch, src_len, tgt_len); });
+  Impl& m = *impl_;
+  return m.core.train_step(
+      models::shape_key({batch, src_len, tgt_len}), [&] { return m.forward_loss(batch, src_len, tgt_len, 1.f); },
+      [&] { m.backward(batch, src_len, tgt_len); });
 }
 
 Metrics Seq2Seq::evaluate(std::span<const int32_t> src, std::span<const int32_t> tgt_in,

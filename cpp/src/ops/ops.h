@@ -20,13 +20,16 @@
 //     the comment says otherwise.
 //   - An op that needs scratch takes it last, sized by its *_scratch_size (floats; 0 for a backend that needs
 //     none, which then accepts an empty span). The caller takes it from the model's Workspace, so no op allocates.
-//   - Work is queued in order on the device; only download(), sum_squares() and synchronize() wait for it.
+//   - Work is queued in order on the device; only download(), sum_squares(), clipped_adam_sums() and
+//     synchronize() wait for it.
 //   - Bad sizes are refused with qkv::Error before any work starts. Token ids are validated by the models on
 //     the host before they reach a backend (Ids below).
 //
 // Dimension legend: B batch, T sequence, C channels (d_model), H heads, hs = C/H, V vocabulary, N a row's width.
 #include <cstddef>
+#include <array>
 #include <cstdint>
+#include <exception>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +45,12 @@ namespace qkv::ops {
 struct Ids {
   std::span<const int32_t> host;
   const int32_t* device = nullptr;
+};
+
+// Thrown by a backend inside begin_step/end_step when the step must be run again (nothing of it ran): see
+// Backend::begin_step. Not an error the user sees: the model retries the step.
+struct StepRetry : std::exception {
+  const char* what() const noexcept override { return "the captured step must be run again op by op"; }
 };
 
 class Backend {
@@ -144,15 +153,35 @@ class Backend {
   virtual size_t sum_squares_scratch_size() const = 0;
   virtual double sum_squares(CSpan x, Span scratch) = 0;
 
-  // The optimizer's update with global-norm clipping decided from the gradients themselves: s = sum_squares(g_all),
-  // and when s is finite, adam_step over (p, m, v, g) with h.grad_scale replaced by torch's clip_grad_norm_
-  // factor, max_norm / (sqrt(s) + 1e-6) rounded to float where max_norm > 0 and that is below 1, else 1. When s
-  // is not finite nothing is written. Returns s (waits for it). g_all is every gradient (the norm's), g the part
-  // this replica updates (all of it but under ZeRO-1). The default decides on the host between the two ops; a
-  // backend that decides on the device (CUDA) has the update queued before the host waits for s.
+  // The optimizer's update with global-norm clipping, decided from the gradients themselves and queued without a
+  // wait: s = sum_squares(g_all) and s_gate = sum_squares(gate); when both are finite, adam_step over (p, m, v, g)
+  // with h.grad_scale replaced by torch's clip_grad_norm_ factor, max_norm / (sqrt(s) + 1e-6) rounded to float
+  // where max_norm > 0 and that is below 1, else 1; when either is not finite nothing is written. g_all is every
+  // gradient (the norm's), g the part this replica updates (all of it but under ZeRO-1), gate values that must be
+  // finite for the update to happen (a step's per-row losses; may be empty). clipped_adam_sums(scratch) then
+  // returns {s, s_gate} (it waits). The default decides on the host between the ops; a backend that decides on
+  // the device (CUDA) queues it all, so that a whole training step can run without the host.
   virtual size_t clipped_adam_scratch_size(size_t ranges) const;
-  virtual double clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, std::span<const AdamRange> ranges,
-                                   const AdamHyper& h, float max_norm, Span scratch);
+  virtual void clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
+                                 std::span<const AdamRange> ranges, const AdamHyper& h, float max_norm, Span scratch);
+  virtual std::array<double, 2> clipped_adam_sums(Span scratch);
+
+  // ---- A training step as one unit ----
+
+  // A model brackets one training step's ops (forward, loss, backward, the clipped update) with begin_step and
+  // end_step; a backend that can launch them as one unit (CUDA: a graph captured once per key, then replayed)
+  // does, the others run every op as it comes (these defaults do nothing). `key` names the step's shape: the
+  // backend may capture the ops of a key it has seen run once, and replay them for the same key later. Between
+  // the two calls nothing may wait for the device (download, sum_squares, synchronize) and no host memory may be
+  // read after the call that passed it (upload copies it at once). Bad arguments still throw qkv::Error at once.
+  //
+  // A backend that replays checks each op's arguments against the captured ones; where a step goes another way
+  // (a pointer or a size changed under the same key), or a capture fails, begin_step's caller gets StepRetry
+  // (from any op or from end_step) with nothing run on the device, and runs the step again: the backend then
+  // runs it op by op. cancel_step ends a step left by an exception (it never throws).
+  virtual void begin_step(uint64_t key);
+  virtual void end_step();
+  virtual void cancel_step() noexcept;
 };
 
 // The backend of a device, made on first use and kept for the process. Device::CUDA throws qkv::Error with

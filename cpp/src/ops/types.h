@@ -19,6 +19,9 @@ struct AttentionShape {
   uint64_t seed;
   int q_pos = 0;   // causal: query t is key position q_pos + t
   int k_rows = 0;  // rows per batch in k, v (and key_pad); 0 means Tk
+  // CUDA only: when set, the kernels read the seed from this device address instead (a captured training step's
+  // scalar block, refreshed before each replay: kernels/cuda/step_graph.h). Backends set it; layers never do.
+  const uint64_t* seed_device = nullptr;
   int key_rows() const { return k_rows > 0 ? k_rows : Tk; }
 };
 

@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "qkv/error.h"
 #include "train/optimizer.h"
@@ -38,9 +40,13 @@ bool Optimizer::refuse(nn::Parameters& params, double norm, bool finite_loss) {
 }
 
 bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
-  last_skipped_ = false;
   // A non-finite loss never ran its backward, so the norm would not see it: the model passes it in.
-  if (!finite_loss) return refuse(params, std::numeric_limits<double>::quiet_NaN(), false);
+  if (!finite_loss) return finish(params, false);
+  queue(params, {});
+  return finish(params, true);
+}
+
+void Optimizer::queue(nn::Parameters& params, CSpan gate) {
   // One pass over the flat buffers: each tensor's weight decay as a range, adjacent tensors with the same
   // decay merged (the padding between them is 0 and stays 0). Under ZeRO-1 only the part [b, e) of the layout
   // whose moments this replica keeps is updated (dist/ gathers the other ranks' parts); ranges are then
@@ -57,8 +63,9 @@ bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
       ranges_.push_back({from - b, to - b, wd});
   }
   // The step t + 1 if it is taken. The clipping factor (torch.nn.utils.clip_grad_norm_'s: ops/clip.h) and the
-  // decision to skip come from the gradients' norm, made by the backend between its sum of squares and the
-  // update (on the GPU, without a round trip to the host); the gradients themselves are left as accumulated.
+  // decision to skip come from the gradients' norm and the gate, made by the backend between its sums of squares
+  // and the update (on the GPU, without a round trip to the host); the gradients themselves are left as
+  // accumulated.
   const ops::AdamHyper h{learning_rate_at(config_, t_ + 1),
                          config_.beta1,
                          config_.beta2,
@@ -67,9 +74,20 @@ bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
                          t_ + 1,
                          1.f};
   ops::Backend& ops = params.ops();
-  const double norm = std::sqrt(ops.clipped_adam_step(
-      params.values().subspan(b, e - b), params.moments1(), params.moments2(), params.grads().subspan(b, e - b),
-      params.grads(), ranges_, h, config_.grad_clip, scratch(params, ops.clipped_adam_scratch_size(ranges_.size()))));
+  ops.clipped_adam_step(params.values().subspan(b, e - b), params.moments1(), params.moments2(),
+                        params.grads().subspan(b, e - b), params.grads(), gate, ranges_, h, config_.grad_clip,
+                        scratch(params, ops.clipped_adam_scratch_size(ranges_.size())));
+  queued_ = true;
+}
+
+bool Optimizer::finish(nn::Parameters& params, bool finite_loss) {
+  last_skipped_ = false;
+  const bool queued = std::exchange(queued_, false);
+  if (!finite_loss) return refuse(params, std::numeric_limits<double>::quiet_NaN(), false);
+  check(queued, "Optimizer::finish: no step was queued");
+  const std::array<double, 2> sums = params.ops().clipped_adam_sums(scratch_.span());
+  if (!std::isfinite(sums[1])) return refuse(params, std::numeric_limits<double>::quiet_NaN(), false);
+  const double norm = std::sqrt(sums[0]);
   // Not finite: nothing was updated (the weights, the moments and t are unchanged).
   if (!std::isfinite(norm)) return refuse(params, norm, true);
   ++t_;

@@ -17,8 +17,16 @@ class Optimizer {
   // finite_loss is false (a micro-batch's loss was not finite, so its backward was not run), no update
   // happens: under NonFinite::Error it throws qkv::Error (the gradients left as they are); under
   // NonFinite::Skip it zeroes the gradients, counts the skip and returns false. Either way the weights,
-  // the moments and t are unchanged.
+  // the moments and t are unchanged. step() is queue() then finish().
   bool step(nn::Parameters& params, bool finite_loss = true);
+
+  // The step in two halves, so that a training step can be queued whole before the host waits (models/
+  // model_core.h): queue() puts the update on the device, gated there on the gradients' norm and on `gate`
+  // (device values that must all be finite: the step's per-row losses; may be empty); finish() then reads what
+  // happened and answers as step() does. finite_loss false: the host saw a non-finite loss (the gate kept the
+  // update from happening, if it was queued at all).
+  void queue(nn::Parameters& params, CSpan gate);
+  bool finish(nn::Parameters& params, bool finite_loss);
 
   const OptimizerConfig& config() const { return config_; }
   void set_learning_rate(float lr);
@@ -45,6 +53,7 @@ class Optimizer {
   Span scratch(nn::Parameters& params, size_t floats);
 
   std::vector<ops::AdamRange> ranges_;  // per step, reusing its capacity
+  bool queued_ = false;                  // a step was queued and not yet finished
   Tensor scratch_;
 };
 

@@ -15,14 +15,6 @@ void check_adam(const char* op, int n_ranges, const AdamHyper& h) {
   check(h.t >= 1, op, " (cuda): step t = ", h.t, ": expected >= 1 (1-based)");
 }
 
-AdamScalars scalars(const AdamHyper& h) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
-  return AdamScalars{
-      h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
-      h.eps,        h.lr,    h.decoupled};
-}
-
 // The partial sums of x^2 into partial (kSumBlocks doubles).
 void launch_sum_squares(double* partial, const float* x, size_t n, const char* op) {
   const size_t chunk = (n + kSumBlocks - 1) / kSumBlocks;
@@ -32,13 +24,21 @@ void launch_sum_squares(double* partial, const float* x, size_t n, const char* o
 
 }  // namespace
 
+AdamScalars adam_scalars(const AdamHyper& h) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
+  return AdamScalars{
+      h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
+      h.eps,        h.lr,    h.decoupled};
+}
+
 void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ranges, int n_ranges, size_t n,
                const AdamHyper& h) {
   const char* op = "adam_step";
   check_adam(op, n_ranges, h);
   if (n == 0 || n_ranges == 0) return;
   check(p && m && v && g && ranges, op, " (cuda): null device pointer");
-  adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n, scalars(h),
+  adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n, adam_scalars(h),
                                                                         nullptr);
   check_launch(op);
 }
@@ -58,33 +58,43 @@ double sum_squares(const float* x, size_t n, double* scratch) {
   return sum;
 }
 
-size_t clipped_adam_scratch_size() { return kSumBlocks + (sizeof(ClipDecision) + sizeof(double) - 1) / sizeof(double); }
+// scratch: the partial sums of g_all, those of the gate, then the decision (8-byte aligned: it follows doubles).
+size_t clipped_adam_scratch_size() {
+  return 2 * kSumBlocks + (sizeof(ClipDecision) + sizeof(double) - 1) / sizeof(double);
+}
 
-double clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
-                         const AdamRange* ranges, int n_ranges, size_t n, const AdamHyper& h, float max_norm,
-                         double* scratch) {
+void clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
+                       const float* gate, size_t n_gate, const AdamRange* ranges, int n_ranges, size_t n,
+                       const AdamHyper& h, float max_norm, double* scratch, const AdamScalars* scalars_dev) {
   const char* op = "adam_step";
   check_adam(op, n_ranges, h);
-  check(scratch && (n_all == 0 || g_all), op, " (cuda): null device pointer");
+  check(scratch && (n_all == 0 || g_all) && (n_gate == 0 || gate), op, " (cuda): null device pointer");
   check(n == 0 || n_ranges == 0 || (p && m && v && g && ranges), op, " (cuda): null device pointer");
-  // scratch: the partial sums, then the decision (8-byte aligned: it follows kSumBlocks doubles).
-  auto* decision = reinterpret_cast<ClipDecision*>(scratch + kSumBlocks);
+  double* gate_partial = n_gate > 0 ? scratch + kSumBlocks : nullptr;
+  auto* decision = reinterpret_cast<ClipDecision*>(scratch + 2 * kSumBlocks);
   if (n_all > 0) {
     launch_sum_squares(scratch, g_all, n_all, op);
   } else {
     check_cuda(cudaMemsetAsync(scratch, 0, kSumBlocks * sizeof(double), stream()), op, "cudaMemsetAsync");
   }
-  clip_decision_kernel<<<1, 1, 0, stream()>>>(decision, scratch, kSumBlocks, max_norm);
+  if (gate_partial) launch_sum_squares(gate_partial, gate, n_gate, op);
+  clip_decision_kernel<<<1, 1, 0, stream()>>>(decision, scratch, gate_partial, kSumBlocks, max_norm, adam_scalars(h),
+                                              scalars_dev);
   check_launch(op);
   if (n > 0 && n_ranges > 0) {
-    adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n, scalars(h),
-                                                                          decision);
+    adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n,
+                                                                          adam_scalars(h), decision);
     check_launch(op);
   }
-  // Queued behind the update: the host waits here, the update is already on its way.
-  double s = 0.0;
-  check_cuda(cudaMemcpy(&s, &decision->sum_squares, sizeof s, cudaMemcpyDeviceToHost), op, "cudaMemcpy device to host");
-  return s;
+}
+
+std::array<double, 2> clipped_adam_sums(const double* scratch) {
+  check(scratch != nullptr, "adam_step (cuda): null device pointer");
+  std::array<double, 2> sums{};
+  const auto* decision = reinterpret_cast<const ClipDecision*>(scratch + 2 * kSumBlocks);
+  check_cuda(cudaMemcpy(sums.data(), &decision->sum_squares, sizeof sums, cudaMemcpyDeviceToHost), "adam_step",
+             "cudaMemcpy device to host");
+  return sums;
 }
 
 }  // namespace qkv::kernels::cuda

@@ -17,8 +17,8 @@
 // same order, the same bits). The grid does not depend on the GPU, so the result is the same on every run and
 // every device (not the CPU's bits: its blocks differ).
 // The clipped step (clipped_adam_step) decides on the device: clip_decision_kernel turns the partial sums into
-// the sum s, the clipping factor (ops/clip.h, the host's definition) and whether s is finite, and the update
-// reads them from there, doing nothing when s is not finite. So the update is queued right behind the sum,
+// the sum s, the clipping factor (ops/clip.h, the host's definition) and whether s and the gate's sum (a step's
+// losses) are finite, and the update reads them from there, doing nothing when either is not. So the update is queued right behind the sum,
 // with no round trip to the host between them.
 // This header holds the kernels (device code only) so that tests/cpp/emulation can run them on the CPU as well;
 // adamw.cu launches them.
@@ -36,27 +36,22 @@ namespace {
 constexpr int kAdamThreads = 256;
 constexpr int kSumBlocks = 512;
 
-struct AdamScalars {
-  float grad_scale, beta1, beta2, step, sqrt_bc2, eps, lr;
-  bool decoupled;
-};
-
-// The clipped step's decision, written by clip_decision_kernel and read by adam_kernel.
+// The clipped step's decision, written by clip_decision_kernel and read by adam_kernel. The two sums come first:
+// clipped_adam_sums reads them.
 struct ClipDecision {
-  double sum_squares;
-  float grad_scale;
-  int finite;
+  double sum_squares, gate_sum;
+  AdamScalars scalars;  // the update's, grad_scale the clipping factor
+  int finite;           // both sums finite
 };
 
-// decision == nullptr: a.grad_scale as given. Else the decision's factor, and no update at all when its sum is
-// not finite.
+// decision == nullptr: a as given. Else the decision's scalars, and no update at all when its sums are not finite.
 __global__ void adam_kernel(float* p, float* m, float* v, const float* g, const ops::AdamRange* ranges, int n_ranges,
                             size_t n, AdamScalars a, const ClipDecision* decision) {
-  float grad_scale = a.grad_scale;
   if (decision) {
     if (!decision->finite) return;
-    grad_scale = decision->grad_scale;
+    a = decision->scalars;
   }
+  const float grad_scale = a.grad_scale;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     // The first range whose end is past i.
@@ -94,14 +89,22 @@ __global__ void sum_squares_kernel(double* partial, const float* x, size_t n, si
   if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-// One thread: the partial sums added in block order (sum_squares's order on the host), then the decision.
-__global__ void clip_decision_kernel(ClipDecision* out, const double* partial, int blocks, float max_norm) {
+// One thread: the partial sums added in block order (sum_squares's order on the host), then the decision: the
+// update happens when the gradients' sum and the gate's (gate_partial; null: no gate) are finite, with the
+// clipping factor of the first. The update's scalars are a, or *a_dev where set (a captured step's scalar block,
+// step_graph.h: lr and t change from step to step).
+__global__ void clip_decision_kernel(ClipDecision* out, const double* partial, const double* gate_partial, int blocks,
+                                     float max_norm, AdamScalars a, const AdamScalars* a_dev) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  double s = 0.0;
+  double s = 0.0, gate = 0.0;
   for (int k = 0; k < blocks; ++k) s += partial[k];
+  if (gate_partial)
+    for (int k = 0; k < blocks; ++k) gate += gate_partial[k];
   out->sum_squares = s;
-  out->finite = isfinite(s) ? 1 : 0;
-  out->grad_scale = out->finite ? ops::clip_factor(s, max_norm) : 1.f;
+  out->gate_sum = gate;
+  out->finite = isfinite(s) && isfinite(gate) ? 1 : 0;
+  out->scalars = step_value(a, a_dev);
+  out->scalars.grad_scale = out->finite ? ops::clip_factor(s, max_norm) : 1.f;
 }
 
 }  // namespace

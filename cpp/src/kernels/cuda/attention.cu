@@ -55,6 +55,7 @@ __device__ inline float dot(const float* a, const float* b, int hs) {
 // grid (ceil(Tq / kRows), H, B); warp w of block x takes query t = x * kRows + w.
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, Params p) {
+  const uint64_t seed = seed_of(p);
   __shared__ float ks[kTile][kPad];
   __shared__ float vs[kTile][kPad];
   __shared__ float qs[kRows][kMaxHs];
@@ -84,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
     const float alpha = expf(m - m_new);  // 0 the first time (m = -inf)
     l = l * alpha + warp_sum(pj);
     m = m_new;
-    const float pd = kept(p, b, h, t, s) ? pj * p.keep_scale : 0.f;
+    const float pd = kept(p, seed, b, h, t, s) ? pj * p.keep_scale : 0.f;
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) o[i] *= alpha;
     for (int j = 0; j < kTile; ++j) {
@@ -124,6 +125,7 @@ __global__ void attention_rows_kernel(float* D, const float* dout, const float* 
 __global__ void __launch_bounds__(kThreads)
     attention_dq_kernel(float* dq, const float* dout, const float* q, const float* k, const float* v, const float* lse,
                         const float* D, Params p) {
+  const uint64_t seed = seed_of(p);
   __shared__ float ks[kTile][kPad];
   __shared__ float vs[kTile][kPad];
   __shared__ float qs[kRows][kMaxHs];
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(kThreads)
     if (visible(p, b, t, s)) {
       const float pj = expf(dot(qs[warp], ks[lane], hs) * p.scale - lse_t);
       const float dpd = dot(dos[warp], vs[lane], hs);
-      const float dp = kept(p, b, h, t, s) ? dpd * p.keep_scale : 0.f;
+      const float dp = kept(p, seed, b, h, t, s) ? dpd * p.keep_scale : 0.f;
       ds = pj * (dp - D_t);
     }
     for (int j = 0; j < kTile; ++j) {
@@ -182,6 +184,7 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void __launch_bounds__(kThreads)
     attention_dkv_kernel(float* dk, float* dv, const float* dout, const float* q, const float* k, const float* v,
                          const float* lse, const float* D, Params p) {
+  const uint64_t seed = seed_of(p);
   __shared__ float qs[kTile][kPad];
   __shared__ float dos[kTile][kPad];
   __shared__ float kw[kRows][kMaxHs];
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
     if (t < p.Tq && visible(p, b, t, s)) {
       const float pj = expf(dot(qs[lane], kw[warp], hs) * p.scale - lse_s[lane]);
       const float dpd = dot(dos[lane], vw[warp], hs);
-      const bool keep = kept(p, b, h, t, s);
+      const bool keep = kept(p, seed, b, h, t, s);
       pd = keep ? pj * p.keep_scale : 0.f;
       ds = pj * ((keep ? dpd * p.keep_scale : 0.f) - D_s[lane]);
     }

@@ -19,6 +19,7 @@ struct AttentionParams {
   float scale, keep_scale;
   uint32_t threshold;
   uint64_t seed;
+  const uint64_t* seed_dev;  // the seed in a captured step's scalar block, or null (step_value)
 };
 
 inline AttentionParams attention_params(const AttentionShape& s) {
@@ -31,6 +32,7 @@ inline AttentionParams attention_params(const AttentionShape& s) {
   p.keep_scale = p.drop ? 1.f / (1.f - s.dropout) : 1.f;
   p.threshold = dropout_threshold(s.dropout);
   p.seed = s.seed;
+  p.seed_dev = s.seed_device;
   return p;
 }
 
@@ -44,9 +46,12 @@ __device__ inline bool visible(const AttentionParams& p, int b, int t, int s) {
   return !(p.causal && s > t + p.q_pos) && key_present(p, b, s);
 }
 
-// The dropout mask of weight (b, h, t, s): the CPU's hash of ((b*H + h)*Tq + t)*Tk + s.
-__device__ inline bool kept(const AttentionParams& p, int b, int h, int t, int s) {
-  return !p.drop || dropout_hash(p.seed, ((static_cast<uint64_t>(b) * p.H + h) * p.Tq + t) * p.Tk + s) >= p.threshold;
+// The launch's dropout seed, read once by each kernel (step_value: a captured step's may change per replay).
+__device__ inline uint64_t seed_of(const AttentionParams& p) { return step_value(p.seed, p.seed_dev); }
+
+// The dropout mask of weight (b, h, t, s): the CPU's hash of ((b*H + h)*Tq + t)*Tk + s; seed: seed_of(p).
+__device__ inline bool kept(const AttentionParams& p, uint64_t seed, int b, int h, int t, int s) {
+  return !p.drop || dropout_hash(seed, ((static_cast<uint64_t>(b) * p.H + h) * p.Tq + t) * p.Tk + s) >= p.threshold;
 }
 
 // Host-side checks shared by the entries: refused here, before any launch.

@@ -76,7 +76,9 @@ __global__ void bias_act_columns_kernel(float* partial, float* dh, const float* 
   partial[static_cast<size_t>(k) * N + c] = sum;
 }
 
-__global__ void dropout_kernel(float* out, const float* in, size_t n, uint32_t threshold, float scale, uint64_t seed) {
+__global__ void dropout_kernel(float* out, const float* in, size_t n, uint32_t threshold, float scale, uint64_t seed,
+                               const uint64_t* seed_dev) {
+  seed = step_value(seed, seed_dev);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
     out[i] = dropout_hash(seed, i) >= threshold ? in[i] * scale : 0.f;
@@ -87,12 +89,12 @@ void check_sizes(const char* op, int rows, int N) {
   check(N > 0, op, " (cuda): N = ", N, ": expected > 0");
 }
 
-void dropout(const char* op, float* out, const float* in, size_t n, float p, uint64_t seed) {
+void dropout(const char* op, float* out, const float* in, size_t n, float p, uint64_t seed, const uint64_t* seed_dev) {
   check(p >= 0.f && p <= 1.f, op, " (cuda): p = ", p, ": expected 0 <= p <= 1");
   if (n == 0) return;
   check(out && in, op, " (cuda): null device pointer");
   dropout_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(out, in, n, dropout_threshold(p), 1.f / (1.f - p),
-                                                                   seed);
+                                                                   seed, seed_dev);
   check_launch(op);
 }
 
@@ -133,11 +135,11 @@ void bias_act_backward(float* dh, float* db, float* scratch, const float* da, co
   add_column_sums(db, scratch, blocks, N, N, op);
 }
 
-void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed) {
-  dropout("dropout_forward", y, x, n, p, seed);
+void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed, const uint64_t* seed_dev) {
+  dropout("dropout_forward", y, x, n, p, seed, seed_dev);
 }
-void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed) {
-  dropout("dropout_backward", dx, dy, n, p, seed);
+void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed, const uint64_t* seed_dev) {
+  dropout("dropout_backward", dx, dy, n, p, seed, seed_dev);
 }
 
 }  // namespace qkv::kernels::cuda

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/stream.h"
 #include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
@@ -66,7 +67,11 @@ void throw_cublas_error(const char* op, const char* call, int status) {
 
 void check_launch(const char* op) {
   check_cuda(cudaGetLastError(), op, "kernel launch");
-  if (sync_after_launch()) check_cuda(cudaDeviceSynchronize(), op, "kernel (synchronised after launch)");
+  if (!sync_after_launch()) return;
+  // Inside a capture (step_graph.h) nothing runs yet, and a wait would break it.
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) return;
+  check_cuda(cudaDeviceSynchronize(), op, "kernel (synchronised after launch)");
 }
 
 bool sync_after_launch() { return sync_flag().load(std::memory_order_relaxed); }

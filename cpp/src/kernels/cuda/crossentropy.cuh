@@ -90,7 +90,8 @@ __device__ Stats block_combine(Stats st) {
 // (always when d is z), so the body's stores are float4's too.
 __global__ void __launch_bounds__(kBlockThreads)
     crossentropy_block_kernel(float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale,
-                              int V, int ignore_index, float smoothing, bool vec_store) {
+                              int V, int ignore_index, float smoothing, bool vec_store, const float* scale_dev) {
+  scale = step_value(scale, scale_dev);
   const int row = blockIdx.x, tid = threadIdx.x;
   const float* z = logits + static_cast<size_t>(row) * V;
   float* d = dlogits ? dlogits + static_cast<size_t>(row) * V : nullptr;
@@ -177,9 +178,10 @@ constexpr int kRowsPerBlock = 8;
 template <int K>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarp)
     crossentropy_warp_kernel(float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale,
-                             int rows, int V, int ignore_index, float smoothing) {
+                             int rows, int V, int ignore_index, float smoothing, const float* scale_dev) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= rows) return;  // the whole warp: no shuffle is left half-way
+  scale = step_value(scale, scale_dev);
   const float* z = logits + static_cast<size_t>(row) * V;
   float* d = dlogits ? dlogits + static_cast<size_t>(row) * V : nullptr;
   const int t = targets[row];

@@ -13,6 +13,7 @@
 // sum_squares and synchronize. Buffers come from a DeviceArena (arena.h): no op allocates.
 //
 // Dimension legend: B batch, T sequence, C channels, H heads, hs = C/H, V vocabulary, N a row's width.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -89,9 +90,10 @@ void bias_act_backward(float* dh, float* db, float* scratch, const float* da, co
 // ---- Dropout (dropout.cu) ----
 
 // kernels.h: dropout_forward / dropout_backward over n elements, with the CPU's counter-based hash
-// (dropout_hash.h): for the same (seed, p) the masks are identical, element for element.
-void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed);
-void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed);
+// (dropout_hash.h): for the same (seed, p) the masks are identical, element for element. seed_dev: where set,
+// the kernel reads the seed there (a captured step's scalar block: step_graph.h).
+void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed, const uint64_t* seed_dev = nullptr);
+void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed, const uint64_t* seed_dev = nullptr);
 
 // ---- Attention (flash_attention.cu: tensor cores; attention.cu: the row-wise FP32 reference, the weights) ----
 
@@ -150,10 +152,12 @@ void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t
 // ---- Softmax cross-entropy (crossentropy.cu) ----
 
 // kernels.h: crossentropy_forward / crossentropy_forward_backward. targets: (rows) device ids from upload_ids.
+// scale_dev: where set, the kernels read the scale there (a captured step's scalar block: step_graph.h).
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int rows, int V, int ignore_index,
                           float smoothing);
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                                   float scale, int rows, int V, int ignore_index, float smoothing);
+                                   float scale, int rows, int V, int ignore_index, float smoothing,
+                                   const float* scale_dev = nullptr);
 
 // ---- Adam(W) and the gradient norm (adamw.cu) ----
 
@@ -166,13 +170,24 @@ void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ra
 // scratch: sum_squares_scratch_size() doubles. Synchronises (the result is a host value).
 size_t sum_squares_scratch_size();
 double sum_squares(const float* x, size_t n, double* scratch);
-// ops.h's clipped_adam_step, decided on the device: s = sum_squares(g_all) (the same partial sums, added in the
-// same order), then the clipping factor and the update, which is skipped when s is not finite; returns s, waiting
-// for it only after the update is queued. h.grad_scale is ignored. scratch: clipped_adam_scratch_size() doubles.
+// An Adam step's scalars as the kernels take them (from AdamHyper: the bias corrections in double, rounded to
+// float, as kernels/cpu/adamw.cpp forms them).
+struct AdamScalars {
+  float grad_scale, beta1, beta2, step, sqrt_bc2, eps, lr;
+  bool decoupled;
+};
+AdamScalars adam_scalars(const AdamHyper& h);
+// ops.h's clipped_adam_step, decided on the device and queued without a wait: s = sum_squares(g_all) and the
+// gate's sum of squares (the same partial sums, added in the same order), then the clipping factor and the
+// update, which is skipped when either is not finite. h.grad_scale is ignored; scalars_dev, where set, holds
+// adam_scalars(h) in device memory (a captured step's scalar block: step_graph.h) and is read in its place.
+// clipped_adam_sums(scratch) returns {s, the gate's} of the last step on that scratch (it waits).
+// scratch: clipped_adam_scratch_size() doubles.
 size_t clipped_adam_scratch_size();
-double clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
-                         const AdamRange* ranges, int n_ranges, size_t n, const AdamHyper& h, float max_norm,
-                         double* scratch);
+void clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
+                       const float* gate, size_t n_gate, const AdamRange* ranges, int n_ranges, size_t n,
+                       const AdamHyper& h, float max_norm, double* scratch, const AdamScalars* scalars_dev = nullptr);
+std::array<double, 2> clipped_adam_sums(const double* scratch);
 
 // ---- The small ops of a model's edges (elementwise.cu) ----
 

@@ -258,6 +258,7 @@ __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, FlashParams fp) {
   constexpr int S = stride_of(D), KB = D / 8, NK = kForwardKeys / 8;
   const AttentionParams& p = fp.a;
+  const uint64_t seed = seed_of(p);
   float* Qs = dynamic_shared<float>();                          // (kOwn, S)
   float* Ks = Qs + kOwn * S;                                    // (kForwardKeys, S)
   float* Vs = Ks + kForwardKeys * S;                            // (kForwardKeys, S)
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < 4; ++i) {
         const float pj = expf(sc[nb][i] - base[i >> 1]);
         l[i >> 1] += pj;
-        const bool keep = kept(p, b, h, w0 + frag_row(i), s0 + nb * 8 + frag_col(i));
+        const bool keep = kept(p, seed, b, h, w0 + frag_row(i), s0 + nb * 8 + frag_col(i));
         sc[nb][i] = keep ? pj * p.keep_scale : 0.f;  // now dropout(P)
       }
     // O += dropout(P) V: B(j, d) = V[j][d]
@@ -345,6 +346,7 @@ __global__ void __launch_bounds__(kThreads)
                     const float* out, const float* lse, FlashParams fp) {
   constexpr int S = stride_of(D), KB = D / 8, NK = kDqKeys / 8;
   const AttentionParams& p = fp.a;
+  const uint64_t seed = seed_of(p);
   float* Qs = dynamic_shared<float>();              // (kOwn, S)
   float* dOs = Qs + kOwn * S;                       // (kOwn, S)
   float* Ks = dOs + kOwn * S;                       // (kDqKeys, S)
@@ -401,7 +403,7 @@ __global__ void __launch_bounds__(kThreads)
         float ds = 0.f;
         if (key_ok[j] && !(p.causal && s > t + p.q_pos)) {
           const float pj = expf(sc[nb][i] * p.scale - lse_r[i >> 1]);
-          const float dpj = kept(p, b, h, t, s) ? dp[nb][i] * p.keep_scale : 0.f;
+          const float dpj = kept(p, seed, b, h, t, s) ? dp[nb][i] * p.keep_scale : 0.f;
           ds = pj * (dpj - Dr[i >> 1]);
         }
         sc[nb][i] = ds;
@@ -428,6 +430,7 @@ __global__ void __launch_bounds__(kThreads)
                      const float* v, const float* lse, FlashParams fp) {
   constexpr int S = stride_of(D), KB = D / 8, NQ = kDkvQueries / 8;
   const AttentionParams& p = fp.a;
+  const uint64_t seed = seed_of(p);
   float* Ks = dynamic_shared<float>();   // (kOwn, S)
   float* Vs = Ks + kOwn * S;             // (kOwn, S)
   float* Qs = Vs + kOwn * S;             // (kDkvQueries, S)
@@ -473,7 +476,7 @@ __global__ void __launch_bounds__(kThreads)
         float pd = 0.f, ds = 0.f;
         if (t < p.Tq && ok[i >> 1] && !(p.causal && s > t + p.q_pos)) {
           const float pj = expf(st[nb][i] * p.scale - lse_s[j]);
-          const bool keep = kept(p, b, h, t, s);
+          const bool keep = kept(p, seed, b, h, t, s);
           pd = keep ? pj * p.keep_scale : 0.f;
           ds = pj * ((keep ? dpt[nb][i] * p.keep_scale : 0.f) - D_s[j]);
         }
