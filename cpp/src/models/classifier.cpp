@@ -193,7 +193,8 @@ float Classifier::train_step(std::span<const int32_t> tokens, std::span<const in
   impl_->load(tokens, &labels, batch, seq);
   Impl& m = *impl_;
   return m.core.train_step(
-      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); }, [&] { m.backward(batch, seq); });
+      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); },
+      [&] { m.backward(batch, seq); });
 }
 
 Metrics Classifier::evaluate(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq) {

@@ -176,7 +176,8 @@ float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const
   Impl& m = *impl_;
   m.load_batch(inputs, &targets, batch, seq);
   return m.core.train_step(
-      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); }, [&] { m.backward(batch, seq); });
+      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); },
+      [&] { m.backward(batch, seq); });
 }
 
 float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,

@@ -5,7 +5,8 @@
 //
 // The model's device: parameters, gradients, moments and the workspace live there, and every layer calls its
 // backend (params.ops()). What crosses to the host, at the API's edges only: the ids of a batch (in), the
-// per-row losses and argmax of a loss evaluation, logits asked for, the gradient norm (one double per step).
+// per-row losses and argmax of a loss evaluation, logits asked for, and after a training step its per-row losses
+// and the sums of squares behind the update's decision (two doubles).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -174,7 +175,8 @@ struct ModelCore {
 
  private:
   // The step's ops between begin_step and end_step. A StepRetry (the backend's replay met a different step, or
-  // its capture failed: nothing of it ran) runs the step again from the same dropout seeds, op by op.
+  // its capture failed: nothing of it ran), or an exception from a capture that broke, runs the step again from
+  // the same dropout seeds, op by op (begin_step(0)).
   template <class ForwardLoss, class Backward>
   PendingLoss queue_step(uint64_t key, uint64_t passes_before, ForwardLoss& forward_loss, Backward& backward) {
     ops::Backend& b = ops();
@@ -192,8 +194,7 @@ struct ModelCore {
         b.cancel_step();
         check(attempt == 0, "the training step could not be queued: the backend asked to run it again twice");
       } catch (...) {
-        b.cancel_step();
-        throw;
+        if (!b.cancel_step() || attempt > 0) throw;
       }
     }
   }

@@ -46,7 +46,8 @@ void Backend::clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CS
         scratch.size(), " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
   const Span rest = scratch.subspan(kSumsFloats);
   const Span sum_scratch = rest.first(sum_squares_scratch_size());
-  const std::array<double, 2> sums{sum_squares(g_all, sum_scratch), gate.empty() ? 0.0 : sum_squares(gate, sum_scratch)};
+  const std::array<double, 2> sums{sum_squares(g_all, sum_scratch),
+                                   gate.empty() ? 0.0 : sum_squares(gate, sum_scratch)};
   upload(scratch.data(), sums.data(), sizeof sums);
   if (!std::isfinite(sums[0]) || !std::isfinite(sums[1])) return;
   AdamHyper clipped = h;
@@ -64,7 +65,7 @@ std::array<double, 2> Backend::clipped_adam_sums(Span scratch) {
 
 void Backend::begin_step(uint64_t) {}
 void Backend::end_step() {}
-void Backend::cancel_step() noexcept {}
+bool Backend::cancel_step() noexcept { return false; }
 
 Backend& backend(Device device) {
   if (device == Device::CPU) {

@@ -26,8 +26,8 @@
 //     the host before they reach a backend (Ids below).
 //
 // Dimension legend: B batch, T sequence, C channels (d_model), H heads, hs = C/H, V vocabulary, N a row's width.
-#include <cstddef>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <span>
@@ -178,10 +178,12 @@ class Backend {
   // A backend that replays checks each op's arguments against the captured ones; where a step goes another way
   // (a pointer or a size changed under the same key), or a capture fails, begin_step's caller gets StepRetry
   // (from any op or from end_step) with nothing run on the device, and runs the step again: the backend then
-  // runs it op by op. cancel_step ends a step left by an exception (it never throws).
+  // runs it op by op. cancel_step ends a step left by another exception (it never throws); it returns true when
+  // the backend's capture of the step had broken, so that the exception may be the capture's: the caller then
+  // runs the step again too (a real error comes back from that run).
   virtual void begin_step(uint64_t key);
   virtual void end_step();
-  virtual void cancel_step() noexcept;
+  virtual bool cancel_step() noexcept;
 };
 
 // The backend of a device, made on first use and kept for the process. Device::CUDA throws qkv::Error with

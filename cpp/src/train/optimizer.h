@@ -53,7 +53,7 @@ class Optimizer {
   Span scratch(nn::Parameters& params, size_t floats);
 
   std::vector<ops::AdamRange> ranges_;  // per step, reusing its capacity
-  bool queued_ = false;                  // a step was queued and not yet finished
+  bool queued_ = false;                 // a step was queued and not yet finished
   Tensor scratch_;
 };
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "cuda_test_util.h"
 #include "embedding_cases.h"
@@ -560,28 +561,40 @@ TEST(CudaOps, AdamStepMatchesTheCpu) {
 }
 
 // The clipped step decides on the device (adamw.cuh): the sum of squares of every gradient, the clipping factor
-// of that sum (ops/clip.h), the update with it, or no write at all when the sum is not finite.
+// of that sum (ops/clip.h), the update with it, or no write at all when the sum, or the gate's (a step's losses),
+// is not finite; nothing waits until clipped_adam_sums.
 TEST(CudaOps, ClippedAdamStepDecidesOnTheDevice) {
   QKV_REQUIRE_CUDA_DEVICE();
   const size_t n = 70000;
   const std::vector<kernels::AdamRange> ranges{{0, 1, 0.1f}, {3, 20000, 0.f}, {20000, 65537, 0.1f}, {66000, n, 0.01f}};
-  const size_t scratch_floats = 2 * kc::clipped_adam_scratch_size() + 2;
+  const size_t scratch_floats = 2 * kc::clipped_adam_scratch_size() + 2, rows = 777;
   for (float max_norm : {0.f, 1.f, 1e6f})
-    for (bool poisoned : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << "max_norm " << max_norm << (poisoned ? " with a NaN gradient" : ""));
+    for (int poisoned : {0, 1, 2}) {  // 1: a NaN gradient, 2: an infinite loss
+      SCOPED_TRACE(::testing::Message() << "max_norm " << max_norm << " poisoned " << poisoned);
       auto p = randn(n, 720), m = randn(n, 721, 0.1f), v = randn(n, 722, 0.1f), g = randn(n, 723, 2.f);
+      auto losses = randn(rows, 724);
       for (auto& x : v) x = std::abs(x);
-      if (poisoned) g[n / 3] = std::nanf("");
-      DeviceBuffers d({n, n, n, n, sizeof(kernels::AdamRange) * ranges.size() / sizeof(float) + 2, scratch_floats});
+      if (poisoned == 1) g[n / 3] = std::nanf("");
+      if (poisoned == 2) losses[rows / 2] = std::numeric_limits<float>::infinity();
+      DeviceBuffers d(
+          {n, n, n, n, sizeof(kernels::AdamRange) * ranges.size() / sizeof(float) + 2, scratch_floats, rows});
       auto* ranges_ = reinterpret_cast<kernels::AdamRange*>(d.f[4]);
       kc::upload_ranges(ranges_, ranges, "test");
-      up(d.f[0], p), up(d.f[1], m), up(d.f[2], v), up(d.f[3], g);
+      up(d.f[0], p), up(d.f[1], m), up(d.f[2], v), up(d.f[3], g), up(d.f[6], losses);
       const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 2, 1.f};
-      const double s =
-          kc::clipped_adam_step(d.f[0], d.f[1], d.f[2], d.f[3], d.f[3], n, ranges_, static_cast<int>(ranges.size()), n,
-                                h, max_norm, reinterpret_cast<double*>(d.f[5]));
+      kc::clipped_adam_step(d.f[0], d.f[1], d.f[2], d.f[3], d.f[3], n, d.f[6], rows, ranges_,
+                            static_cast<int>(ranges.size()), n, h, max_norm, reinterpret_cast<double*>(d.f[5]));
+      const auto sums = kc::clipped_adam_sums(reinterpret_cast<double*>(d.f[5]));
+      const double s = sums[0];
+      double gate = 0;
+      for (float x : losses) gate += static_cast<double>(x) * x;
+      if (poisoned == 2) {
+        EXPECT_TRUE(std::isinf(sums[1]));
+      } else {
+        EXPECT_NEAR(sums[1], gate, 1e-12 * gate);
+      }
       if (poisoned) {
-        EXPECT_TRUE(std::isnan(s));
+        EXPECT_EQ(std::isnan(s), poisoned == 1);
         EXPECT_EQ(download(d.f[0], n), p);
         EXPECT_EQ(download(d.f[1], n), m);
         EXPECT_EQ(download(d.f[2], n), v);

@@ -3,9 +3,7 @@
 // never on the legacy default stream, and none of them waits for the device, so that stream capture (in its
 // strictest, global mode) accepts them. The graph, replayed, must give the eager run's bits, and must read its
 // inputs where they are at replay time (new values uploaded between replays give the new results).
-// Not captured here, and not capturable yet: adam_step (its ranges are uploaded with a synchronous copy, lr and t
-// are launch arguments) and sum_squares (it returns the sum to the host). The model's step also reads its loss on
-// the host between the forward and the backward; those are what stand between this and a whole captured step.
+// The whole training step as one graph is step_graph_test.cpp's (CudaStepGraph.*).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The host side of the CUDA backend, which runs on every machine that built it, GPU or not: the error
-// messages, the checks that refuse bad input before any launch, the arena's sizing, and (on a machine without a GPU) that every op turns the CUDA failure into a qkv::Error
-// naming the op instead of aborting.
+// messages, the checks that refuse bad input before any launch, the arena's sizing, and (on a machine without a GPU)
+// that every op turns the CUDA failure into a qkv::Error naming the op instead of aborting.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

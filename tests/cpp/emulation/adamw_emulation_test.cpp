@@ -1,7 +1,8 @@
 // The CUDA optimizer kernels (kernels/cuda/adamw.cuh) on the warp emulator: the Adam(W) update against the CPU
 // kernel, and the clipped step as adamw.cu launches it (sum of squares in a fixed grid, the decision in one
 // thread, the update reading it): the sum against a plain double sum, the factor equal to ops/clip.h's of that
-// sum, the update equal to the CPU's with that factor, and no write at all when the sum is not finite.
+// sum, the update equal to the CPU's with that factor, and no write at all when the sum or the gate's (a step's
+// losses) is not finite; the scalars read from device memory (a captured step's) in place of the launch's.
 // Tolerance: p, m, v within 1e-5 * max(1, |cpu|) (the CPU kernel's SIMD and the GPU's may contract differently).
 #define QKV_WARP_EMULATION 1
 #include <gtest/gtest.h>
@@ -44,17 +45,28 @@ struct State {
   }
 };
 
-// The clipped step as adamw.cu queues it; returns the decision.
-kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kernels::AdamHyper& h, float max_norm) {
-  std::vector<double> partial(kc::kSumBlocks, std::nan(""));
-  kc::ClipDecision decision{std::nan(""), std::nanf(""), -1};
-  const size_t chunk = (g.size() + kc::kSumBlocks - 1) / kc::kSumBlocks;
-  emu::launch(grid(kc::kSumBlocks), kc::kAdamThreads, 0,
-              [&] { kc::sum_squares_kernel(partial.data(), g.data(), g.size(), chunk); });
-  emu::launch(grid(1), 1, 0, [&] { kc::clip_decision_kernel(&decision, partial.data(), kc::kSumBlocks, max_norm); });
+// The clipped step as adamw.cu queues it; returns the decision. gate: empty for none. scalars_dev: the scalars a
+// captured step reads from its block (the launch's own are then poisoned, to show they are not read).
+kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kernels::AdamHyper& h, float max_norm,
+                              const std::vector<float>& gate = {}, const kc::AdamScalars* scalars_dev = nullptr) {
+  auto partial_sums = [](const std::vector<float>& x) {
+    std::vector<double> partial(kc::kSumBlocks, std::nan(""));
+    const size_t chunk = (x.size() + kc::kSumBlocks - 1) / kc::kSumBlocks;
+    emu::launch(grid(kc::kSumBlocks), kc::kAdamThreads, 0,
+                [&] { kc::sum_squares_kernel(partial.data(), x.data(), x.size(), chunk); });
+    return partial;
+  };
+  const std::vector<double> partial = partial_sums(g), gate_partial = gate.empty() ? partial : partial_sums(gate);
+  kc::ClipDecision decision{std::nan(""), std::nan(""), {}, -1};
+  kc::AdamScalars launch_scalars = scalars(h);
+  if (scalars_dev) launch_scalars.lr = launch_scalars.step = launch_scalars.beta1 = std::nanf("");
+  emu::launch(grid(1), 1, 0, [&] {
+    kc::clip_decision_kernel(&decision, partial.data(), gate.empty() ? nullptr : gate_partial.data(), kc::kSumBlocks,
+                             max_norm, launch_scalars, scalars_dev);
+  });
   emu::launch(grid(static_cast<unsigned>(kc::grid_for(kN, kc::kAdamThreads))), kc::kAdamThreads, 0, [&] {
     kc::adam_kernel(s.p.data(), s.m.data(), s.v.data(), g.data(), kRanges.data(), static_cast<int>(kRanges.size()), kN,
-                    scalars(h), &decision);
+                    launch_scalars, &decision);
   });
   return decision;
 }
@@ -91,15 +103,16 @@ TEST(AdamEmulated, TheClippedStepDecidesOnTheDevice) {
     const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 1, 1.f};
     const kc::ClipDecision d = clipped_step(gpu, g, h, max_norm);
     EXPECT_NEAR(d.sum_squares, want, 1e-12 * want);
+    EXPECT_EQ(d.gate_sum, 0.0);
     EXPECT_EQ(d.finite, 1);
-    EXPECT_EQ(d.grad_scale, ops::clip_factor(d.sum_squares, max_norm));
+    EXPECT_EQ(d.scalars.grad_scale, ops::clip_factor(d.sum_squares, max_norm));
     if (max_norm == 1.f) {
-      EXPECT_LT(d.grad_scale, 0.1f);  // sqrt(want) is about 140: clipped
+      EXPECT_LT(d.scalars.grad_scale, 0.1f);  // sqrt(want) is about 140: clipped
     } else {
-      EXPECT_EQ(d.grad_scale, 1.f);
+      EXPECT_EQ(d.scalars.grad_scale, 1.f);
     }
     kernels::AdamHyper clipped = h;
-    clipped.grad_scale = d.grad_scale;
+    clipped.grad_scale = d.scalars.grad_scale;
     kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, clipped);
     EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
     EXPECT_TRUE(near("m", gpu.m, cpu.m, 1e-5, true));
@@ -122,6 +135,56 @@ TEST(AdamEmulated, ANonFiniteSumLeavesEverythingUntouched) {
     EXPECT_EQ(s.m, before.m);
     EXPECT_EQ(s.v, before.v);
   }
+}
+
+// A step's losses gate the update: one non-finite loss, and nothing is written, whatever the gradients.
+TEST(AdamEmulated, ANonFiniteGateLeavesEverythingUntouched) {
+  QKV_SKIP_UNDER_ASAN();
+  const auto g = randn(kN, 40);
+  auto losses = randn(300, 41);
+  for (float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    losses[123] = bad;
+    State s;
+    const State before = s;
+    const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 1, 1.f};
+    const kc::ClipDecision d = clipped_step(s, g, h, 1.f, losses);
+    EXPECT_TRUE(std::isfinite(d.sum_squares));
+    EXPECT_FALSE(std::isfinite(d.gate_sum));
+    EXPECT_EQ(d.finite, 0);
+    EXPECT_EQ(s.p, before.p);
+    EXPECT_EQ(s.m, before.m);
+    EXPECT_EQ(s.v, before.v);
+  }
+  // Finite losses: the gate's sum of squares, and the update as without a gate.
+  losses[123] = 0.5f;
+  double want = 0;
+  for (float x : losses) want += static_cast<double>(x) * x;
+  State gated, plain;
+  const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, false, 3, 1.f};
+  const kc::ClipDecision d = clipped_step(gated, g, h, 1.f, losses);
+  clipped_step(plain, g, h, 1.f);
+  EXPECT_NEAR(d.gate_sum, want, 1e-12 * want);
+  EXPECT_EQ(d.finite, 1);
+  EXPECT_EQ(gated.p, plain.p);
+  EXPECT_EQ(gated.m, plain.m);
+  EXPECT_EQ(gated.v, plain.v);
+}
+
+// A captured step's lr and bias corrections come from its scalar block: the update reads those, not the
+// launch's (poisoned here), and equals the CPU's.
+TEST(AdamEmulated, TheScalarsOfACapturedStepComeFromDeviceMemory) {
+  QKV_SKIP_UNDER_ASAN();
+  const auto g = randn(kN, 50);
+  State gpu, cpu;
+  const kernels::AdamHyper h{2e-3f, 0.9f, 0.95f, 1e-8f, true, 7, 1.f};
+  const kc::AdamScalars block = scalars(h);
+  const kc::ClipDecision d = clipped_step(gpu, g, h, 1e6f, {}, &block);
+  EXPECT_EQ(d.finite, 1);
+  EXPECT_EQ(d.scalars.lr, h.lr);
+  kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, h);
+  EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
+  EXPECT_TRUE(near("m", gpu.m, cpu.m, 1e-5, true));
+  EXPECT_TRUE(near("v", gpu.v, cpu.v, 1e-5, true));
 }
 
 }  // namespace

@@ -27,37 +27,40 @@ using test::randn;
 
 template <int K>
 void warp_rows(float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale, int rows, int V,
-               int ignore_index, float smoothing) {
+               int ignore_index, float smoothing, const float* scale_dev) {
   emu::launch({static_cast<unsigned>((rows + kc::kRowsPerBlock - 1) / kc::kRowsPerBlock), 1, 1},
               kc::kRowsPerBlock * kc::kWarp, 0, [&] {
                 kc::crossentropy_warp_kernel<K>(losses, dlogits, logits, targets, scale, rows, V, ignore_index,
-                                                smoothing);
+                                                smoothing, scale_dev);
               });
 }
 
-// crossentropy.cu's run(), emulated.
+// crossentropy.cu's run(), emulated. scale_dev: a captured step's scale in device memory (or null).
 void emulate(float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale, int rows, int V,
-             int ignore_index, float smoothing) {
+             int ignore_index, float smoothing, const float* scale_dev) {
   const int K = (V + kc::kWarp - 1) / kc::kWarp;
   if (V > kc::kWarpMaxV) {
     const bool vec_store =
         dlogits && (reinterpret_cast<uintptr_t>(dlogits) - reinterpret_cast<uintptr_t>(logits)) % 16 == 0;
     emu::launch({static_cast<unsigned>(rows), 1, 1}, kc::kBlockThreads, 0, [&] {
-      kc::crossentropy_block_kernel(losses, dlogits, logits, targets, scale, V, ignore_index, smoothing, vec_store);
+      kc::crossentropy_block_kernel(losses, dlogits, logits, targets, scale, V, ignore_index, smoothing, vec_store,
+                                    scale_dev);
     });
   } else if (K <= 4) {
-    warp_rows<4>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing);
+    warp_rows<4>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing, scale_dev);
   } else if (K <= 8) {
-    warp_rows<8>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing);
+    warp_rows<8>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing, scale_dev);
   } else if (K <= 16) {
-    warp_rows<16>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing);
+    warp_rows<16>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing, scale_dev);
   } else {
-    warp_rows<32>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing);
+    warp_rows<32>(losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing, scale_dev);
   }
 }
 
-// in_place: dlogits is logits; offset: the logits start this many floats past a 16-byte boundary.
-void check_case(int rows, int V, float smoothing, bool in_place, int offset, uint64_t seed) {
+// in_place: dlogits is logits; offset: the logits start this many floats past a 16-byte boundary;
+// scale_from_device: the scale comes from device memory, as in a captured step (the launch's is then NaN).
+void check_case(int rows, int V, float smoothing, bool in_place, int offset, uint64_t seed,
+                bool scale_from_device = false) {
   SCOPED_TRACE(::testing::Message() << "rows " << rows << " V " << V << " smoothing " << smoothing
                                     << (in_place ? " in place" : "") << " offset " << offset);
   const size_t n = static_cast<size_t>(rows) * V;
@@ -79,7 +82,11 @@ void check_case(int rows, int V, float smoothing, bool in_place, int offset, uin
   float* z = buf.data() + offset;
   float* d = in_place ? z : dbuf.data() + 1;  // a separate gradient at another alignment: scalar stores
   std::vector<float> losses(static_cast<size_t>(rows), std::nanf(""));
-  emulate(losses.data(), d, z, targets.data(), scale, rows, V, ignore, smoothing);
+  if (scale_from_device) {
+    emulate(losses.data(), d, z, targets.data(), std::nanf(""), rows, V, ignore, smoothing, &scale);
+  } else {
+    emulate(losses.data(), d, z, targets.data(), scale, rows, V, ignore, smoothing, nullptr);
+  }
   EXPECT_TRUE(near("losses", losses, want_losses, 1e-5, true));
   EXPECT_TRUE(near("dlogits", std::vector<float>(d, d + n), want_d, 1e-5, true));
 }
@@ -96,6 +103,13 @@ TEST(CrossEntropyEmulated, BlockPerRowLargeVocabularies) {
   uint64_t seed = 100;
   for (int V : {1025, 4099, 10000})
     for (int offset : {0, 1, 3}) check_case(3, V, offset == 1 ? 0.1f : 0.f, offset != 3, offset, seed += 10);
+}
+
+// A captured training step's 1/count changes with its targets: the kernels read it from the step's scalar block.
+TEST(CrossEntropyEmulated, TheScaleOfACapturedStepComesFromDeviceMemory) {
+  QKV_SKIP_UNDER_ASAN();
+  check_case(5, 200, 0.1f, true, 0, 300, true);  // warp per row
+  check_case(3, 4099, 0.f, true, 0, 310, true);  // block per row
 }
 
 }  // namespace

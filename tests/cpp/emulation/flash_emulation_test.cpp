@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -36,9 +37,15 @@ using test::FlashOutputs;
 using test::near;
 
 // The three kernels as flash_attention.cu launches them (grid (ceil(rows / 64), H, B), 128 threads), emulated.
+// Seed::Device: the dropout seed read from device memory, as a captured step's (the launch's is then another);
+// Seed::Other: that other seed alone.
+enum class Seed { Launch, Device, Other };
 template <int D, kc::AttentionPrecision kP>
-FlashOutputs emulate(const FlashCase& c, const FlashInputs& in) {
-  const kernels::AttentionShape s = in.shape(c, in.pad.data());
+FlashOutputs emulate(const FlashCase& c, const FlashInputs& in, Seed from = Seed::Launch) {
+  kernels::AttentionShape s = in.shape(c, in.pad.data());
+  const uint64_t seed = s.seed;
+  if (from != Seed::Launch) s.seed = ~seed;
+  if (from == Seed::Device) s.seed_device = &seed;
   kc::FlashParams fp{kc::attention_params(s), in.C % 4 == 0 && in.ldq % 4 == 0 && in.ldkv % 4 == 0};
   const float nan = std::nanf("");
   FlashOutputs o;
@@ -85,6 +92,28 @@ void check_case(const FlashCase& c, uint64_t seed, bool aligned = false) {
     EXPECT_TRUE(near("dq", dq_columns(c, in, got.dq), dq_columns(c, in, want.dq), tol, fp32));
     EXPECT_TRUE(near("dk and dv", dkv_columns(c, in, got.dkv), dkv_columns(c, in, want.dkv), tol, fp32));
   }
+}
+
+// A captured training step's dropout seed changes at every replay: the three kernels read it from the step's
+// scalar block where the shape says so, and the masks are those of that seed, bit for bit.
+TEST(FlashAttentionEmulated, TheSeedOfACapturedStepComesFromDeviceMemory) {
+  QKV_SKIP_UNDER_ASAN();
+  const FlashCase c{1, 33, 40, 1, 64, true, false, 0.3f};
+  const FlashInputs in(c, 400);
+  using P = kc::AttentionPrecision;
+  const FlashOutputs want = emulate<64, P::Fp32>(c, in), got = emulate<64, P::Fp32>(c, in, Seed::Device);
+  // Bit for bit (the unwritten columns past C hold the same NaN in both).
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(got.out, want.out));
+  EXPECT_TRUE(same(got.lse, want.lse));
+  EXPECT_TRUE(same(got.dq, want.dq));
+  EXPECT_TRUE(same(got.dkv, want.dkv));
+  // The launch's own seed gives other masks: a kernel that ignored the block would fail the checks above.
+  const FlashOutputs other = emulate<64, P::Fp32>(c, in, Seed::Other);
+  EXPECT_FALSE(same(other.out, want.out));
+  EXPECT_FALSE(same(other.dq, want.dq));
 }
 
 // The emulator itself: cvt.rna.tf32's rounding and one mma against a plain product.

@@ -38,8 +38,8 @@ void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ra
   check_adam(op, n_ranges, h);
   if (n == 0 || n_ranges == 0) return;
   check(p && m && v && g && ranges, op, " (cuda): null device pointer");
-  adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n, adam_scalars(h),
-                                                                        nullptr);
+  adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n,
+                                                                        adam_scalars(h), nullptr);
   check_launch(op);
 }
 

@@ -18,15 +18,15 @@
 // every device (not the CPU's bits: its blocks differ).
 // The clipped step (clipped_adam_step) decides on the device: clip_decision_kernel turns the partial sums into
 // the sum s, the clipping factor (ops/clip.h, the host's definition) and whether s and the gate's sum (a step's
-// losses) are finite, and the update reads them from there, doing nothing when either is not. So the update is queued right behind the sum,
-// with no round trip to the host between them.
-// This header holds the kernels (device code only) so that tests/cpp/emulation can run them on the CPU as well;
-// adamw.cu launches them.
+// losses) are finite, and the update reads them from there, doing nothing when either is not. So the update is queued
+// right behind the sum, with no round trip to the host between them. This header holds the kernels (device code only)
+// so that tests/cpp/emulation can run them on the CPU as well; adamw.cu launches them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_kernels.h"
 #include "ops/clip.h"
 #include "ops/types.h"
 

@@ -10,8 +10,8 @@ template <int K>
 void launch_warp(float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale, int rows,
                  int V, int ignore_index, float smoothing, const float* scale_dev) {
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  crossentropy_warp_kernel<K><<<blocks, kRowsPerBlock * kWarp, 0, stream()>>>(losses, dlogits, logits, targets, scale,
-                                                                              rows, V, ignore_index, smoothing, scale_dev);
+  crossentropy_warp_kernel<K><<<blocks, kRowsPerBlock * kWarp, 0, stream()>>>(
+      losses, dlogits, logits, targets, scale, rows, V, ignore_index, smoothing, scale_dev);
 }
 
 void run(const char* op, float* losses, float* dlogits, const float* logits, const int32_t* targets, float scale,

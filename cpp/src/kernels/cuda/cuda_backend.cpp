@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/stream.h"
 #include "ops/backends.h"
 #include "qkv/error.h"
@@ -23,6 +25,46 @@ namespace kc = kernels::cuda;
 template <class T>
 size_t floats_for(size_t n) {
   return (n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
+}
+
+// A hash of the arguments an op's graph nodes bake in (step_graph.h: StepGraph::skip): pointers, sizes and the
+// values that do not change from step to step. Structs go field by field (their padding is not hashed).
+struct Signature {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  void bytes(const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+  }
+  template <class T>
+  requires std::is_arithmetic_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>
+  void add(T v) { bytes(&v, sizeof v); }
+  void add(Span x) { add(x.data()), add(x.size()); }
+  void add(CSpan x) { add(x.data()), add(x.size()); }
+  void add(std::span<int32_t> x) { add(x.data()), add(x.size()); }
+  void add(const Ids& ids) { add(ids.device), add(ids.host.size()); }
+  // Not the seed: a captured step reads it from the scalar block.
+  void add(const AttentionShape& s) {
+    for (int v : {s.B, s.Tq, s.Tk, s.C, s.H, s.ldq, s.ldkv, s.q_pos, s.k_rows}) add(v);
+    add(s.key_pad), add(s.causal), add(s.dropout);
+  }
+};
+
+// Inside a captured or replayed step: the op's signature to the step graph, true when it must run nothing (a
+// replay). Outside one: false, nothing hashed.
+template <class... A>
+bool replayed(const char* op, const A&... args) {
+  kc::StepGraph& graph = kc::step_graph();
+  if (!graph.active()) return false;
+  Signature sig;
+  sig.bytes(op, std::strlen(op));
+  sig.add(kc::matmul_precision());  // the products' and attention's arithmetic, baked into what was captured
+  (sig.add(args), ...);
+  return graph.skip(sig.h);
+}
+
+// What waits for the device has no place inside a step launched as one graph (ops.h: begin_step).
+void refuse_inside_step(const char* op) {
+  check(!kc::step_graph().active(), op, " (cuda): waits for the device, which a training step launched as one ",
+        "graph cannot do (a model calls it between begin_step and end_step)");
 }
 
 class CudaBackend final : public Backend {
@@ -55,13 +97,17 @@ class CudaBackend final : public Backend {
   void free(void* p) noexcept override {
     if (p) cudaFree(p);
   }
+  // Inside a step the bytes are staged in its block and copied by the graph (step_graph.h).
   void upload(void* dst, const void* src, size_t bytes) override {
+    if (kc::step_graph().upload(dst, src, bytes)) return;
     if (bytes) kc::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload", "cudaMemcpy");
   }
   void download(void* dst, const void* src, size_t bytes) override {
+    refuse_inside_step("download");
     if (bytes) kc::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "download", "cudaMemcpy");
   }
   void copy(void* dst, const void* src, size_t bytes) override {
+    if (replayed("copy", dst, src, bytes)) return;
     if (bytes)
       kc::check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, kc::stream()), "copy",
                      "cudaMemcpyAsync");
@@ -69,31 +115,41 @@ class CudaBackend final : public Backend {
   void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
     check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (cuda): rows = ", rows,
           ", cols = ", cols, ", ld_dst = ", ld_dst, ", ld_src = ", ld_src, ": expected leading dimensions >= cols");
-    if (rows == 0 || cols == 0) return;
+    if (rows == 0 || cols == 0 || replayed("copy_rows", dst, ld_dst, src, ld_src, rows, cols)) return;
     kc::check_cuda(
         cudaMemcpy2DAsync(dst, static_cast<size_t>(ld_dst) * sizeof(float), src,
                           static_cast<size_t>(ld_src) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
                           static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, kc::stream()),
         "copy_rows", "cudaMemcpy2DAsync");
   }
-  void fill(Span x, float value) override { kc::fill(x.data(), value, x.size()); }
-  void synchronize(const char* op) override { kc::synchronize(op); }
+  void fill(Span x, float value) override {
+    if (replayed("fill", x, value)) return;
+    kc::fill(x.data(), value, x.size());
+  }
+  void synchronize(const char* op) override {
+    refuse_inside_step(op);
+    kc::synchronize(op);
+  }
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {
+    if (replayed("gemm", ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
     kc::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void add(Span out, CSpan a, CSpan b) override {
     check(a.size() >= out.size() && b.size() >= out.size(), "add (cuda): inputs of ", a.size(), " and ", b.size(),
           " elements for an output of ", out.size());
+    if (replayed("add", out, a, b)) return;
     kc::add(out.data(), a.data(), b.data(), out.size());
   }
 
   void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
+    if (replayed("layernorm_forward", y, mean, rstd, x, w, b, rows, C)) return;
     kc::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C);
   }
   void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
                                   int C) override {
+    if (replayed("residual_layernorm_forward", r, y, mean, rstd, x, f, w, b, rows, C)) return;
     kc::residual_layernorm_forward(r.data(), y.data(), mean.data(), rstd.data(), x.data(), f.data(), w.data(), b.data(),
                                    rows, C);
   }
@@ -104,17 +160,27 @@ class CudaBackend final : public Backend {
                           int rows, int C, Span scratch) override {
     check(scratch.size() >= kc::layernorm_backward_scratch_size(rows, C), "layernorm_backward (cuda): scratch of ",
           scratch.size(), " floats: expected layernorm_backward_scratch_size(", rows, ", ", C, ")");
+    if (replayed("layernorm_backward", dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch)) return;
     kc::layernorm_backward(dx.data(), dw.data(), db.data(), scratch.data(), dr.empty() ? nullptr : dr.data(), dy.data(),
                            x.data(), w.data(), mean.data(), rstd.data(), rows, C);
   }
 
   // The bias in cuBLASLt's epilogue where it can (one pass less over h), then the activation alone.
+  // The path is chosen before anything is queued (cuBLASLt's plan for the shape is kept), so that a replayed step
+  // walks the ops its capture recorded: the default's gemm and bias_act_forward are ops of their own.
   void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out) override {
-    if (b.empty() || !kc::gemm_bias(rows, out, in, x.data(), w.data(), b.data(), h.data()))
+    if (b.empty() || !kc::gemm_bias_planned(rows, out, in, x.data(), w.data(), b.data(), h.data()))
       return Backend::linear_forward(a, h, x, w, b, act, rows, in, out);
+    if (replayed("linear_forward", a, h, x, w, b, act, rows, in, out)) return;
+    if (!kc::gemm_bias(rows, out, in, x.data(), w.data(), b.data(), h.data())) {  // refused after all: no bias fused
+      kc::gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, h.data(), out);
+      kc::bias_act_forward(a.data(), h.data(), b.data(), act, rows, out);
+      return;
+    }
     if (act != Act::Identity || a.data() != h.data()) kc::bias_act_forward(a.data(), h.data(), nullptr, act, rows, out);
   }
   void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
+    if (replayed("bias_act_forward", a, h, b, act, rows, N)) return;
     kc::bias_act_forward(a.data(), h.data(), b.empty() ? nullptr : b.data(), act, rows, N);
   }
   size_t bias_act_backward_scratch_size(int rows, int N) const override {
@@ -124,15 +190,21 @@ class CudaBackend final : public Backend {
     check(db.empty() || scratch.size() >= kc::bias_act_backward_scratch_size(rows, N),
           "bias_act_backward (cuda): scratch of ", scratch.size(), " floats: expected bias_act_backward_scratch_size(",
           rows, ", ", N, ")");
+    if (replayed("bias_act_backward", dh, db, da, h, act, rows, N, scratch)) return;
     kc::bias_act_backward(dh.empty() ? nullptr : dh.data(), db.empty() ? nullptr : db.data(), scratch.data(), da.data(),
                           h.empty() ? nullptr : h.data(), act, rows, N);
   }
 
+  // The seed is the step's scalar (a new one each pass): staged first, in every mode, in the same order.
   void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
-    kc::dropout_forward(y.data(), x.data(), y.size(), p, seed);
+    const uint64_t* seed_dev = kc::step_graph().scalar(seed);
+    if (replayed("dropout_forward", y, x, p)) return;
+    kc::dropout_forward(y.data(), x.data(), y.size(), p, seed, seed_dev);
   }
   void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
-    kc::dropout_backward(dx.data(), dy.data(), dx.size(), p, seed);
+    const uint64_t* seed_dev = kc::step_graph().scalar(seed);
+    if (replayed("dropout_backward", dx, dy, p)) return;
+    kc::dropout_backward(dx.data(), dy.data(), dx.size(), p, seed, seed_dev);
   }
 
   // The forward needs no scratch; the backward keeps D = rowsum(dout * out) per (b, h, t).
@@ -141,19 +213,27 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
                          Span) override {
-    kc::attention_forward(out.data(), lse.data(), q, k, v, s);
+    AttentionShape shape = s;
+    shape.seed_device = kc::step_graph().scalar(s.seed);
+    if (replayed("attention_forward", out, lse, q, k, v, s)) return;
+    kc::attention_forward(out.data(), lse.data(), q, k, v, shape);
   }
   void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
                           CSpan out, CSpan lse, const AttentionShape& s, Span scratch) override {
     check(scratch.size() >= kc::attention_backward_scratch_size(s), "attention_backward (cuda): scratch of ",
           scratch.size(), " floats: expected attention_scratch_size");
-    kc::attention_backward(dq, dk, dv, scratch.data(), dout.data(), q, k, v, out.data(), lse.data(), s);
+    AttentionShape shape = s;
+    shape.seed_device = kc::step_graph().scalar(s.seed);
+    if (replayed("attention_backward", dq, dk, dv, dout, q, k, v, out, lse, s, scratch)) return;
+    kc::attention_backward(dq, dk, dv, scratch.data(), dout.data(), q, k, v, out.data(), lse.data(), shape);
   }
   void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
+    if (replayed("attention_weights", att, q, k, s)) return;
     kc::attention_weights(att.data(), q, k, s);
   }
 
   void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
+    if (replayed("embedding_forward", x, tokens, wte, pos, scale, B, T, C)) return;
     kc::embedding_forward(x.data(), tokens.device, wte.data(), pos.empty() ? nullptr : pos.data(), scale, B, T, C);
   }
   size_t embedding_backward_scratch_size(int V, int rows) const override {
@@ -166,27 +246,36 @@ class CudaBackend final : public Backend {
     check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0, "embedding_backward (cuda): dwte of ", dwte.size(),
           " floats is not a whole number of rows of C = ", C);
     const int V = static_cast<int>(dwte.size() / static_cast<size_t>(C));
+    if (replayed("embedding_backward", dwte, dpos, dx, tokens, scale, B, T, C, scratch)) return;
     kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), tokens.device, V, scale, B, T,
                            C, scratch.data(), scratch.size_bytes());
   }
 
   void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
+    if (replayed("mean_pool_forward", out, x, key_pad, B, T, C)) return;
     kc::mean_pool_forward(out.data(), x.data(), key_pad, B, T, C);
   }
   void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
+    if (replayed("mean_pool_backward", dx, dout, key_pad, B, T, C)) return;
     kc::mean_pool_backward(dx.data(), dout.data(), key_pad, B, T, C);
   }
 
   void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
                             float smoothing) override {
+    if (replayed("crossentropy_forward", losses, logits, targets, rows, V, ignore_index, smoothing)) return;
     kc::crossentropy_forward(losses.data(), logits.data(), targets.device, rows, V, ignore_index, smoothing);
   }
   void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
                                      int V, int ignore_index, float smoothing) override {
+    // scale (weight / the rows that count) changes with the targets: the step's scalar.
+    const float* scale_dev = kc::step_graph().scalar(scale);
+    if (replayed("crossentropy_forward_backward", losses, dlogits, logits, targets, rows, V, ignore_index, smoothing))
+      return;
     kc::crossentropy_forward_backward(losses.data(), dlogits.data(), logits.data(), targets.device, scale, rows, V,
-                                      ignore_index, smoothing);
+                                      ignore_index, smoothing, scale_dev);
   }
   void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
+    if (replayed("argmax_rows", best, logits, rows, V)) return;
     kc::argmax_rows(best.data(), logits.data(), rows, V);
   }
 
@@ -198,40 +287,54 @@ class CudaBackend final : public Backend {
           " floats: expected adam_scratch_size(", ranges.size(), ")");
     if (ranges.empty()) return;
     AdamRange* dev = upload_ranges(p, ranges, scratch);
+    // Inside a step, lr and t are baked into this launch: a replay with others goes back to op by op.
+    if (replayed("adam_step", p, m, v, g, ranges.size(), h.lr, h.beta1, h.beta2, h.eps, h.decoupled, h.t, h.grad_scale))
+      return;
     kc::adam_step(p.data(), m.data(), v.data(), g.data(), dev, static_cast<int>(ranges.size()), ranges.back().end, h);
   }
   size_t sum_squares_scratch_size() const override { return floats_for<double>(kc::sum_squares_scratch_size()); }
-  // The ranges (as adam_step's), then the partial sums and the decision, 8-byte aligned after them.
+  // The clipped step's scratch: its doubles (the partial sums, the decision, whose first two are
+  // clipped_adam_sums'), then the ranges.
   size_t clipped_adam_scratch_size(size_t ranges) const override {
-    return adam_scratch_size(ranges) + floats_for<double>(kc::clipped_adam_scratch_size());
+    return floats_for<double>(kc::clipped_adam_scratch_size()) + adam_scratch_size(ranges);
   }
-  double clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, std::span<const AdamRange> ranges,
-                           const AdamHyper& h, float max_norm, Span scratch) override {
+  void clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate, std::span<const AdamRange> ranges,
+                         const AdamHyper& h, float max_norm, Span scratch) override {
     check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
           " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
-    AdamRange* dev = upload_ranges(p, ranges, scratch);
-    // The doubles start at the first 8-byte boundary past the ranges (adam_scratch_size leaves 2 floats for it).
-    const auto after = reinterpret_cast<uintptr_t>(scratch.data() + floats_for<AdamRange>(ranges.size()));
-    auto* doubles = reinterpret_cast<double*>((after + sizeof(double) - 1) / sizeof(double) * sizeof(double));
-    return kc::clipped_adam_step(p.data(), m.data(), v.data(), g.data(), g_all.data(), g_all.size(), dev,
-                                 static_cast<int>(ranges.size()), ranges.empty() ? 0 : ranges.back().end, h, max_norm,
-                                 doubles);
+    auto* doubles = reinterpret_cast<double*>(scratch.data());  // the workspace's spans are 64-byte aligned
+    AdamRange* dev = upload_ranges(p, ranges, scratch.subspan(floats_for<double>(kc::clipped_adam_scratch_size())));
+    // lr and the bias corrections (from t) are the step's scalars.
+    const kc::AdamScalars* scalars_dev = kc::step_graph().scalar(kc::adam_scalars(h));
+    if (replayed("clipped_adam_step", p, m, v, g, g_all, gate, ranges.size(), max_norm, scratch)) return;
+    kc::clipped_adam_step(p.data(), m.data(), v.data(), g.data(), g_all.data(), g_all.size(), gate.data(), gate.size(),
+                          dev, static_cast<int>(ranges.size()), ranges.empty() ? 0 : ranges.back().end, h, max_norm,
+                          doubles, scalars_dev);
+  }
+  std::array<double, 2> clipped_adam_sums(Span scratch) override {
+    refuse_inside_step("clipped_adam_sums");
+    return kc::clipped_adam_sums(reinterpret_cast<const double*>(scratch.data()));
   }
   double sum_squares(CSpan x, Span scratch) override {
+    refuse_inside_step("sum_squares");
     check(scratch.size() >= sum_squares_scratch_size(), "sum_squares (cuda): scratch of ", scratch.size(),
           " floats: expected sum_squares_scratch_size()");
     return kc::sum_squares(x.data(), x.size(), reinterpret_cast<double*>(scratch.data()));
   }
 
+  void begin_step(uint64_t key) override { kc::step_graph().begin(key); }
+  void end_step() override { kc::step_graph().end(); }
+  bool cancel_step() noexcept override { return kc::step_graph().cancel(); }
+
  private:
-  // The ranges into the start of scratch (asynchronously: cuda_kernels.h's upload_ranges), after checking that the
-  // last one ends within the parameters. 8-byte alignment for their size_t fields: the workspace hands out
-  // 64-byte aligned spans.
+  // The ranges into the start of scratch, after checking that the last one ends within the parameters: inside a
+  // step staged with it (step_graph.h), else asynchronously (cuda_kernels.h's upload_ranges). 8-byte alignment
+  // for their size_t fields: the workspace hands out 64-byte aligned spans.
   static AdamRange* upload_ranges(Span p, std::span<const AdamRange> ranges, Span scratch) {
     check(ranges.empty() || ranges.back().end <= p.size(), "adam_step (cuda): the last range ends at ",
           ranges.empty() ? 0 : ranges.back().end, ", past the ", p.size(), " parameters");
     auto* dev = reinterpret_cast<AdamRange*>(scratch.data());
-    kc::upload_ranges(dev, ranges, "adam_step");
+    if (!kc::step_graph().upload(dev, ranges.data(), ranges.size_bytes())) kc::upload_ranges(dev, ranges, "adam_step");
     return dev;
   }
 

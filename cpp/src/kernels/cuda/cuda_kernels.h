@@ -63,6 +63,9 @@ bool gemm_tf32();
 // cuBLASLt's epilogue in the products' precision (gemm_bias.cpp). Returns false, having done nothing, where it
 // cannot (no cuBLASLt, no algorithm for the shape, QKV_CUDA_LT=0): the caller then runs gemm and bias_act_forward.
 bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h);
+// Whether gemm_bias has a plan for this call (made here on first use; nothing is queued): the CUDA backend
+// chooses its path before it queues anything, so that a replayed training step walks the captured ops.
+bool gemm_bias_planned(int rows, int out, int in, const float* x, const float* w, const float* b, const float* h);
 constexpr double kGemmTf32Tolerance = 2e-3;
 constexpr double kGemmBf16Tolerance = 1.6e-2;
 

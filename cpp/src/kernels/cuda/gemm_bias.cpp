@@ -150,18 +150,35 @@ Plan make_plan(State& s, int rows, int out, int in, MatmulPrecision precision, c
 
 }  // namespace
 
-bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h) {
-  if (!enabled() || rows <= 0 || out <= 0 || in <= 0 || !x || !w || !b || !h) return false;
-  State& s = state();
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (!start(s)) return false;
+namespace {
+
+// The shape's plan, made on first use (null where cuBLASLt is off, absent, or has no algorithm). s.mutex held.
+const Plan* plan_for(State& s, int rows, int out, int in, const float* x, const float* w, const float* b,
+                     const float* h) {
+  if (!enabled() || rows <= 0 || out <= 0 || in <= 0 || !x || !w || !b || !h) return nullptr;
+  if (!start(s)) return nullptr;
   const MatmulPrecision precision = matmul_precision();
   const int align[4] = {alignment(x), alignment(w), alignment(h), alignment(b)};
   const Key key{rows, out, in, static_cast<int>(precision), align[0], align[1], align[2], align[3]};
   auto it = s.plans.find(key);
   if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s, rows, out, in, precision, align)).first;
-  const Plan& p = it->second;
-  if (!p.ok) return false;
+  return it->second.ok ? &it->second : nullptr;
+}
+
+}  // namespace
+
+bool gemm_bias_planned(int rows, int out, int in, const float* x, const float* w, const float* b, const float* h) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  return plan_for(s, rows, out, in, x, w, b, h) != nullptr;
+}
+
+bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  const Plan* plan = plan_for(s, rows, out, in, x, w, b, h);
+  if (!plan) return false;
+  const Plan& p = *plan;
   if (s.api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) != CUBLAS_STATUS_SUCCESS) return false;
   const float one = 1.f, zero = 0.f;
   const cublasStatus_t st = s.api.matmul(s.handle, p.desc, &one, w, p.a, x, p.b, &zero, h, p.c, h, p.c, &p.algo,

@@ -82,12 +82,12 @@ class StepGraph {
 
   bool enabled_ = true;
   Mode mode_ = Mode::Off;
-  uint64_t key_ = 0;           // this step's
-  uint64_t seen_key_ = 0;      // the last eager step's: its next step is captured
-  uint64_t graph_key_ = 0;     // the instantiated graph's
+  uint64_t key_ = 0;                   // this step's
+  uint64_t seen_key_ = 0;              // the last eager step's: its next step is captured
+  uint64_t graph_key_ = 0;             // the instantiated graph's
   std::vector<uint64_t> failed_keys_;  // captures that failed: eager from then on
 
-  void* exec_ = nullptr;  // cudaGraphExec_t
+  void* exec_ = nullptr;              // cudaGraphExec_t
   std::vector<uint64_t> signatures_;  // the captured walk, op by op
   size_t graph_used_ = 0;             // its block bytes
   size_t cursor_ = 0;                 // ops walked in this step
