@@ -20,10 +20,12 @@ namespace qkv::ops {
 namespace {
 
 std::atomic<bool> cpu_reference{false};
+std::atomic<Backend*> cpu_override{nullptr};
 
 }  // namespace
 
 bool set_cpu_reference(bool on) { return cpu_reference.exchange(on); }
+Backend* set_cpu_backend_for_tests(Backend* b) { return cpu_override.exchange(b); }
 
 void Backend::linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out) {
   gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, h.data(), out);
@@ -70,6 +72,7 @@ bool Backend::cancel_step() noexcept { return false; }
 Backend& backend(Device device) {
   if (device == Device::CPU) {
     if (cpu_reference) return reference_backend();
+    if (Backend* b = cpu_override.load()) return *b;
     static const std::unique_ptr<Backend> cpu = make_cpu_backend();
     return *cpu;
   }

@@ -197,6 +197,9 @@ Backend& reference_backend();
 // Tests and debugging (ggml's use_ref): while on, backend(Device::CPU) is the reference executor, so a model
 // created or moved to the CPU from then on runs every op as plain loops. Returns the previous setting.
 bool set_cpu_reference(bool on);
+// Tests: while set, backend(Device::CPU) is `b` (a test's executor wrapping the CPU's: models/deferred_step_test.cpp
+// defers a training step as CUDA graphs do); nullptr restores the CPU backend. Returns the previous one.
+Backend* set_cpu_backend_for_tests(Backend* b);
 
 // The fixed sinusoidal position table (T,C) of "Attention Is All You Need" (kernels.h: sinusoidal_positions),
 // computed on the host once per model and then kept on its device as a constant.

@@ -7,13 +7,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/stream.h"
 #include "ops/backends.h"
+#include "ops/step_recorder.h"
 #include "qkv/error.h"
 
 namespace qkv::ops {
@@ -27,38 +27,14 @@ size_t floats_for(size_t n) {
   return (n * sizeof(T) + sizeof(float) - 1) / sizeof(float);
 }
 
-// A hash of the arguments an op's graph nodes bake in (step_graph.h: StepGraph::skip): pointers, sizes and the
-// values that do not change from step to step. Structs go field by field (their padding is not hashed).
-struct Signature {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  void bytes(const void* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
-  }
-  template <class T>
-  requires std::is_arithmetic_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>
-  void add(T v) { bytes(&v, sizeof v); }
-  void add(Span x) { add(x.data()), add(x.size()); }
-  void add(CSpan x) { add(x.data()), add(x.size()); }
-  void add(std::span<int32_t> x) { add(x.data()), add(x.size()); }
-  void add(const Ids& ids) { add(ids.device), add(ids.host.size()); }
-  // Not the seed: a captured step reads it from the scalar block.
-  void add(const AttentionShape& s) {
-    for (int v : {s.B, s.Tq, s.Tk, s.C, s.H, s.ldq, s.ldkv, s.q_pos, s.k_rows}) add(v);
-    add(s.key_pad), add(s.causal), add(s.dropout);
-  }
-};
-
 // Inside a captured or replayed step: the op's signature to the step graph, true when it must run nothing (a
 // replay). Outside one: false, nothing hashed.
 template <class... A>
 bool replayed(const char* op, const A&... args) {
   kc::StepGraph& graph = kc::step_graph();
   if (!graph.active()) return false;
-  Signature sig;
-  sig.bytes(op, std::strlen(op));
-  sig.add(kc::matmul_precision());  // the products' and attention's arithmetic, baked into what was captured
-  (sig.add(args), ...);
-  return graph.skip(sig.h);
+  // The products' and attention's arithmetic is baked into what was captured, too.
+  return graph.skip(StepSignature::of(op, kc::matmul_precision(), args...));
 }
 
 // What waits for the device has no place inside a step launched as one graph (ops.h: begin_step).

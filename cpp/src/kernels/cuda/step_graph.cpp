@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +10,8 @@
 #include "ops/ops.h"
 
 namespace qkv::kernels::cuda {
+
+using Mode = ops::StepRecorder::Mode;
 
 StepGraph::~StepGraph() {
   // The process's graph lives until exit, when the driver may already be gone: errors are ignored.
@@ -22,7 +23,7 @@ StepGraph::~StepGraph() {
 }
 
 void StepGraph::set_enabled(bool on) {
-  enabled_ = on;
+  recorder_.set_enabled(on);
   if (!on) drop_graph();
 }
 
@@ -38,59 +39,40 @@ void StepGraph::ensure_block() {
   cudaEvent_t event = nullptr;
   check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
   copied_ = event;
+  recorder_.set_block(pinned_, kBlockBytes);
 }
 
 void StepGraph::begin(uint64_t key) {
-  key_ = key;
-  cursor_ = used_ = 0;
-  mode_ = Mode::Eager;
-  if (!enabled_ || key == 0) return;
-  if (std::find(failed_keys_.begin(), failed_keys_.end(), key) != failed_keys_.end()) return;
-  const bool replay = exec_ && key == graph_key_;
-  if (!replay && key != seen_key_) {
-    seen_key_ = key;  // its next step is captured
-    return;
-  }
   const char* op = "training step graph";
-  ensure_block();
+  if (key != 0 && recorder_.enabled()) ensure_block();  // before any capture: allocations have no place in one
+  const Mode mode = recorder_.begin(key);
+  if (mode == Mode::Eager) return;
   // The block is rewritten by this step's walk: the copy out of it for the last launch must be done.
   check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)), op, "cudaEventSynchronize");
-  if (replay) {
-    mode_ = Mode::Replay;
-    return;
-  }
-  signatures_.clear();
   // Thread-local: only this thread's unsafe calls (a synchronous copy, a wait) break the capture; others go on.
-  check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), op, "cudaStreamBeginCapture");
-  mode_ = Mode::Capture;
+  if (mode == Mode::Capture)
+    check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), op, "cudaStreamBeginCapture");
 }
 
 bool StepGraph::skip(uint64_t signature) {
-  if (mode_ == Mode::Capture) {
-    signatures_.push_back(signature);
-    return false;
+  switch (recorder_.op(signature)) {
+    case ops::StepRecorder::Op::Run: return false;
+    case ops::StepRecorder::Op::Skip: return true;
+    case ops::StepRecorder::Op::Diverged: break;
   }
-  if (mode_ != Mode::Replay) return false;
-  if (cursor_ >= signatures_.size() || signatures_[cursor_] != signature) retry(false);
-  ++cursor_;
-  return true;
+  retry(false);
 }
 
 const void* StepGraph::stage(const void* bytes, size_t size, size_t align) {
-  if (!active()) return nullptr;
-  const size_t at = (used_ + align - 1) / align * align;
-  if (at + size > kBlockBytes) retry(true);  // a step that stages this much is not worth a graph
-  std::memcpy(pinned_ + at, bytes, size);
-  used_ = at + size;
+  if (!recorder_.active()) return nullptr;
+  const size_t at = recorder_.stage(bytes, size, align);
+  if (at == ops::StepRecorder::kNotStaged) retry(true);  // a step that stages this much is not worth a graph
   return device_ + at;
 }
 
 bool StepGraph::upload(void* dst, const void* src, size_t bytes) {
-  if (!active()) return false;
-  uint64_t sig = 0xcbf29ce484222325ull;
-  for (uint64_t word : {static_cast<uint64_t>(reinterpret_cast<uintptr_t>(dst)), static_cast<uint64_t>(bytes)})
-    sig = (sig ^ word) * 0x100000001b3ull;
-  const bool replay = skip(sig);
+  if (!recorder_.active()) return false;
+  const bool replay = skip(ops::StepSignature::of("upload", dst, bytes));
   const void* from = stage(src, bytes, 16);
   if (!replay && bytes)
     check_cuda(cudaMemcpyAsync(dst, from, bytes, cudaMemcpyDeviceToDevice, stream()), "upload", "cudaMemcpyAsync");
@@ -98,15 +80,17 @@ bool StepGraph::upload(void* dst, const void* src, size_t bytes) {
 }
 
 void StepGraph::end() {
-  const Mode mode = mode_;
+  const char* op = "training step graph";
+  const Mode mode = recorder_.mode();
   if (mode == Mode::Replay) {
-    if (cursor_ != signatures_.size() || used_ != graph_used_) retry(false);
-    ++counts_.replayed;
-    launch("training step graph");
+    if (!recorder_.end_replay()) retry(false);
+    launch(op);
     return;
   }
-  mode_ = Mode::Off;
-  if (mode != Mode::Capture) return;
+  if (mode != Mode::Capture) {
+    recorder_.end_eager();
+    return;
+  }
   cudaGraph_t graph = nullptr;
   cudaError_t e = cudaStreamEndCapture(stream(), &graph);
   cudaGraphExec_t exec = nullptr;
@@ -114,63 +98,57 @@ void StepGraph::end() {
   if (graph) cudaGraphDestroy(graph);
   if (e != cudaSuccess || !exec) {
     cudaGetLastError();
-    retry(true);  // mode_ is Off: the capture is over already
+    retry(true);
   }
   drop_graph();
   exec_ = exec;
-  graph_key_ = key_;
-  graph_used_ = used_;
-  ++counts_.captured;
-  launch("training step graph");
+  recorder_.captured();
+  launch(op);
 }
 
 void StepGraph::launch(const char* op) {
-  mode_ = Mode::Off;
-  if (used_)
-    check_cuda(cudaMemcpyAsync(device_, pinned_, used_, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
+  if (const size_t used = recorder_.used())
+    check_cuda(cudaMemcpyAsync(device_, pinned_, used, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
   check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream()), op, "cudaEventRecord");
   check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()), op, "cudaGraphLaunch");
   check_launch(op);
 }
 
 void StepGraph::retry(bool forget_key) {
-  if (mode_ == Mode::Capture) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(stream(), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-    cudaGetLastError();
-  } else if (mode_ == Mode::Replay) {
-    drop_graph();  // the same key went another way: captured again at its next step
   }
-  if (forget_key) failed_keys_.push_back(key_);
-  mode_ = Mode::Off;
-  ++counts_.retried;
+  cudaGetLastError();
+  if (recorder_.mode() == Mode::Replay) drop_graph();  // the same key went another way: captured again next
+  recorder_.fail(forget_key);
   throw ops::StepRetry();
 }
 
 bool StepGraph::cancel() noexcept {
   bool broken = false;
-  if (mode_ == Mode::Capture) {
-    // Invalidated: a call this thread made broke the capture (the exception is likely CUDA's refusal of it),
-    // so the key is not captured again. Still active: the exception is the step's own (bad input).
+  if (recorder_.mode() == Mode::Capture) {
+    // Invalidated: a call this thread made broke the capture (the exception is likely CUDA's refusal of it), so
+    // the key is not captured again. Still active: the exception is the step's own (bad input).
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     broken = cudaStreamIsCapturing(stream(), &status) != cudaSuccess || status == cudaStreamCaptureStatusInvalidated;
     cudaGraph_t graph = nullptr;
     if (cudaStreamEndCapture(stream(), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
     cudaGetLastError();
-    if (broken) {
-      failed_keys_.push_back(key_);
-      ++counts_.retried;
-    }
   }
-  mode_ = Mode::Off;
+  if (broken) {
+    recorder_.fail(true);
+  } else {
+    recorder_.end_eager();
+  }
   return broken;
 }
 
 void StepGraph::drop_graph() noexcept {
   if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
   exec_ = nullptr;
-  graph_key_ = 0;
-  signatures_.clear();
+  recorder_.drop_graph();
 }
 
 StepGraph& step_graph() {

@@ -1,0 +1,159 @@
+#pragma once
+// The host side of a training step launched as one unit (ops.h: Backend::begin_step), whatever launches the
+// unit: which step of a key runs op by op, which is captured and which replayed; the captured ops' signatures
+// and the check of a replay's walk against them; the block of values that change from step to step. The CUDA
+// backend drives CUDA graphs with it (kernels/cuda/step_graph.h); models/deferred_step_test.cpp drives a CPU
+// executor that defers a step's ops the same way, so that the model side of the contract is tested everywhere.
+//
+// Per key: the first step is Eager (and plans every buffer), the second Capture, later ones Replay while the
+// graph is there. A key whose capture failed stays Eager; begin(0) is Eager whatever was seen (a step run again).
+// A replay stages its values at the offsets its capture used, in the same order: end_replay() checks that the
+// walk had the capture's ops and block size.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace qkv::ops {
+
+class StepRecorder {
+ public:
+  enum class Mode { Off, Eager, Capture, Replay };
+  static constexpr size_t kNotStaged = std::numeric_limits<size_t>::max();
+
+  void set_enabled(bool on) {
+    enabled_ = on;
+    if (!on) drop_graph();
+  }
+  bool enabled() const { return enabled_; }
+  // Where stage() writes (pinned memory for CUDA's copy): `capacity` bytes at `host`, kept by the caller.
+  void set_block(unsigned char* host, size_t capacity) { block_ = host, capacity_ = capacity; }
+
+  Mode begin(uint64_t key) {
+    key_ = key;
+    cursor_ = used_ = 0;
+    mode_ = Mode::Eager;
+    if (!enabled_ || key == 0) return mode_;
+    for (uint64_t k : failed_keys_)
+      if (k == key) return mode_;
+    if (graph_key_ != 0 && key == graph_key_) return mode_ = Mode::Replay;
+    if (key != seen_key_) {
+      seen_key_ = key;  // its next step is captured
+      return mode_;
+    }
+    signatures_.clear();
+    return mode_ = Mode::Capture;
+  }
+  Mode mode() const { return mode_; }
+  bool active() const { return mode_ == Mode::Capture || mode_ == Mode::Replay; }
+
+  enum class Op { Run, Skip, Diverged };
+  // Every op of a step, first, with a hash of the arguments the capture bakes in: Capture records it (Run: queue
+  // the op), Replay compares it with the capture's (Skip: run nothing; Diverged: the step went another way).
+  Op op(uint64_t signature) {
+    if (mode_ == Mode::Capture) {
+      signatures_.push_back(signature);
+      return Op::Run;
+    }
+    if (mode_ != Mode::Replay) return Op::Run;
+    if (cursor_ >= signatures_.size() || signatures_[cursor_] != signature) return Op::Diverged;
+    ++cursor_;
+    return Op::Skip;
+  }
+
+  // Bytes copied into the block at the next offset aligned to `align`: the offset, or kNotStaged outside an
+  // active step or when the block is full (the step is then not worth a graph: fail(true)).
+  size_t stage(const void* bytes, size_t size, size_t align) {
+    if (!active()) return kNotStaged;
+    const size_t at = (used_ + align - 1) / align * align;
+    if (!block_ || at + size > capacity_) return kNotStaged;
+    std::memcpy(block_ + at, bytes, size);
+    used_ = at + size;
+    return at;
+  }
+  size_t used() const { return used_; }
+
+  // A capture ended with a graph: it is this key's now (the caller dropped the one before).
+  void captured() {
+    graph_key_ = key_;
+    graph_used_ = used_;
+    mode_ = Mode::Off;
+    ++counts_.captured;
+  }
+  // A replay's end: false when the walk was not the captured one (fail(false) then).
+  bool end_replay() {
+    const bool same = cursor_ == signatures_.size() && used_ == graph_used_;
+    if (same) {
+      mode_ = Mode::Off;
+      ++counts_.replayed;
+    }
+    return same;
+  }
+  // The step must run again: a capture that failed marks its key (forget_key: eager from then on); a replay
+  // that diverged drops the graph (the key is captured again at its next step). The caller has undone its own
+  // part (ended the capture, destroyed the graph) and throws StepRetry.
+  void fail(bool forget_key) {
+    if (mode_ == Mode::Replay) drop_graph();
+    if (forget_key) failed_keys_.push_back(key_);
+    mode_ = Mode::Off;
+    ++counts_.retried;
+  }
+  void end_eager() { mode_ = Mode::Off; }
+  void drop_graph() {
+    graph_key_ = 0;
+    signatures_.clear();
+  }
+
+  struct Counts {
+    long long captured = 0, replayed = 0, retried = 0;
+  };
+  const Counts& counts() const { return counts_; }
+
+ private:
+  bool enabled_ = true;
+  Mode mode_ = Mode::Off;
+  uint64_t key_ = 0, seen_key_ = 0, graph_key_ = 0;
+  std::vector<uint64_t> failed_keys_;
+  std::vector<uint64_t> signatures_;  // the captured walk, op by op
+  size_t graph_used_ = 0, cursor_ = 0, used_ = 0;
+  unsigned char* block_ = nullptr;
+  size_t capacity_ = 0;
+  Counts counts_;
+};
+
+// A hash of the arguments an op's captured work bakes in: pointers, sizes and the values that do not change from
+// step to step (FNV-1a). Structs go field by field, their padding unhashed; an AttentionShape without its seed
+// (the step's value).
+struct StepSignature {
+  uint64_t h = 0xcbf29ce484222325ull;
+  explicit StepSignature(const char* op) { bytes(op, std::strlen(op)); }
+  void bytes(const void* p, size_t n) {
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+  }
+  template <class T>
+  requires std::is_arithmetic_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>
+  void add(T v) { bytes(&v, sizeof v); }
+  template <class T>
+  void add(std::span<T> x) {
+    add(static_cast<const void*>(x.data())), add(x.size());
+  }
+  void add(const Ids& ids) { add(ids.device), add(ids.host.size()); }
+  void add(const AttentionShape& s) {
+    for (int v : {s.B, s.Tq, s.Tk, s.C, s.H, s.ldq, s.ldkv, s.q_pos, s.k_rows}) add(v);
+    add(s.key_pad), add(s.causal), add(s.dropout);
+  }
+  template <class... A>
+  static uint64_t of(const char* op, const A&... args) {
+    StepSignature s(op);
+    (s.add(args), ...);
+    return s.h;
+  }
+};
+
+}  // namespace qkv::ops

@@ -1,0 +1,439 @@
+// The model side of a training step launched as one unit (ops.h: Backend::begin_step), on every machine: a CPU
+// executor that defers a step's ops as CUDA graphs do (ops/step_recorder.h's bookkeeping, the CUDA backend's own):
+// the first step of a shape runs op by op, the second is recorded as closures and run at end_step, later steps
+// only walk the model code, check each op's arguments against the recording and stage the values that change
+// (dropout seeds, the loss's scale, Adam's hyper-parameters, the optimizer's ranges) into a block that the
+// recorded closures read when end_step runs them. Nothing inside a step may wait (download, sum_squares, ...).
+// Judged against the plain CPU backend, bit for bit: losses, weights, moments and step counts, for the three
+// models with dropout, a warmup, moving padding, a shape that changes and comes back, a workspace that moves
+// under the same shape (the replay diverges, the step runs again op by op), and non-finite steps.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/device_fixtures.h"
+#include "ops/backends.h"
+#include "ops/ops.h"
+#include "ops/step_recorder.h"
+#include "qkv/classifier.h"
+#include "qkv/error.h"
+#include "qkv/language_model.h"
+#include "qkv/seq2seq.h"
+#include "test_util.h"
+
+namespace qkv {
+namespace {
+
+using ops::Act;
+using ops::AdamHyper;
+using ops::AdamRange;
+using ops::AttentionShape;
+using ops::Ids;
+using ops::StepRecorder;
+using ops::StepSignature;
+using test::ids;
+
+class DeferringBackend final : public ops::Backend {
+ public:
+  explicit DeferringBackend(ops::Backend& cpu) : cpu_(cpu), block_(kBlockBytes) {
+    recorder_.set_block(block_.data(), block_.size());
+  }
+  StepRecorder& recorder() { return recorder_; }
+
+  Device device() const override { return Device::CPU; }
+  std::string name() const override { return "deferring " + cpu_.name(); }
+
+  void* allocate(size_t bytes) override { return cpu_.allocate(bytes); }
+  void free(void* p) noexcept override { cpu_.free(p); }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (!recorder_.active()) return cpu_.upload(dst, src, bytes);
+    const bool skip = skipped(StepSignature::of("upload", dst, bytes));
+    const unsigned char* from = stage(src, bytes, 16);
+    if (!skip) queue([=, this] { cpu_.upload(dst, from, bytes); });
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    refuse_inside_step("download");
+    cpu_.download(dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    op(StepSignature::of("copy", dst, src, bytes), [=, this] { cpu_.copy(dst, src, bytes); });
+  }
+  void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
+    op(StepSignature::of("copy_rows", dst, ld_dst, src, ld_src, rows, cols),
+       [=, this] { cpu_.copy_rows(dst, ld_dst, src, ld_src, rows, cols); });
+  }
+  void fill(Span x, float value) override {
+    op(StepSignature::of("fill", x, value), [=, this] { cpu_.fill(x, value); });
+  }
+  void synchronize(const char* what) override {
+    refuse_inside_step("synchronize");
+    cpu_.synchronize(what);
+  }
+  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+            float beta, float* C, int ldc) override {
+    op(StepSignature::of("gemm", ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+       [=, this] { cpu_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
+  }
+  void add(Span out, CSpan a, CSpan b) override {
+    op(StepSignature::of("add", out, a, b), [=, this] { cpu_.add(out, a, b); });
+  }
+  void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
+    op(StepSignature::of("layernorm_forward", y, mean, rstd, x, w, b, rows, C),
+       [=, this] { cpu_.layernorm_forward(y, mean, rstd, x, w, b, rows, C); });
+  }
+  void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
+                                  int C) override {
+    op(StepSignature::of("residual_layernorm_forward", r, y, mean, rstd, x, f, w, b, rows, C),
+       [=, this] { cpu_.residual_layernorm_forward(r, y, mean, rstd, x, f, w, b, rows, C); });
+  }
+  size_t layernorm_backward_scratch_size(int rows, int C) const override {
+    return cpu_.layernorm_backward_scratch_size(rows, C);
+  }
+  void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
+                          int rows, int C, Span scratch) override {
+    op(StepSignature::of("layernorm_backward", dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch),
+       [=, this] { cpu_.layernorm_backward(dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch); });
+  }
+  void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
+    op(StepSignature::of("bias_act_forward", a, h, b, act, rows, N),
+       [=, this] { cpu_.bias_act_forward(a, h, b, act, rows, N); });
+  }
+  size_t bias_act_backward_scratch_size(int rows, int N) const override {
+    return cpu_.bias_act_backward_scratch_size(rows, N);
+  }
+  void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) override {
+    op(StepSignature::of("bias_act_backward", dh, db, da, h, act, rows, N, scratch),
+       [=, this] { cpu_.bias_act_backward(dh, db, da, h, act, rows, N, scratch); });
+  }
+  // The seeds are the step's values: read from the block when the recorded work runs.
+  void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
+    const uint64_t* s = scalar(seed);
+    op(StepSignature::of("dropout_forward", y, x, p), [=, this] { cpu_.dropout_forward(y, x, p, s ? *s : seed); });
+  }
+  void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
+    const uint64_t* s = scalar(seed);
+    op(StepSignature::of("dropout_backward", dx, dy, p),
+       [=, this] { cpu_.dropout_backward(dx, dy, p, s ? *s : seed); });
+  }
+  size_t attention_scratch_size(const AttentionShape& s, int tasks) const override {
+    return cpu_.attention_scratch_size(s, tasks);
+  }
+  void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
+                         Span scratch) override {
+    const uint64_t* seed = scalar(s.seed);
+    op(StepSignature::of("attention_forward", out, lse, q, k, v, s, scratch),
+       [=, this] { cpu_.attention_forward(out, lse, q, k, v, with_seed(s, seed), scratch); });
+  }
+  void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
+                          CSpan out, CSpan lse, const AttentionShape& s, Span scratch) override {
+    const uint64_t* seed = scalar(s.seed);
+    op(StepSignature::of("attention_backward", dq, dk, dv, dout, q, k, v, out, lse, s, scratch),
+       [=, this] { cpu_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, with_seed(s, seed), scratch); });
+  }
+  void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
+    op(StepSignature::of("attention_weights", att, q, k, s), [=, this] { cpu_.attention_weights(att, q, k, s); });
+  }
+  void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
+    op(StepSignature::of("embedding_forward", x, tokens, wte, pos, scale, B, T, C),
+       [=, this] { cpu_.embedding_forward(x, tokens, wte, pos, scale, B, T, C); });
+  }
+  size_t embedding_backward_scratch_size(int V, int rows) const override {
+    return cpu_.embedding_backward_scratch_size(V, rows);
+  }
+  void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
+                          Span scratch) override {
+    op(StepSignature::of("embedding_backward", dwte, dpos, dx, tokens, scale, B, T, C, scratch),
+       [=, this] { cpu_.embedding_backward(dwte, dpos, dx, tokens, scale, B, T, C, scratch); });
+  }
+  void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
+    op(StepSignature::of("mean_pool_forward", out, x, key_pad, B, T, C),
+       [=, this] { cpu_.mean_pool_forward(out, x, key_pad, B, T, C); });
+  }
+  void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
+    op(StepSignature::of("mean_pool_backward", dx, dout, key_pad, B, T, C),
+       [=, this] { cpu_.mean_pool_backward(dx, dout, key_pad, B, T, C); });
+  }
+  void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
+                            float smoothing) override {
+    op(StepSignature::of("crossentropy_forward", losses, logits, targets, rows, V, ignore_index, smoothing),
+       [=, this] { cpu_.crossentropy_forward(losses, logits, targets, rows, V, ignore_index, smoothing); });
+  }
+  // The scale (weight / the rows that count) changes with the targets: the step's value.
+  void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
+                                     int V, int ignore_index, float smoothing) override {
+    const float* s = scalar(scale);
+    op(StepSignature::of("crossentropy_forward_backward", losses, dlogits, logits, targets, rows, V, ignore_index,
+                         smoothing),
+       [=, this] {
+         cpu_.crossentropy_forward_backward(losses, dlogits, logits, targets, s ? *s : scale, rows, V, ignore_index,
+                                            smoothing);
+       });
+  }
+  void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
+    op(StepSignature::of("argmax_rows", best, logits, rows, V), [=, this] { cpu_.argmax_rows(best, logits, rows, V); });
+  }
+  size_t adam_scratch_size(size_t ranges) const override { return cpu_.adam_scratch_size(ranges); }
+  void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,
+                 Span scratch) override {
+    refuse_inside_step("adam_step");  // the optimizer takes the clipped step
+    cpu_.adam_step(p, m, v, g, ranges, h, scratch);
+  }
+  size_t sum_squares_scratch_size() const override { return cpu_.sum_squares_scratch_size(); }
+  double sum_squares(CSpan x, Span scratch) override {
+    refuse_inside_step("sum_squares");
+    return cpu_.sum_squares(x, scratch);
+  }
+  size_t clipped_adam_scratch_size(size_t ranges) const override { return cpu_.clipped_adam_scratch_size(ranges); }
+  // The ranges (host memory) and the hyper-parameters (lr and t) are the step's values.
+  void clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate, std::span<const AdamRange> ranges,
+                         const AdamHyper& h, float max_norm, Span scratch) override {
+    if (!recorder_.active()) return cpu_.clipped_adam_step(p, m, v, g, g_all, gate, ranges, h, max_norm, scratch);
+    const auto* staged = reinterpret_cast<const AdamRange*>(stage(ranges.data(), ranges.size_bytes(), 16));
+    const AdamHyper* hyper = scalar(h);
+    const size_t n = ranges.size();
+    op(StepSignature::of("clipped_adam_step", p, m, v, g, g_all, gate, n, max_norm, scratch), [=, this] {
+      cpu_.clipped_adam_step(p, m, v, g, g_all, gate, {staged, n}, *hyper, max_norm, scratch);
+    });
+  }
+  std::array<double, 2> clipped_adam_sums(Span scratch) override {
+    refuse_inside_step("clipped_adam_sums");
+    return cpu_.clipped_adam_sums(scratch);
+  }
+
+  void begin_step(uint64_t key) override {
+    recorder_.begin(key);
+    if (recorder_.mode() == StepRecorder::Mode::Capture) recorded_.clear();
+  }
+  void end_step() override {
+    switch (recorder_.mode()) {
+      case StepRecorder::Mode::Replay:
+        if (!recorder_.end_replay()) retry(false);
+        break;
+      case StepRecorder::Mode::Capture: recorder_.captured(); break;
+      default: recorder_.end_eager(); return;
+    }
+    for (const auto& work : recorded_) work();  // the "launch": the recorded work reads the block as it is now
+  }
+  bool cancel_step() noexcept override {
+    recorder_.end_eager();
+    return false;
+  }
+
+ private:
+  static constexpr size_t kBlockBytes = 1 << 16;
+
+  bool skipped(uint64_t signature) {
+    switch (recorder_.op(signature)) {
+      case StepRecorder::Op::Run: return false;
+      case StepRecorder::Op::Skip: return true;
+      case StepRecorder::Op::Diverged: break;
+    }
+    retry(false);
+  }
+  // Eager: run now; capture: record; replay: run nothing (the recording runs at end_step).
+  template <class F>
+  void op(uint64_t signature, F&& work) {
+    if (!recorder_.active()) return work();
+    if (!skipped(signature)) queue(std::forward<F>(work));
+  }
+  template <class F>
+  void queue(F&& work) {
+    recorded_.emplace_back(std::forward<F>(work));
+  }
+  const unsigned char* stage(const void* bytes, size_t size, size_t align) {
+    if (!recorder_.active()) return nullptr;
+    const size_t at = recorder_.stage(bytes, size, align);
+    if (at == StepRecorder::kNotStaged) retry(true);
+    return block_.data() + at;
+  }
+  template <class T>
+  const T* scalar(const T& value) {
+    return reinterpret_cast<const T*>(stage(&value, sizeof(T), alignof(T)));
+  }
+  static AttentionShape with_seed(AttentionShape s, const uint64_t* seed) {
+    if (seed) s.seed = *seed;
+    return s;
+  }
+  [[noreturn]] void retry(bool forget_key) {
+    recorder_.fail(forget_key);
+    throw ops::StepRetry();
+  }
+  void refuse_inside_step(const char* what) {
+    check(!recorder_.active(), what, " inside a training step launched as one unit");
+  }
+
+  ops::Backend& cpu_;
+  StepRecorder recorder_;
+  std::vector<unsigned char> block_;
+  std::vector<std::function<void()>> recorded_;
+};
+
+// Makes models created on the CPU run through the deferring executor while it lives.
+struct Deferring {
+  ops::Backend& cpu = ops::backend(Device::CPU);
+  DeferringBackend backend{cpu};
+  ops::Backend* before = ops::set_cpu_backend_for_tests(&backend);
+  ~Deferring() { ops::set_cpu_backend_for_tests(before); }
+};
+
+// Dropout on, clipping on, a warmup: every step has its own seeds and lr.
+OptimizerConfig changing_optimizer(NonFinite policy = NonFinite::Error) {
+  OptimizerConfig o;
+  o.lr = 3e-3f;
+  o.schedule = Schedule::Cosine;
+  o.warmup_steps = 4;
+  o.total_steps = 40;
+  o.grad_clip = 0.5f;
+  o.non_finite = policy;
+  return o;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// Runs `steps` on a model made by `make` under the deferring executor and on a twin on the plain CPU backend;
+// every loss and the final checkpoints (weights, moments, step counts) must be the same bits, with at least
+// `min_replays` steps replayed and `retries` steps run again.
+template <class Model>
+void expect_deferred_agrees(const std::function<std::unique_ptr<Model>()>& make,
+                            const std::vector<std::function<float(Model&)>>& steps, long long min_replays,
+                            long long retries = 0) {
+  std::vector<float> got, want;
+  std::unique_ptr<Model> deferred;
+  StepRecorder::Counts counts;
+  {
+    Deferring d;
+    deferred = make();
+    for (const auto& step : steps) got.push_back(step(*deferred));
+    counts = d.backend.recorder().counts();
+    // The model keeps the deferring executor: saving only downloads, which it allows outside a step.
+    const std::unique_ptr<Model> plain = [&] {
+      ops::set_cpu_backend_for_tests(nullptr);
+      return make();
+    }();
+    for (const auto& step : steps) want.push_back(step(*plain));
+    EXPECT_GE(counts.replayed, min_replays) << "the steps were not replayed";
+    EXPECT_GE(counts.captured, 1);
+    EXPECT_EQ(counts.retried, retries);
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(same_bits(got[i], want[i])) << "step " << i << ": deferred " << got[i] << ", op by op " << want[i];
+    EXPECT_EQ(deferred->step(), plain->step());
+    EXPECT_EQ(deferred->skipped_steps(), plain->skipped_steps());
+    EXPECT_TRUE(deferred->save(true) == plain->save(true)) << "weights or moments differ";
+    deferred.reset();  // before the executor it runs on goes
+  }
+}
+
+TEST(DeferredStep, LanguageModelStepsReplayedAreTheStepsRunOpByOp) {
+  LanguageModelConfig c = test::lm_config();
+  c.dropout = 0.1f;
+  std::vector<std::function<float(LanguageModel&)>> steps;
+  for (int s = 0; s < 12; ++s) {
+    // Shape (3, 11), then (2, 7) for two steps, then back: a shape is captured once it is seen twice in a row.
+    const int B = s == 6 || s == 7 ? 2 : 3, T = s == 6 || s == 7 ? 7 : 11;
+    steps.push_back(
+        [B, T, s](LanguageModel& m) { return m.train_step(ids(B, T, 17, 100 + s), ids(B, T, 17, 200 + s), B, T); });
+  }
+  expect_deferred_agrees<LanguageModel>([&] { return std::make_unique<LanguageModel>(c, changing_optimizer()); }, steps,
+                                        6);
+}
+
+TEST(DeferredStep, Seq2SeqWithMovingPaddingAndClassifiers) {
+  Seq2SeqConfig sc = test::seq2seq_config();
+  sc.dropout = 0.1f;
+  std::vector<std::function<float(Seq2Seq&)>> s2s;
+  const int B = 4, S = 9, T = 7;
+  for (int s = 0; s < 8; ++s)  // padding that moves: the count behind the loss's scale changes per step
+    s2s.push_back([s](Seq2Seq& m) {
+      return m.train_step(ids(B, S, 13, 300 + s, 1 + s % 3), ids(B, T, 15, 400 + s, s % 4),
+                          ids(B, T, 15, 500 + s, s % 4), B, S, T);
+    });
+  expect_deferred_agrees<Seq2Seq>([&] { return std::make_unique<Seq2Seq>(sc, changing_optimizer()); }, s2s, 6);
+
+  for (Pooling pooling : {Pooling::First, Pooling::Mean}) {
+    ClassifierConfig cc = test::classifier_config(pooling);
+    cc.dropout = 0.1f;
+    std::vector<std::function<float(Classifier&)>> steps;
+    for (int s = 0; s < 8; ++s)
+      steps.push_back([s](Classifier& m) {
+        std::vector<int32_t> labels(5);
+        for (int b = 0; b < 5; ++b) labels[static_cast<size_t>(b)] = (b + s) % 3;
+        return m.train_step(ids(5, 8, 19, 600 + s, 2), labels, 5, 8);
+      });
+    expect_deferred_agrees<Classifier>([&] { return std::make_unique<Classifier>(cc, changing_optimizer()); }, steps,
+                                       6);
+  }
+}
+
+// An evaluation of a larger batch between steps moves the workspace: the next step's replay meets other
+// pointers under the same shape, and is run again op by op (then captured anew), with the same bits.
+TEST(DeferredStep, AWorkspaceThatMovesUnderTheSameShapeRunsTheStepAgain) {
+  LanguageModelConfig c = test::lm_config();
+  c.dropout = 0.1f;
+  std::vector<std::function<float(LanguageModel&)>> steps;
+  const int B = 2, T = 8;
+  for (int s = 0; s < 9; ++s)
+    steps.push_back([s](LanguageModel& m) {
+      if (s == 4) m.evaluate(ids(6, 12, 17, 1), ids(6, 12, 17, 2), 6, 12);  // (6, 12) > (2, 8): a new workspace
+      return m.train_step(ids(B, T, 17, 100 + s), ids(B, T, 17, 200 + s), B, T);
+    });
+  expect_deferred_agrees<LanguageModel>([&] { return std::make_unique<LanguageModel>(c, changing_optimizer()); }, steps,
+                                        4, 1);
+}
+
+// Non-finite steps inside replays answer as op by op: under Skip the same steps are skipped (the gate kept the
+// update from happening), under Error the loss's message with the weights, moments and t unchanged.
+TEST(DeferredStep, NonFiniteStepsAnswerAsOpByOp) {
+  const LanguageModelConfig c = test::lm_config();
+  std::vector<std::function<float(LanguageModel&)>> steps;
+  const int B = 3, T = 11;
+  for (int s = 0; s < 10; ++s)
+    steps.push_back([s](LanguageModel& m) {
+      if (s == 5) m.set_learning_rate(1e30f);  // the weights blow up: the next losses are not finite
+      return m.train_step(ids(B, T, 17, 700 + s), ids(B, T, 17, 800 + s), B, T);
+    });
+  expect_deferred_agrees<LanguageModel>(
+      [&] { return std::make_unique<LanguageModel>(c, changing_optimizer(NonFinite::Skip)); }, steps, 2);
+
+  // Under Error: the step after the one that breaks the weights throws the loss's message and changes neither the
+  // weights nor the moments nor t, as op by op.
+  const auto strict_run = [&](LanguageModel& m, std::vector<float>& state) {
+    for (int s = 0; s < 4; ++s) m.train_step(ids(B, T, 17, 900), ids(B, T, 17, 901), B, T);
+    m.set_learning_rate(1e30f);
+    m.train_step(ids(B, T, 17, 900), ids(B, T, 17, 901), B, T);  // the update that breaks the weights
+    for (const ParameterView& p : m.parameters())
+      for (std::span<float> x : {p.value, p.m, p.v}) state.insert(state.end(), x.begin(), x.end());
+    return test::message_of([&] { m.train_step(ids(B, T, 17, 900), ids(B, T, 17, 901), B, T); });
+  };
+  std::vector<float> before, want_before;
+  std::vector<uint8_t> got_bytes;
+  std::string got_message;
+  int got_step = 0;
+  {
+    Deferring d;
+    LanguageModel strict(c, changing_optimizer(NonFinite::Error));
+    got_message = strict_run(strict, before);
+    EXPECT_GE(d.backend.recorder().counts().replayed, 4);
+    got_step = strict.step();
+    got_bytes = strict.save(true);
+    std::vector<float> after;
+    for (const ParameterView& p : strict.parameters())
+      for (std::span<float> x : {p.value, p.m, p.v}) after.insert(after.end(), x.begin(), x.end());
+    EXPECT_EQ(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)), 0)
+        << "the refused step changed the weights or moments";
+  }
+  LanguageModel plain(c, changing_optimizer(NonFinite::Error));
+  const std::string want_message = strict_run(plain, want_before);
+  EXPECT_NE(got_message.find("the loss is not finite"), std::string::npos) << got_message;
+  EXPECT_EQ(got_message, want_message);
+  EXPECT_EQ(got_step, plain.step());
+  EXPECT_EQ(got_step, 5);
+  EXPECT_TRUE(got_bytes == plain.save(true));
+}
+
+}  // namespace
+}  // namespace qkv
