@@ -51,11 +51,11 @@ template <class Model>
 void expect_twins_agree(Model& graphed, Model& eager, const std::vector<std::function<float(Model&)>>& steps,
                         long long min_replays) {
   GraphSwitch restore;
-  const kc::StepGraph::Counts before = kc::step_graph().counts();
+  const ops::StepRecorder::Counts before = kc::step_graph().counts();
   std::vector<float> got, want;
   kc::step_graph().set_enabled(true);
   for (const auto& step : steps) got.push_back(step(graphed));
-  const kc::StepGraph::Counts after = kc::step_graph().counts();
+  const ops::StepRecorder::Counts after = kc::step_graph().counts();
   kc::step_graph().set_enabled(false);
   for (const auto& step : steps) want.push_back(step(eager));
   EXPECT_GE(after.replayed - before.replayed, min_replays) << "the steps were not replayed as a graph";
