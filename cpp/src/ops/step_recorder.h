@@ -5,8 +5,9 @@
 // backend drives CUDA graphs with it (kernels/cuda/step_graph.h); models/deferred_step_test.cpp drives a CPU
 // executor that defers a step's ops the same way, so that the model side of the contract is tested everywhere.
 //
-// Per key: the first step is Eager (and plans every buffer), the second Capture, later ones Replay while the
-// graph is there. A key whose capture failed stays Eager; begin(0) is Eager whatever was seen (a step run again).
+// Per key: the first step is Eager (and plans every buffer), the next Capture, later ones Replay while its graph
+// is kept (kMaxGraphs keys, least recently used dropped). A key whose capture failed stays Eager; begin(0) is Eager
+// whatever was seen (a step run again).
 // A replay stages its values at the offsets its capture used, in the same order: end_replay() checks that the
 // walk had the capture's ops and block size.
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <span>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "ops/ops.h"
@@ -26,10 +28,16 @@ class StepRecorder {
  public:
   enum class Mode { Off, Eager, Capture, Replay };
   static constexpr size_t kNotStaged = std::numeric_limits<size_t>::max();
+  // Graphs kept, one per key, the least recently used dropped first: enough for the few shapes of bucketed
+  // batches (a Seq2Seq's source and target lengths), small against a GPU's memory.
+  static constexpr size_t kMaxGraphs = 8;
 
-  void set_enabled(bool on) {
+  StepRecorder() { graphs_.reserve(kMaxGraphs); }
+
+  // Off: every step runs op by op, and every graph is dropped (set_enabled returns their handles to destroy).
+  [[nodiscard]] std::vector<void*> set_enabled(bool on) {
     enabled_ = on;
-    if (!on) drop_graph();
+    return on ? std::vector<void*>{} : drop_all();
   }
   bool enabled() const { return enabled_; }
   // Where stage() writes (pinned memory for CUDA's copy): `capacity` bytes at `host`, kept by the caller.
@@ -38,20 +46,31 @@ class StepRecorder {
   Mode begin(uint64_t key) {
     key_ = key;
     cursor_ = used_ = 0;
+    current_ = nullptr;
     mode_ = Mode::Eager;
     if (!enabled_ || key == 0) return mode_;
     for (uint64_t k : failed_keys_)
       if (k == key) return mode_;
-    if (graph_key_ != 0 && key == graph_key_) return mode_ = Mode::Replay;
-    if (key != seen_key_) {
-      seen_key_ = key;  // its next step is captured
-      return mode_;
-    }
-    signatures_.clear();
-    return mode_ = Mode::Capture;
+    for (Graph& g : graphs_)
+      if (g.key == key) {
+        current_ = &g;
+        g.last_use = ++clock_;
+        return mode_ = Mode::Replay;
+      }
+    for (uint64_t k : seen_keys_)
+      if (k == key) {
+        signatures_.clear();
+        return mode_ = Mode::Capture;
+      }
+    // First sight: op by op; its next step is captured.
+    if (seen_keys_.size() == kMaxSeen) seen_keys_.erase(seen_keys_.begin());
+    seen_keys_.push_back(key);
+    return mode_;
   }
   Mode mode() const { return mode_; }
   bool active() const { return mode_ == Mode::Capture || mode_ == Mode::Replay; }
+  // The replayed graph's handle (what captured() was given for it).
+  void* handle() const { return current_ ? current_->handle : nullptr; }
 
   enum class Op { Run, Skip, Diverged };
   // Every op of a step, first, with a hash of the arguments the capture bakes in: Capture records it (Run: queue
@@ -62,7 +81,8 @@ class StepRecorder {
       return Op::Run;
     }
     if (mode_ != Mode::Replay) return Op::Run;
-    if (cursor_ >= signatures_.size() || signatures_[cursor_] != signature) return Op::Diverged;
+    const std::vector<uint64_t>& want = current_->signatures;
+    if (cursor_ >= want.size() || want[cursor_] != signature) return Op::Diverged;
     ++cursor_;
     return Op::Skip;
   }
@@ -79,35 +99,56 @@ class StepRecorder {
   }
   size_t used() const { return used_; }
 
-  // A capture ended with a graph: it is this key's now (the caller dropped the one before).
-  void captured() {
-    graph_key_ = key_;
-    graph_used_ = used_;
+  // A capture ended with a graph (`handle`, the caller's): it is this key's now. Returns the handle of the graph
+  // it displaced (the least recently used, when kMaxGraphs are kept), or null: the caller destroys it.
+  [[nodiscard]] void* captured(void* handle) {
+    void* evicted = nullptr;
+    if (graphs_.size() == kMaxGraphs) {
+      auto lru = graphs_.begin();
+      for (auto it = graphs_.begin(); it != graphs_.end(); ++it)
+        if (it->last_use < lru->last_use) lru = it;
+      evicted = lru->handle;
+      graphs_.erase(lru);
+    }
+    graphs_.push_back({key_, std::move(signatures_), used_, handle, ++clock_});
+    signatures_.clear();
+    current_ = &graphs_.back();
     mode_ = Mode::Off;
     ++counts_.captured;
+    return evicted;
   }
   // A replay's end: false when the walk was not the captured one (fail(false) then).
   bool end_replay() {
-    const bool same = cursor_ == signatures_.size() && used_ == graph_used_;
+    const bool same = cursor_ == current_->signatures.size() && used_ == current_->used;
     if (same) {
       mode_ = Mode::Off;
       ++counts_.replayed;
     }
     return same;
   }
-  // The step must run again: a capture that failed marks its key (forget_key: eager from then on); a replay
-  // that diverged drops the graph (the key is captured again at its next step). The caller has undone its own
-  // part (ended the capture, destroyed the graph) and throws StepRetry.
-  void fail(bool forget_key) {
-    if (mode_ == Mode::Replay) drop_graph();
+  // The step must run again: a capture that failed marks its key (forget_key: op by op from then on); a replay
+  // that diverged drops its graph (the key is captured again at its next step) and returns its handle for the
+  // caller to destroy. The caller has ended its capture, and throws StepRetry.
+  [[nodiscard]] void* fail(bool forget_key) {
+    void* dropped = nullptr;
+    if (mode_ == Mode::Replay && current_) {
+      dropped = current_->handle;
+      graphs_.erase(graphs_.begin() + (current_ - graphs_.data()));
+      current_ = nullptr;
+    }
     if (forget_key) failed_keys_.push_back(key_);
     mode_ = Mode::Off;
     ++counts_.retried;
+    return dropped;
   }
   void end_eager() { mode_ = Mode::Off; }
-  void drop_graph() {
-    graph_key_ = 0;
-    signatures_.clear();
+  // Every graph's handle, the graphs forgotten.
+  [[nodiscard]] std::vector<void*> drop_all() {
+    std::vector<void*> handles;
+    for (const Graph& g : graphs_) handles.push_back(g.handle);
+    graphs_.clear();
+    current_ = nullptr;
+    return handles;
   }
 
   struct Counts {
@@ -116,12 +157,23 @@ class StepRecorder {
   const Counts& counts() const { return counts_; }
 
  private:
+  static constexpr size_t kMaxSeen = 64;
+  struct Graph {
+    uint64_t key;
+    std::vector<uint64_t> signatures;  // the captured walk, op by op
+    size_t used;                       // its block bytes
+    void* handle;
+    uint64_t last_use;
+  };
+
   bool enabled_ = true;
   Mode mode_ = Mode::Off;
-  uint64_t key_ = 0, seen_key_ = 0, graph_key_ = 0;
-  std::vector<uint64_t> failed_keys_;
-  std::vector<uint64_t> signatures_;  // the captured walk, op by op
-  size_t graph_used_ = 0, cursor_ = 0, used_ = 0;
+  uint64_t key_ = 0, clock_ = 0;
+  std::vector<uint64_t> seen_keys_, failed_keys_;
+  std::vector<Graph> graphs_;  // reserved: current_ points into it
+  Graph* current_ = nullptr;
+  std::vector<uint64_t> signatures_;  // the capture under way
+  size_t cursor_ = 0, used_ = 0;
   unsigned char* block_ = nullptr;
   size_t capacity_ = 0;
   Counts counts_;

@@ -14,8 +14,8 @@ namespace qkv::kernels::cuda {
 using Mode = ops::StepRecorder::Mode;
 
 StepGraph::~StepGraph() {
-  // The process's graph lives until exit, when the driver may already be gone: errors are ignored.
-  drop_graph();
+  // The process's graphs live until exit, when the driver may already be gone: errors are ignored.
+  for (void* exec : recorder_.drop_all()) destroy(exec);
   if (copied_) cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
   if (device_) cudaFree(device_);
   if (pinned_) cudaFreeHost(pinned_);
@@ -23,8 +23,7 @@ StepGraph::~StepGraph() {
 }
 
 void StepGraph::set_enabled(bool on) {
-  recorder_.set_enabled(on);
-  if (!on) drop_graph();
+  for (void* exec : recorder_.set_enabled(on)) destroy(exec);
 }
 
 void StepGraph::ensure_block() {
@@ -100,9 +99,7 @@ void StepGraph::end() {
     cudaGetLastError();
     retry(true);
   }
-  drop_graph();
-  exec_ = exec;
-  recorder_.captured();
+  destroy(recorder_.captured(exec));
   launch(op);
 }
 
@@ -110,7 +107,7 @@ void StepGraph::launch(const char* op) {
   if (const size_t used = recorder_.used())
     check_cuda(cudaMemcpyAsync(device_, pinned_, used, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
   check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream()), op, "cudaEventRecord");
-  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()), op, "cudaGraphLaunch");
+  check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recorder_.handle()), stream()), op, "cudaGraphLaunch");
   check_launch(op);
 }
 
@@ -121,8 +118,7 @@ void StepGraph::retry(bool forget_key) {
     if (cudaStreamEndCapture(stream(), &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
   }
   cudaGetLastError();
-  if (recorder_.mode() == Mode::Replay) drop_graph();  // the same key went another way: captured again next
-  recorder_.fail(forget_key);
+  destroy(recorder_.fail(forget_key));  // a replay's graph: the same key went another way, captured again next
   throw ops::StepRetry();
 }
 
@@ -138,17 +134,15 @@ bool StepGraph::cancel() noexcept {
     cudaGetLastError();
   }
   if (broken) {
-    recorder_.fail(true);
+    destroy(recorder_.fail(true));
   } else {
     recorder_.end_eager();
   }
   return broken;
 }
 
-void StepGraph::drop_graph() noexcept {
-  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
-  exec_ = nullptr;
-  recorder_.drop_graph();
+void StepGraph::destroy(void* exec) noexcept {
+  if (exec) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
 }
 
 StepGraph& step_graph() {

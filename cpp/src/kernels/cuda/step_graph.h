@@ -2,10 +2,10 @@
 // A training step launched as one CUDA graph (ops.h: Backend::begin_step; the bookkeeping is ops/step_recorder.h's).
 // Pure C++: the CUDA types stay in step_graph.cpp.
 //
-// Per key (a step's shape): the first step runs op by op and plans every buffer; the second is captured (the ops
+// Per key (a step's shape): the first step runs op by op and plans every buffer; the next is captured (the ops
 // are recorded on qkv's stream, not run) and launched as a graph; later ones replay it: the host walks the same
 // model code, but every op only checks its arguments against the captured ones and queues nothing, and the graph
-// is launched at the end.
+// is launched at the end. Up to ops::StepRecorder::kMaxGraphs keys keep their graphs.
 //
 // What changes from step to step without changing the graph: the values the kernels read from the scalar block
 // (dropout seeds, the loss's 1/count, Adam's lr and bias corrections: scalar() stages them) and the host bytes
@@ -66,12 +66,11 @@ class StepGraph {
  private:
   const void* stage(const void* bytes, size_t size, size_t align);
   [[noreturn]] void retry(bool forget_key);
-  void drop_graph() noexcept;
+  static void destroy(void* exec) noexcept;  // a cudaGraphExec_t, or null
   void launch(const char* op);
   void ensure_block();
 
-  ops::StepRecorder recorder_;
-  void* exec_ = nullptr;  // cudaGraphExec_t
+  ops::StepRecorder recorder_;  // the graphs' handles are their cudaGraphExec_t
 
   static constexpr size_t kBlockBytes = size_t{1} << 20;
   unsigned char* pinned_ = nullptr;  // cudaMallocHost
