@@ -4,13 +4,15 @@
 usage: cuda_report.py LOG_DIR      (standard library only)
 
 Reads `RESULT bench=char-gpt|seq2seq side=qkv|PyTorch|PyTorch-compile precision=fp32|tf32|bf16 ...` lines,
-printed by build/cuda/bench/qkv_cuda_train and bench/cuda_torch.py, from every *.log under LOG_DIR, and prints one
+printed by build/cuda/bench/qkv_cuda_train and bench/cuda_torch.py, from the logs under LOG_DIR, and prints one
 row per (model, precision): each side's median ms/step, tokens/s and MFU, and qkv / eager and qkv / compiled in
 tokens/s (above 1: qkv is faster). bf16 is PyTorch's autocast against qkv's --precision bf16 (bf16 products, fp32 storage). Both sides count the same model FLOPs per step (nanoGPT's estimate_mfu, cuda_torch.py's docstring) and
 divide by the same peak, so the MFU ratio equals the speed ratio; the report says so when the counts differ.
 A side that printed no RESULT line (not run, or failed) shows "-", and the row names the log to read.
+The table reads qkv_train.log and torch.log only; the ops stage's whole-step A/B logs (train_rowwise.log,
+train_no_lt.log, train_no_graph.log: the char GPT fp32 step with one default part off) print below it, each
+against the table's char GPT fp32 row.
 """
-import glob
 import math
 import os
 import shlex
@@ -19,20 +21,50 @@ import sys
 BENCHES = [("char-gpt", "char GPT L6 H6 C384 T256"), ("seq2seq", "Seq2Seq 6+6 d512 S100 T100")]
 PRECISIONS = ["fp32", "tf32", "bf16"]
 LOGS = {"qkv": "qkv_train.log", "PyTorch": "torch.log", "PyTorch-compile": "torch.log"}
+# The whole-step A/B runs of run_cuda.sh's ops stage: the char GPT fp32 step with one part of the default turned
+# off, each in its own log. Their RESULT lines look like qkv's own, so they are read apart from the table's.
+AB_LOGS = [("train_rowwise.log", "the row-wise FP32 attention (QKV_CUDA_ATTENTION=rowwise)"),
+           ("train_no_lt.log", "the bias as its own pass (QKV_CUDA_LT=0)"),
+           ("train_no_graph.log", "op by op, no CUDA graph (QKV_CUDA_GRAPH=0)")]
+
+
+def read_log(path):
+    """[fields] of the RESULT lines of one log, in order (none if it is missing)."""
+    rows = []
+    if not os.path.exists(path):
+        return rows
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("RESULT "):
+                rows.append(dict(kv.split("=", 1) for kv in shlex.split(line)[1:] if "=" in kv))
+    return rows
 
 
 def read_results(log_dir):
-    """{(bench, side, precision): fields} of the last such RESULT line in LOG_DIR's logs (a later run wins)."""
+    """{(bench, side, precision): fields} of the last such RESULT line in the table's logs (a later run wins)."""
     out = {}
-    for path in sorted(glob.glob(os.path.join(log_dir, "*.log"))):
-        with open(path, errors="replace") as f:
-            for line in f:
-                if not line.startswith("RESULT "):
-                    continue
-                fields = dict(kv.split("=", 1) for kv in shlex.split(line)[1:] if "=" in kv)
-                if fields.get("bench") in dict(BENCHES) and "side" in fields and "precision" in fields:
-                    out[(fields["bench"], fields["side"], fields["precision"])] = fields
+    for name in sorted(set(LOGS.values())):
+        for fields in read_log(os.path.join(log_dir, name)):
+            if fields.get("bench") in dict(BENCHES) and "side" in fields and "precision" in fields:
+                out[(fields["bench"], fields["side"], fields["precision"])] = fields
     return out
+
+
+def print_ab(results, log_dir):
+    """The char GPT fp32 step with each default part turned off, against the default (the table's qkv row)."""
+    base = results.get(("char-gpt", "qkv", "fp32"))
+    lines = []
+    for name, what in AB_LOGS:
+        rows = [r for r in read_log(os.path.join(log_dir, name)) if r.get("bench") == "char-gpt"]
+        if not rows:
+            continue
+        ms = float(rows[-1]["ms_per_step"])
+        gain = f"the default is {ms / float(base['ms_per_step']):.2f}x faster" if base else "no default row to compare"
+        lines.append(f"  {what}: {ms:.2f} ms/step; {gain}")
+    if lines:
+        print("\nchar GPT fp32 step, one part of the default off (A/B, same run):")
+        for line in lines:
+            print(line)
 
 
 def cells(r, width=9):
@@ -95,6 +127,7 @@ def main():
         print("  qkv's loss, first warm-up step -> last timed step: " + "; ".join(losses))
     for note in notes:
         print("  " + note)
+    print_ab(results, log_dir)
     print_targets(results, log_dir)
 
 
