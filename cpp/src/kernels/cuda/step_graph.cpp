@@ -43,14 +43,27 @@ void StepGraph::ensure_block() {
 
 void StepGraph::begin(uint64_t key) {
   const char* op = "training step graph";
-  if (key != 0 && recorder_.enabled()) ensure_block();  // before any capture: allocations have no place in one
-  const Mode mode = recorder_.begin(key);
-  if (mode == Mode::Eager) return;
-  // The block is rewritten by this step's walk: the copy out of it for the last launch must be done.
-  check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)), op, "cudaEventSynchronize");
-  // Thread-local: only this thread's unsafe calls (a synchronous copy, a wait) break the capture; others go on.
-  if (mode == Mode::Capture)
-    check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), op, "cudaStreamBeginCapture");
+  step_.lock();
+  owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  try {
+    if (key != 0 && recorder_.enabled()) ensure_block();  // before any capture: allocations have no place in one
+    const Mode mode = recorder_.begin(key);
+    if (mode == Mode::Eager) return;
+    // The block is rewritten by this step's walk: the copy out of it for the last launch must be done.
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)), op, "cudaEventSynchronize");
+    // Thread-local: only this thread's unsafe calls (a synchronous copy, a wait) break the capture; others go on.
+    if (mode == Mode::Capture)
+      check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), op, "cudaStreamBeginCapture");
+  } catch (...) {
+    recorder_.end_eager();
+    release();
+    throw;
+  }
+}
+
+void StepGraph::release() noexcept {
+  owner_.store(std::thread::id{}, std::memory_order_relaxed);
+  step_.unlock();
 }
 
 bool StepGraph::skip(uint64_t signature) {
@@ -63,14 +76,14 @@ bool StepGraph::skip(uint64_t signature) {
 }
 
 const void* StepGraph::stage(const void* bytes, size_t size, size_t align) {
-  if (!recorder_.active()) return nullptr;
+  if (!active()) return nullptr;
   const size_t at = recorder_.stage(bytes, size, align);
   if (at == ops::StepRecorder::kNotStaged) retry(true);  // a step that stages this much is not worth a graph
   return device_ + at;
 }
 
 bool StepGraph::upload(void* dst, const void* src, size_t bytes) {
-  if (!recorder_.active()) return false;
+  if (!active()) return false;
   const bool replay = skip(ops::StepSignature::of("upload", dst, bytes));
   const void* from = stage(src, bytes, 16);
   if (!replay && bytes)
@@ -88,6 +101,7 @@ void StepGraph::end() {
   }
   if (mode != Mode::Capture) {
     recorder_.end_eager();
+    release();
     return;
   }
   cudaGraph_t graph = nullptr;
@@ -104,6 +118,11 @@ void StepGraph::end() {
 }
 
 void StepGraph::launch(const char* op) {
+  // The step is over for the host either way: a launch that fails leaves the next step free to begin.
+  struct Release {
+    StepGraph* g;
+    ~Release() { g->release(); }
+  } release{this};
   if (const size_t used = recorder_.used())
     check_cuda(cudaMemcpyAsync(device_, pinned_, used, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
   check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream()), op, "cudaEventRecord");
@@ -119,10 +138,13 @@ void StepGraph::retry(bool forget_key) {
   }
   cudaGetLastError();
   destroy(recorder_.fail(forget_key));  // a replay's graph: the same key went another way, captured again next
+  release();
   throw ops::StepRetry();
 }
 
 bool StepGraph::cancel() noexcept {
+  // Not this thread's step (any more): a retry or a launch has ended it already.
+  if (owner_.load(std::memory_order_relaxed) != std::this_thread::get_id()) return false;
   bool broken = false;
   if (recorder_.mode() == Mode::Capture) {
     // Invalidated: a call this thread made broke the capture (the exception is likely CUDA's refusal of it), so
@@ -138,6 +160,7 @@ bool StepGraph::cancel() noexcept {
   } else {
     recorder_.end_eager();
   }
+  release();
   return broken;
 }
 

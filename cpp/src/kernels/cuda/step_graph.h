@@ -15,8 +15,16 @@
 // A replay that meets an op with other arguments than the captured one (a pointer or a size changed under the
 // same key), or a capture that fails, throws ops::StepRetry before anything ran: the model runs the step again,
 // and begin(0) makes that run op by op.
+//
+// Threads: one step at a time (begin holds a lock until end or cancel, so a second thread's step waits), and only
+// the thread whose step it is sees it active. The capture is of qkv's one stream, though: work another thread
+// queues on the GPU while a step is captured would be captured with it. A process that uses the GPU from several
+// threads at once runs with QKV_CUDA_GRAPH=0.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <thread>
 
 #include "ops/step_recorder.h"
 
@@ -43,7 +51,9 @@ class StepGraph {
   // from then on, and the step should be run again. A replay's exception left nothing run.
   bool cancel() noexcept;
 
-  bool active() const { return recorder_.active(); }
+  bool active() const {
+    return owner_.load(std::memory_order_relaxed) == std::this_thread::get_id() && recorder_.active();
+  }
 
   // Every op of a step calls this first, with ops::StepSignature's hash of the arguments its nodes bake in: true
   // in a replay (run nothing; StepRetry where it differs from the capture's), false otherwise (queue the op).
@@ -69,8 +79,11 @@ class StepGraph {
   static void destroy(void* exec) noexcept;  // a cudaGraphExec_t, or null
   void launch(const char* op);
   void ensure_block();
+  void release() noexcept;  // the step's end: the lock and the owner go
 
   ops::StepRecorder recorder_;  // the graphs' handles are their cudaGraphExec_t
+  std::mutex step_;             // held from begin to end or cancel
+  std::atomic<std::thread::id> owner_{};
 
   static constexpr size_t kBlockBytes = size_t{1} << 20;
   unsigned char* pinned_ = nullptr;  // cudaMallocHost
