@@ -45,6 +45,12 @@ struct State {
   }
 };
 
+void expect_same(const State& got, const State& want) {
+  EXPECT_EQ(got.p, want.p);
+  EXPECT_EQ(got.m, want.m);
+  EXPECT_EQ(got.v, want.v);
+}
+
 // The clipped step as adamw.cu queues it; returns the decision. gate: empty for none. scalars_dev: the scalars a
 // captured step reads from its block (the launch's own are then poisoned, to show they are not read).
 kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kernels::AdamHyper& h, float max_norm,
@@ -131,9 +137,7 @@ TEST(AdamEmulated, ANonFiniteSumLeavesEverythingUntouched) {
     const kc::ClipDecision d = clipped_step(s, g, h, 1.f);
     EXPECT_FALSE(std::isfinite(d.sum_squares));
     EXPECT_EQ(d.finite, 0);
-    EXPECT_EQ(s.p, before.p);
-    EXPECT_EQ(s.m, before.m);
-    EXPECT_EQ(s.v, before.v);
+    expect_same(s, before);
   }
 }
 
@@ -151,9 +155,7 @@ TEST(AdamEmulated, ANonFiniteGateLeavesEverythingUntouched) {
     EXPECT_TRUE(std::isfinite(d.sum_squares));
     EXPECT_FALSE(std::isfinite(d.gate_sum));
     EXPECT_EQ(d.finite, 0);
-    EXPECT_EQ(s.p, before.p);
-    EXPECT_EQ(s.m, before.m);
-    EXPECT_EQ(s.v, before.v);
+    expect_same(s, before);
   }
   // Finite losses: the gate's sum of squares, and the update as without a gate.
   losses[123] = 0.5f;
@@ -165,9 +167,7 @@ TEST(AdamEmulated, ANonFiniteGateLeavesEverythingUntouched) {
   clipped_step(plain, g, h, 1.f);
   EXPECT_NEAR(d.gate_sum, want, 1e-12 * want);
   EXPECT_EQ(d.finite, 1);
-  EXPECT_EQ(gated.p, plain.p);
-  EXPECT_EQ(gated.m, plain.m);
-  EXPECT_EQ(gated.v, plain.v);
+  expect_same(gated, plain);
 }
 
 // A captured step's lr and bias corrections come from its scalar block: the update reads those, not the

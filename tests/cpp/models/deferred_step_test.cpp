@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/device_fixtures.h"
+#include "models/step_cases.h"
 #include "ops/backends.h"
 #include "ops/ops.h"
 #include "ops/step_recorder.h"
@@ -286,27 +287,13 @@ struct Deferring {
   ~Deferring() { ops::set_cpu_backend_for_tests(before); }
 };
 
-// Dropout on, clipping on, a warmup: every step has its own seeds and lr.
-OptimizerConfig changing_optimizer(NonFinite policy = NonFinite::Error) {
-  OptimizerConfig o;
-  o.lr = 3e-3f;
-  o.schedule = Schedule::Cosine;
-  o.warmup_steps = 4;
-  o.total_steps = 40;
-  o.grad_clip = 0.5f;
-  o.non_finite = policy;
-  return o;
-}
-
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
 // Runs `steps` on a model made by `make` under the deferring executor and on a twin on the plain CPU backend;
 // every loss and the final checkpoints (weights, moments, step counts) must be the same bits, with at least
 // `min_replays` steps replayed and `retries` steps run again.
 template <class Model>
-void expect_deferred_agrees(const std::function<std::unique_ptr<Model>()>& make,
-                            const std::vector<std::function<float(Model&)>>& steps, long long min_replays,
+void expect_deferred_agrees(const std::function<std::unique_ptr<Model>()>& make, const test::StepCase<Model>& c,
                             long long retries = 0) {
+  const auto& steps = c.steps;
   std::vector<float> got, want;
   std::unique_ptr<Model> deferred;
   StepRecorder::Counts counts;
@@ -321,11 +308,12 @@ void expect_deferred_agrees(const std::function<std::unique_ptr<Model>()>& make,
       return make();
     }();
     for (const auto& step : steps) want.push_back(step(*plain));
-    EXPECT_GE(counts.replayed, min_replays) << "the steps were not replayed";
+    EXPECT_GE(counts.replayed, c.min_replays) << "the steps were not replayed";
     EXPECT_GE(counts.captured, 1);
     EXPECT_EQ(counts.retried, retries);
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(same_bits(got[i], want[i])) << "step " << i << ": deferred " << got[i] << ", op by op " << want[i];
+      EXPECT_TRUE(test::same_bits(got[i], want[i]))
+          << "step " << i << ": deferred " << got[i] << ", op by op " << want[i];
     EXPECT_EQ(deferred->step(), plain->step());
     EXPECT_EQ(deferred->skipped_steps(), plain->skipped_steps());
     EXPECT_TRUE(deferred->save(true) == plain->save(true)) << "weights or moments differ";
@@ -334,111 +322,75 @@ void expect_deferred_agrees(const std::function<std::unique_ptr<Model>()>& make,
 }
 
 TEST(DeferredStep, LanguageModelStepsReplayedAreTheStepsRunOpByOp) {
-  LanguageModelConfig c = test::lm_config();
-  c.dropout = 0.1f;
-  std::vector<std::function<float(LanguageModel&)>> steps;
-  for (int s = 0; s < 20; ++s) {
-    // Shape (3, 11) six times, (2, 7) twice, (3, 11) four times, then the two alternating: each shape is captured
-    // at its second step and keeps its graph (8 replays of the first, then 8 of both in turn).
-    const bool other = s == 6 || s == 7 || (s >= 12 && s % 2 == 1);
-    const int B = other ? 2 : 3, T = other ? 7 : 11;
-    steps.push_back(
-        [B, T, s](LanguageModel& m) { return m.train_step(ids(B, T, 17, 100 + s), ids(B, T, 17, 200 + s), B, T); });
-  }
-  expect_deferred_agrees<LanguageModel>([&] { return std::make_unique<LanguageModel>(c, changing_optimizer()); }, steps,
-                                        16);
+  expect_deferred_agrees<LanguageModel>(
+      [] { return std::make_unique<LanguageModel>(test::lm_config_with_dropout(), test::changing_optimizer()); },
+      test::lm_shape_steps());
 }
 
 TEST(DeferredStep, Seq2SeqWithMovingPaddingAndClassifiers) {
-  Seq2SeqConfig sc = test::seq2seq_config();
-  sc.dropout = 0.1f;
-  std::vector<std::function<float(Seq2Seq&)>> s2s;
-  const int B = 4, S = 9, T = 7;
-  for (int s = 0; s < 8; ++s)  // padding that moves: the count behind the loss's scale changes per step
-    s2s.push_back([s](Seq2Seq& m) {
-      return m.train_step(ids(B, S, 13, 300 + s, 1 + s % 3), ids(B, T, 15, 400 + s, s % 4),
-                          ids(B, T, 15, 500 + s, s % 4), B, S, T);
-    });
-  expect_deferred_agrees<Seq2Seq>([&] { return std::make_unique<Seq2Seq>(sc, changing_optimizer()); }, s2s, 6);
-
-  for (Pooling pooling : {Pooling::First, Pooling::Mean}) {
-    ClassifierConfig cc = test::classifier_config(pooling);
-    cc.dropout = 0.1f;
-    std::vector<std::function<float(Classifier&)>> steps;
-    for (int s = 0; s < 8; ++s)
-      steps.push_back([s](Classifier& m) {
-        std::vector<int32_t> labels(5);
-        for (int b = 0; b < 5; ++b) labels[static_cast<size_t>(b)] = (b + s) % 3;
-        return m.train_step(ids(5, 8, 19, 600 + s, 2), labels, 5, 8);
-      });
-    expect_deferred_agrees<Classifier>([&] { return std::make_unique<Classifier>(cc, changing_optimizer()); }, steps,
-                                       6);
-  }
+  expect_deferred_agrees<Seq2Seq>(
+      [] { return std::make_unique<Seq2Seq>(test::seq2seq_config_with_dropout(), test::changing_optimizer()); },
+      test::seq2seq_padding_steps());
+  for (Pooling pooling : {Pooling::First, Pooling::Mean})
+    expect_deferred_agrees<Classifier>(
+        [pooling] {
+          return std::make_unique<Classifier>(test::classifier_config_with_dropout(pooling),
+                                              test::changing_optimizer());
+        },
+        test::classifier_steps());
 }
 
 // An evaluation of a larger batch between steps moves the workspace: the next step's replay meets other
 // pointers under the same shape, and is run again op by op (then captured anew), with the same bits.
 TEST(DeferredStep, AWorkspaceThatMovesUnderTheSameShapeRunsTheStepAgain) {
-  LanguageModelConfig c = test::lm_config();
-  c.dropout = 0.1f;
-  std::vector<std::function<float(LanguageModel&)>> steps;
+  test::StepCase<LanguageModel> c{{}, 4};
   const int B = 2, T = 8;
   for (int s = 0; s < 9; ++s)
-    steps.push_back([s](LanguageModel& m) {
+    c.steps.push_back([s](LanguageModel& m) {
       if (s == 4) m.evaluate(ids(6, 12, 17, 1), ids(6, 12, 17, 2), 6, 12);  // (6, 12) > (2, 8): a new workspace
       return m.train_step(ids(B, T, 17, 100 + s), ids(B, T, 17, 200 + s), B, T);
     });
-  expect_deferred_agrees<LanguageModel>([&] { return std::make_unique<LanguageModel>(c, changing_optimizer()); }, steps,
-                                        4, 1);
+  expect_deferred_agrees<LanguageModel>(
+      [] { return std::make_unique<LanguageModel>(test::lm_config_with_dropout(), test::changing_optimizer()); }, c, 1);
 }
 
 // Non-finite steps inside replays answer as op by op: under Skip the same steps are skipped (the gate kept the
 // update from happening), under Error the loss's message with the weights, moments and t unchanged.
 TEST(DeferredStep, NonFiniteStepsAnswerAsOpByOp) {
   const LanguageModelConfig c = test::lm_config();
-  std::vector<std::function<float(LanguageModel&)>> steps;
-  const int B = 3, T = 11;
-  for (int s = 0; s < 10; ++s)
-    steps.push_back([s](LanguageModel& m) {
-      if (s == 5) m.set_learning_rate(1e30f);  // the weights blow up: the next losses are not finite
-      return m.train_step(ids(B, T, 17, 700 + s), ids(B, T, 17, 800 + s), B, T);
-    });
   expect_deferred_agrees<LanguageModel>(
-      [&] { return std::make_unique<LanguageModel>(c, changing_optimizer(NonFinite::Skip)); }, steps, 2);
+      [&] { return std::make_unique<LanguageModel>(c, test::changing_optimizer(NonFinite::Skip)); },
+      test::lm_nonfinite_steps());
 
   // Under Error: the step after the one that breaks the weights throws the loss's message and changes neither the
   // weights nor the moments nor t, as op by op.
-  const auto strict_run = [&](LanguageModel& m, std::vector<float>& state) {
-    for (int s = 0; s < 4; ++s) m.train_step(ids(B, T, 17, 900), ids(B, T, 17, 901), B, T);
-    m.set_learning_rate(1e30f);
-    m.train_step(ids(B, T, 17, 900), ids(B, T, 17, 901), B, T);  // the update that breaks the weights
+  const auto state = [](LanguageModel& m) {
+    std::vector<float> out;
     for (const ParameterView& p : m.parameters())
-      for (std::span<float> x : {p.value, p.m, p.v}) state.insert(state.end(), x.begin(), x.end());
-    return test::message_of([&] { m.train_step(ids(B, T, 17, 900), ids(B, T, 17, 901), B, T); });
+      for (std::span<float> x : {p.value, p.m, p.v}) out.insert(out.end(), x.begin(), x.end());
+    return out;
   };
-  std::vector<float> before, want_before;
+  std::vector<float> before;
   std::vector<uint8_t> got_bytes;
   std::string got_message;
   int got_step = 0;
   {
     Deferring d;
-    LanguageModel strict(c, changing_optimizer(NonFinite::Error));
-    got_message = strict_run(strict, before);
-    EXPECT_GE(d.backend.recorder().counts().replayed, 4);
+    LanguageModel strict(c, test::changing_optimizer(NonFinite::Error));
+    got_message = test::lm_strict_run(strict, [&] { before = state(strict); });
+    EXPECT_GE(d.backend.recorder().counts().replayed, 3);
     got_step = strict.step();
     got_bytes = strict.save(true);
-    std::vector<float> after;
-    for (const ParameterView& p : strict.parameters())
-      for (std::span<float> x : {p.value, p.m, p.v}) after.insert(after.end(), x.begin(), x.end());
+    const std::vector<float> after = state(strict);
+    ASSERT_EQ(after.size(), before.size());
     EXPECT_EQ(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)), 0)
         << "the refused step changed the weights or moments";
   }
-  LanguageModel plain(c, changing_optimizer(NonFinite::Error));
-  const std::string want_message = strict_run(plain, want_before);
+  LanguageModel plain(c, test::changing_optimizer(NonFinite::Error));
+  EXPECT_EQ(test::lm_strict_run(plain), got_message);
   EXPECT_NE(got_message.find("the loss is not finite"), std::string::npos) << got_message;
-  EXPECT_EQ(got_message, want_message);
-  EXPECT_EQ(got_step, plain.step());
   EXPECT_EQ(got_step, 5);
+  EXPECT_EQ(plain.step(), 5);
   EXPECT_TRUE(got_bytes == plain.save(true));
 }
 
