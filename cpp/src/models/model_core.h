@@ -150,11 +150,13 @@ struct ModelCore {
   // launch the step as one unit (ops.h: begin_step; CUDA graphs). `key` names the step's shape for that.
   // The host then reads the loss and the outcome, and answers as a step that checked the loss first would:
   // under NonFinite::Error the gradients are zeroed again (the step began from zero) and check_loss throws.
-  // Data parallel keeps the checked order: the loss's finiteness travels with the reduction (dist/).
+  // Backends that decide on the host (CPU, WebGPU: queues_whole_steps() false) keep the checked order, which
+  // waits less there (no backward for a non-finite loss, no sums read back); so does data parallel, whose
+  // reduction carries the loss's finiteness (dist/).
   template <class ForwardLoss, class Backward>
   float train_step(uint64_t key, ForwardLoss&& forward_loss, Backward&& backward) {
     zero_grad();
-    if (sync) {
+    if (sync || !ops().queues_whole_steps()) {
       const float loss = accumulate(forward_loss, backward);
       apply_gradients();
       return loss;

@@ -42,19 +42,21 @@ size_t Backend::clipped_adam_scratch_size(size_t ranges) const {
   return kSumsFloats + std::max(sum_squares_scratch_size(), adam_scratch_size(ranges));
 }
 
-void Backend::clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
-                                std::span<const AdamRange> ranges, const AdamHyper& h, float max_norm, Span scratch) {
+std::optional<std::array<double, 2>> Backend::clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all,
+                                                                CSpan gate, std::span<const AdamRange> ranges,
+                                                                const AdamHyper& h, float max_norm, Span scratch) {
   check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (", name(), "): scratch of ",
         scratch.size(), " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
   const Span rest = scratch.subspan(kSumsFloats);
   const Span sum_scratch = rest.first(sum_squares_scratch_size());
   const std::array<double, 2> sums{sum_squares(g_all, sum_scratch),
                                    gate.empty() ? 0.0 : sum_squares(gate, sum_scratch)};
-  upload(scratch.data(), sums.data(), sizeof sums);
-  if (!std::isfinite(sums[0]) || !std::isfinite(sums[1])) return;
+  upload(scratch.data(), sums.data(), sizeof sums);  // for clipped_adam_sums
+  if (!std::isfinite(sums[0]) || !std::isfinite(sums[1])) return sums;
   AdamHyper clipped = h;
   clipped.grad_scale = clip_factor(sums[0], max_norm);
   adam_step(p, m, v, g, ranges, clipped, rest.first(adam_scratch_size(ranges.size())));
+  return sums;
 }
 
 std::array<double, 2> Backend::clipped_adam_sums(Span scratch) {

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -158,15 +159,22 @@ class Backend {
   // with h.grad_scale replaced by torch's clip_grad_norm_ factor, max_norm / (sqrt(s) + 1e-6) rounded to float
   // where max_norm > 0 and that is below 1, else 1; when either is not finite nothing is written. g_all is every
   // gradient (the norm's), g the part this replica updates (all of it but under ZeRO-1), gate values that must be
-  // finite for the update to happen (a step's per-row losses; may be empty). clipped_adam_sums(scratch) then
-  // returns {s, s_gate} (it waits). The default decides on the host between the ops; a backend that decides on
-  // the device (CUDA) queues it all, so that a whole training step can run without the host.
+  // finite for the update to happen (a step's per-row losses; may be empty). The default decides on the host
+  // between the ops and returns {s, s_gate}; a backend that decides on the device (CUDA) queues it all, so that a
+  // whole training step can run without the host, and returns nothing: clipped_adam_sums(scratch) then reads
+  // {s, s_gate} (it waits; it answers after the default too).
   virtual size_t clipped_adam_scratch_size(size_t ranges) const;
-  virtual void clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
-                                 std::span<const AdamRange> ranges, const AdamHyper& h, float max_norm, Span scratch);
+  virtual std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all,
+                                                                 CSpan gate, std::span<const AdamRange> ranges,
+                                                                 const AdamHyper& h, float max_norm, Span scratch);
   virtual std::array<double, 2> clipped_adam_sums(Span scratch);
 
   // ---- A training step as one unit ----
+
+  // Whether this backend runs a training step queued whole to advantage (it decides the update on the device and
+  // may launch the step as one unit): models then queue the step without reading anything back until its end
+  // (models/model_core.h). Elsewhere a step reads its loss before the backward, and a non-finite one skips it.
+  virtual bool queues_whole_steps() const { return false; }
 
   // A model brackets one training step's ops (forward, loss, backward, the clipped update) with begin_step and
   // end_step; a backend that can launch them as one unit (CUDA: a graph captured once per key, then replayed)

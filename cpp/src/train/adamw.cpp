@@ -74,9 +74,9 @@ void Optimizer::queue(nn::Parameters& params, CSpan gate) {
                          t_ + 1,
                          1.f};
   ops::Backend& ops = params.ops();
-  ops.clipped_adam_step(params.values().subspan(b, e - b), params.moments1(), params.moments2(),
-                        params.grads().subspan(b, e - b), params.grads(), gate, ranges_, h, config_.grad_clip,
-                        scratch(params, ops.clipped_adam_scratch_size(ranges_.size())));
+  sums_ = ops.clipped_adam_step(params.values().subspan(b, e - b), params.moments1(), params.moments2(),
+                                params.grads().subspan(b, e - b), params.grads(), gate, ranges_, h, config_.grad_clip,
+                                scratch(params, ops.clipped_adam_scratch_size(ranges_.size())));
   queued_ = true;
 }
 
@@ -85,7 +85,7 @@ bool Optimizer::finish(nn::Parameters& params, bool finite_loss) {
   const bool queued = std::exchange(queued_, false);
   if (!finite_loss) return refuse(params, std::numeric_limits<double>::quiet_NaN(), false);
   check(queued, "Optimizer::finish: no step was queued");
-  const std::array<double, 2> sums = params.ops().clipped_adam_sums(scratch_.span());
+  const std::array<double, 2> sums = sums_ ? *sums_ : params.ops().clipped_adam_sums(scratch_.span());
   if (!std::isfinite(sums[1])) return refuse(params, std::numeric_limits<double>::quiet_NaN(), false);
   const double norm = std::sqrt(sums[0]);
   // Not finite: nothing was updated (the weights, the moments and t are unchanged).

@@ -1,6 +1,8 @@
 #pragma once
 // The optimizer state machine over a model's Parameters: gradient norm, the non-finite check, clipping,
 // the schedule and the Adam(W) update of every tensor.
+#include <array>
+#include <optional>
 #include <vector>
 
 #include "nn/parameters.h"
@@ -54,6 +56,8 @@ class Optimizer {
 
   std::vector<ops::AdamRange> ranges_;  // per step, reusing its capacity
   bool queued_ = false;                 // a step was queued and not yet finished
+  // Its sums, where the backend decided on the host and returned them (else clipped_adam_sums reads them).
+  std::optional<std::array<double, 2>> sums_;
   Tensor scratch_;
 };
 

@@ -4,15 +4,18 @@
 // only walk the model code, check each op's arguments against the recording and stage the values that change
 // (dropout seeds, the loss's scale, Adam's hyper-parameters, the optimizer's ranges) into a block that the
 // recorded closures read when end_step runs them. Nothing inside a step may wait (download, sum_squares, ...).
-// Judged against the plain CPU backend, bit for bit: losses, weights, moments and step counts, for the three
+// Judged against the plain CPU backend, bit for bit (which takes a step in the checked order: the loss read and
+// checked before the backward, the norm on the host): losses, weights, moments and step counts, for the three
 // models with dropout, a warmup, moving padding, a shape that changes and comes back, a workspace that moves
 // under the same shape (the replay diverges, the step runs again op by op), and non-finite steps.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -191,8 +194,9 @@ class DeferringBackend final : public ops::Backend {
   }
   size_t clipped_adam_scratch_size(size_t ranges) const override { return cpu_.clipped_adam_scratch_size(ranges); }
   // The ranges (host memory) and the hyper-parameters (lr and t) are the step's values.
-  void clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate, std::span<const AdamRange> ranges,
-                         const AdamHyper& h, float max_norm, Span scratch) override {
+  std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
+                                                         std::span<const AdamRange> ranges, const AdamHyper& h,
+                                                         float max_norm, Span scratch) override {
     if (!recorder_.active()) return cpu_.clipped_adam_step(p, m, v, g, g_all, gate, ranges, h, max_norm, scratch);
     const auto* staged = reinterpret_cast<const AdamRange*>(stage(ranges.data(), ranges.size_bytes(), 16));
     const AdamHyper* hyper = scalar(h);
@@ -200,12 +204,14 @@ class DeferringBackend final : public ops::Backend {
     op(StepSignature::of("clipped_adam_step", p, m, v, g, g_all, gate, n, max_norm, scratch), [=, this] {
       cpu_.clipped_adam_step(p, m, v, g, g_all, gate, {staged, n}, *hyper, max_norm, scratch);
     });
+    return {};  // known when the recorded work has run: clipped_adam_sums
   }
   std::array<double, 2> clipped_adam_sums(Span scratch) override {
     refuse_inside_step("clipped_adam_sums");
     return cpu_.clipped_adam_sums(scratch);
   }
 
+  bool queues_whole_steps() const override { return true; }
   void begin_step(uint64_t key) override {
     if (recorder_.begin(key) == StepRecorder::Mode::Capture) recording_.clear();
   }

@@ -274,18 +274,20 @@ class CudaBackend final : public Backend {
   size_t clipped_adam_scratch_size(size_t ranges) const override {
     return floats_for<double>(kc::clipped_adam_scratch_size()) + adam_scratch_size(ranges);
   }
-  void clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate, std::span<const AdamRange> ranges,
-                         const AdamHyper& h, float max_norm, Span scratch) override {
+  std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
+                                                         std::span<const AdamRange> ranges, const AdamHyper& h,
+                                                         float max_norm, Span scratch) override {
     check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
           " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
     auto* doubles = reinterpret_cast<double*>(scratch.data());  // the workspace's spans are 64-byte aligned
     AdamRange* dev = upload_ranges(p, ranges, scratch.subspan(floats_for<double>(kc::clipped_adam_scratch_size())));
     // lr and the bias corrections (from t) are the step's scalars.
     const kc::AdamScalars* scalars_dev = kc::step_graph().scalar(kc::adam_scalars(h));
-    if (replayed("clipped_adam_step", p, m, v, g, g_all, gate, ranges.size(), max_norm, scratch)) return;
+    if (replayed("clipped_adam_step", p, m, v, g, g_all, gate, ranges.size(), max_norm, scratch)) return {};
     kc::clipped_adam_step(p.data(), m.data(), v.data(), g.data(), g_all.data(), g_all.size(), gate.data(), gate.size(),
                           dev, static_cast<int>(ranges.size()), ranges.empty() ? 0 : ranges.back().end, h, max_norm,
                           doubles, scalars_dev);
+    return {};  // on the device: clipped_adam_sums reads them after the step
   }
   std::array<double, 2> clipped_adam_sums(Span scratch) override {
     refuse_inside_step("clipped_adam_sums");
@@ -298,6 +300,7 @@ class CudaBackend final : public Backend {
     return kc::sum_squares(x.data(), x.size(), reinterpret_cast<double*>(scratch.data()));
   }
 
+  bool queues_whole_steps() const override { return true; }
   void begin_step(uint64_t key) override { kc::step_graph().begin(key); }
   void end_step() override { kc::step_graph().end(); }
   bool cancel_step() noexcept override { return kc::step_graph().cancel(); }
