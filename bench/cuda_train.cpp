@@ -44,6 +44,8 @@
 
 #if QKV_CUDA
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/step_graph.h"
 #endif
 
 namespace {
@@ -309,6 +311,15 @@ int run(int argc, char** argv) {
   std::printf("%-10s %9.2f %9.2f %12.0f %9.2f %7s %9s   %.4f -> %.4f\n", "qkv", median, mean, tokens_per_s, tflops,
               mfu_cell, peak_cell, double(first), double(last));
   std::printf("peak: %s (TFLOP/s, %s)\n", peak.source.c_str(), a.precision.c_str());
+#if QKV_CUDA
+  if (a.device == qkv::Device::CUDA) {
+    // What the step graph did over the run (kernels/cuda/step_graph.h): the timed steps should all be replays.
+    const auto& g = qkv::kernels::cuda::step_graph().counts();
+    std::printf("CUDA graph: %s; %lld captured, %lld replayed, %lld run again op by op\n",
+                qkv::kernels::cuda::step_graph().enabled() ? "on" : "off (QKV_CUDA_GRAPH=0)", g.captured, g.replayed,
+                g.retried);
+  }
+#endif
   std::printf(
       "RESULT bench=%s side=qkv precision=%s device=\"%s\" qkv=%s batch=%d steps=%d ms_per_step=%.3f mean_ms=%.3f "
       "tokens_per_s=%.1f model_tflop_per_step=%.4f peak_tflops=%g peak_source=\"%s\" mfu=%.4f loss_first=%.4f "
