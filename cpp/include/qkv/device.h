@@ -39,4 +39,12 @@ CudaPrecision parse_cuda_precision(const std::string& name, const char* what);
 void set_cuda_tf32(bool on);
 bool cuda_tf32();
 
+// Whether train_step on Device::CUDA runs as one CUDA graph, for every model in this process (on by default, or
+// off where the environment has QKV_CUDA_GRAPH=0): per batch shape one step op by op, the next captured, later
+// ones replayed (README, "On a GPU"). A step gives the same bits either way; off, every op is its own launch.
+// Switch it between steps, and off where several threads use the GPU at once (a capture would take in the other
+// threads' work). In a build without CUDA set_cuda_graphs does nothing and cuda_graphs() is false.
+void set_cuda_graphs(bool on);
+bool cuda_graphs();
+
 }  // namespace qkv

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/step_graph.h"
 #endif
 
 namespace qkv {
@@ -39,6 +40,8 @@ void set_cuda_precision(CudaPrecision precision) {
                                       : precision == CudaPrecision::BF16 ? MatmulPrecision::Bf16
                                                                          : MatmulPrecision::Fp32);
 }
+void set_cuda_graphs(bool on) { kernels::cuda::step_graph().set_enabled(on); }
+bool cuda_graphs() { return kernels::cuda::step_graph().enabled(); }
 CudaPrecision cuda_precision() {
   using kernels::cuda::MatmulPrecision;
   const MatmulPrecision p = kernels::cuda::matmul_precision();
@@ -57,6 +60,8 @@ void set_cuda_precision(CudaPrecision precision) {
     throw Error(std::string("set_cuda_precision(") + to_string(precision) + "): " + cuda_unavailable_reason());
 }
 CudaPrecision cuda_precision() { return CudaPrecision::FP32; }
+void set_cuda_graphs(bool) {}
+bool cuda_graphs() { return false; }
 #endif
 
 void set_cuda_tf32(bool on) { set_cuda_precision(on ? CudaPrecision::TF32 : CudaPrecision::FP32); }

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
+
 namespace qkv {
 namespace {
 
@@ -16,6 +19,25 @@ TEST(Device, CudaDevicesAreReported) {
   const int n = cuda_device_count();
   if (n == 0) GTEST_SKIP() << "no CUDA device present (cudaGetDeviceCount reports none); CUDA tests skipped";
   EXPECT_NE(device_summary().find("cuda: " + std::to_string(n) + " device(s)"), std::string::npos);
+}
+
+// The step graph's switch: on by default where CUDA is built (unless the environment turned it off), off and on
+// again through the API; a build without CUDA has none to turn on.
+TEST(Device, TheCudaGraphSwitch) {
+  const bool before = cuda_graphs();
+  if (!cuda_built()) {
+    EXPECT_FALSE(before);
+    set_cuda_graphs(true);
+    EXPECT_FALSE(cuda_graphs());
+    return;
+  }
+  const char* env = std::getenv("QKV_CUDA_GRAPH");
+  EXPECT_EQ(before, !(env && std::string(env) == "0"));
+  set_cuda_graphs(false);
+  EXPECT_FALSE(cuda_graphs());
+  set_cuda_graphs(true);
+  EXPECT_TRUE(cuda_graphs());
+  set_cuda_graphs(before);
 }
 
 }  // namespace
