@@ -23,6 +23,7 @@ StepGraph::~StepGraph() {
 }
 
 void StepGraph::set_enabled(bool on) {
+  const std::lock_guard<std::mutex> lock(step_);  // between steps: one under way in another thread ends first
   for (void* exec : recorder_.set_enabled(on)) destroy(exec);
 }
 
