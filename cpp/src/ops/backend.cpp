@@ -32,14 +32,8 @@ void Backend::linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act,
   if (!b.empty() || act != Act::Identity || a.data() != h.data()) bias_act_forward(a, h, b, act, rows, out);
 }
 
-// The default's scratch: the two sums first (kSumsFloats floats: 64 bytes, so what follows keeps the workspace's
-// alignment), then what sum_squares or adam_step needs.
-namespace {
-constexpr size_t kSumsFloats = 16;
-}
-
 size_t Backend::clipped_adam_scratch_size(size_t ranges) const {
-  return kSumsFloats + std::max(sum_squares_scratch_size(), adam_scratch_size(ranges));
+  return std::max(sum_squares_scratch_size(), adam_scratch_size(ranges));
 }
 
 std::optional<std::array<double, 2>> Backend::clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all,
@@ -47,24 +41,18 @@ std::optional<std::array<double, 2>> Backend::clipped_adam_step(Span p, Span m, 
                                                                 const AdamHyper& h, float max_norm, Span scratch) {
   check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (", name(), "): scratch of ",
         scratch.size(), " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
-  const Span rest = scratch.subspan(kSumsFloats);
-  const Span sum_scratch = rest.first(sum_squares_scratch_size());
+  const Span sum_scratch = scratch.first(sum_squares_scratch_size());
   const std::array<double, 2> sums{sum_squares(g_all, sum_scratch),
                                    gate.empty() ? 0.0 : sum_squares(gate, sum_scratch)};
-  upload(scratch.data(), sums.data(), sizeof sums);  // for clipped_adam_sums
   if (!std::isfinite(sums[0]) || !std::isfinite(sums[1])) return sums;
   AdamHyper clipped = h;
   clipped.grad_scale = clip_factor(sums[0], max_norm);
-  adam_step(p, m, v, g, ranges, clipped, rest.first(adam_scratch_size(ranges.size())));
+  adam_step(p, m, v, g, ranges, clipped, scratch.first(adam_scratch_size(ranges.size())));
   return sums;
 }
 
-std::array<double, 2> Backend::clipped_adam_sums(Span scratch) {
-  check(scratch.size() >= kSumsFloats, "clipped_adam_sums (", name(), "): scratch of ", scratch.size(),
-        " floats: expected clipped_adam_scratch_size()");
-  std::array<double, 2> sums{};
-  download(sums.data(), scratch.data(), sizeof sums);
-  return sums;
+std::array<double, 2> Backend::clipped_adam_sums(Span) {
+  throw Error(detail::cat("clipped_adam_sums (", name(), "): this backend's clipped_adam_step returns its sums"));
 }
 
 void Backend::begin_step(uint64_t) {}

@@ -161,8 +161,8 @@ class Backend {
   // gradient (the norm's), g the part this replica updates (all of it but under ZeRO-1), gate values that must be
   // finite for the update to happen (a step's per-row losses; may be empty). The default decides on the host
   // between the ops and returns {s, s_gate}; a backend that decides on the device (CUDA) queues it all, so that a
-  // whole training step can run without the host, and returns nothing: clipped_adam_sums(scratch) then reads
-  // {s, s_gate} (it waits; it answers after the default too).
+  // whole training step can run without the host, and returns nothing: its clipped_adam_sums(scratch) then reads
+  // {s, s_gate} (it waits). A backend whose clipped_adam_step returns the sums has no clipped_adam_sums.
   virtual size_t clipped_adam_scratch_size(size_t ranges) const;
   virtual std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all,
                                                                  CSpan gate, std::span<const AdamRange> ranges,

@@ -202,13 +202,14 @@ class DeferringBackend final : public ops::Backend {
     const AdamHyper* hyper = scalar(h);
     const size_t n = ranges.size();
     op(StepSignature::of("clipped_adam_step", p, m, v, g, g_all, gate, n, max_norm, scratch), [=, this] {
-      cpu_.clipped_adam_step(p, m, v, g, g_all, gate, {staged, n}, *hyper, max_norm, scratch);
+      sums_ = cpu_.clipped_adam_step(p, m, v, g, g_all, gate, {staged, n}, *hyper, max_norm, scratch);
     });
     return {};  // known when the recorded work has run: clipped_adam_sums
   }
-  std::array<double, 2> clipped_adam_sums(Span scratch) override {
+  std::array<double, 2> clipped_adam_sums(Span) override {
     refuse_inside_step("clipped_adam_sums");
-    return cpu_.clipped_adam_sums(scratch);
+    check(sums_.has_value(), "clipped_adam_sums: no clipped step has run");
+    return *sums_;
   }
 
   bool queues_whole_steps() const override { return true; }
@@ -282,7 +283,8 @@ class DeferringBackend final : public ops::Backend {
   ops::Backend& cpu_;
   StepRecorder recorder_;
   std::vector<unsigned char> block_;
-  Recording recording_;  // the capture under way
+  Recording recording_;                        // the capture under way
+  std::optional<std::array<double, 2>> sums_;  // the last clipped step's, as the CPU returned them
 };
 
 // Makes models created on the CPU run through the deferring executor while it lives.
