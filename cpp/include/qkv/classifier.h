@@ -52,6 +52,8 @@ class Classifier final : public Model {
 
   // tokens (batch, seq); labels (batch) in [0, classes). Returns the mean loss before the update.
   float train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
+  // train_step queued, its loss read later: LanguageModel::queue_train_step.
+  StepLoss queue_train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   float forward_backward(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq);
   // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then
   // apply_gradients() takes one optimizer step (false when skipped). A non-finite loss or gradient norm

@@ -60,6 +60,14 @@ class LanguageModel final : public Model {
   // skipped (Skip: last_step_skipped() is true, skipped_steps() grew by one; the returned loss is the
   // batch's, which may be finite when only the gradient was not).
   float train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
+  // train_step without waiting for the GPU: the step is queued and its loss read later (StepLoss::get), so the host
+  // prepares and queues the next batch while the GPU runs this one. Up to three steps are in flight; a fourth waits
+  // for the oldest. The steps compute exactly what train_step would; a non-finite step under NonFinite::Error
+  // throws from the call that settles it (its get(), a later queue_train_step, step(), save, ...), with the
+  // weights, moments and step() as they were before it, and the steps queued behind it do not run (their get()
+  // throws). Bad input throws here. Where the host decides each step (the CPU, WebGPU, data parallel) the step
+  // runs now, as train_step.
+  StepLoss queue_train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq);
 
   // Gradient accumulation: accumulate() adds weight * d(mean loss) to the gradients (zero them first with
   // zero_grad()); apply_gradients() then takes one optimizer step and returns true, or false when it was

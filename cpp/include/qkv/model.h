@@ -12,6 +12,7 @@
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
 #include "qkv/parameter.h"
+#include "qkv/step_loss.h"
 #include "qkv/tensor.h"
 
 namespace qkv {
@@ -45,6 +46,9 @@ class Model {
   size_t num_parameters() const;
   // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
   MemoryUsage memory() const;
+  // Training steps queued with queue_train_step (each model's) and not yet settled are settled first by the calls
+  // below that read or change what they leave: step counts, gradients, parameters, checkpoints, moves, the
+  // optimizer's settings (they wait for the GPU; an error a settled step throws comes out of them).
   int step() const;  // optimizer steps taken
   // Steps skipped under NonFinite::Skip (not counted in step(); saved in checkpoints with the optimizer
   // state), and whether the last optimizer step (train_step or apply_gradients) was one of them.

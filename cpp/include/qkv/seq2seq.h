@@ -74,6 +74,9 @@ class Seq2Seq final : public Model {
   // and the target itself. Returns the mean loss over non-pad target positions, before the update.
   float train_step(std::span<const int32_t> src, std::span<const int32_t> tgt_in, std::span<const int32_t> tgt_out,
                    int batch, int src_len, int tgt_len);
+  // train_step queued, its loss read later: LanguageModel::queue_train_step.
+  StepLoss queue_train_step(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
+                            std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len);
   float forward_backward(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                          std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len);
   // Gradient accumulation: zero_grad(), then accumulate() adds weight * d(mean loss) per batch, then

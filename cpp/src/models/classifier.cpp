@@ -189,6 +189,15 @@ float Classifier::forward_backward(std::span<const int32_t> tokens, std::span<co
   return impl_->forward_backward(batch, seq);
 }
 
+StepLoss Classifier::queue_train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch,
+                                      int seq) {
+  impl_->load(tokens, &labels, batch, seq);
+  Impl& m = *impl_;
+  return m.core.queue_train_step(
+      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); },
+      [&] { m.backward(batch, seq); });
+}
+
 float Classifier::train_step(std::span<const int32_t> tokens, std::span<const int32_t> labels, int batch, int seq) {
   impl_->load(tokens, &labels, batch, seq);
   Impl& m = *impl_;

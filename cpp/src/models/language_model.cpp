@@ -180,6 +180,15 @@ float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const
       [&] { m.backward(batch, seq); });
 }
 
+StepLoss LanguageModel::queue_train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch,
+                                         int seq) {
+  Impl& m = *impl_;
+  m.load_batch(inputs, &targets, batch, seq);
+  return m.core.queue_train_step(
+      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); },
+      [&] { m.backward(batch, seq); });
+}
+
 float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
                                 float weight) {
   check(std::isfinite(weight), "weight = ", weight, " is invalid: expected a finite number");

@@ -8,10 +8,15 @@
 // per-row losses and argmax of a loss evaluation, logits asked for, and after a training step its per-row losses
 // and the sums of squares behind the update's decision (two doubles).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -22,6 +27,7 @@
 #include "qkv/error.h"
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
+#include "qkv/step_loss.h"
 #include "qkv/workspace.h"
 #include "train/optimizer.h"
 
@@ -99,6 +105,7 @@ struct ModelCore {
   // One optimizer step on the accumulated gradients; false when it was skipped (NonFinite::Skip: a
   // non-finite loss or gradient norm; the gradients are then zeroed). See Optimizer::step.
   bool apply_gradients() {
+    settle_all();
     bool finite_loss = !nonfinite_loss;
     nonfinite_loss = false;
     if (!sync) return optimizer.step(params, finite_loss);
@@ -136,6 +143,7 @@ struct ModelCore {
   // forward_loss(), the loss read and checked (check_loss), then backward() when it is finite.
   template <class ForwardLoss, class Backward>
   float accumulate(ForwardLoss&& forward_loss, Backward&& backward) {
+    settle_all();
     const float loss = read_loss(forward_loss());
     if (check_loss(loss)) backward();
     return loss;
@@ -155,6 +163,7 @@ struct ModelCore {
   // reduction carries the loss's finiteness (dist/).
   template <class ForwardLoss, class Backward>
   float train_step(uint64_t key, ForwardLoss&& forward_loss, Backward&& backward) {
+    settle_all();
     zero_grad();
     if (sync || !ops().queues_whole_steps()) {
       const float loss = accumulate(forward_loss, backward);
@@ -165,7 +174,10 @@ struct ModelCore {
     const PendingLoss pending = queue_step(key ^ step_key(), passes_before, forward_loss, backward);
     const float loss = read_loss(pending);
     if (!std::isfinite(loss)) {
-      if (optimizer.config().non_finite == NonFinite::Error) params.zero_grad();
+      if (optimizer.config().non_finite == NonFinite::Error) {
+        params.zero_grad();
+        optimizer.end_halt();  // the device halted on the refusal (ops/adam_plan.h)
+      }
       check_loss(loss);  // throws under NonFinite::Error
       optimizer.finish(params, false);
       nonfinite_loss = false;
@@ -175,37 +187,198 @@ struct ModelCore {
     return loss;
   }
 
+  // A training step as train_step's, queued without waiting for it where the backend decides on the device
+  // (queues_whole_steps: CUDA): its per-row losses and the update's sums are copied back behind it
+  // (Backend::read_later) and read when the StepLoss asks, or when a later call needs the steps settled
+  // (settle_all). Up to ops::kMaxStepsAhead + 1 steps are in flight: queuing one more settles the oldest first (it
+  // waits). The device decides each update (ops/adam_plan.h), so the steps in flight compute what train_step would,
+  // bit for bit; under NonFinite::Error the settle that meets a refused step throws its error, and the steps queued
+  // behind it, halted on the device, are dropped (their losses throw; the dropout passes go back to the refused
+  // step's). Elsewhere (the CPU, WebGPU, data parallel) the step is train_step's, run now.
+  template <class ForwardLoss, class Backward>
+  StepLoss queue_train_step(uint64_t key, ForwardLoss&& forward_loss, Backward&& backward) {
+    auto state = std::make_shared<StepLoss::State>();
+    if (sync || !ops().queues_whole_steps()) {
+      state->loss = train_step(key, forward_loss, backward);
+      state->settled = true;
+      return StepLoss(state);
+    }
+    while (in_flight.size() > static_cast<size_t>(ops::kMaxStepsAhead)) settle_one();
+    zero_grad();
+    const uint64_t passes_before = passes;
+    const PendingLoss pending = queue_step(key ^ step_key(), passes_before, forward_loss, backward, true);
+    InFlight f{state, 0, pending.losses.size(), pending.count, passes};
+    if (pending.count == 0) {
+      // No row counts: the loss is NaN, known now, and no update was queued: answered now, after the steps
+      // before it, as train_step answers it.
+      state->settled = true;
+      try {
+        settle_all();
+      } catch (...) {
+        state->error = std::current_exception();  // it was dropped with the steps behind the one that threw
+        throw;
+      }
+      state->loss = std::numeric_limits<float>::quiet_NaN();
+      if (optimizer.config().non_finite == NonFinite::Error) params.zero_grad();
+      try {
+        check_loss(state->loss);
+      } catch (...) {
+        state->error = std::current_exception();
+        throw;
+      }
+      optimizer.finish(params, false);
+      nonfinite_loss = false;
+      return StepLoss(state);
+    }
+    const std::array<CSpan, 2> parts{pending.losses, optimizer.sums_span(params)};
+    f.read = ops().read_later(parts);
+    state->core = this;
+    in_flight.push_back(f);
+    return StepLoss(state);
+  }
+
+  // Settles every step in flight, oldest first (waits). Every call that reads or changes what a training step
+  // leaves (the optimizer's counts, the weights, the gradients, the dropout passes) settles first.
+  void settle_all() {
+    while (!in_flight.empty()) settle_one();
+  }
+  // Settles the steps up to `state`'s (StepLoss::get).
+  void settle_through(const StepLoss::State& state) {
+    while (!state.settled && !in_flight.empty()) settle_one();
+  }
+  ~ModelCore() {
+    // The StepLosses outlive the model: each gets its loss or its error. Nothing may escape a destructor.
+    while (!in_flight.empty()) {
+      try {
+        settle_one();
+      } catch (...) {
+      }
+    }
+  }
+  ModelCore(const ModelCore&) = delete;
+  ModelCore& operator=(const ModelCore&) = delete;
+
  private:
+  struct InFlight {
+    std::shared_ptr<StepLoss::State> state;
+    uint64_t read;    // Backend::read_later: the per-row losses, then the sums (two doubles)
+    size_t rows;      // per-row losses
+    long long count;  // rows that count
+    uint64_t passes;  // the dropout passes after the step
+  };
+  std::deque<InFlight> in_flight;
+  std::vector<float> settle_floats;
+
+  // The oldest step in flight: its loss and sums read back (waits), then the optimizer's answer, as train_step's.
+  void settle_one() {
+    InFlight f = std::move(in_flight.front());
+    in_flight.pop_front();
+    f.state->core = nullptr;
+    f.state->settled = true;
+    std::vector<float>& host = settle_floats;
+    host.resize(f.rows + 4);
+    ops().take(f.read, host);
+    double sum = 0.0;
+    for (size_t i = 0; i < f.rows; ++i) sum += host[i];  // read_loss's order
+    const float loss = static_cast<float>(sum / static_cast<double>(f.count));
+    std::array<double, 2> sums;
+    std::memcpy(sums.data(), host.data() + f.rows, sizeof sums);
+    const bool last = in_flight.empty();
+    f.state->loss = loss;
+    try {
+      if (!std::isfinite(loss)) {
+        if (optimizer.config().non_finite == NonFinite::Error) {
+          params.zero_grad();
+          check_loss(loss);  // throws: caught below
+        }
+        optimizer.settle(params, false, sums, last);
+        return;
+      }
+      optimizer.settle(params, true, sums, last);  // throws for a non-finite norm under NonFinite::Error
+    } catch (...) {
+      // NonFinite::Error: this step's error; the steps behind it wrote nothing (the device halted them).
+      f.state->error = std::current_exception();
+      drop_in_flight(f);
+      throw;
+    }
+  }
+  // The steps queued behind f, which threw: they are read (their copies were queued) and answer with an error.
+  void drop_in_flight(const InFlight& f) {
+    std::string why = "an earlier step's error";
+    try {
+      std::rethrow_exception(f.state->error);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+    }
+    const auto error = std::make_exception_ptr(
+        Error(detail::cat("this training step did not run: a step queued before it stopped training (", why, ")")));
+    while (!in_flight.empty()) {
+      InFlight d = std::move(in_flight.front());
+      in_flight.pop_front();
+      settle_floats.resize(d.rows + 4);
+      ops().take(d.read, settle_floats);
+      d.state->core = nullptr;
+      d.state->settled = true;
+      d.state->loss = std::numeric_limits<float>::quiet_NaN();
+      d.state->error = error;
+    }
+    optimizer.drop_ahead();
+    optimizer.end_halt();
+    passes = f.passes;  // the dropped steps' passes are run again by the next steps
+  }
+
   // The step's ops between begin_step and end_step. A StepRetry (the backend's replay met a different step, or
   // its capture failed: nothing of it ran), or an exception from a capture that broke, runs the step again from
   // the same dropout seeds, op by op (begin_step(0)).
   template <class ForwardLoss, class Backward>
-  PendingLoss queue_step(uint64_t key, uint64_t passes_before, ForwardLoss& forward_loss, Backward& backward) {
+  PendingLoss queue_step(uint64_t key, uint64_t passes_before, ForwardLoss& forward_loss, Backward& backward,
+                         bool ahead = false) {
     ops::Backend& b = ops();
+    optimizer.reserve(params);  // outside the step: nothing inside it may allocate
+    const int ahead_before = optimizer.ahead();
     for (int attempt = 0;; ++attempt) {
       passes = passes_before;
+      // A step run again, or one that failed, was not queued: it is not in flight.
+      optimizer.set_ahead(ahead_before);
       b.begin_step(attempt == 0 ? key : 0);
       try {
         const PendingLoss pending = forward_loss();
         backward();
         // No row counts: the loss is NaN whatever the device computes, and no update may happen.
-        if (pending.count > 0) optimizer.queue(params, pending.losses);
+        if (pending.count > 0) {
+          if (ahead) {
+            optimizer.queue_ahead(params, pending.losses);
+          } else {
+            optimizer.queue(params, pending.losses);
+          }
+        }
         b.end_step();
         return pending;
       } catch (const ops::StepRetry&) {
         b.cancel_step();
         check(attempt == 0, "the training step could not be queued: the backend asked to run it again twice");
       } catch (...) {
-        if (!b.cancel_step() || attempt > 0) throw;
+        if (!b.cancel_step() || attempt > 0) {
+          optimizer.set_ahead(ahead_before);
+          throw;
+        }
       }
     }
   }
-  // What the step's ops depend on beyond the model's shape: where the weights live, and whether dropout is on.
+  // What the step's ops depend on beyond the model's shape: which model (a new model may get a freed model's
+  // addresses, and its first step must run op by op: it makes what the model keeps), where its weights live, and
+  // whether dropout is on.
   uint64_t step_key() const {
     const auto at = reinterpret_cast<uintptr_t>(const_cast<nn::Parameters&>(params).values().data());
-    return (static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) ^ (training ? 1u : 0u) ^
+    return (static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) ^ (id * 0xC2B2AE3D27D4EB4Full) ^ (training ? 1u : 0u) ^
            (static_cast<uint64_t>(std::hash<float>{}(dropout)) << 1);
   }
+  static uint64_t next_id() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+  }
+  const uint64_t id = next_id();
 
  public:
   MemoryUsage memory() const {

@@ -190,6 +190,15 @@ float Seq2Seq::forward_backward(std::span<const int32_t> src, std::span<const in
   return impl_->forward_backward(batch, src_len, tgt_len);
 }
 
+StepLoss Seq2Seq::queue_train_step(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
+                                   std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len) {
+  impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
+  Impl& m = *impl_;
+  return m.core.queue_train_step(
+      models::shape_key({batch, src_len, tgt_len}), [&] { return m.forward_loss(batch, src_len, tgt_len, 1.f); },
+      [&] { m.backward(batch, src_len, tgt_len); });
+}
+
 float Seq2Seq::train_step(std::span<const int32_t> src, std::span<const int32_t> tgt_in,
                           std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len) {
   impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);

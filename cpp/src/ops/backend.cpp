@@ -38,9 +38,13 @@ size_t Backend::clipped_adam_scratch_size(size_t ranges) const {
 
 std::optional<std::array<double, 2>> Backend::clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all,
                                                                 CSpan gate, std::span<const AdamRange> ranges,
-                                                                const AdamHyper& h, float max_norm, Span scratch) {
+                                                                const AdamPlan& plan, float max_norm, Span scratch) {
   check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (", name(), "): scratch of ",
         scratch.size(), " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
+  // Deciding on the host, this backend's steps are read before the next is queued: nothing is ever ahead.
+  check(plan.ahead == 0, "adam_step (", name(), "): a step queued behind ", plan.ahead,
+        " undecided ones, on a backend that decides on the host");
+  const AdamHyper& h = plan.hyper[0];
   const Span sum_scratch = scratch.first(sum_squares_scratch_size());
   const std::array<double, 2> sums{sum_squares(g_all, sum_scratch),
                                    gate.empty() ? 0.0 : sum_squares(gate, sum_scratch)};
@@ -53,6 +57,37 @@ std::optional<std::array<double, 2>> Backend::clipped_adam_step(Span p, Span m, 
 
 std::array<double, 2> Backend::clipped_adam_sums(Span) {
   throw Error(detail::cat("clipped_adam_sums (", name(), "): this backend's clipped_adam_step returns its sums"));
+}
+CSpan Backend::clipped_adam_sums_span(CSpan) const {
+  throw Error(detail::cat("clipped_adam_sums_span (", name(), "): this backend's clipped_adam_step returns its sums"));
+}
+
+uint64_t Backend::read_later(std::span<const CSpan> parts) {
+  size_t n = 0;
+  for (CSpan part : parts) n += part.size();
+  std::vector<float> host(n);
+  size_t at = 0;
+  for (CSpan part : parts) {
+    download(host.data() + at, part.data(), part.size_bytes());
+    at += part.size();
+  }
+  const std::lock_guard<std::mutex> lock(reads_mutex_);
+  reads_.emplace(next_read_, std::move(host));
+  return next_read_++;
+}
+
+void Backend::take(uint64_t id, std::span<float> dst) {
+  std::vector<float> host;
+  {
+    const std::lock_guard<std::mutex> lock(reads_mutex_);
+    const auto it = reads_.find(id);
+    check(it != reads_.end(), "take (", name(), "): read ", id, " was never queued or was taken already");
+    host = std::move(it->second);
+    reads_.erase(it);
+  }
+  check(host.size() == dst.size(), "take (", name(), "): read ", id, " holds ", host.size(), " floats, not ",
+        dst.size());
+  std::copy(host.begin(), host.end(), dst.begin());
 }
 
 void Backend::begin_step(uint64_t) {}

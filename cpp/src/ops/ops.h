@@ -20,7 +20,7 @@
 //     the comment says otherwise.
 //   - An op that needs scratch takes it last, sized by its *_scratch_size (floats; 0 for a backend that needs
 //     none, which then accepts an empty span). The caller takes it from the model's Workspace, so no op allocates.
-//   - Work is queued in order on the device; only download(), sum_squares(), clipped_adam_sums() and
+//   - Work is queued in order on the device; only download(), sum_squares(), clipped_adam_sums(), take() and
 //     synchronize() wait for it.
 //   - Bad sizes are refused with qkv::Error before any work starts. Token ids are validated by the models on
 //     the host before they reach a backend (Ids below).
@@ -30,11 +30,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "ops/adam_plan.h"
 #include "ops/types.h"
 #include "qkv/tensor.h"
 
@@ -162,12 +165,23 @@ class Backend {
   // finite for the update to happen (a step's per-row losses; may be empty). The default decides on the host
   // between the ops and returns {s, s_gate}; a backend that decides on the device (CUDA) queues it all, so that a
   // whole training step can run without the host, and returns nothing: its clipped_adam_sums(scratch) then reads
-  // {s, s_gate} (it waits). A backend whose clipped_adam_step returns the sums has no clipped_adam_sums.
+  // {s, s_gate} (it waits), or read_later(clipped_adam_sums_span(scratch)) queues their copy. A backend whose
+  // clipped_adam_step returns the sums has neither. The hyper-parameters are plan.hyper[0], or on a backend that
+  // decides on the device, the plan's pick for a step queued behind others still undecided (ops/adam_plan.h; the
+  // scratch keeps the AdamState: the same scratch from step to step, zeroed when made).
   virtual size_t clipped_adam_scratch_size(size_t ranges) const;
   virtual std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all,
                                                                  CSpan gate, std::span<const AdamRange> ranges,
-                                                                 const AdamHyper& h, float max_norm, Span scratch);
+                                                                 const AdamPlan& plan, float max_norm, Span scratch);
   virtual std::array<double, 2> clipped_adam_sums(Span scratch);
+  virtual CSpan clipped_adam_sums_span(CSpan scratch) const;
+
+  // Copies of device floats to the host queued behind the work queued so far, without waiting where the device
+  // runs apart from the host (CUDA): the loss of a training step read while the next one runs. take(id, dst) waits
+  // for them and writes the parts one after another into dst (their total size), once; every id is taken once.
+  // The default copies at once (download). Not inside a step (begin_step .. end_step).
+  virtual uint64_t read_later(std::span<const CSpan> parts);
+  virtual void take(uint64_t id, std::span<float> dst);
 
   // ---- A training step as one unit ----
 
@@ -192,6 +206,12 @@ class Backend {
   virtual void begin_step(uint64_t key);
   virtual void end_step();
   virtual bool cancel_step() noexcept;
+
+ private:
+  // read_later's copies where the default makes them.
+  std::mutex reads_mutex_;
+  std::map<uint64_t, std::vector<float>> reads_;
+  uint64_t next_read_ = 1;
 };
 
 // The backend of a device, made on first use and kept for the process. Device::CUDA throws qkv::Error with

@@ -29,6 +29,29 @@ class Optimizer {
   // update from happening, if it was queued at all).
   void queue(nn::Parameters& params, CSpan gate);
   bool finish(nn::Parameters& params, bool finite_loss);
+  // Makes the ops' scratch now, so that a step queued whole allocates nothing (a CUDA graph's capture cannot).
+  void reserve(nn::Parameters& params);
+
+  // Steps in flight (models/model_core.h: queue_train_step), on a backend that decides on the device: queue_ahead()
+  // queues a step behind the ahead() steps queued and not yet settled, whose outcome the device knows and the host
+  // does not (ops/adam_plan.h: the device picks this step's t); sums_span() is where its sums will be, for
+  // Backend::read_later right after the step; settle() answers for the oldest step in flight from its sums, read
+  // later, as finish() does, with `last` saying whether it is the last step queued (a skip then zeroes the
+  // gradients, which are that step's; behind it they are the next step's). Under NonFinite::Error a refusal
+  // throws, and every step queued behind it has written nothing (the device halted them): drop_ahead() forgets
+  // them.
+  void queue_ahead(nn::Parameters& params, CSpan gate);
+  CSpan sums_span(nn::Parameters& params);
+  bool settle(nn::Parameters& params, bool finite_loss, const std::array<double, 2>& sums, bool last);
+  int ahead() const { return ahead_; }
+  void drop_ahead() { ahead_ = 0; }
+  void set_ahead(int n) { ahead_ = n; }  // a step queued and then not run (models/model_core.h: queue_step)
+  // The host refused a step the device had queued under NonFinite::Error for its loss (and threw): the device
+  // halted on it (ops/adam_plan.h), and the steps queued from now on run again.
+  void end_halt() {
+    queued_ = false;
+    ++epoch_;
+  }
 
   const OptimizerConfig& config() const { return config_; }
   void set_learning_rate(float lr);
@@ -44,7 +67,10 @@ class Optimizer {
  private:
   // A step not taken (a non-finite loss or norm): throws under NonFinite::Error, else zeroes the gradients,
   // counts the skip and returns false.
-  bool refuse(nn::Parameters& params, double norm, bool finite_loss);
+  bool refuse(nn::Parameters& params, double norm, bool finite_loss, bool zero_grads = true);
+  void queue_plan(nn::Parameters& params, CSpan gate, int ahead);
+  void make_ranges(nn::Parameters& params);
+  bool decide(nn::Parameters& params, const std::array<double, 2>& sums, bool zero_grads);
 
   OptimizerConfig config_;
   int t_ = 0;
@@ -56,6 +82,11 @@ class Optimizer {
 
   std::vector<ops::AdamRange> ranges_;  // per step, reusing its capacity
   bool queued_ = false;                 // a step was queued and not yet finished
+  int ahead_ = 0;                       // steps queued by queue_ahead and not yet settled
+  // The host's copy of the device's AdamState (ops/adam_plan.h) as of the steps settled: the steps taken since
+  // the scratch was made, and the epoch that a refusal under NonFinite::Error ends.
+  int taken_ = 0;
+  int epoch_ = 0;
   // Its sums, where the backend decided on the host and returned them (else clipped_adam_sums reads them).
   std::optional<std::array<double, 2>> sums_;
   Tensor scratch_;

@@ -583,7 +583,8 @@ TEST(CudaOps, ClippedAdamStepDecidesOnTheDevice) {
       up(d.f[0], p), up(d.f[1], m), up(d.f[2], v), up(d.f[3], g), up(d.f[6], losses);
       const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 2, 1.f};
       kc::clipped_adam_step(d.f[0], d.f[1], d.f[2], d.f[3], d.f[3], n, d.f[6], rows, ranges_,
-                            static_cast<int>(ranges.size()), n, h, max_norm, reinterpret_cast<double*>(d.f[5]));
+                            static_cast<int>(ranges.size()), n, ops::AdamPlan::of(h), max_norm,
+                            reinterpret_cast<double*>(d.f[5]));
       const auto sums = kc::clipped_adam_sums(reinterpret_cast<double*>(d.f[5]));
       const double s = sums[0];
       double gate = 0;

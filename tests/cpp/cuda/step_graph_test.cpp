@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -34,18 +35,19 @@ struct GraphSwitch {
 };
 
 // Runs `steps` (each returns its loss) on two twins, the first with the graph, the second op by op, and checks
-// that every loss and the final checkpoints (weights, moments, step counts) are the same bits.
+// that every loss and the final checkpoints (weights, moments, step counts) are the same bits. lag >= 0: the
+// graphed twin's steps are queued (queue_train_step), each loss read `lag` steps later (test::run_steps).
 template <class Model>
-void expect_twins_agree(Model& graphed, Model& eager, const test::StepCase<Model>& c) {
-  const auto& steps = c.steps;
+void expect_twins_agree(Model& graphed, Model& eager, const test::StepCase<Model>& c, int lag = -1) {
   GraphSwitch restore;
   const ops::StepRecorder::Counts before = kc::step_graph().counts();
   std::vector<float> got, want;
   kc::step_graph().set_enabled(true);
-  for (const auto& step : steps) got.push_back(step(graphed));
+  got = test::run_steps(graphed, c, lag);
   const ops::StepRecorder::Counts after = kc::step_graph().counts();
   kc::step_graph().set_enabled(false);
-  for (const auto& step : steps) want.push_back(step(eager));
+  want = test::run_steps(eager, c);
+  ASSERT_EQ(got.size(), want.size());
   EXPECT_GE(after.replayed - before.replayed, c.min_replays) << "the steps were not replayed as a graph";
   EXPECT_GE(after.captured - before.captured, 1);
   EXPECT_EQ(after.retried, before.retried) << "no step should have had to run again";
@@ -103,6 +105,42 @@ TEST(CudaStepGraph, NonFiniteStepsInsideTheGraphAnswerAsOpByOp) {
   EXPECT_EQ(strict.step(), 5);
   EXPECT_EQ(plain.step(), 5);
   EXPECT_TRUE(strict.save(true) == plain.save(true)) << "a refused step changed the weights or moments";
+}
+
+// Steps queued without waiting (queue_train_step), each loss read one or two steps late, through the graph: the
+// device picks each step's t (ops/adam_plan.h), the ids go up behind the step in flight (host_copies.h), and the
+// bits are those of train_step's steps op by op; a refusal under NonFinite::Error in flight stops the step behind
+// it, and the device runs again after the error (deferred_step_test.cpp runs the same on the CPU).
+TEST(CudaStepGraph, QueuedStepsReadLaterAreTheStepsRunOpByOp) {
+  QKV_REQUIRE_CUDA_DEVICE();
+  const LanguageModelConfig c = test::lm_config_with_dropout();
+  for (int lag : {1, 2}) {
+    SCOPED_TRACE("lag " + std::to_string(lag));
+    LanguageModel graphed(c, test::changing_optimizer(), Device::CUDA),
+        eager(c, test::changing_optimizer(), Device::CUDA);
+    expect_twins_agree(graphed, eager, test::lm_shape_steps(), lag);
+  }
+  {
+    LanguageModel graphed(c, test::changing_optimizer(NonFinite::Skip), Device::CUDA),
+        eager(c, test::changing_optimizer(NonFinite::Skip), Device::CUDA);
+    expect_twins_agree(graphed, eager, test::lm_nonfinite_steps(), 2);
+    EXPECT_GT(graphed.skipped_steps(), 0);
+  }
+  GraphSwitch restore;
+  kc::step_graph().set_enabled(true);
+  LanguageModel queued(c, test::changing_optimizer(NonFinite::Error), Device::CUDA),
+      plain(c, test::changing_optimizer(NonFinite::Error), Device::CUDA);
+  const test::StrictRun got = test::lm_strict_pipeline(queued, true);
+  kc::step_graph().set_enabled(false);
+  const test::StrictRun want = test::lm_strict_pipeline(plain, false);
+  EXPECT_NE(want.refused.find("the loss is not finite"), std::string::npos) << want.refused;
+  EXPECT_EQ(got.refused, want.refused);
+  EXPECT_NE(got.dropped.find("this training step did not run"), std::string::npos) << got.dropped;
+  EXPECT_EQ(got.step_after_error, 5);
+  EXPECT_TRUE(got.after_error == want.after_error);
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i) EXPECT_TRUE(test::same_bits(got.losses[i], want.losses[i])) << i;
+  EXPECT_TRUE(got.end == want.end);
 }
 
 }  // namespace

@@ -38,6 +38,16 @@ kc::AdamScalars scalars(const kernels::AdamHyper& h) {  // adamw.cu's
           h.eps,        h.lr,    h.decoupled};
 }
 
+kc::AdamChoice choice(const ops::AdamPlan& plan) {  // adamw.cu's
+  kc::AdamChoice c{};
+  for (int j = 0; j <= plan.ahead; ++j) c.scalars[j] = scalars(plan.hyper[j]);
+  c.ahead = plan.ahead;
+  c.base = plan.base;
+  c.epoch = plan.epoch;
+  c.halt = plan.halt;
+  return c;
+}
+
 struct State {
   std::vector<float> p = randn(kN, 1), m = randn(kN, 2, 0.1f), v = randn(kN, 3, 0.1f);
   State() {
@@ -51,10 +61,12 @@ void expect_same(const State& got, const State& want) {
   EXPECT_EQ(got.v, want.v);
 }
 
-// The clipped step as adamw.cu queues it; returns the decision. gate: empty for none. scalars_dev: the scalars a
-// captured step reads from its block (the launch's own are then poisoned, to show they are not read).
+// The clipped step as adamw.cu queues it; returns the decision. gate: empty for none. choice_dev: the choice a
+// captured step reads from its block (the launch's own is then poisoned, to show it is not read). plan: the steps
+// ahead and the counters (default: h alone); state: the device's AdamState across steps (default: a fresh one).
 kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kernels::AdamHyper& h, float max_norm,
-                              const std::vector<float>& gate = {}, const kc::AdamScalars* scalars_dev = nullptr) {
+                              const std::vector<float>& gate = {}, const kc::AdamChoice* choice_dev = nullptr,
+                              const ops::AdamPlan* plan = nullptr, ops::AdamState* state = nullptr) {
   auto partial_sums = [](const std::vector<float>& x) {
     std::vector<double> partial(kc::kSumBlocks, std::nan(""));
     const size_t chunk = (x.size() + kc::kSumBlocks - 1) / kc::kSumBlocks;
@@ -64,15 +76,18 @@ kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kerne
   };
   const std::vector<double> partial = partial_sums(g), gate_partial = gate.empty() ? partial : partial_sums(gate);
   kc::ClipDecision decision{std::nan(""), std::nan(""), {}, -1};
-  kc::AdamScalars launch_scalars = scalars(h);
-  if (scalars_dev) launch_scalars.lr = launch_scalars.step = launch_scalars.beta1 = std::nanf("");
+  ops::AdamState fresh{0, 0};
+  kc::AdamChoice launch_choice = choice(plan ? *plan : ops::AdamPlan::of(h));
+  if (choice_dev)
+    for (kc::AdamScalars& a : launch_choice.scalars) a.lr = a.step = a.beta1 = std::nanf("");
   emu::launch(grid(1), 1, 0, [&] {
-    kc::clip_decision_kernel(&decision, partial.data(), gate.empty() ? nullptr : gate_partial.data(), kc::kSumBlocks,
-                             max_norm, launch_scalars, scalars_dev);
+    kc::clip_decision_kernel(&decision, state ? state : &fresh, partial.data(),
+                             gate.empty() ? nullptr : gate_partial.data(), kc::kSumBlocks, max_norm, launch_choice,
+                             choice_dev);
   });
   emu::launch(grid(static_cast<unsigned>(kc::grid_for(kN, kc::kAdamThreads))), kc::kAdamThreads, 0, [&] {
     kc::adam_kernel(s.p.data(), s.m.data(), s.v.data(), g.data(), kRanges.data(), static_cast<int>(kRanges.size()), kN,
-                    launch_scalars, &decision);
+                    launch_choice.scalars[0], &decision);
   });
   return decision;
 }
@@ -110,7 +125,7 @@ TEST(AdamEmulated, TheClippedStepDecidesOnTheDevice) {
     const kc::ClipDecision d = clipped_step(gpu, g, h, max_norm);
     EXPECT_NEAR(d.sum_squares, want, 1e-12 * want);
     EXPECT_EQ(d.gate_sum, 0.0);
-    EXPECT_EQ(d.finite, 1);
+    EXPECT_EQ(d.update, 1);
     EXPECT_EQ(d.scalars.grad_scale, ops::clip_factor(d.sum_squares, max_norm));
     if (max_norm == 1.f) {
       EXPECT_LT(d.scalars.grad_scale, 0.1f);  // sqrt(want) is about 140: clipped
@@ -136,7 +151,7 @@ TEST(AdamEmulated, ANonFiniteSumLeavesEverythingUntouched) {
     const kernels::AdamHyper h{1e-3f, 0.9f, 0.99f, 1e-8f, true, 1, 1.f};
     const kc::ClipDecision d = clipped_step(s, g, h, 1.f);
     EXPECT_FALSE(std::isfinite(d.sum_squares));
-    EXPECT_EQ(d.finite, 0);
+    EXPECT_EQ(d.update, 0);
     expect_same(s, before);
   }
 }
@@ -154,7 +169,7 @@ TEST(AdamEmulated, ANonFiniteGateLeavesEverythingUntouched) {
     const kc::ClipDecision d = clipped_step(s, g, h, 1.f, losses);
     EXPECT_TRUE(std::isfinite(d.sum_squares));
     EXPECT_FALSE(std::isfinite(d.gate_sum));
-    EXPECT_EQ(d.finite, 0);
+    EXPECT_EQ(d.update, 0);
     expect_same(s, before);
   }
   // Finite losses: the gate's sum of squares, and the update as without a gate.
@@ -166,7 +181,7 @@ TEST(AdamEmulated, ANonFiniteGateLeavesEverythingUntouched) {
   const kc::ClipDecision d = clipped_step(gated, g, h, 1.f, losses);
   clipped_step(plain, g, h, 1.f);
   EXPECT_NEAR(d.gate_sum, want, 1e-12 * want);
-  EXPECT_EQ(d.finite, 1);
+  EXPECT_EQ(d.update, 1);
   expect_same(gated, plain);
 }
 
@@ -177,14 +192,62 @@ TEST(AdamEmulated, TheScalarsOfACapturedStepComeFromDeviceMemory) {
   const auto g = randn(kN, 50);
   State gpu, cpu;
   const kernels::AdamHyper h{2e-3f, 0.9f, 0.95f, 1e-8f, true, 7, 1.f};
-  const kc::AdamScalars block = scalars(h);
+  const kc::AdamChoice block = choice(ops::AdamPlan::of(h));
   const kc::ClipDecision d = clipped_step(gpu, g, h, 1e6f, {}, &block);
-  EXPECT_EQ(d.finite, 1);
+  EXPECT_EQ(d.update, 1);
   EXPECT_EQ(d.scalars.lr, h.lr);
   kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, h);
   EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
   EXPECT_TRUE(near("m", gpu.m, cpu.m, 1e-5, true));
   EXPECT_TRUE(near("v", gpu.v, cpu.v, 1e-5, true));
+}
+
+// Steps queued ahead (ops/adam_plan.h): the decision kernel picks each step's scalars from the device's count of
+// steps taken, skips without counting, and under a halting plan stops the steps behind a refusal until the epoch
+// changes. Each update equals the CPU's with the hyper-parameters of the step number it got.
+TEST(AdamEmulated, StepsQueuedAheadPickTheirStepNumberOnTheDevice) {
+  QKV_SKIP_UNDER_ASAN();
+  const auto g = randn(kN, 60);
+  std::vector<float> bad_gate(3, 1.f);
+  bad_gate[1] = std::numeric_limits<float>::infinity();
+  const auto hyper = [](int t) { return kernels::AdamHyper{1e-3f * t, 0.9f, 0.98f, 1e-8f, true, t, 1.f}; };
+  // Host: t0 = 4 known, base 10; three steps queued behind each other (ahead 0, 1, 2), the middle one refused.
+  ops::AdamState state{10, 0};
+  State gpu, cpu;
+  const auto plan = [&](int ahead, int epoch, int halt) {
+    ops::AdamPlan p{};
+    for (int j = 0; j <= ahead; ++j) p.hyper[j] = hyper(5 + j);
+    p.ahead = ahead;
+    p.base = 10;
+    p.epoch = epoch;
+    p.halt = halt;
+    return p;
+  };
+  ops::AdamPlan p0 = plan(0, 0, 0), p1 = plan(1, 0, 0), p2 = plan(2, 0, 0);
+  EXPECT_EQ(clipped_step(gpu, g, hyper(1), 1e6f, {}, nullptr, &p0, &state).update, 1);  // t = 5
+  kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, hyper(5));
+  EXPECT_EQ(clipped_step(gpu, g, hyper(1), 1e6f, bad_gate, nullptr, &p1, &state).update, 0);  // skipped
+  const kc::ClipDecision d = clipped_step(gpu, g, hyper(1), 1e6f, {}, nullptr, &p2, &state);  // t = 6, not 7
+  kernels::adam_step(cpu.p, cpu.m, cpu.v, g, kRanges, hyper(6));
+  EXPECT_EQ(d.update, 1);
+  EXPECT_EQ(d.scalars.lr, hyper(6).lr);
+  EXPECT_EQ(state.taken, 12);
+  EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
+  EXPECT_TRUE(near("m", gpu.m, cpu.m, 1e-5, true));
+
+  // Halting (NonFinite::Error): a refusal stops the finite steps behind it in its epoch; the next epoch runs.
+  ops::AdamState halting{0, 0};
+  ops::AdamPlan h0 = plan(0, 3, 1), h1 = plan(1, 3, 1), next = plan(0, 4, 1);
+  h0.base = h1.base = next.base = 0;
+  State s;
+  const State before = s;
+  EXPECT_EQ(clipped_step(s, g, hyper(1), 1e6f, bad_gate, nullptr, &h0, &halting).update, 0);
+  EXPECT_EQ(halting.halted, 4);
+  EXPECT_EQ(clipped_step(s, g, hyper(1), 1e6f, {}, nullptr, &h1, &halting).update, 0);
+  expect_same(s, before);
+  EXPECT_EQ(halting.taken, 0);
+  EXPECT_EQ(clipped_step(s, g, hyper(1), 1e6f, {}, nullptr, &next, &halting).update, 1);
+  EXPECT_EQ(halting.taken, 1);
 }
 
 }  // namespace

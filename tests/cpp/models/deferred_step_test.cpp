@@ -11,12 +11,15 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/device_fixtures.h"
@@ -35,6 +38,7 @@ namespace {
 
 using ops::Act;
 using ops::AdamHyper;
+using ops::AdamPlan;
 using ops::AdamRange;
 using ops::AttentionShape;
 using ops::Ids;
@@ -48,6 +52,9 @@ class DeferringBackend final : public ops::Backend {
     recorder_.set_block(block_.data(), block_.size());
   }
   StepRecorder& recorder() { return recorder_; }
+  // The clipped step number `n` (0-based, as run) sees a non-finite gradient norm: a skip, or under
+  // NonFinite::Error a refusal, that leaves the weights as they were.
+  void poison_clipped_step(long long n) { poison_ = n; }
 
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "deferring " + cpu_.name(); }
@@ -192,25 +199,53 @@ class DeferringBackend final : public ops::Backend {
     refuse_inside_step("sum_squares");
     return cpu_.sum_squares(x, scratch);
   }
-  size_t clipped_adam_scratch_size(size_t ranges) const override { return cpu_.clipped_adam_scratch_size(ranges); }
-  // The ranges (host memory) and the hyper-parameters (lr and t) are the step's values.
+  // The scratch: the sums (two doubles) and the plan's AdamState on the "device", as the CUDA backend keeps them,
+  // then the CPU's.
+  static constexpr size_t kOwnScratch = 16;  // 64 bytes: the CPU's part keeps the alignment
+  size_t clipped_adam_scratch_size(size_t ranges) const override {
+    return kOwnScratch + cpu_.clipped_adam_scratch_size(ranges);
+  }
+  // The ranges (host memory) and the plan (lr and t of each case, its counters) are the step's values.
   std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
-                                                         std::span<const AdamRange> ranges, const AdamHyper& h,
+                                                         std::span<const AdamRange> ranges, const AdamPlan& plan,
                                                          float max_norm, Span scratch) override {
-    if (!recorder_.active()) return cpu_.clipped_adam_step(p, m, v, g, g_all, gate, ranges, h, max_norm, scratch);
-    const auto* staged = reinterpret_cast<const AdamRange*>(stage(ranges.data(), ranges.size_bytes(), 16));
-    const AdamHyper* hyper = scalar(h);
+    const AdamRange* staged = ranges.data();
+    const AdamPlan* staged_plan = &plan;
+    if (recorder_.active()) {
+      staged = reinterpret_cast<const AdamRange*>(stage(ranges.data(), ranges.size_bytes(), 16));
+      staged_plan = scalar(plan);
+    }
     const size_t n = ranges.size();
-    op(StepSignature::of("clipped_adam_step", p, m, v, g, g_all, gate, n, max_norm, scratch), [=, this] {
-      sums_ = cpu_.clipped_adam_step(p, m, v, g, g_all, gate, {staged, n}, *hyper, max_norm, scratch);
-    });
-    return {};  // known when the recorded work has run: clipped_adam_sums
+    // As the CUDA decision kernel: the sums, then ops::adam_pick on the state, then the update with the pick's
+    // hyper-parameters (the CPU's clipped step, from a plan of that one case).
+    const auto work = [=, this] {
+      auto* sums = reinterpret_cast<double*>(scratch.data());
+      auto* state = reinterpret_cast<ops::AdamState*>(scratch.data() + 4);
+      const Span cpu_scratch = scratch.subspan(kOwnScratch);
+      const Span sum_scratch = cpu_scratch.first(cpu_.sum_squares_scratch_size());
+      sums[0] = cpu_.sum_squares(g_all, sum_scratch);
+      sums[1] = gate.empty() ? 0.0 : cpu_.sum_squares(gate, sum_scratch);
+      const AdamPlan& pl = *staged_plan;
+      if (clipped_steps_++ == poison_) sums[0] = std::numeric_limits<double>::infinity();
+      const int j = ops::adam_pick(pl.ahead, pl.base, pl.epoch, pl.halt,
+                                   std::isfinite(sums[0]) && std::isfinite(sums[1]), *state);
+      if (j < 0) return;
+      cpu_.clipped_adam_step(p, m, v, g, g_all, {}, {staged, n}, AdamPlan::of(pl.hyper[j]), max_norm, cpu_scratch);
+    };
+    if (!recorder_.active()) {
+      work();
+    } else {
+      op(StepSignature::of("clipped_adam_step", p, m, v, g, g_all, gate, n, max_norm, scratch), work);
+    }
+    return {};  // known when the work has run: clipped_adam_sums
   }
-  std::array<double, 2> clipped_adam_sums(Span) override {
+  std::array<double, 2> clipped_adam_sums(Span scratch) override {
     refuse_inside_step("clipped_adam_sums");
-    check(sums_.has_value(), "clipped_adam_sums: no clipped step has run");
-    return *sums_;
+    std::array<double, 2> sums;
+    std::memcpy(sums.data(), scratch.data(), sizeof sums);
+    return sums;
   }
+  CSpan clipped_adam_sums_span(CSpan scratch) const override { return scratch.first(4); }
 
   bool queues_whole_steps() const override { return true; }
   void begin_step(uint64_t key) override {
@@ -283,8 +318,8 @@ class DeferringBackend final : public ops::Backend {
   ops::Backend& cpu_;
   StepRecorder recorder_;
   std::vector<unsigned char> block_;
-  Recording recording_;                        // the capture under way
-  std::optional<std::array<double, 2>> sums_;  // the last clipped step's, as the CPU returned them
+  Recording recording_;  // the capture under way
+  long long clipped_steps_ = 0, poison_ = -1;
 };
 
 // Makes models created on the CPU run through the deferring executor while it lives.
@@ -297,25 +332,26 @@ struct Deferring {
 
 // Runs `steps` on a model made by `make` under the deferring executor and on a twin on the plain CPU backend;
 // every loss and the final checkpoints (weights, moments, step counts) must be the same bits, with at least
-// `min_replays` steps replayed and `retries` steps run again.
+// `min_replays` steps replayed and `retries` steps run again. lag >= 0: the deferred model's steps are queued
+// (queue_train_step), each loss read `lag` steps later (test::run_steps); the plain twin takes train_step's.
 template <class Model>
 void expect_deferred_agrees(const std::function<std::unique_ptr<Model>()>& make, const test::StepCase<Model>& c,
-                            long long retries = 0) {
-  const auto& steps = c.steps;
+                            long long retries = 0, int lag = -1) {
   std::vector<float> got, want;
   std::unique_ptr<Model> deferred;
   StepRecorder::Counts counts;
   {
     Deferring d;
     deferred = make();
-    for (const auto& step : steps) got.push_back(step(*deferred));
+    got = test::run_steps(*deferred, c, lag);
     counts = d.backend.recorder().counts();
     // The model keeps the deferring executor: saving only downloads, which it allows outside a step.
     const std::unique_ptr<Model> plain = [&] {
       ops::set_cpu_backend_for_tests(nullptr);
       return make();
     }();
-    for (const auto& step : steps) want.push_back(step(*plain));
+    want = test::run_steps(*plain, c);
+    ASSERT_EQ(got.size(), want.size());
     EXPECT_GE(counts.replayed, c.min_replays) << "the steps were not replayed";
     EXPECT_GE(counts.captured, 1);
     EXPECT_EQ(counts.retried, retries);
@@ -354,9 +390,9 @@ TEST(DeferredStep, AWorkspaceThatMovesUnderTheSameShapeRunsTheStepAgain) {
   test::StepCase<LanguageModel> c{{}, 4};
   const int B = 2, T = 8;
   for (int s = 0; s < 9; ++s)
-    c.steps.push_back([s](LanguageModel& m) {
+    c.steps.push_back([s](LanguageModel& m, bool queued) {
       if (s == 4) m.evaluate(ids(6, 12, 17, 1), ids(6, 12, 17, 2), 6, 12);  // (6, 12) > (2, 8): a new workspace
-      return m.train_step(ids(B, T, 17, 100 + s), ids(B, T, 17, 200 + s), B, T);
+      return test::train(m, queued, ids(B, T, 17, 100 + s), ids(B, T, 17, 200 + s), B, T);
     });
   expect_deferred_agrees<LanguageModel>(
       [] { return std::make_unique<LanguageModel>(test::lm_config_with_dropout(), test::changing_optimizer()); }, c, 1);
@@ -400,6 +436,148 @@ TEST(DeferredStep, NonFiniteStepsAnswerAsOpByOp) {
   EXPECT_EQ(got_step, 5);
   EXPECT_EQ(plain.step(), 5);
   EXPECT_TRUE(got_bytes == plain.save(true));
+}
+
+// Steps queued without waiting (queue_train_step), their losses read 0, 1 or 2 steps late: the executor decides
+// each update as the GPU does (ops/adam_plan.h: the steps in flight pick their t from the device's count), with
+// the bits of train_step's steps on the plain CPU, through shapes that change and replays.
+TEST(DeferredStep, QueuedStepsReadLaterAreTheStepsTakenOneByOne) {
+  for (int lag : {0, 1, 2}) {
+    SCOPED_TRACE("lag " + std::to_string(lag));
+    expect_deferred_agrees<LanguageModel>(
+        [] { return std::make_unique<LanguageModel>(test::lm_config_with_dropout(), test::changing_optimizer()); },
+        test::lm_shape_steps(), 0, lag);
+  }
+  expect_deferred_agrees<Seq2Seq>(
+      [] { return std::make_unique<Seq2Seq>(test::seq2seq_config_with_dropout(), test::changing_optimizer()); },
+      test::seq2seq_padding_steps(), 0, 2);
+  expect_deferred_agrees<Classifier>(
+      [] {
+        return std::make_unique<Classifier>(test::classifier_config_with_dropout(Pooling::Mean),
+                                            test::changing_optimizer());
+      },
+      test::classifier_steps(), 0, 1);
+}
+
+// Skipped steps in flight: the steps behind a skip take the t it did not use, as one by one. The executor poisons
+// one step's gradient norm (a skip that leaves the weights good, so the steps behind it are taken); the twin takes
+// train_step's steps on the same executor, poisoned alike.
+TEST(DeferredStep, QueuedStepsBehindASkippedOneTakeItsStepNumber) {
+  const LanguageModelConfig c = test::lm_config_with_dropout();
+  const auto run = [&](int lag, int poison) {
+    Deferring d;
+    d.backend.poison_clipped_step(poison);
+    LanguageModel m(c, test::changing_optimizer(NonFinite::Skip));
+    const std::vector<float> losses = test::run_steps(m, test::lm_shape_steps(), lag);
+    EXPECT_EQ(m.skipped_steps(), poison >= 0 ? 1 : 0);
+    return std::make_pair(losses, m.save(true));
+  };
+  for (int poison : {3, 9}) {
+    const auto want = run(-1, poison);
+    for (int lag : {1, 2}) {
+      SCOPED_TRACE("poisoned step " + std::to_string(poison) + ", lag " + std::to_string(lag));
+      const auto got = run(lag, poison);
+      ASSERT_EQ(got.first.size(), want.first.size());
+      for (size_t i = 0; i < got.first.size(); ++i)
+        EXPECT_TRUE(test::same_bits(got.first[i], want.first[i]))
+            << "step " << i << ": queued " << got.first[i] << ", one by one " << want.first[i];
+      EXPECT_TRUE(got.second == want.second) << "weights or moments differ";
+    }
+  }
+  // The skip changed the run: the twin without it differs (the check above can fail).
+  EXPECT_FALSE(run(-1, 3).second == run(-1, -1).second);
+  // Under Skip the device never halts: the steps behind a non-finite one run (the weights blow up at step 5).
+  for (int lag : {1, 2})
+    expect_deferred_agrees<LanguageModel>(
+        [&] { return std::make_unique<LanguageModel>(c, test::changing_optimizer(NonFinite::Skip)); },
+        test::lm_nonfinite_steps(), 0, lag);
+}
+
+// Under NonFinite::Error a refused step in flight throws its loss's message from the get() that settles it, with
+// the state of train_step's run (weights, moments, t, dropout passes); the step queued behind it does not run (its
+// get() says so), and after loading a checkpoint the queued steps run again, with train_step's bits.
+TEST(DeferredStep, AQueuedStepRefusedUnderErrorStopsTheStepsBehindIt) {
+  const LanguageModelConfig c = test::lm_config_with_dropout();
+  test::StrictRun got;
+  {
+    Deferring d;
+    LanguageModel m(c, test::changing_optimizer(NonFinite::Error));
+    got = test::lm_strict_pipeline(m, true);
+  }
+  LanguageModel plain(c, test::changing_optimizer(NonFinite::Error));
+  const test::StrictRun want = test::lm_strict_pipeline(plain, false);
+  EXPECT_NE(want.refused.find("the loss is not finite"), std::string::npos) << want.refused;
+  EXPECT_EQ(got.refused, want.refused);
+  EXPECT_NE(got.dropped.find("this training step did not run"), std::string::npos) << got.dropped;
+  EXPECT_NE(got.dropped.find("the loss is not finite"), std::string::npos) << got.dropped;
+  EXPECT_EQ(want.step_after_error, 5);
+  EXPECT_EQ(got.step_after_error, 5);
+  EXPECT_TRUE(got.after_error == want.after_error) << "the refused step (or the one behind it) changed the state";
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t i = 0; i < got.losses.size(); ++i)
+    EXPECT_TRUE(test::same_bits(got.losses[i], want.losses[i]))
+        << "step " << i << ": queued " << got.losses[i] << ", one by one " << want.losses[i];
+  EXPECT_TRUE(got.end == want.end) << "the steps after the error differ";
+}
+
+// The calls that read what steps leave settle the steps in flight first; a StepLoss outlives its model (the
+// model settles its steps when it goes); a default StepLoss refuses get().
+TEST(DeferredStep, StepLossesAreSettledByWhatReadsTheirSteps) {
+  const LanguageModelConfig c = test::lm_config();
+  const int B = 3, T = 11;
+  Deferring d;
+  StepLoss a, b;
+  float want_a = 0, want_b = 0;
+  {
+    LanguageModel plain(c, test::changing_optimizer());
+    {
+      const ops::Backend* before = ops::set_cpu_backend_for_tests(nullptr);
+      LanguageModel p(c, test::changing_optimizer());
+      want_a = p.train_step(ids(B, T, 17, 1), ids(B, T, 17, 2), B, T);
+      want_b = p.train_step(ids(B, T, 17, 3), ids(B, T, 17, 4), B, T);
+      ops::set_cpu_backend_for_tests(const_cast<ops::Backend*>(before));
+    }
+    LanguageModel m(c, test::changing_optimizer());
+    a = m.queue_train_step(ids(B, T, 17, 1), ids(B, T, 17, 2), B, T);
+    EXPECT_FALSE(a.ready());
+    EXPECT_EQ(m.step(), 1);  // settles
+    EXPECT_TRUE(a.ready());
+    b = m.queue_train_step(ids(B, T, 17, 3), ids(B, T, 17, 4), B, T);
+    EXPECT_FALSE(b.ready());
+  }  // the model goes with b in flight
+  EXPECT_TRUE(b.ready());
+  EXPECT_TRUE(test::same_bits(a.get(), want_a));
+  EXPECT_TRUE(test::same_bits(b.get(), want_b));
+  EXPECT_NE(test::message_of([] { StepLoss().get(); }).find("no training step"), std::string::npos);
+}
+
+// Bad input to queue_train_step throws at once, naming the argument, and leaves the steps in flight as they were;
+// on the plain CPU (which decides on the host) the step runs at once and its StepLoss is ready.
+TEST(DeferredStep, QueueTrainStepRefusesBadInputAndRunsAtOnceOnTheCpu) {
+  const LanguageModelConfig c = test::lm_config();
+  const int B = 3, T = 11;
+  float want = 0;
+  {
+    LanguageModel plain(c, test::changing_optimizer());
+    const StepLoss l = plain.queue_train_step(ids(B, T, 17, 1), ids(B, T, 17, 2), B, T);
+    EXPECT_TRUE(l.ready());
+    LanguageModel twin(c, test::changing_optimizer());
+    want = twin.train_step(ids(B, T, 17, 1), ids(B, T, 17, 2), B, T);
+    EXPECT_TRUE(test::same_bits(l.get(), want));
+  }
+  Deferring d;
+  LanguageModel m(c, test::changing_optimizer());
+  const StepLoss first = m.queue_train_step(ids(B, T, 17, 1), ids(B, T, 17, 2), B, T);
+  std::vector<int32_t> bad = ids(B, T, 17, 3);
+  bad[5] = 17;
+  const std::string message = test::message_of([&] { m.queue_train_step(bad, ids(B, T, 17, 4), B, T); });
+  EXPECT_NE(message.find("17"), std::string::npos) << message;
+  EXPECT_NE(message.find("out of range"), std::string::npos) << message;
+  EXPECT_NE(test::message_of([&] { m.queue_train_step(ids(B, T, 17, 3), ids(B, T - 1, 17, 4), B, T); }).find("targets"),
+            std::string::npos);
+  EXPECT_FALSE(first.ready());
+  EXPECT_TRUE(test::same_bits(first.get(), want));
+  EXPECT_EQ(m.step(), 1);
 }
 
 }  // namespace

@@ -58,16 +58,34 @@ double sum_squares(const float* x, size_t n, double* scratch) {
   return sum;
 }
 
-// scratch: the partial sums of g_all, those of the gate, then the decision (8-byte aligned: it follows doubles).
-size_t clipped_adam_scratch_size() {
-  return 2 * kSumBlocks + (sizeof(ClipDecision) + sizeof(double) - 1) / sizeof(double);
+AdamChoice adam_choice(const ops::AdamPlan& plan) {
+  AdamChoice c{};
+  for (int j = 0; j <= plan.ahead; ++j) c.scalars[j] = adam_scalars(plan.hyper[j]);
+  c.ahead = plan.ahead;
+  c.base = plan.base;
+  c.epoch = plan.epoch;
+  c.halt = plan.halt;
+  return c;
 }
+
+namespace {
+constexpr size_t doubles_for(size_t bytes) { return (bytes + sizeof(double) - 1) / sizeof(double); }
+}  // namespace
+
+// scratch: the partial sums of g_all, those of the gate, the decision (8-byte aligned: it follows doubles), then
+// the plan's AdamState, which lives from step to step.
+size_t clipped_adam_scratch_size() {
+  return 2 * kSumBlocks + doubles_for(sizeof(ClipDecision)) + doubles_for(sizeof(ops::AdamState));
+}
+size_t clipped_adam_sums_offset() { return 2 * kSumBlocks; }  // ClipDecision's first two
 
 void clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
                        const float* gate, size_t n_gate, const AdamRange* ranges, int n_ranges, size_t n,
-                       const AdamHyper& h, float max_norm, double* scratch, const AdamScalars* scalars_dev) {
+                       const ops::AdamPlan& plan, float max_norm, double* scratch, const AdamChoice* choice_dev) {
   const char* op = "adam_step";
-  check_adam(op, n_ranges, h);
+  check(plan.ahead >= 0 && plan.ahead <= ops::kMaxStepsAhead, op, " (cuda): ", plan.ahead,
+        " steps ahead: expected 0 to ", ops::kMaxStepsAhead);
+  for (int j = 0; j <= plan.ahead; ++j) check_adam(op, n_ranges, plan.hyper[j]);
   check(scratch && (n_all == 0 || g_all) && (n_gate == 0 || gate), op, " (cuda): null device pointer");
   check(n == 0 || n_ranges == 0 || (p && m && v && g && ranges), op, " (cuda): null device pointer");
   double* gate_partial = n_gate > 0 ? scratch + kSumBlocks : nullptr;
@@ -78,12 +96,14 @@ void clipped_adam_step(float* p, float* m, float* v, const float* g, const float
     check_cuda(cudaMemsetAsync(scratch, 0, kSumBlocks * sizeof(double), stream()), op, "cudaMemsetAsync");
   }
   if (gate_partial) launch_sum_squares(gate_partial, gate, n_gate, op);
-  clip_decision_kernel<<<1, 1, 0, stream()>>>(decision, scratch, gate_partial, kSumBlocks, max_norm, adam_scalars(h),
-                                              scalars_dev);
+  auto* state = reinterpret_cast<ops::AdamState*>(scratch + 2 * kSumBlocks + doubles_for(sizeof(ClipDecision)));
+  const AdamChoice choice = adam_choice(plan);
+  clip_decision_kernel<<<1, 1, 0, stream()>>>(decision, state, scratch, gate_partial, kSumBlocks, max_norm, choice,
+                                              choice_dev);
   check_launch(op);
   if (n > 0 && n_ranges > 0) {
     adam_kernel<<<grid_for(n, kAdamThreads), kAdamThreads, 0, stream()>>>(p, m, v, g, ranges, n_ranges, n,
-                                                                          adam_scalars(h), decision);
+                                                                          choice.scalars[0], decision);
     check_launch(op);
   }
 }

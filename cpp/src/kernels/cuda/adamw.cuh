@@ -27,6 +27,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "ops/adam_plan.h"
 #include "ops/clip.h"
 #include "ops/types.h"
 
@@ -41,14 +42,14 @@ constexpr int kSumBlocks = 512;
 struct ClipDecision {
   double sum_squares, gate_sum;
   AdamScalars scalars;  // the update's, grad_scale the clipping factor
-  int finite;           // both sums finite
+  int update;           // 1: both sums finite and the plan's state lets the step run (ops/adam_plan.h)
 };
 
-// decision == nullptr: a as given. Else the decision's scalars, and no update at all when its sums are not finite.
+// decision == nullptr: a as given. Else the decision's scalars, and no update at all where it says so.
 __global__ void adam_kernel(float* p, float* m, float* v, const float* g, const ops::AdamRange* ranges, int n_ranges,
                             size_t n, AdamScalars a, const ClipDecision* decision) {
   if (decision) {
-    if (!decision->finite) return;
+    if (!decision->update) return;
     a = decision->scalars;
   }
   const float grad_scale = a.grad_scale;
@@ -90,11 +91,13 @@ __global__ void sum_squares_kernel(double* partial, const float* x, size_t n, si
 }
 
 // One thread: the partial sums added in block order (sum_squares's order on the host), then the decision: the
-// update happens when the gradients' sum and the gate's (gate_partial; null: no gate) are finite, with the
-// clipping factor of the first. The update's scalars are a, or *a_dev where set (a captured step's scalar block,
+// update happens when the gradients' sum and the gate's (gate_partial; null: no gate) are finite and the plan's
+// state allows it (ops::adam_pick, which picks the case's scalars and counts the step in *state), with the
+// clipping factor of the first. The choice is c, or *c_dev where set (a captured step's scalar block,
 // step_graph.h: lr and t change from step to step).
-__global__ void clip_decision_kernel(ClipDecision* out, const double* partial, const double* gate_partial, int blocks,
-                                     float max_norm, AdamScalars a, const AdamScalars* a_dev) {
+__global__ void clip_decision_kernel(ClipDecision* out, ops::AdamState* state, const double* partial,
+                                     const double* gate_partial, int blocks, float max_norm, AdamChoice c,
+                                     const AdamChoice* c_dev) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   double s = 0.0, gate = 0.0;
   for (int k = 0; k < blocks; ++k) s += partial[k];
@@ -102,9 +105,11 @@ __global__ void clip_decision_kernel(ClipDecision* out, const double* partial, c
     for (int k = 0; k < blocks; ++k) gate += gate_partial[k];
   out->sum_squares = s;
   out->gate_sum = gate;
-  out->finite = isfinite(s) && isfinite(gate) ? 1 : 0;
-  out->scalars = step_value(a, a_dev);
-  out->scalars.grad_scale = out->finite ? ops::clip_factor(s, max_norm) : 1.f;
+  if (c_dev) c = *c_dev;
+  const int j = ops::adam_pick(c.ahead, c.base, c.epoch, c.halt, isfinite(s) && isfinite(gate), *state);
+  out->update = j >= 0 ? 1 : 0;
+  out->scalars = c.scalars[j >= 0 ? j : 0];
+  out->scalars.grad_scale = j >= 0 ? ops::clip_factor(s, max_norm) : 1.f;
 }
 
 }  // namespace

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/host_copies.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/stream.h"
 #include "ops/backends.h"
@@ -58,6 +60,9 @@ class CudaBackend final : public Backend {
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
+    // A capture cannot hold a cudaMalloc (it would report "out of memory"): what a step needs is made before it.
+    check(!kc::step_graph().active(), "allocate (cuda): ", bytes, " bytes inside a training step launched as one ",
+          "graph; what a step uses must be allocated before begin_step");
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
@@ -76,6 +81,8 @@ class CudaBackend final : public Backend {
   // Inside a step the bytes are staged in its block and copied by the graph (step_graph.h).
   void upload(void* dst, const void* src, size_t bytes) override {
     if (kc::step_graph().upload(dst, src, bytes)) return;
+    // Behind the queued work, without waiting for it (a training step in flight): host_copies.h.
+    if (kc::host_copies().upload(dst, src, bytes, "upload")) return;
     if (bytes) kc::check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "upload", "cudaMemcpy");
   }
   void download(void* dst, const void* src, size_t bytes) override {
@@ -275,23 +282,42 @@ class CudaBackend final : public Backend {
     return floats_for<double>(kc::clipped_adam_scratch_size()) + adam_scratch_size(ranges);
   }
   std::optional<std::array<double, 2>> clipped_adam_step(Span p, Span m, Span v, CSpan g, CSpan g_all, CSpan gate,
-                                                         std::span<const AdamRange> ranges, const AdamHyper& h,
+                                                         std::span<const AdamRange> ranges, const AdamPlan& plan,
                                                          float max_norm, Span scratch) override {
     check(scratch.size() >= clipped_adam_scratch_size(ranges.size()), "adam_step (cuda): scratch of ", scratch.size(),
           " floats: expected clipped_adam_scratch_size(", ranges.size(), ")");
     auto* doubles = reinterpret_cast<double*>(scratch.data());  // the workspace's spans are 64-byte aligned
     AdamRange* dev = upload_ranges(p, ranges, scratch.subspan(floats_for<double>(kc::clipped_adam_scratch_size())));
-    // lr and the bias corrections (from t) are the step's scalars.
-    const kc::AdamScalars* scalars_dev = kc::step_graph().scalar(kc::adam_scalars(h));
-    if (replayed("clipped_adam_step", p, m, v, g, g_all, gate, ranges.size(), max_norm, scratch)) return {};
+    // lr and the bias corrections (from t) of each case, and the plan's counters, are the step's scalars.
+    const kc::AdamChoice* choice_dev = kc::step_graph().scalar(kc::adam_choice(plan));
+    // The element count and the grid follow the last range's end: baked in, so in the signature.
+    if (replayed("clipped_adam_step", p, m, v, g, g_all, gate, ranges.size(), ranges.empty() ? 0 : ranges.back().end,
+                 max_norm, scratch))
+      return {};
     kc::clipped_adam_step(p.data(), m.data(), v.data(), g.data(), g_all.data(), g_all.size(), gate.data(), gate.size(),
-                          dev, static_cast<int>(ranges.size()), ranges.empty() ? 0 : ranges.back().end, h, max_norm,
-                          doubles, scalars_dev);
+                          dev, static_cast<int>(ranges.size()), ranges.empty() ? 0 : ranges.back().end, plan, max_norm,
+                          doubles, choice_dev);
     return {};  // on the device: clipped_adam_sums reads them after the step
   }
   std::array<double, 2> clipped_adam_sums(Span scratch) override {
     refuse_inside_step("clipped_adam_sums");
     return kc::clipped_adam_sums(reinterpret_cast<const double*>(scratch.data()));
+  }
+  CSpan clipped_adam_sums_span(CSpan scratch) const override {
+    const size_t at = floats_for<double>(kc::clipped_adam_sums_offset());
+    check(scratch.size() >= at + 4, "clipped_adam_sums_span (cuda): scratch of ", scratch.size(), " floats");
+    return scratch.subspan(at, 4);
+  }
+  uint64_t read_later(std::span<const CSpan> parts) override {
+    refuse_inside_step("read_later");
+    std::vector<kc::HostCopies::Part> bytes;
+    bytes.reserve(parts.size());
+    for (CSpan part : parts) bytes.push_back({part.data(), part.size_bytes()});
+    return kc::host_copies().read_later(bytes, "read_later");
+  }
+  void take(uint64_t id, std::span<float> dst) override {
+    refuse_inside_step("take");
+    kc::host_copies().take(id, dst.data(), dst.size_bytes(), "take");
   }
   double sum_squares(CSpan x, Span scratch) override {
     refuse_inside_step("sum_squares");

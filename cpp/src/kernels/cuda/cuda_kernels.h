@@ -20,6 +20,7 @@
 #include <span>
 
 #include "kernels/kernels.h"
+#include "ops/adam_plan.h"
 
 namespace qkv::kernels::cuda {
 
@@ -180,16 +181,26 @@ struct AdamScalars {
   bool decoupled;
 };
 AdamScalars adam_scalars(const AdamHyper& h);
+// A clipped step's plan (ops/adam_plan.h) as the decision kernel takes it: the scalars of each case.
+struct AdamChoice {
+  AdamScalars scalars[ops::kMaxStepsAhead + 1];
+  int ahead, base, epoch, halt;
+};
+AdamChoice adam_choice(const ops::AdamPlan& plan);
 // ops.h's clipped_adam_step, decided on the device and queued without a wait: s = sum_squares(g_all) and the
 // gate's sum of squares (the same partial sums, added in the same order), then the clipping factor and the
-// update, which is skipped when either is not finite. h.grad_scale is ignored; scalars_dev, where set, holds
-// adam_scalars(h) in device memory (a captured step's scalar block: step_graph.h) and is read in its place.
-// clipped_adam_sums(scratch) returns {s, the gate's} of the last step on that scratch (it waits).
-// scratch: clipped_adam_scratch_size() doubles.
+// update, which is skipped when either is not finite (or the plan's state says so: ops/adam_plan.h). The hyper's
+// grad_scale is ignored; choice_dev, where set, holds adam_choice(plan) in device memory (a captured step's scalar
+// block: step_graph.h) and is read in its place. clipped_adam_sums(scratch) returns {s, the gate's} of the last step
+// on that scratch (it waits); they are the two doubles at clipped_adam_sums_offset() doubles into it.
+// scratch: clipped_adam_scratch_size() doubles, the same from step to step (it keeps the plan's AdamState), zeroed
+// when made.
 size_t clipped_adam_scratch_size();
+size_t clipped_adam_sums_offset();
 void clipped_adam_step(float* p, float* m, float* v, const float* g, const float* g_all, size_t n_all,
                        const float* gate, size_t n_gate, const AdamRange* ranges, int n_ranges, size_t n,
-                       const AdamHyper& h, float max_norm, double* scratch, const AdamScalars* scalars_dev = nullptr);
+                       const ops::AdamPlan& plan, float max_norm, double* scratch,
+                       const AdamChoice* choice_dev = nullptr);
 std::array<double, 2> clipped_adam_sums(const double* scratch);
 
 // ---- The small ops of a model's edges (elementwise.cu) ----

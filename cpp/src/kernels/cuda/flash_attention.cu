@@ -36,8 +36,9 @@ FlashParams flash_params(const AttentionShape& s, std::initializer_list<const fl
 template <int D, AttentionPrecision kP>
 void forward_as(float* out, float* lse, const float* q, const float* k, const float* v, const AttentionShape& s,
                 const char* op) {
-  static const bool once = (allow_smem(flash_forward_kernel<D, kP>, forward_smem(D), op), true);
-  (void)once;
+  // On every launch: the opt-in is the current device's, and a process may drive several (a static "once" would
+  // leave the second device at the 48 KiB default). Always the same value, so threads cannot undo each other.
+  allow_smem(flash_forward_kernel<D, kP>, forward_smem(D), op);
   flash_forward_kernel<D, kP>
       <<<grid_of(s.Tq, s), kThreads, forward_smem(D), stream()>>>(out, lse, q, k, v, flash_params(s, {q, k, v}));
   check_launch(op);
@@ -46,9 +47,8 @@ void forward_as(float* out, float* lse, const float* q, const float* k, const fl
 template <int D, AttentionPrecision kP>
 void backward_as(float* dq, float* dk, float* dv, float* scratch, const float* dout, const float* q, const float* k,
                  const float* v, const float* out, const float* lse, const AttentionShape& s, const char* op) {
-  static const bool once =
-      (allow_smem(flash_dq_kernel<D, kP>, dq_smem(D), op), allow_smem(flash_dkv_kernel<D, kP>, dkv_smem(D), op), true);
-  (void)once;
+  allow_smem(flash_dq_kernel<D, kP>, dq_smem(D), op);  // every launch: forward_as says why
+  allow_smem(flash_dkv_kernel<D, kP>, dkv_smem(D), op);
   const FlashParams fp = flash_params(s, {q, k, v, out, dout});
   if (s.Tq > 0) {
     flash_dq_kernel<D, kP>

@@ -18,9 +18,12 @@ template <int K, bool kVec>
 void launch_backward(float* partial, float* dx, const float* dr, const float* dy, const float* x, const float* w,
                      const float* mean, const float* rstd, int rows, int C, const char* op) {
   const size_t smem = 2 * static_cast<size_t>(kTileRows) * C * sizeof(float);  // at most 64 KiB (C = 1024)
-  if (smem > 48 * 1024)  // past the default limit (C > 768): opt in, on every call (the current device's)
+  // Past the default limit (C > 768): opt in, on every call (the current device's), to the most this instance
+  // takes (C = 4 * 32 * K), so that two threads launching it for different C cannot lower each other's.
+  constexpr size_t kMost = 2 * static_cast<size_t>(kTileRows) * 4 * kWarp * K * sizeof(float);
+  if (smem > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(layernorm_backward_kernel<K, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)),
+                                    static_cast<int>(kMost)),
                op, "cudaFuncSetAttribute");
   layernorm_backward_kernel<K, kVec>
       <<<column_blocks(rows), kThreads, smem, stream()>>>(partial, dx, dr, dy, x, w, mean, rstd, rows, C);

@@ -8,6 +8,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/stream.h"
 #include "ops/ops.h"
+#include "qkv/error.h"
 
 namespace qkv::kernels::cuda {
 
@@ -28,14 +29,19 @@ void StepGraph::set_enabled(bool on) {
 }
 
 void StepGraph::ensure_block() {
-  if (pinned_) return;
+  if (copied_) return;  // the last of the three: all are made
   const char* op = "training step graph";
-  void* host = nullptr;
-  check_cuda(cudaMallocHost(&host, kBlockBytes), op, "cudaMallocHost");
-  pinned_ = static_cast<unsigned char*>(host);
-  void* dev = nullptr;
-  check_cuda(cudaMalloc(&dev, kBlockBytes), op, "cudaMalloc");
-  device_ = static_cast<unsigned char*>(dev);
+  // Each made only once: a failure part way (out of pinned memory) leaves what was made for the next try.
+  if (!pinned_) {
+    void* host = nullptr;
+    check_cuda(cudaMallocHost(&host, kBlockBytes), op, "cudaMallocHost");
+    pinned_ = static_cast<unsigned char*>(host);
+  }
+  if (!device_) {
+    void* dev = nullptr;
+    check_cuda(cudaMalloc(&dev, kBlockBytes), op, "cudaMalloc");
+    device_ = static_cast<unsigned char*>(dev);
+  }
   cudaEvent_t event = nullptr;
   check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
   copied_ = event;
@@ -47,7 +53,15 @@ void StepGraph::begin(uint64_t key) {
   step_.lock();
   owner_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   try {
-    if (key != 0 && recorder_.enabled()) ensure_block();  // before any capture: allocations have no place in one
+    // Before any capture: allocations have no place in one. Without the block (out of pinned memory) the step
+    // runs op by op: the graph is an optimisation, not a reason for a step to fail.
+    if (key != 0 && recorder_.enabled()) {
+      try {
+        ensure_block();
+      } catch (const Error&) {
+        key = 0;
+      }
+    }
     const Mode mode = recorder_.begin(key);
     if (mode == Mode::Eager) return;
     // The block is rewritten by this step's walk: the copy out of it for the last launch must be done.

@@ -1,0 +1,123 @@
+#include "kernels/cuda/host_copies.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/stream.h"
+#include "qkv/error.h"
+
+namespace qkv::kernels::cuda {
+
+namespace {
+// Buffers kept at most: a few uploads per step (ids, padding) and a read per step in flight.
+constexpr size_t kMaxBuffers = 16;
+}  // namespace
+
+HostCopies::~HostCopies() {
+  // At exit the driver may already be gone: errors are ignored.
+  for (Buffer& b : buffers_) {
+    if (b.done) cudaEventDestroy(static_cast<cudaEvent_t>(b.done));
+    if (b.pinned) cudaFreeHost(b.pinned);
+  }
+  cudaGetLastError();
+}
+
+HostCopies::Buffer& HostCopies::acquire(size_t bytes, const char* op) {
+  Buffer* pick = nullptr;
+  for (Buffer& b : buffers_) {
+    // An upload's buffer is free again once its copy has run.
+    if (b.busy && b.read == 0 && cudaEventQuery(static_cast<cudaEvent_t>(b.done)) == cudaSuccess) b.busy = false;
+    if (!b.busy && (!pick || (pick->capacity < bytes && b.capacity > pick->capacity))) pick = &b;
+  }
+  if (!pick && buffers_.size() < kMaxBuffers) {
+    buffers_.emplace_back();
+    pick = &buffers_.back();
+    cudaEvent_t event = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
+    pick->done = event;
+  }
+  if (!pick) {
+    // Every buffer holds an upload in flight or a read not taken: wait for the first upload.
+    for (Buffer& b : buffers_) {
+      if (b.read != 0) continue;
+      check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(b.done)), op, "cudaEventSynchronize");
+      b.busy = false;
+      pick = &b;
+      break;
+    }
+    check(pick != nullptr, op, " (cuda): ", kMaxBuffers, " reads queued and not taken");
+  }
+  if (pick->capacity < bytes) {
+    if (pick->pinned) check_cuda(cudaFreeHost(pick->pinned), op, "cudaFreeHost");
+    pick->pinned = nullptr;
+    pick->capacity = 0;
+    void* host = nullptr;
+    const size_t capacity = bytes < 4096 ? 4096 : bytes;
+    check_cuda(cudaMallocHost(&host, capacity), op, "cudaMallocHost");
+    pick->pinned = static_cast<unsigned char*>(host);
+    pick->capacity = capacity;
+  }
+  return *pick;
+}
+
+bool HostCopies::upload(void* dst, const void* src, size_t bytes, const char* op) {
+  if (bytes > kMaxUpload) return false;
+  if (bytes == 0) return true;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  Buffer& b = acquire(bytes, op);
+  std::memcpy(b.pinned, src, bytes);
+  check_cuda(cudaMemcpyAsync(dst, b.pinned, bytes, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(b.done), stream()), op, "cudaEventRecord");
+  b.busy = true;
+  b.read = 0;
+  return true;
+}
+
+uint64_t HostCopies::read_later(std::span<const Part> parts, const char* op) {
+  size_t bytes = 0;
+  for (const Part& p : parts) bytes += p.bytes;
+  const std::lock_guard<std::mutex> lock(mutex_);
+  Buffer& b = acquire(bytes, op);
+  size_t at = 0;
+  for (const Part& p : parts) {
+    if (p.bytes == 0) continue;
+    check(p.src != nullptr, op, " (cuda): a read of ", p.bytes, " bytes from a null device pointer");
+    check_cuda(cudaMemcpyAsync(b.pinned + at, p.src, p.bytes, cudaMemcpyDeviceToHost, stream()), op, "cudaMemcpyAsync");
+    at += p.bytes;
+  }
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(b.done), stream()), op, "cudaEventRecord");
+  b.busy = true;
+  b.read = next_read_++;
+  b.bytes = bytes;
+  return b.read;
+}
+
+void HostCopies::take(uint64_t id, void* dst, size_t dst_bytes, const char* op) {
+  Buffer* b = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (Buffer& x : buffers_)
+      if (x.read == id && id != 0) b = &x;
+    check(b != nullptr, op, " (cuda): read ", id, " was never queued or was taken already");
+    check(b->bytes == dst_bytes, op, " (cuda): read ", id, " holds ", b->bytes, " bytes, not ", dst_bytes);
+  }
+  // Only this read's event: the work queued after it (the next step) goes on. The buffer stays this read's (busy)
+  // until it is copied out, so no other call reuses it meanwhile; buffers_ may grow, so b is found again.
+  const cudaError_t waited = cudaEventSynchronize(static_cast<cudaEvent_t>(b->done));
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (Buffer& x : buffers_)
+    if (x.read == id) b = &x;
+  if (waited == cudaSuccess) std::memcpy(dst, b->pinned, dst_bytes);
+  b->read = 0;
+  b->busy = false;
+  check_cuda(waited, op, "cudaEventSynchronize");
+}
+
+HostCopies& host_copies() {
+  static HostCopies copies;
+  return copies;
+}
+
+}  // namespace qkv::kernels::cuda
