@@ -18,14 +18,18 @@
 //                without a GPU, --device cuda prints cuda_unavailable_reason() and exits 1.
 //   --precision  fp32 (default), tf32 or bf16: qkv::set_cuda_precision; the peer's allow_tf32, or its bf16 autocast.
 //
-// A step is train_step on one batch (forward, backward, the optimizer's update), which returns the loss to the
-// host: that copy waits for the step's kernels, so the wall time around the call is the step's time. Batches
-// are random token ids from a fixed seed, a pool cycled as the peer cycles its own (8 for the char GPT, 4 for
-// the Seq2Seq); ids are in [0, V) for the char GPT and [1, V) for the Seq2Seq (no padding). After --warmup
-// untimed steps (10), --steps (50) are timed one by one; the median is reported, as the peer reports its.
-// MFU = model FLOPs per step / median step time / the GPU's dense peak for the precision, the peer's table.
+// A step is one batch's forward, backward and optimizer update. Batches are random token ids from a fixed seed, a
+// pool cycled as the peer cycles its own (8 for the char GPT, 4 for the Seq2Seq); ids are in [0, V) for the char
+// GPT and [1, V) for the Seq2Seq (no padding). After --warmup untimed steps (10), two timed runs of --steps (50):
+//   one by one: train_step, which returns the loss to the host (that copy waits for the step's kernels), each
+//               timed; the median (the host's gap between steps counts);
+//   queued:     queue_train_step, each loss read one step late (StepLoss), as `qkv train` does: the GPU has the next
+//               step queued while the host reads and prepares; the loop's wall time over its steps. The table's
+//               figure: the peer's host runs ahead of its GPU too (its events time the GPU alone).
+// MFU = model FLOPs per step / the queued step time / the GPU's dense peak for the precision, the peer's table.
 // Prints a table and one line per run:
-//   RESULT bench=<name> side=qkv precision=<p> device="<gpu>" ms_per_step=<median> tokens_per_s=<n> mfu=<x> ...
+//   RESULT bench=<name> side=qkv precision=<p> device="<gpu>" ms_per_step=<queued> ms_per_step_one_by_one=<median>
+//   tokens_per_s=<n> mfu=<x> ...
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -77,11 +81,12 @@ std::vector<int32_t> random_tokens(size_t n, int lo, int hi, uint64_t seed) {
 // What main() times: step(i) runs the i-th training step and returns its loss.
 struct Bench {
   std::string title;
-  std::function<float(int)> step;
-  double flops = 0;        // model FLOPs per step, counted as the peer counts them
-  double tokens = 0;       // tokens per step (the Seq2Seq: target positions)
-  size_t params = 0;       // qkv's parameter count
-  size_t peer_params = 0;  // the peer's, as cuda_torch.py builds the model
+  std::function<float(int)> step;           // train_step: the loss read at once
+  std::function<qkv::StepLoss(int)> queue;  // queue_train_step: the loss read later
+  double flops = 0;                         // model FLOPs per step, counted as the peer counts them
+  double tokens = 0;                        // tokens per step (the Seq2Seq: target positions)
+  size_t params = 0;                        // qkv's parameter count
+  size_t peer_params = 0;                   // the peer's, as cuda_torch.py builds the model
 };
 
 // ---- char GPT ----
@@ -120,6 +125,10 @@ Bench char_gpt(const Args& a) {
   b.step = [lm, x, y, n, B](int i) {
     const size_t at = size_t(i % kPool) * n;
     return lm->train_step(std::span(*x).subspan(at, n), std::span(*y).subspan(at, n), B, T);
+  };
+  b.queue = [lm, x, y, n, B](int i) {
+    const size_t at = size_t(i % kPool) * n;
+    return lm->queue_train_step(std::span(*x).subspan(at, n), std::span(*y).subspan(at, n), B, T);
   };
   const double peer_params = double(V) * C + L * (12.0 * C * C + 2.0 * C) + C;  // less wpe, as nanoGPT counts
   b.flops = (6 * peer_params + 12.0 * L * C * T) * double(B) * T;
@@ -185,6 +194,10 @@ Bench seq2seq(const Args& a) {
   b.step = [model, pool, B](int i) {
     const Batch& batch = (*pool)[size_t(i % kPool)];
     return model->train_step(batch.src, batch.tgt_in, batch.tgt_out, B, S, Tt);
+  };
+  b.queue = [model, pool, B](int i) {
+    const Batch& batch = (*pool)[size_t(i % kPool)];
+    return model->queue_train_step(batch.src, batch.tgt_in, batch.tgt_out, B, S, Tt);
   };
   const double attn = 4.0 * C * C + 4.0 * C, ff = 2.0 * C * F + F + C;
   const double n_enc = L * (attn + ff + 2 * 2.0 * C) + 2.0 * C;
@@ -284,6 +297,7 @@ int run(int argc, char** argv) {
 
   std::vector<float> losses;
   for (int i = 0; i < a.warmup; ++i) losses.push_back(b.step(i));
+  // One by one: each step's loss read before the next is queued (the host's gap between steps counts).
   std::vector<double> ms(size_t(a.steps));
   for (int i = 0; i < a.steps; ++i) {
     const qkv::bench::Timer t;
@@ -294,7 +308,24 @@ int run(int argc, char** argv) {
   for (double m : ms) total += m;
   const double mean = total / a.steps;
   std::sort(ms.begin(), ms.end());
-  const double median = ms[ms.size() / 2];
+  const double sync_median = ms[ms.size() / 2];
+  // Queued, as `qkv train` runs: each loss read one step late, so the GPU has the next step while the host reads
+  // and prepares (StepLoss). The time of the whole loop, the last loss read, over its steps.
+  double queued = 0;
+  {
+    const int from = a.warmup + a.steps;
+    const qkv::bench::Timer t;
+    qkv::StepLoss last;
+    for (int i = 0; i < a.steps; ++i) {
+      qkv::StepLoss l = b.queue(from + i);
+      if (last.valid()) losses.push_back(last.get());
+      last = l;
+    }
+    losses.push_back(last.get());
+    queued = 1e3 * t.seconds() / a.steps;
+  }
+  // The table's figure: the queued loop's (the peer's host runs ahead of its GPU too).
+  const double median = queued;
   const double tokens_per_s = b.tokens / (median / 1e3), tflops = b.flops / (median / 1e3) / 1e12;
   const double mfu = tflops / peak.tflops;  // NaN without a peak
   const float first = losses.front(), last = losses.back();
@@ -308,8 +339,10 @@ int run(int argc, char** argv) {
     std::snprintf(mfu_cell, sizeof mfu_cell, "%.1f%%", 100 * mfu);
     std::snprintf(peak_cell, sizeof peak_cell, "%.1f", peak.tflops);
   }
-  std::printf("%-10s %9.2f %9.2f %12.0f %9.2f %7s %9s   %.4f -> %.4f\n", "qkv", median, mean, tokens_per_s, tflops,
+  std::printf("%-10s %9.2f %9.2f %12.0f %9.2f %7s %9s   %.4f -> %.4f\n", "qkv", median, median, tokens_per_s, tflops,
               mfu_cell, peak_cell, double(first), double(last));
+  std::printf("%-10s %9.2f %9.2f %12.0f   (each loss read before the next step: train_step)\n", "one-by-one",
+              sync_median, mean, b.tokens / (sync_median / 1e3));
   std::printf("peak: %s (TFLOP/s, %s)\n", peak.source.c_str(), a.precision.c_str());
 #if QKV_CUDA
   if (a.device == qkv::Device::CUDA) {
@@ -321,11 +354,11 @@ int run(int argc, char** argv) {
   }
 #endif
   std::printf(
-      "RESULT bench=%s side=qkv precision=%s device=\"%s\" qkv=%s batch=%d steps=%d ms_per_step=%.3f mean_ms=%.3f "
-      "tokens_per_s=%.1f model_tflop_per_step=%.4f peak_tflops=%g peak_source=\"%s\" mfu=%.4f loss_first=%.4f "
-      "loss_last=%.4f\n",
-      a.bench.c_str(), a.precision.c_str(), dev.c_str(), qkv::version(), a.batch, a.steps, median, mean, tokens_per_s,
-      b.flops / 1e12, peak.tflops, peak.source.c_str(), mfu, double(first), double(last));
+      "RESULT bench=%s side=qkv precision=%s device=\"%s\" qkv=%s batch=%d steps=%d ms_per_step=%.3f "
+      "ms_per_step_one_by_one=%.3f mean_ms_one_by_one=%.3f tokens_per_s=%.1f model_tflop_per_step=%.4f peak_tflops=%g "
+      "peak_source=\"%s\" mfu=%.4f loss_first=%.4f loss_last=%.4f\n",
+      a.bench.c_str(), a.precision.c_str(), dev.c_str(), qkv::version(), a.batch, a.steps, median, sync_median, mean,
+      tokens_per_s, b.flops / 1e12, peak.tflops, peak.source.c_str(), mfu, double(first), double(last));
   if (!std::isfinite(first) || !std::isfinite(last)) {
     std::fprintf(stderr, "qkv_cuda_train: the loss is not finite\n");
     return 1;

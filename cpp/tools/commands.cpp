@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -323,6 +324,29 @@ int run_train(const TrainArgs& a) {
   float loss = 0.f;
   int step = start;
   bool saved = false, evaluated = false;
+  // Alone, each step is queued (queue_train_step) and reported one step late: on a GPU the next batch is made and
+  // queued while the step runs. Everything below that reads the model (evaluation, saving) reports it first.
+  struct Queued {
+    int step;
+    StepLoss loss;
+    long long tokens;
+  };
+  std::optional<Queued> queued;
+  const auto report = [&](int at, float l, bool skipped, long long tokens) {
+    if (lead && skipped) {
+      progress.clear();
+      std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", at,
+                   std::isfinite(l) ? "the gradient norm" : "the loss", task->skipped_steps());
+    }
+    if (lead) progress.update(at, l, tokens);
+  };
+  const auto report_queued = [&] {
+    if (!queued) return;
+    const Queued q = *queued;
+    queued.reset();
+    loss = q.loss.get();  // throws as train_step would (NonFinite::Error)
+    report(q.step, loss, q.loss.skipped(), q.tokens);
+  };
   while (step < total) {
     ++step;
     const Batch b = task->train_batch(t.seed, step, t.batch);
@@ -331,17 +355,16 @@ int run_train(const TrainArgs& a) {
       const Distributed::Result r = dist->train_step(*task, b, stop);
       loss = r.loss;
       stop = r.stop;  // every rank stops at the same step when any was interrupted
+      report(step, loss, task->last_step_skipped(), b.tokens);
     } else {
-      loss = task->train_step(b);
+      const StepLoss l = task->queue_train_step(b);
+      report_queued();
+      queued = Queued{step, l, b.tokens};
     }
-    if (lead && task->last_step_skipped()) {
-      progress.clear();
-      std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", step,
-                   std::isfinite(loss) ? "the gradient norm" : "the loss", task->skipped_steps());
-    }
-    if (lead) progress.update(step, loss, b.tokens);
     saved = evaluated = false;
-    if (t.eval_every > 0 && step % t.eval_every == 0) {
+    const bool eval_now = t.eval_every > 0 && step % t.eval_every == 0;
+    if (eval_now || stop || step == total) report_queued();
+    if (eval_now) {
       // Evaluation runs forward passes without dropout, at the same steps in a resumed run.
       evaluate(step);
       save();

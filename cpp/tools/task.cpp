@@ -124,6 +124,7 @@ class LmTask final : public Task {
   }
 
   float train_step(const Batch& b) override { return model_->train_step(b.a, b.b, b.rows, b.len_a); }
+  StepLoss queue_train_step(const Batch& b) override { return model_->queue_train_step(b.a, b.b, b.rows, b.len_a); }
   long long counted(const Batch& b) const override { return static_cast<long long>(b.rows) * b.len_a; }
   float train_part(const Batch& b, float weight) override {
     model_->zero_grad();
@@ -271,6 +272,9 @@ class Seq2SeqTask final : public RowTask {
   }
 
   float train_step(const Batch& b) override { return model_->train_step(b.a, b.b, b.c, b.rows, b.len_a, b.len_b); }
+  StepLoss queue_train_step(const Batch& b) override {
+    return model_->queue_train_step(b.a, b.b, b.c, b.rows, b.len_a, b.len_b);
+  }
   long long counted(const Batch& b) const override {
     return static_cast<long long>(std::count_if(b.c.begin(), b.c.end(), [&](int32_t t) { return t != pad_id(); }));
   }
@@ -374,6 +378,7 @@ class ClassifierTask final : public RowTask {
   }
 
   float train_step(const Batch& b) override { return model_->train_step(b.a, b.b, b.rows, b.len_a); }
+  StepLoss queue_train_step(const Batch& b) override { return model_->queue_train_step(b.a, b.b, b.rows, b.len_a); }
   long long counted(const Batch& b) const override { return b.rows; }
   float train_part(const Batch& b, float weight) override {
     model_->zero_grad();

@@ -91,6 +91,9 @@ class Task {
   // The training batch of a step: a function of (seed, step) only, so a resumed run sees the same batches.
   virtual Batch train_batch(uint64_t seed, int step, int batch) const = 0;
   virtual float train_step(const Batch& batch) = 0;
+  // The step queued, its loss read later (the model's queue_train_step): on a GPU the next batch is made while it
+  // runs.
+  virtual StepLoss queue_train_step(const Batch& batch) = 0;
   // Data-parallel training (distributed.h): the targets of a batch that count in its mean loss (not padding);
   // one step on this rank's part of a global batch, its gradient weighted by `weight` (its share of the global
   // count) and summed across ranks by the model's gradient sync before the update; returns the part's mean loss.

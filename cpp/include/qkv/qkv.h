@@ -5,6 +5,7 @@
 #include "qkv/error.h"
 #include "qkv/import.h"
 #include "qkv/language_model.h"
+#include "qkv/step_loss.h"
 #include "qkv/tensor.h"
 #include "qkv/thread_pool.h"
 #include "qkv/workspace.h"

@@ -20,6 +20,9 @@ class StepLoss {
   // train_step would have under NonFinite::Error, and for a step that did not run because one queued before it
   // threw; a later get() throws the same again.
   float get() const;
+  // Whether the step was skipped under NonFinite::Skip (its loss or gradient norm not finite: nothing updated), as
+  // Model::last_step_skipped() right after it. Waits and throws as get().
+  bool skipped() const;
   // The step is settled: get() returns (or throws) without waiting.
   bool ready() const;
   bool valid() const { return state_ != nullptr; }
@@ -29,6 +32,7 @@ class StepLoss {
     models::ModelCore* core = nullptr;  // the model, until the step is settled
     bool settled = false;
     float loss = 0.f;
+    bool skipped = false;
     std::exception_ptr error;
   };
 

@@ -14,6 +14,10 @@ float StepLoss::get() const {
   if (state_->error) std::rethrow_exception(state_->error);
   return state_->loss;
 }
+bool StepLoss::skipped() const {
+  get();
+  return state_->skipped;
+}
 bool StepLoss::ready() const { return state_ && state_->settled; }
 
 Model::~Model() = default;

@@ -200,6 +200,7 @@ struct ModelCore {
     auto state = std::make_shared<StepLoss::State>();
     if (sync || !ops().queues_whole_steps()) {
       state->loss = train_step(key, forward_loss, backward);
+      state->skipped = optimizer.last_skipped();
       state->settled = true;
       return StepLoss(state);
     }
@@ -226,7 +227,7 @@ struct ModelCore {
         state->error = std::current_exception();
         throw;
       }
-      optimizer.finish(params, false);
+      state->skipped = !optimizer.finish(params, false);
       nonfinite_loss = false;
       return StepLoss(state);
     }
@@ -291,10 +292,11 @@ struct ModelCore {
           params.zero_grad();
           check_loss(loss);  // throws: caught below
         }
-        optimizer.settle(params, false, sums, last);
+        f.state->skipped = !optimizer.settle(params, false, sums, last);
         return;
       }
-      optimizer.settle(params, true, sums, last);  // throws for a non-finite norm under NonFinite::Error
+      // Throws for a non-finite norm under NonFinite::Error.
+      f.state->skipped = !optimizer.settle(params, true, sums, last);
     } catch (...) {
       // NonFinite::Error: this step's error; the steps behind it wrote nothing (the device halted them).
       f.state->error = std::current_exception();

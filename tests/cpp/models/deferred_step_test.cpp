@@ -486,6 +486,20 @@ TEST(DeferredStep, QueuedStepsBehindASkippedOneTakeItsStepNumber) {
   }
   // The skip changed the run: the twin without it differs (the check above can fail).
   EXPECT_FALSE(run(-1, 3).second == run(-1, -1).second);
+  // Each StepLoss says whether its step was skipped, without settling the steps behind it.
+  {
+    Deferring d;
+    d.backend.poison_clipped_step(2);
+    LanguageModel m(c, test::changing_optimizer(NonFinite::Skip));
+    std::vector<StepLoss> l;
+    for (int s = 0; s < 4; ++s) l.push_back(m.queue_train_step(ids(3, 11, 17, s), ids(3, 11, 17, 50 + s), 3, 11));
+    EXPECT_FALSE(l[1].skipped());
+    EXPECT_TRUE(l[2].skipped());
+    EXPECT_FALSE(l[3].ready());
+    EXPECT_FALSE(l[3].skipped());
+    EXPECT_EQ(m.skipped_steps(), 1);
+    EXPECT_EQ(m.step(), 3);
+  }
   // Under Skip the device never halts: the steps behind a non-finite one run (the weights blow up at step 5).
   for (int lag : {1, 2})
     expect_deferred_agrees<LanguageModel>(
