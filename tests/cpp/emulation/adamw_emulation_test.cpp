@@ -31,23 +31,6 @@ const std::vector<kernels::AdamRange> kRanges{{0, 1, 0.1f}, {3, 2000, 0.f}, {200
 
 emu::Dim3 grid(unsigned blocks) { return {blocks, 1, 1}; }
 
-kc::AdamScalars scalars(const kernels::AdamHyper& h) {  // adamw.cu's
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
-  return {h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
-          h.eps,        h.lr,    h.decoupled};
-}
-
-kc::AdamChoice choice(const ops::AdamPlan& plan) {  // adamw.cu's
-  kc::AdamChoice c{};
-  for (int j = 0; j <= plan.ahead; ++j) c.scalars[j] = scalars(plan.hyper[j]);
-  c.ahead = plan.ahead;
-  c.base = plan.base;
-  c.epoch = plan.epoch;
-  c.halt = plan.halt;
-  return c;
-}
-
 struct State {
   std::vector<float> p = randn(kN, 1), m = randn(kN, 2, 0.1f), v = randn(kN, 3, 0.1f);
   State() {
@@ -77,7 +60,7 @@ kc::ClipDecision clipped_step(State& s, const std::vector<float>& g, const kerne
   const std::vector<double> partial = partial_sums(g), gate_partial = gate.empty() ? partial : partial_sums(gate);
   kc::ClipDecision decision{std::nan(""), std::nan(""), {}, -1};
   ops::AdamState fresh{0, 0};
-  kc::AdamChoice launch_choice = choice(plan ? *plan : ops::AdamPlan::of(h));
+  kc::AdamChoice launch_choice = kc::adam_choice(plan ? *plan : ops::AdamPlan::of(h));
   if (choice_dev)
     for (kc::AdamScalars& a : launch_choice.scalars) a.lr = a.step = a.beta1 = std::nanf("");
   emu::launch(grid(1), 1, 0, [&] {
@@ -104,7 +87,7 @@ TEST(AdamEmulated, UpdateMatchesTheCpu) {
       // Fewer blocks than elements: the grid-stride loop covers the rest.
       emu::launch(grid(3), kc::kAdamThreads, 0, [&] {
         kc::adam_kernel(gpu.p.data(), gpu.m.data(), gpu.v.data(), g.data(), kRanges.data(),
-                        static_cast<int>(kRanges.size()), kN, scalars(h), nullptr);
+                        static_cast<int>(kRanges.size()), kN, kc::adam_scalars(h), nullptr);
       });
     }
     EXPECT_TRUE(near("p", gpu.p, cpu.p, 1e-5, true));
@@ -192,7 +175,7 @@ TEST(AdamEmulated, TheScalarsOfACapturedStepComeFromDeviceMemory) {
   const auto g = randn(kN, 50);
   State gpu, cpu;
   const kernels::AdamHyper h{2e-3f, 0.9f, 0.95f, 1e-8f, true, 7, 1.f};
-  const kc::AdamChoice block = choice(ops::AdamPlan::of(h));
+  const kc::AdamChoice block = kc::adam_choice(ops::AdamPlan::of(h));
   const kc::ClipDecision d = clipped_step(gpu, g, h, 1e6f, {}, &block);
   EXPECT_EQ(d.update, 1);
   EXPECT_EQ(d.scalars.lr, h.lr);

@@ -24,14 +24,6 @@ void launch_sum_squares(double* partial, const float* x, size_t n, const char* o
 
 }  // namespace
 
-AdamScalars adam_scalars(const AdamHyper& h) {
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
-  return AdamScalars{
-      h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
-      h.eps,        h.lr,    h.decoupled};
-}
-
 void adam_step(float* p, float* m, float* v, const float* g, const AdamRange* ranges, int n_ranges, size_t n,
                const AdamHyper& h) {
   const char* op = "adam_step";
@@ -56,16 +48,6 @@ double sum_squares(const float* x, size_t n, double* scratch) {
   double sum = 0.0;
   for (double s : partial) sum += s;
   return sum;
-}
-
-AdamChoice adam_choice(const ops::AdamPlan& plan) {
-  AdamChoice c{};
-  for (int j = 0; j <= plan.ahead; ++j) c.scalars[j] = adam_scalars(plan.hyper[j]);
-  c.ahead = plan.ahead;
-  c.base = plan.base;
-  c.epoch = plan.epoch;
-  c.halt = plan.halt;
-  return c;
 }
 
 namespace {

@@ -14,6 +14,7 @@
 //
 // Dimension legend: B batch, T sequence, C channels, H heads, hs = C/H, V vocabulary, N a row's width.
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -180,13 +181,27 @@ struct AdamScalars {
   float grad_scale, beta1, beta2, step, sqrt_bc2, eps, lr;
   bool decoupled;
 };
-AdamScalars adam_scalars(const AdamHyper& h);
+inline AdamScalars adam_scalars(const AdamHyper& h) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
+  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
+  return AdamScalars{
+      h.grad_scale, h.beta1, h.beta2,    static_cast<float>(h.lr / bc1), static_cast<float>(std::sqrt(bc2)),
+      h.eps,        h.lr,    h.decoupled};
+}
 // A clipped step's plan (ops/adam_plan.h) as the decision kernel takes it: the scalars of each case.
 struct AdamChoice {
   AdamScalars scalars[ops::kMaxStepsAhead + 1];
   int ahead, base, epoch, halt;
 };
-AdamChoice adam_choice(const ops::AdamPlan& plan);
+inline AdamChoice adam_choice(const ops::AdamPlan& plan) {
+  AdamChoice c{};
+  for (int j = 0; j <= plan.ahead; ++j) c.scalars[j] = adam_scalars(plan.hyper[j]);
+  c.ahead = plan.ahead;
+  c.base = plan.base;
+  c.epoch = plan.epoch;
+  c.halt = plan.halt;
+  return c;
+}
 // ops.h's clipped_adam_step, decided on the device and queued without a wait: s = sum_squares(g_all) and the
 // gate's sum of squares (the same partial sums, added in the same order), then the clipping factor and the
 // update, which is skipped when either is not finite (or the plan's state says so: ops/adam_plan.h). The hyper's

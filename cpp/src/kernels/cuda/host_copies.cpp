@@ -11,8 +11,8 @@
 namespace qkv::kernels::cuda {
 
 namespace {
-// Buffers kept at most: a few uploads per step (ids, padding) and a read per step in flight.
-constexpr size_t kMaxBuffers = 16;
+// Buffers kept at most: a few uploads per step (ids, padding) and a read per step in flight (three a model).
+constexpr size_t kMaxBuffers = 64;
 }  // namespace
 
 HostCopies::~HostCopies() {
