@@ -17,9 +17,11 @@
 // and begin(0) makes that run op by op.
 //
 // Threads: one step at a time (begin holds a lock until end or cancel, so a second thread's step waits), and only
-// the thread whose step it is sees it active. The capture is of qkv's one stream, though: work another thread
-// queues on the GPU while a step is captured would be captured with it. A process that uses the GPU from several
-// threads at once runs with QKV_CUDA_GRAPH=0.
+// the thread whose step it is sees it active. The capture is of qkv's one stream, though: kernels another thread
+// queues on it while a step is captured would be captured with it (and never run), and that thread's synchronous
+// calls on the legacy stream (cudaMemcpy, cudaMemset, a device synchronize), which qkv's blocking stream is ordered
+// with, fail and break the capture (the step then runs op by op, and its key never again as a graph). A process
+// that uses the GPU from several threads at once runs with QKV_CUDA_GRAPH=0.
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
