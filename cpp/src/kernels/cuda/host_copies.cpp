@@ -95,23 +95,27 @@ uint64_t HostCopies::read_later(std::span<const Part> parts, const char* op) {
 }
 
 void HostCopies::take(uint64_t id, void* dst, size_t dst_bytes, const char* op) {
-  Buffer* b = nullptr;
+  void* done = nullptr;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    for (Buffer& x : buffers_)
+    const Buffer* b = nullptr;
+    for (const Buffer& x : buffers_)
       if (x.read == id && id != 0) b = &x;
     check(b != nullptr, op, " (cuda): read ", id, " was never queued or was taken already");
     check(b->bytes == dst_bytes, op, " (cuda): read ", id, " holds ", b->bytes, " bytes, not ", dst_bytes);
+    done = b->done;
   }
-  // Only this read's event: the work queued after it (the next step) goes on. The buffer stays this read's (busy)
-  // until it is copied out, so no other call reuses it meanwhile; buffers_ may grow, so b is found again.
-  const cudaError_t waited = cudaEventSynchronize(static_cast<cudaEvent_t>(b->done));
+  // Only this read's event, unlocked: the work queued after it (the next step) goes on, and other threads may use
+  // the pool meanwhile. The buffer stays this read's (busy) until it is copied out; buffers_ may grow, so it is
+  // found again.
+  const cudaError_t waited = cudaEventSynchronize(static_cast<cudaEvent_t>(done));
   const std::lock_guard<std::mutex> lock(mutex_);
-  for (Buffer& x : buffers_)
-    if (x.read == id) b = &x;
-  if (waited == cudaSuccess) std::memcpy(dst, b->pinned, dst_bytes);
-  b->read = 0;
-  b->busy = false;
+  for (Buffer& x : buffers_) {
+    if (x.read != id) continue;
+    if (waited == cudaSuccess) std::memcpy(dst, x.pinned, dst_bytes);
+    x.read = 0;
+    x.busy = false;
+  }
   check_cuda(waited, op, "cudaEventSynchronize");
 }
 
