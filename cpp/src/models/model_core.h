@@ -278,7 +278,14 @@ struct ModelCore {
     f.state->settled = true;
     std::vector<float>& host = settle_floats;
     host.resize(f.rows + 4);
-    ops().take(f.read, host);
+    try {
+      ops().take(f.read, host);
+    } catch (...) {
+      // The device failed (its error names the op): this step and those behind it answer with it.
+      f.state->error = std::current_exception();
+      drop_in_flight(f);
+      throw;
+    }
     double sum = 0.0;
     for (size_t i = 0; i < f.rows; ++i) sum += host[i];  // read_loss's order
     const float loss = static_cast<float>(sum / static_cast<double>(f.count));
@@ -319,7 +326,10 @@ struct ModelCore {
       InFlight d = std::move(in_flight.front());
       in_flight.pop_front();
       settle_floats.resize(d.rows + 4);
-      ops().take(d.read, settle_floats);
+      try {
+        ops().take(d.read, settle_floats);  // only to release the copy: the step did not run
+      } catch (...) {
+      }
       d.state->core = nullptr;
       d.state->settled = true;
       d.state->loss = std::numeric_limits<float>::quiet_NaN();

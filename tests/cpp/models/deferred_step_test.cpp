@@ -55,6 +55,16 @@ class DeferringBackend final : public ops::Backend {
   // The clipped step number `n` (0-based, as run) sees a non-finite gradient norm: a skip, or under
   // NonFinite::Error a refusal, that leaves the weights as they were.
   void poison_clipped_step(long long n) { poison_ = n; }
+  // The next take() fails, as a device that failed would (its error).
+  void fail_next_take() { fail_take_ = true; }
+  void take(uint64_t id, std::span<float> dst) override {
+    cpu_.take(id, dst);
+    if (std::exchange(fail_take_, false)) throw Error("take: an injected device failure");
+  }
+  uint64_t read_later(std::span<const CSpan> parts) override {
+    refuse_inside_step("read_later");
+    return cpu_.read_later(parts);
+  }
 
   Device device() const override { return Device::CPU; }
   std::string name() const override { return "deferring " + cpu_.name(); }
@@ -320,6 +330,7 @@ class DeferringBackend final : public ops::Backend {
   std::vector<unsigned char> block_;
   Recording recording_;  // the capture under way
   long long clipped_steps_ = 0, poison_ = -1;
+  bool fail_take_ = false;
 };
 
 // Makes models created on the CPU run through the deferring executor while it lives.
@@ -563,6 +574,25 @@ TEST(DeferredStep, StepLossesAreSettledByWhatReadsTheirSteps) {
   EXPECT_TRUE(test::same_bits(a.get(), want_a));
   EXPECT_TRUE(test::same_bits(b.get(), want_b));
   EXPECT_NE(test::message_of([] { StepLoss().get(); }).find("no training step"), std::string::npos);
+}
+
+// A device that fails while a step's loss comes back: that step's get() throws its error, the steps behind it
+// answer that they did not run, and the model trains on afterwards.
+TEST(DeferredStep, AFailedReadBackAnswersEveryStepInFlight) {
+  const LanguageModelConfig c = test::lm_config();
+  const int B = 3, T = 11;
+  Deferring d;
+  LanguageModel m(c, test::changing_optimizer());
+  const StepLoss a = m.queue_train_step(ids(B, T, 17, 1), ids(B, T, 17, 2), B, T);
+  const StepLoss b = m.queue_train_step(ids(B, T, 17, 3), ids(B, T, 17, 4), B, T);
+  d.backend.fail_next_take();
+  EXPECT_NE(test::message_of([&] { a.get(); }).find("an injected device failure"), std::string::npos);
+  const std::string dropped = test::message_of([&] { b.get(); });
+  EXPECT_NE(dropped.find("this training step did not run"), std::string::npos) << dropped;
+  EXPECT_NE(dropped.find("an injected device failure"), std::string::npos) << dropped;
+  EXPECT_TRUE(b.ready());
+  const float next = m.queue_train_step(ids(B, T, 17, 5), ids(B, T, 17, 6), B, T).get();
+  EXPECT_TRUE(std::isfinite(next));
 }
 
 // Bad input to queue_train_step throws at once, naming the argument, and leaves the steps in flight as they were;
