@@ -332,11 +332,13 @@ int run_train(const TrainArgs& a) {
     long long tokens;
   };
   std::optional<Queued> queued;
+  // Counted here: the model's count would settle the step queued behind the one reported.
+  int skipped_so_far = task->skipped_steps();
   const auto report = [&](int at, float l, bool skipped, long long tokens) {
     if (lead && skipped) {
       progress.clear();
       std::fprintf(stderr, "step %d skipped: %s is not finite; the weights are unchanged (%d skipped so far)\n", at,
-                   std::isfinite(l) ? "the gradient norm" : "the loss", task->skipped_steps());
+                   std::isfinite(l) ? "the gradient norm" : "the loss", ++skipped_so_far);
     }
     if (lead) progress.update(at, l, tokens);
   };

@@ -79,7 +79,11 @@ class NcclCommunicator final : public Communicator {
     Pending& p = requests_[static_cast<size_t>(r)];
     if (!p.waiting) return true;
     const cudaError_t e = cudaEventQuery(p.done);
-    if (e == cudaErrorNotReady) return false;
+    if (e == cudaErrorNotReady) {
+      // Not an error, but it may be kept as the thread's last one, which qkv's next launch check would report.
+      if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+      return false;
+    }
     ok(e, "cudaEventQuery");
     return true;
   }

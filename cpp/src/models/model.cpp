@@ -10,7 +10,14 @@ namespace qkv {
 
 float StepLoss::get() const {
   check(state_ != nullptr, "StepLoss::get: no training step (a default-constructed StepLoss)");
-  if (!state_->settled && state_->core) state_->core->settle_through(*state_);
+  if (!state_->settled && state_->core) {
+    try {
+      state_->core->settle_through(*state_);
+    } catch (...) {
+      // An earlier step's error settled this one too: this step's own answer (that it did not run) is thrown.
+      if (!state_->error) throw;
+    }
+  }
   if (state_->error) std::rethrow_exception(state_->error);
   return state_->loss;
 }

@@ -231,9 +231,19 @@ struct ModelCore {
       nonfinite_loss = false;
       return StepLoss(state);
     }
-    const std::array<CSpan, 2> parts{pending.losses, optimizer.sums_span(params)};
-    f.read = ops().read_later(parts);
+    f.losses = pending.losses;
+    f.sums = optimizer.sums_span(params);
     state->core = this;
+    try {
+      const std::array<CSpan, 2> parts{f.losses, f.sums};
+      f.read = ops().read_later(parts);
+    } catch (...) {
+      // The step is queued, and may be taken on the device: it must be settled, now, with reads that wait
+      // (read 0). The losses and sums stay where they are until a later step is queued.
+      in_flight.push_back(f);
+      settle_all();
+      return StepLoss(state);
+    }
     in_flight.push_back(f);
     return StepLoss(state);
   }
@@ -262,11 +272,18 @@ struct ModelCore {
  private:
   struct InFlight {
     std::shared_ptr<StepLoss::State> state;
-    uint64_t read;    // Backend::read_later: the per-row losses, then the sums (two doubles)
+    uint64_t read;    // Backend::read_later: the per-row losses, then the sums (two doubles); 0: none (read now)
     size_t rows;      // per-row losses
     long long count;  // rows that count
     uint64_t passes;  // the dropout passes after the step
+    CSpan losses = {}, sums = {};  // where they are on the device
   };
+  // f's per-row losses then sums into host: its read_later's copy, or (read 0) read now.
+  void read_back(const InFlight& f, std::span<float> host) {
+    if (f.read != 0) return ops().take(f.read, host);
+    ops().download(host.data(), f.losses.data(), f.losses.size_bytes());
+    ops().download(host.data() + f.rows, f.sums.data(), f.sums.size_bytes());
+  }
   std::deque<InFlight> in_flight;
   std::vector<float> settle_floats;
 
@@ -279,7 +296,7 @@ struct ModelCore {
     std::vector<float>& host = settle_floats;
     host.resize(f.rows + 4);
     try {
-      ops().take(f.read, host);
+      read_back(f, host);
     } catch (...) {
       // The device failed (its error names the op): this step and those behind it answer with it.
       f.state->error = std::current_exception();
@@ -322,12 +339,13 @@ struct ModelCore {
     }
     const auto error = std::make_exception_ptr(
         Error(detail::cat("this training step did not run: a step queued before it stopped training (", why, ")")));
+    const bool dropped = !in_flight.empty();
     while (!in_flight.empty()) {
       InFlight d = std::move(in_flight.front());
       in_flight.pop_front();
       settle_floats.resize(d.rows + 4);
       try {
-        ops().take(d.read, settle_floats);  // only to release the copy: the step did not run
+        if (d.read != 0) ops().take(d.read, settle_floats);  // only to release the copy: the step did not run
       } catch (...) {
       }
       d.state->core = nullptr;
@@ -337,7 +355,8 @@ struct ModelCore {
     }
     optimizer.drop_ahead();
     optimizer.end_halt();
-    passes = f.passes;  // the dropped steps' passes are run again by the next steps
+    passes = f.passes;                // the dropped steps' passes are run again by the next steps
+    if (dropped) params.zero_grad();  // they were a dropped step's, not the refused one's
   }
 
   // The step's ops between begin_step and end_step. A StepRetry (the backend's replay met a different step, or

@@ -576,6 +576,27 @@ TEST(DeferredStep, StepLossesAreSettledByWhatReadsTheirSteps) {
   EXPECT_NE(test::message_of([] { StepLoss().get(); }).find("no training step"), std::string::npos);
 }
 
+// Each StepLoss answers for its own step: the get() of a step queued behind a refused one, called first, throws
+// that it did not run (naming the refusal), and the refused step's get() its own error.
+TEST(DeferredStep, EachStepLossThrowsItsOwnError) {
+  const LanguageModelConfig c = test::lm_config();
+  const int B = 3, T = 11;
+  Deferring d;
+  LanguageModel m(c, test::changing_optimizer(NonFinite::Error));
+  for (int s = 0; s < 3; ++s) m.queue_train_step(ids(B, T, 17, s), ids(B, T, 17, 10 + s), B, T);
+  m.set_learning_rate(1e30f);
+  m.queue_train_step(ids(B, T, 17, 3), ids(B, T, 17, 13), B, T).get();  // breaks the weights
+  const StepLoss refused = m.queue_train_step(ids(B, T, 17, 4), ids(B, T, 17, 14), B, T);
+  const StepLoss behind = m.queue_train_step(ids(B, T, 17, 5), ids(B, T, 17, 15), B, T);
+  const std::string first = test::message_of([&] { behind.get(); });
+  EXPECT_EQ(first.rfind("this training step did not run", 0), 0u) << first;
+  EXPECT_EQ(test::message_of([&] { behind.get(); }), first);
+  const std::string own = test::message_of([&] { refused.get(); });
+  EXPECT_EQ(own.rfind("the loss is not finite", 0), 0u) << own;
+  EXPECT_NE(first.find(own), std::string::npos) << "the dropped step names the refusal";
+  EXPECT_EQ(m.step(), 4);
+}
+
 // A device that fails while a step's loss comes back: that step's get() throws its error, the steps behind it
 // answer that they did not run, and the model trains on afterwards.
 TEST(DeferredStep, AFailedReadBackAnswersEveryStepInFlight) {

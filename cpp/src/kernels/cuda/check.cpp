@@ -58,7 +58,21 @@ std::string cublas_error_message(const char* op, const char* call, int status) {
 }
 
 void throw_cuda_error(const char* op, const char* call, cudaError_t code) {
+  // Reported here, so consumed: the runtime also keeps a non-sticky error as the thread's last error, which a
+  // later check_launch would otherwise pin on another op. (A sticky error comes back from every call anyway.)
+  cudaGetLastError();
   throw Error(cuda_error_message(op, call, code));
+}
+
+bool event_done(void* event, const char* op) {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    // Not an error, but it may be kept as the last one: clear it (only it), or the next launch's check reports it.
+    if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError();
+    return false;
+  }
+  check_cuda(e, op, "cudaEventQuery");
+  return true;
 }
 
 void throw_cublas_error(const char* op, const char* call, int status) {

@@ -27,6 +27,9 @@ inline void check_cuda(cudaError_t code, const char* op, const char* call) {
   if (code != cudaSuccess) throw_cuda_error(op, call, code);
 }
 
+// Whether the work before a cudaEvent_t (passed as void*) is done, without waiting; a failure throws naming op.
+bool event_done(void* event, const char* op);
+
 // After a kernel launch: a bad configuration or a missing device is reported by cudaGetLastError at once;
 // with sync_after_launch() the launch is also waited for, so that an error inside the kernel names this op.
 void check_launch(const char* op);

@@ -28,14 +28,14 @@ HostCopies::Buffer& HostCopies::acquire(size_t bytes, const char* op) {
   Buffer* pick = nullptr;
   for (Buffer& b : buffers_) {
     // An upload's buffer is free again once its copy has run.
-    if (b.busy && b.read == 0 && cudaEventQuery(static_cast<cudaEvent_t>(b.done)) == cudaSuccess) b.busy = false;
+    if (b.busy && b.read == 0 && event_done(b.done, op)) b.busy = false;
     if (!b.busy && (!pick || (pick->capacity < bytes && b.capacity > pick->capacity))) pick = &b;
   }
   if (!pick && buffers_.size() < kMaxBuffers) {
+    cudaEvent_t event = nullptr;  // made first: a failure leaves no buffer without one in the pool
+    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
     buffers_.emplace_back();
     pick = &buffers_.back();
-    cudaEvent_t event = nullptr;
-    check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
     pick->done = event;
   }
   if (!pick) {
@@ -69,9 +69,14 @@ bool HostCopies::upload(void* dst, const void* src, size_t bytes, const char* op
   Buffer& b = acquire(bytes, op);
   std::memcpy(b.pinned, src, bytes);
   check_cuda(cudaMemcpyAsync(dst, b.pinned, bytes, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
-  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(b.done), stream()), op, "cudaEventRecord");
+  // Busy from the copy on: should the record fail, the buffer is not handed out again before the copy is done.
   b.busy = true;
   b.read = 0;
+  const cudaError_t recorded = cudaEventRecord(static_cast<cudaEvent_t>(b.done), stream());
+  if (recorded != cudaSuccess) {
+    if (cudaStreamSynchronize(stream()) == cudaSuccess) b.busy = false;  // the copy is done: free again
+    check_cuda(recorded, op, "cudaEventRecord");
+  }
   return true;
 }
 
@@ -87,10 +92,16 @@ uint64_t HostCopies::read_later(std::span<const Part> parts, const char* op) {
     check_cuda(cudaMemcpyAsync(b.pinned + at, p.src, p.bytes, cudaMemcpyDeviceToHost, stream()), op, "cudaMemcpyAsync");
     at += p.bytes;
   }
-  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(b.done), stream()), op, "cudaEventRecord");
-  b.busy = true;
+  b.busy = true;  // from the copies on (see upload)
   b.read = next_read_++;
   b.bytes = bytes;
+  const cudaError_t recorded = cudaEventRecord(static_cast<cudaEvent_t>(b.done), stream());
+  if (recorded != cudaSuccess) {
+    b.read = 0;
+    const cudaError_t waited = cudaStreamSynchronize(stream());
+    if (waited == cudaSuccess) b.busy = false;
+    check_cuda(recorded, op, "cudaEventRecord");
+  }
   return b.read;
 }
 

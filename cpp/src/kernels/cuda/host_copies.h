@@ -24,8 +24,9 @@ class HostCopies {
   HostCopies& operator=(const HostCopies&) = delete;
   ~HostCopies();
 
-  // Larger uploads go through a plain cudaMemcpy (weights on a move: no buffer that size is kept).
-  static constexpr size_t kMaxUpload = size_t{4} << 20;
+  // Larger uploads go through a plain cudaMemcpy (weights on a move, a checkpoint's tensors: no buffer that size is
+  // kept). A batch's ids are far smaller (64 x 256 ids: 64 KiB).
+  static constexpr size_t kMaxUpload = size_t{1} << 20;
 
   // host -> device behind the stream's work; false (nothing done) above kMaxUpload.
   bool upload(void* dst, const void* src, size_t bytes, const char* op);

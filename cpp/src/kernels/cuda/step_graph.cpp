@@ -17,9 +17,11 @@ using Mode = ops::StepRecorder::Mode;
 StepGraph::~StepGraph() {
   // The process's graphs live until exit, when the driver may already be gone: errors are ignored.
   for (void* exec : recorder_.drop_all()) destroy(exec);
-  if (copied_) cudaEventDestroy(static_cast<cudaEvent_t>(copied_));
+  for (int i = 0; i < kRing; ++i) {
+    if (copied_[i]) cudaEventDestroy(static_cast<cudaEvent_t>(copied_[i]));
+    if (pinned_[i]) cudaFreeHost(pinned_[i]);
+  }
   if (device_) cudaFree(device_);
-  if (pinned_) cudaFreeHost(pinned_);
   cudaGetLastError();
 }
 
@@ -29,23 +31,27 @@ void StepGraph::set_enabled(bool on) {
 }
 
 void StepGraph::ensure_block() {
-  if (copied_) return;  // the last of the three: all are made
+  if (copied_[kRing - 1]) return;  // the last made: all are
   const char* op = "training step graph";
   // Each made only once: a failure part way (out of pinned memory) leaves what was made for the next try.
-  if (!pinned_) {
-    void* host = nullptr;
-    check_cuda(cudaMallocHost(&host, kBlockBytes), op, "cudaMallocHost");
-    pinned_ = static_cast<unsigned char*>(host);
-  }
   if (!device_) {
     void* dev = nullptr;
     check_cuda(cudaMalloc(&dev, kBlockBytes), op, "cudaMalloc");
     device_ = static_cast<unsigned char*>(dev);
   }
-  cudaEvent_t event = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
-  copied_ = event;
-  recorder_.set_block(pinned_, kBlockBytes);
+  for (int i = 0; i < kRing; ++i) {
+    if (!pinned_[i]) {
+      void* host = nullptr;
+      check_cuda(cudaMallocHost(&host, kBlockBytes), op, "cudaMallocHost");
+      pinned_[i] = static_cast<unsigned char*>(host);
+    }
+    if (!copied_[i]) {
+      cudaEvent_t event = nullptr;
+      check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), op, "cudaEventCreateWithFlags");
+      copied_[i] = event;
+    }
+  }
+  recorder_.set_block(pinned_[slot_], kBlockBytes);
 }
 
 void StepGraph::begin(uint64_t key) {
@@ -64,8 +70,10 @@ void StepGraph::begin(uint64_t key) {
     }
     const Mode mode = recorder_.begin(key);
     if (mode == Mode::Eager) return;
-    // The block is rewritten by this step's walk: the copy out of it for the last launch must be done.
-    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_)), op, "cudaEventSynchronize");
+    // This step's walk writes the next block of the ring: the copy out of it, kRing launches ago, must be done.
+    slot_ = (slot_ + 1) % kRing;
+    check_cuda(cudaEventSynchronize(static_cast<cudaEvent_t>(copied_[slot_])), op, "cudaEventSynchronize");
+    recorder_.set_block(pinned_[slot_], kBlockBytes);
     // Thread-local: only this thread's unsafe calls (a synchronous copy, a wait) break the capture; others go on.
     if (mode == Mode::Capture)
       check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), op, "cudaStreamBeginCapture");
@@ -138,9 +146,12 @@ void StepGraph::launch(const char* op) {
     StepGraph* g;
     ~Release() { g->release(); }
   } release{this};
+  // An error left by an earlier call is reported now, before anything of this step runs, not after its launch
+  // (where the host would take the step for one that did not run).
+  check_cuda(cudaGetLastError(), op, "an earlier call (before the graph's launch)");
   if (const size_t used = recorder_.used())
-    check_cuda(cudaMemcpyAsync(device_, pinned_, used, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
-  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_), stream()), op, "cudaEventRecord");
+    check_cuda(cudaMemcpyAsync(device_, pinned_[slot_], used, cudaMemcpyHostToDevice, stream()), op, "cudaMemcpyAsync");
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(copied_[slot_]), stream()), op, "cudaEventRecord");
   check_cuda(cudaGraphLaunch(static_cast<cudaGraphExec_t>(recorder_.handle()), stream()), op, "cudaGraphLaunch");
   check_launch(op);
 }

@@ -28,6 +28,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ops/adam_plan.h"
 #include "ops/step_recorder.h"
 
 namespace qkv::kernels::cuda {
@@ -87,10 +88,16 @@ class StepGraph {
   std::mutex step_;             // held from begin to end or cancel
   std::atomic<std::thread::id> owner_{};
 
+  // The pinned blocks, one per step that may be in flight (models/model_core.h: queue_train_step), used in turn: a
+  // step's walk rewrites its block only once the copy out of it, kRing steps ago, is done, so the host waits for
+  // the step before last's start, not for the last one. One device twin: each copy into it is queued behind the
+  // graph that read it.
   static constexpr size_t kBlockBytes = size_t{1} << 20;
-  unsigned char* pinned_ = nullptr;  // cudaMallocHost
-  unsigned char* device_ = nullptr;  // its twin, cudaMalloc
-  void* copied_ = nullptr;           // cudaEvent_t: the last copy out of pinned_ is done (before it is rewritten)
+  static constexpr int kRing = ops::kMaxStepsAhead + 1;
+  unsigned char* pinned_[kRing] = {};  // cudaMallocHost
+  void* copied_[kRing] = {};           // cudaEvent_t: the last copy out of pinned_[i] is done
+  unsigned char* device_ = nullptr;    // the twin, cudaMalloc
+  int slot_ = 0;                       // the block of the step under way
 };
 
 // The process's step graph (the CUDA backend's): the tests and benchmarks read its counts and switch it.
