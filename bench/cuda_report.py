@@ -5,7 +5,7 @@ usage: cuda_report.py LOG_DIR      (standard library only)
 
 Reads `RESULT bench=char-gpt|seq2seq side=qkv|PyTorch|PyTorch-compile precision=fp32|tf32|bf16 ...` lines,
 printed by build/cuda/bench/qkv_cuda_train and bench/cuda_torch.py, from the logs under LOG_DIR, and prints one
-row per (model, precision): each side's median ms/step, tokens/s and MFU, and qkv / eager and qkv / compiled in
+row per (model, precision): each side's ms/step (qkv's queued loop, PyTorch's median), tokens/s and MFU, and qkv / eager and qkv / compiled in
 tokens/s (above 1: qkv is faster). bf16 is PyTorch's autocast against qkv's --precision bf16 (bf16 products, fp32 storage). Both sides count the same model FLOPs per step (nanoGPT's estimate_mfu, cuda_torch.py's docstring) and
 divide by the same peak, so the MFU ratio equals the speed ratio; the report says so when the counts differ.
 A side that printed no RESULT line (not run, or failed) shows "-", and the row names the log to read.
@@ -67,6 +67,23 @@ def print_ab(results, log_dir):
             print(line)
 
 
+def print_measures(results):
+    """Each side's figure beside the other measure: qkv's queued loop and its one-by-one train_step median; the
+    peer's event median and its loop's wall time (the measure of qkv's queued figure)."""
+    lines = []
+    for (bench, side, prec), r in sorted(results.items()):
+        if side == "qkv" and "ms_per_step_one_by_one" in r:
+            lines.append(f"  {bench} {prec} qkv: queued loop {float(r['ms_per_step']):.2f} ms/step (the table's), "
+                         f"one by one (train_step, median) {float(r['ms_per_step_one_by_one']):.2f}")
+        elif side != "qkv" and "wall_ms_per_step" in r:
+            lines.append(f"  {bench} {prec} {side}: median of the events {float(r['ms_per_step']):.2f} ms/step "
+                         f"(the table's), the loop's wall time {float(r['wall_ms_per_step']):.2f}")
+    if lines:
+        print("\nboth measures of each side (the table's, and the other):")
+        for line in lines:
+            print(line)
+
+
 def cells(r, width=9):
     """ms/step, tokens/s, MFU of one side, or dashes."""
     if r is None:
@@ -84,9 +101,10 @@ def main():
     if not results:
         sys.exit(f"no char-gpt or seq2seq RESULT lines in {log_dir}/*.log: run bench/run_cuda.sh first")
     any_row = next(iter(results.values()))
-    print(f"\nGPU training step, qkv vs PyTorch eager and torch.compile, on {any_row.get('device', '?')}: median ms/step of the timed "
-          "steps; tokens/s = tokens per step / median\n(the Seq2Seq counts the 99 target positions a row); "
-          "MFU = model FLOPs per step / median step time / the peak below")
+    print(f"\nGPU training step, qkv vs PyTorch eager and torch.compile, on {any_row.get('device', '?')}: ms/step of the timed "
+          "steps (qkv: its queued loop's wall time over its steps; PyTorch: the median of CUDA events around each step, "
+          "its host running ahead);\ntokens/s = tokens per step / that (the Seq2Seq counts the 99 target positions a "
+          "row); MFU = model FLOPs per step / step time / the peak below")
     print(f"{'model':<27} {'prec':<5}  {'qkv ms':>9} {'tokens/s':>10} {'MFU':>6}  {'eager ms':>9} {'tokens/s':>10} "
           f"{'MFU':>6}  {'compiled ms':>11} {'tokens/s':>10} {'MFU':>6}  {'qkv/eager':>10} {'qkv/compiled':>12} "
           f"{'peak TFLOP/s':>13}")
@@ -127,6 +145,7 @@ def main():
         print("  qkv's loss, first warm-up step -> last timed step: " + "; ".join(losses))
     for note in notes:
         print("  " + note)
+    print_measures(results)
     print_ab(results, log_dir)
     print_targets(results, log_dir)
 
