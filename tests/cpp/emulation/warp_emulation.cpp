@@ -8,6 +8,8 @@
 
 #include <ucontext.h>
 
+#include <atomic>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -208,7 +210,17 @@ const uint32_t (&gather(const uint32_t (&a)[4], const uint32_t (&b)[2]))[32][6] 
   return w.mma[round & 1];
 }
 
-// c (this lane's C fragment) += sum over k < K of A(r, k) B(k, n), in double, rounded once.
+std::atomic<emu::MmaRounding> mma_rounding{emu::MmaRounding::Nearest};
+
+float round_mma(double x) {
+  float f = static_cast<float>(x);
+  if (mma_rounding.load(std::memory_order_relaxed) == emu::MmaRounding::TowardZero && std::isfinite(f) &&
+      std::abs(static_cast<double>(f)) > std::abs(x))
+    f = std::nextafter(f, 0.f);
+  return f;
+}
+
+// c (this lane's C fragment) += sum over k < K of A(r, k) B(k, n), in double, rounded once (set_mma_rounding).
 template <int K, class AAt, class BAt>
 void accumulate(float (&c)[4], AAt A, BAt B) {
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, t = lane % 4;
@@ -216,7 +228,7 @@ void accumulate(float (&c)[4], AAt A, BAt B) {
     const int r = g + (i >= 2 ? 8 : 0), n = 2 * t + (i & 1);
     double sum = 0;
     for (int k = 0; k < K; ++k) sum += static_cast<double>(A(r, k)) * B(k, n);
-    c[i] = static_cast<float>(c[i] + sum);
+    c[i] = round_mma(c[i] + sum);
   }
 }
 
@@ -253,6 +265,10 @@ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 }
 
 }  // namespace qkv::kernels::cuda
+
+namespace qkv::emu {
+MmaRounding set_mma_rounding(MmaRounding r) { return kernels::cuda::mma_rounding.exchange(r); }
+}  // namespace qkv::emu
 
 float __fadd_rn(float a, float b) { return a + b; }
 float __fmul_rn(float a, float b) { return a * b; }

@@ -16,7 +16,8 @@
 //     in the worst case. Shared memory starts as NaN (a read of what no thread wrote shows up).
 //   - A warp-wide operation that some lanes of a warp do not reach, or a __syncthreads that part of the block
 //     skips, deadlocks on a GPU; here it is reported (emu::Deadlock) instead of hanging.
-//   - Not modelled: the order of fp32 accumulation inside an mma (summed here in double, then rounded), memory
+//   - Not modelled: the order of fp32 accumulation inside an mma (summed here in double, then rounded to nearest,
+//     or toward zero: set_mma_rounding), memory
 //     coalescing, bank conflicts, timing; races between threads of the same barrier interval are not detected
 //     (compute-sanitizer's racecheck, on a GPU, is the tool for them).
 #include <algorithm>
@@ -69,6 +70,12 @@ int next_round();
 
 // Runs kernel() for every thread of every block of the grid (blocks in x, then y, then z order).
 void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::function<void()>& kernel);
+
+// How an mma rounds its fp32 result: to nearest (the default: the exact sum, rounded once), or toward zero, the
+// tensor cores' truncation as measured (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021), a bias that
+// grows with the number of mma summed into one accumulator. Returns the previous setting.
+enum class MmaRounding { Nearest, TowardZero };
+MmaRounding set_mma_rounding(MmaRounding r);
 
 }  // namespace qkv::emu
 
