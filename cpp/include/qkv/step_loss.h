@@ -2,8 +2,10 @@
 // StepLoss: the loss of a training step queued with queue_train_step (LanguageModel, Seq2Seq, Classifier), read
 // when the caller wants it. On a GPU the step runs while the host goes on (prepares the next batch, queues the next
 // step): a training loop that reads each loss one or two steps late keeps the GPU busy without a gap between steps.
+// Copies share the step. Like its model, a StepLoss is used from one thread at a time (the model's).
 #include <exception>
 #include <memory>
+#include <utility>
 
 namespace qkv {
 
