@@ -47,6 +47,7 @@ bool Optimizer::refuse(nn::Parameters& params, double norm, bool finite_loss, bo
 bool Optimizer::step(nn::Parameters& params, bool finite_loss) {
   // A non-finite loss never ran its backward, so the norm would not see it: the model passes it in.
   if (!finite_loss) return finish(params, false);
+  reserve(params);
   queue(params, {});
   return finish(params, true);
 }
@@ -89,7 +90,7 @@ void Optimizer::make_ranges(nn::Parameters& params) {
 }
 
 void Optimizer::queue_plan(nn::Parameters& params, CSpan gate, int ahead) {
-  make_ranges(params);
+  // ranges_: reserve()'s, made before the step (Optimizer::step, models/model_core.h: queue_step).
   const size_t b = params.moments_begin(), e = b + params.moments1().size();
   // The step t + 1 if it is taken, or with steps ahead undecided, t + 1 + (how many of them are taken): the
   // device picks (ops/adam_plan.h). The clipping factor (torch.nn.utils.clip_grad_norm_'s: ops/clip.h) and the

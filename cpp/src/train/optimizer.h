@@ -29,7 +29,8 @@ class Optimizer {
   // update from happening, if it was queued at all).
   void queue(nn::Parameters& params, CSpan gate);
   bool finish(nn::Parameters& params, bool finite_loss);
-  // Makes the ops' scratch now, so that a step queued whole allocates nothing (a CUDA graph's capture cannot).
+  // The step's ranges and the ops' scratch, made before queue() or queue_ahead() (which use them) and outside a
+  // training step queued whole, which may allocate nothing (a CUDA graph's capture cannot).
   void reserve(nn::Parameters& params);
 
   // Steps in flight (models/model_core.h: queue_train_step), on a backend that decides on the device: queue_ahead()
