@@ -10,8 +10,8 @@ tokens/s (above 1: qkv is faster). bf16 is PyTorch's autocast against qkv's --pr
 divide by the same peak, so the MFU ratio equals the speed ratio; the report says so when the counts differ.
 A side that printed no RESULT line (not run, or failed) shows "-", and the row names the log to read.
 The table reads qkv_train.log and torch.log only; the ops stage's whole-step A/B logs (train_rowwise.log,
-train_no_lt.log, train_no_graph.log: the char GPT fp32 step with one default part off) print below it, each
-against the table's char GPT fp32 row.
+train_no_lt.log, train_no_graph.log: the char GPT fp32 step with one default part off; train_s2s_no_lt.log: the
+Seq2Seq's) print below it, each against the table's fp32 row of its model.
 """
 import math
 import os
@@ -21,11 +21,13 @@ import sys
 BENCHES = [("char-gpt", "char GPT L6 H6 C384 T256"), ("seq2seq", "Seq2Seq 6+6 d512 S100 T100")]
 PRECISIONS = ["fp32", "tf32", "bf16"]
 LOGS = {"qkv": "qkv_train.log", "PyTorch": "torch.log", "PyTorch-compile": "torch.log"}
-# The whole-step A/B runs of run_cuda.sh's ops stage: the char GPT fp32 step with one part of the default turned
-# off, each in its own log. Their RESULT lines look like qkv's own, so they are read apart from the table's.
-AB_LOGS = [("train_rowwise.log", "the row-wise FP32 attention (QKV_CUDA_ATTENTION=rowwise)"),
-           ("train_no_lt.log", "the bias as its own pass (QKV_CUDA_LT=0)"),
-           ("train_no_graph.log", "op by op, no CUDA graph (QKV_CUDA_GRAPH=0)")]
+# The whole-step A/B runs of run_cuda.sh's ops stage: an fp32 step with one part of the default turned off, each in
+# its own log (model, log, what is off). Their RESULT lines look like qkv's own, so they are read apart from the
+# table's.
+AB_LOGS = [("char-gpt", "train_rowwise.log", "the row-wise FP32 attention (QKV_CUDA_ATTENTION=rowwise)"),
+           ("char-gpt", "train_no_lt.log", "the bias as its own pass (QKV_CUDA_LT=0)"),
+           ("char-gpt", "train_no_graph.log", "op by op, no CUDA graph (QKV_CUDA_GRAPH=0)"),
+           ("seq2seq", "train_s2s_no_lt.log", "bias and ReLU as their own pass (QKV_CUDA_LT=0)")]
 
 
 def read_log(path):
@@ -51,18 +53,18 @@ def read_results(log_dir):
 
 
 def print_ab(results, log_dir):
-    """The char GPT fp32 step with each default part turned off, against the default (the table's qkv row)."""
-    base = results.get(("char-gpt", "qkv", "fp32"))
+    """An fp32 step with each default part turned off, against the default (the table's qkv row of its model)."""
     lines = []
-    for name, what in AB_LOGS:
-        rows = [r for r in read_log(os.path.join(log_dir, name)) if r.get("bench") == "char-gpt"]
+    for bench, name, what in AB_LOGS:
+        base = results.get((bench, "qkv", "fp32"))
+        rows = [r for r in read_log(os.path.join(log_dir, name)) if r.get("bench") == bench]
         if not rows:
             continue
         ms = float(rows[-1]["ms_per_step"])
         gain = f"the default is {ms / float(base['ms_per_step']):.2f}x faster" if base else "no default row to compare"
-        lines.append(f"  {what}: {ms:.2f} ms/step; {gain}")
+        lines.append(f"  {bench}, {what}: {ms:.2f} ms/step; {gain}")
     if lines:
-        print("\nchar GPT fp32 step, one part of the default off (A/B, same run):")
+        print("\nfp32 training step, one part of the default off (A/B, same run):")
         for line in lines:
             print(line)
 

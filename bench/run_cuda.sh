@@ -79,6 +79,9 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" ncu 
         echo "== the same step with the Linear biases as a separate pass (QKV_CUDA_LT=0), for the cuBLASLt epilogue's A/B"
         QKV_CUDA_LT=0 build/cuda/bench/qkv_cuda_train char-gpt --device cuda --precision fp32 \
           --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_no_lt.log" | tail -3 || status=1
+        echo "== a Seq2Seq fp32 step (ReLU: bias and activation in the epilogue) with QKV_CUDA_LT=0, for the same A/B"
+        QKV_CUDA_LT=0 build/cuda/bench/qkv_cuda_train seq2seq --device cuda --precision fp32 \
+          --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_s2s_no_lt.log" | tail -3 || status=1
         echo "== the same step launched op by op (QKV_CUDA_GRAPH=0), for the A/B of the step as one CUDA graph"
         QKV_CUDA_GRAPH=0 build/cuda/bench/qkv_cuda_train char-gpt --device cuda --precision fp32 \
           --steps "$steps" --warmup "$warmup" 2>&1 | tee "$out/train_no_graph.log" | tail -3 || status=1

@@ -156,7 +156,9 @@ struct Classifier::Impl {
       fc2->backward(d_hidden, dlogits, hidden_act, B);
       if (drop.active())
         ops().dropout_backward(d_hidden.first(n), d_hidden.first(n), drop.p, drop.seed_for(head_stream));
-      fc1->backward(d_pooled, d_hidden, hidden, pooled, B, ops::Act::ReLU);
+      // ReLU's derivative from the sign of its output (hidden is scratch under ReLU: ops.h's linear_forward);
+      // dropout's zeros carry no gradient either way.
+      fc1->backward(d_pooled, d_hidden, hidden_act, pooled, B, ops::Act::ReLU);
     } else {
       fc2->backward(d_pooled, dlogits, pooled, B);
     }

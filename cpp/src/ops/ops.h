@@ -107,8 +107,10 @@ class Backend {
   virtual void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) = 0;
 
   // A Linear layer's forward: h (rows, out) = x (rows, in) w^T (w: (out, in)) + b, then a = act(h) unless act is
-  // Identity and a is h. b may be empty. The default is gemm then bias_act_forward (one pass for bias and
-  // activation); a backend whose matrix product can add the bias itself (cuBLASLt's epilogue) overrides it.
+  // Identity and a is h. b may be empty. Under ReLU, h is scratch: a backend may leave it unwritten (ReLU's
+  // backward reads the sign of a, and a > 0 exactly where h > 0). The default is gemm then bias_act_forward (one
+  // pass for bias and activation); a backend whose matrix product can add the bias and a ReLU itself (cuBLASLt's
+  // epilogues) overrides it.
   virtual void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out);
 
   // Inverted dropout with the counter-based mask of kernels.h (the same mask on every backend).

@@ -105,58 +105,64 @@ TEST(CudaOps, GemmBf16WithinItsTolerance) {
   check_gemm(kc::MatmulPrecision::Bf16);
 }
 
-// gemm_bias: the bias in cuBLASLt's epilogue, every precision, against the CPU's product plus bias (bounds as
-// check_gemm's, of sum |x||w| + |b|). With 16-byte aligned operands cuBLASLt must take it (the path is meant to
-// run on an H100, not fall back unseen); a bias at an odd float offset may run or fall back, and either way the
-// result must be right once the fallback (what the backend does then) is applied.
+// gemm_bias: the bias (and with relu, a ReLU) in cuBLASLt's epilogue, every precision, against the CPU's product
+// plus bias (bounds as check_gemm's, of sum |x||w| + |b|; the ReLU of a value within them is within them). With
+// 16-byte aligned operands cuBLASLt must take it (the path is meant to run on an H100, not fall back unseen); a bias
+// at an odd float offset may run or fall back, and either way the result must be right once the fallback (what the
+// backend does then) is applied.
 TEST(CudaOps, GemmBiasThroughCublasLtMatchesTheCpu) {
   QKV_REQUIRE_CUDA_DEVICE();
   uint64_t seed = 70;
-  for (kc::MatmulPrecision precision :
-       {kc::MatmulPrecision::Fp32, kc::MatmulPrecision::Tf32, kc::MatmulPrecision::Bf16}) {
-    kc::set_matmul_precision(precision);
-    const double tol = precision == kc::MatmulPrecision::Tf32   ? kc::kGemmTf32Tolerance
-                       : precision == kc::MatmulPrecision::Bf16 ? kc::kGemmBf16Tolerance
-                                                                : kFp32;
-    for (int rows : {1, 17, 257})
-      for (int in : {1, 17, 384})
-        for (int out : {3, 64, 257})
-          for (int offset : {0, 1}) {
-            SCOPED_TRACE(::testing::Message() << "rows " << rows << " in " << in << " out " << out << " bias offset "
-                                              << offset << " precision " << static_cast<int>(precision));
-            const auto x = randn(static_cast<size_t>(rows) * in, seed++),
-                       w = randn(static_cast<size_t>(out) * in, seed++);
-            const auto b = randn(out + 1, seed++);
-            std::vector<float> want(static_cast<size_t>(rows) * out), scale(want.size());
-            kernels::gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, want.data(), out);
-            std::vector<float> ax(x.size()), aw(w.size());
-            for (size_t i = 0; i < x.size(); ++i) ax[i] = std::abs(x[i]);
-            for (size_t i = 0; i < w.size(); ++i) aw[i] = std::abs(w[i]);
-            kernels::gemm(false, true, rows, out, in, 1.f, ax.data(), in, aw.data(), in, 0.f, scale.data(), out);
-            for (int r = 0; r < rows; ++r)
-              for (int j = 0; j < out; ++j) {
-                want[static_cast<size_t>(r) * out + j] += b[static_cast<size_t>(j + offset)];
-                scale[static_cast<size_t>(r) * out + j] += std::abs(b[static_cast<size_t>(j + offset)]);
+  for (bool relu : {false, true})
+    for (kc::MatmulPrecision precision :
+         {kc::MatmulPrecision::Fp32, kc::MatmulPrecision::Tf32, kc::MatmulPrecision::Bf16}) {
+      kc::set_matmul_precision(precision);
+      const double tol = precision == kc::MatmulPrecision::Tf32   ? kc::kGemmTf32Tolerance
+                         : precision == kc::MatmulPrecision::Bf16 ? kc::kGemmBf16Tolerance
+                                                                  : kFp32;
+      for (int rows : {1, 17, 257})
+        for (int in : {1, 17, 384})
+          for (int out : {3, 64, 257})
+            for (int offset : {0, 1}) {
+              SCOPED_TRACE(::testing::Message()
+                           << "rows " << rows << " in " << in << " out " << out << " bias offset " << offset
+                           << " precision " << static_cast<int>(precision) << " relu " << relu);
+              const auto x = randn(static_cast<size_t>(rows) * in, seed++),
+                         w = randn(static_cast<size_t>(out) * in, seed++);
+              const auto b = randn(out + 1, seed++);
+              std::vector<float> want(static_cast<size_t>(rows) * out), scale(want.size());
+              kernels::gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, want.data(), out);
+              std::vector<float> ax(x.size()), aw(w.size());
+              for (size_t i = 0; i < x.size(); ++i) ax[i] = std::abs(x[i]);
+              for (size_t i = 0; i < w.size(); ++i) aw[i] = std::abs(w[i]);
+              kernels::gemm(false, true, rows, out, in, 1.f, ax.data(), in, aw.data(), in, 0.f, scale.data(), out);
+              for (int r = 0; r < rows; ++r)
+                for (int j = 0; j < out; ++j) {
+                  want[static_cast<size_t>(r) * out + j] += b[static_cast<size_t>(j + offset)];
+                  scale[static_cast<size_t>(r) * out + j] += std::abs(b[static_cast<size_t>(j + offset)]);
+                }
+              if (relu)
+                for (float& v : want) v = std::max(v, 0.f);
+              DeviceBuffers d({x.size(), w.size(), b.size(), want.size()});
+              up(d.f[0], x);
+              up(d.f[1], w);
+              up(d.f[2], b);
+              poison(d.f[3], want.size());
+              const bool ran = kc::gemm_bias(rows, out, in, d.f[0], d.f[1], d.f[2] + offset, d.f[3], relu);
+              if (offset == 0 && precision == kc::MatmulPrecision::Fp32) {
+                EXPECT_TRUE(ran) << "cuBLASLt fell back";
               }
-            DeviceBuffers d({x.size(), w.size(), b.size(), want.size()});
-            up(d.f[0], x);
-            up(d.f[1], w);
-            up(d.f[2], b);
-            poison(d.f[3], want.size());
-            const bool ran = kc::gemm_bias(rows, out, in, d.f[0], d.f[1], d.f[2] + offset, d.f[3]);
-            if (offset == 0 && precision == kc::MatmulPrecision::Fp32) {
-              EXPECT_TRUE(ran) << "cuBLASLt fell back";
+              if (!ran) {
+                kc::gemm(false, true, rows, out, in, 1.f, d.f[0], in, d.f[1], in, 0.f, d.f[3], out);
+                kc::bias_act_forward(d.f[3], d.f[3], d.f[2] + offset,
+                                     relu ? kernels::Act::ReLU : kernels::Act::Identity, rows, out);
+              }
+              const auto got = download(d.f[3], want.size());
+              for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_LE(std::abs(got[i] - want[i]), tol * scale[i] + 1e-6)
+                    << "h[" << i << "] = " << got[i] << ", CPU " << want[i];
             }
-            if (!ran) {
-              kc::gemm(false, true, rows, out, in, 1.f, d.f[0], in, d.f[1], in, 0.f, d.f[3], out);
-              kc::bias_act_forward(d.f[3], d.f[3], d.f[2] + offset, kernels::Act::Identity, rows, out);
-            }
-            const auto got = download(d.f[3], want.size());
-            for (size_t i = 0; i < got.size(); ++i)
-              ASSERT_LE(std::abs(got[i] - want[i]), tol * scale[i] + 1e-6)
-                  << "h[" << i << "] = " << got[i] << ", CPU " << want[i];
-          }
-  }
+    }
   kc::set_matmul_precision(kc::MatmulPrecision::Fp32);
 }
 

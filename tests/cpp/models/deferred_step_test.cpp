@@ -120,6 +120,13 @@ class DeferringBackend final : public ops::Backend {
     op(StepSignature::of("layernorm_backward", dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch),
        [=, this] { cpu_.layernorm_backward(dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch); });
   }
+  // As the CUDA backend's ReLU epilogue leaves it, h is unwritten under ReLU (ops.h): here it is poisoned, so that a
+  // model reading it after all differs from the plain CPU's run.
+  void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out) override {
+    Backend::linear_forward(a, h, x, w, b, act, rows, in, out);
+    if (act == Act::ReLU && a.data() != h.data())
+      fill(h.first(static_cast<size_t>(rows) * out), std::numeric_limits<float>::quiet_NaN());
+  }
   void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
     op(StepSignature::of("bias_act_forward", a, h, b, act, rows, N),
        [=, this] { cpu_.bias_act_forward(a, h, b, act, rows, N); });

@@ -148,19 +148,23 @@ class CudaBackend final : public Backend {
                            x.data(), w.data(), mean.data(), rstd.data(), rows, C);
   }
 
-  // The bias in cuBLASLt's epilogue where it can (one pass less over h), then the activation alone.
-  // The path is chosen before anything is queued (cuBLASLt's plan for the shape is kept), so that a replayed step
-  // walks the ops its capture recorded: the default's gemm and bias_act_forward are ops of their own.
+  // The bias in cuBLASLt's epilogue where it can (one pass less over h), then the activation alone; a ReLU goes in
+  // the epilogue too, straight into a (h, scratch under ReLU by ops.h's contract, is left unwritten: two passes
+  // less). The path is chosen before anything is queued (cuBLASLt's plan for the shape is kept), so that a replayed
+  // step walks the ops its capture recorded: the default's gemm and bias_act_forward are ops of their own.
   void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out) override {
-    if (b.empty() || !kc::gemm_bias_planned(rows, out, in, x.data(), w.data(), b.data(), h.data()))
+    const bool relu = act == Act::ReLU;
+    float* const dst = relu ? a.data() : h.data();
+    if (b.empty() || !kc::gemm_bias_planned(rows, out, in, x.data(), w.data(), b.data(), dst, relu))
       return Backend::linear_forward(a, h, x, w, b, act, rows, in, out);
     if (replayed("linear_forward", a, h, x, w, b, act, rows, in, out)) return;
-    if (!kc::gemm_bias(rows, out, in, x.data(), w.data(), b.data(), h.data())) {  // refused after all: no bias fused
+    if (!kc::gemm_bias(rows, out, in, x.data(), w.data(), b.data(), dst, relu)) {  // refused after all: nothing fused
       kc::gemm(false, true, rows, out, in, 1.f, x.data(), in, w.data(), in, 0.f, h.data(), out);
       kc::bias_act_forward(a.data(), h.data(), b.data(), act, rows, out);
       return;
     }
-    if (act != Act::Identity || a.data() != h.data()) kc::bias_act_forward(a.data(), h.data(), nullptr, act, rows, out);
+    if (!relu && (act != Act::Identity || a.data() != h.data()))
+      kc::bias_act_forward(a.data(), h.data(), nullptr, act, rows, out);
   }
   void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
     if (replayed("bias_act_forward", a, h, b, act, rows, N)) return;

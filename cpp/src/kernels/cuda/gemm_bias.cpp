@@ -1,9 +1,12 @@
-// A Linear layer's product with its bias added in cuBLASLt's epilogue (cuda_kernels.h: gemm_bias), so that the
-// bias costs no pass of its own over the (rows, out) output: h = x w^T + b.
+// A Linear layer's product with its bias (and a ReLU) added in cuBLASLt's epilogue (cuda_kernels.h: gemm_bias), so
+// that neither costs a pass of its own over the (rows, out) output: h = x w^T + b, or a = max(x w^T + b, 0).
 // Mapping (gemm.cpp's): row-major h (rows, out) is column-major h^T (out, rows) = w x^T with w stored row-major
 // (out, in), i.e. column-major (in, out) ld in, taken transposed (op A = T), and x row-major (rows, in), i.e.
 // column-major (in, rows) ld in (op B = N); m = out, n = rows, k = in. CUBLASLT_EPILOGUE_BIAS adds a vector of
-// length m to every column of D: b[j] to row j of h^T, which is column j of h.
+// length m to every column of D: b[j] to row j of h^T, which is column j of h. CUBLASLT_EPILOGUE_RELU_BIAS then
+// takes max(., 0) of each element (for a NaN cuBLASLt documents no result): the pre-activation is never stored, which
+// a ReLU layer does not need (its backward reads the sign of its output). GELU has no epilogue here: cuBLASLt's is
+// the tanh approximation, qkv's (PyTorch's nn.GELU) the exact erf form.
 // Precision follows set_matmul_precision: CUBLAS_COMPUTE_32F, _FAST_TF32 or _FAST_16BF, fp32 scale and types.
 // Per shape (and alignment of the pointers, which the algorithms depend on) the descriptors and the heuristic's
 // first algorithm are made once and kept: after the first step no host allocation. Where cuBLASLt finds no
@@ -50,8 +53,8 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-// (rows, out, in, precision, alignment of x, w, h, bias)
-using Key = std::tuple<int, int, int, int, int, int, int, int>;
+// (rows, out, in, precision, relu, alignment of x, w, h, bias)
+using Key = std::tuple<int, int, int, int, bool, int, int, int, int>;
 
 struct State {
   std::mutex mutex;
@@ -110,7 +113,7 @@ int alignment(const void* p) {
   return u % 16 == 0 ? 16 : u % 8 == 0 ? 8 : 4;
 }
 
-Plan make_plan(State& s, int rows, int out, int in, MatmulPrecision precision, const int (&align)[4]) {
+Plan make_plan(State& s, int rows, int out, int in, MatmulPrecision precision, bool relu, const int (&align)[4]) {
   Plan p;
   const Lt& api = s.api;
   const cublasComputeType_t compute = precision == MatmulPrecision::Tf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
@@ -118,7 +121,7 @@ Plan make_plan(State& s, int rows, int out, int in, MatmulPrecision precision, c
                                                                            : CUBLAS_COMPUTE_32F;
   if (api.desc_create(&p.desc, compute, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return p;
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+  const cublasLtEpilogue_t epilogue = relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   if (api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) != CUBLAS_STATUS_SUCCESS ||
       api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) != CUBLAS_STATUS_SUCCESS ||
       api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue) != CUBLAS_STATUS_SUCCESS)
@@ -154,29 +157,30 @@ namespace {
 
 // The shape's plan, made on first use (null where cuBLASLt is off, absent, or has no algorithm). s.mutex held.
 const Plan* plan_for(State& s, int rows, int out, int in, const float* x, const float* w, const float* b,
-                     const float* h) {
+                     const float* h, bool relu) {
   if (!enabled() || rows <= 0 || out <= 0 || in <= 0 || !x || !w || !b || !h) return nullptr;
   if (!start(s)) return nullptr;
   const MatmulPrecision precision = matmul_precision();
   const int align[4] = {alignment(x), alignment(w), alignment(h), alignment(b)};
-  const Key key{rows, out, in, static_cast<int>(precision), align[0], align[1], align[2], align[3]};
+  const Key key{rows, out, in, static_cast<int>(precision), relu, align[0], align[1], align[2], align[3]};
   auto it = s.plans.find(key);
-  if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s, rows, out, in, precision, align)).first;
+  if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s, rows, out, in, precision, relu, align)).first;
   return it->second.ok ? &it->second : nullptr;
 }
 
 }  // namespace
 
-bool gemm_bias_planned(int rows, int out, int in, const float* x, const float* w, const float* b, const float* h) {
+bool gemm_bias_planned(int rows, int out, int in, const float* x, const float* w, const float* b, const float* h,
+                       bool relu) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  return plan_for(s, rows, out, in, x, w, b, h) != nullptr;
+  return plan_for(s, rows, out, in, x, w, b, h, relu) != nullptr;
 }
 
-bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h) {
+bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h, bool relu) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  const Plan* plan = plan_for(s, rows, out, in, x, w, b, h);
+  const Plan* plan = plan_for(s, rows, out, in, x, w, b, h, relu);
   if (!plan) return false;
   const Plan& p = *plan;
   if (s.api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) != CUBLAS_STATUS_SUCCESS) return false;
