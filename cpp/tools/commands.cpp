@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -392,6 +393,59 @@ int run_train(const TrainArgs& a) {
 
 // --- generate --------------------------------------------------------------------------------------------
 
+namespace {
+
+// "1,2,3" or "1 2 3" as ids; UsageError naming the flag for anything else.
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] == ',' || text[i] == ' ') {
+      ++i;
+      continue;
+    }
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(text.substr(i), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || v < 0 || v > INT32_MAX || text[i] == '+' || text[i] == '-')
+      throw UsageError("--prompt-ids \"" + text + "\": expected token ids >= 0 separated by commas or spaces");
+    ids.push_back(static_cast<int32_t>(v));
+    i += used;
+  }
+  if (ids.empty()) throw UsageError("--prompt-ids \"" + text + "\": expected at least one token id");
+  return ids;
+}
+
+// The lm of --ckpt or --model continued from token ids: the new ids written as they come.
+int generate_ids(const GenerateArgs& a, const SamplingOptions& o, Device device) {
+  if (a.beam != 1) throw UsageError("--beam: only a seq2seq checkpoint decodes with beams; this is a language model");
+  if (!a.stop.empty()) throw UsageError("--stop: stop characters need a tokenizer; with --prompt-ids there is none");
+  const std::vector<int32_t> prompt = parse_ids(a.prompt_ids);
+  const std::unique_ptr<LanguageModel> m =
+      a.model.empty() ? LanguageModel::load_file(a.ckpt) : load_pretrained(a.model, {}, device);
+  if (a.model.empty()) m->to(device);
+  const int V = m->config().vocab_size;
+  for (int32_t id : prompt)
+    if (id >= V)
+      throw UsageError("--prompt-ids: token id " + std::to_string(id) + " is out of range: the vocabulary has " +
+                       std::to_string(V) + " ids (0 to " + std::to_string(V - 1) + ")");
+  bool first = true;
+  m->generate(prompt, o, [&](int32_t token) {
+    std::printf(first ? "%d" : " %d", token);
+    first = false;
+    std::fflush(stdout);
+    return true;
+  });
+  std::fputs("\n", stdout);
+  return 0;
+}
+
+}  // namespace
+
 int run_generate(const GenerateArgs& a) {
   const Device device = choose_device(a.device);
   set_precision(a.precision, device);
@@ -420,6 +474,13 @@ int run_generate(const GenerateArgs& a) {
     o.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     std::fprintf(stderr, "seed %llu (pass --seed to repeat this sample)\n", static_cast<unsigned long long>(o.seed));
   }
+  if (a.ckpt.empty() == a.model.empty()) throw UsageError("give the model: --ckpt FILE or --model DIR");
+  if (!a.prompt_given && a.prompt_ids.empty()) throw UsageError("give the prompt: --prompt TEXT or --prompt-ids IDS");
+  if (!a.prompt_ids.empty()) return generate_ids(a, o, device);
+  if (!a.model.empty())
+    throw UsageError("--prompt: " + a.model +
+                     " is a Hugging Face folder, whose BPE tokenizer (tokenizer.json, vocab.json + merges.txt) qkv "
+                     "does not read yet: give the prompt as token ids (--prompt-ids)");
   const auto task = Task::load(a.ckpt);
   task->to(device);
   std::fputs(a.prompt.c_str(), stdout);
@@ -459,7 +520,35 @@ std::string io_detect_format(const std::string& text) {
   return detect_format(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
 }
 
+namespace {
+
+// A Hugging Face model folder: what import_pretrained reads from it.
+int info_folder(const InfoArgs& a) {
+  const ImportedWeights r = import_pretrained(a.ckpt);
+  const auto c = nlohmann::json::parse(r.config_json);
+  const auto row = [](const char* key, const std::string& value) { std::printf("%-12s %s\n", key, value.c_str()); };
+  row("folder", a.ckpt);
+  row("model", "a GPT-2 (Hugging Face) checkpoint: " + c.at("layers").dump() + " layers, " + c.at("heads").dump() +
+                   " heads, n_embd " + c.at("d_model").dump() + ", vocabulary " + c.at("vocab_size").dump() +
+                   ", context " + c.at("context").dump() + ", activation " + c.at("activation").get<std::string>());
+  row("config", r.config_json);
+  const auto w = parse_safetensors(r.weights);
+  long long params = 0;
+  for (const auto& t : w.tensors) params += t.numel();
+  row("parameters", std::to_string(params));
+  std::string files;
+  for (const auto& [name, text] : r.tokenizer_files) files += (files.empty() ? "" : ", ") + name;
+  row("tokenizer", files.empty() ? std::string("none found")
+                                 : files + " (BPE: not read by qkv yet; qkv generate takes --prompt-ids)");
+  for (const auto& note : r.notes) row("note", note);
+  std::printf("qkv import %s OUT converts it into a qkv checkpoint\n", a.ckpt.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int run_info(const InfoArgs& a) {
+  if (std::filesystem::is_directory(a.ckpt)) return info_folder(a);
   const std::string text = read_text(a.ckpt);
   const SafetensorsFile f = [&] {
     try {
@@ -486,8 +575,10 @@ int run_info(const InfoArgs& a) {
     } catch (const Error&) {
     }
     row("model", "not a qkv checkpoint (no \"qkv.model\" metadata): a plain safetensors file" +
-                     (format.empty() || format == "qkv"
-                          ? std::string()
+                     (format.empty() || format == "qkv" ? std::string()
+                      : format == "gpt2"
+                          ? ", a GPT-2 (Hugging Face) state dict (qkv import on its folder, with config.json, "
+                            "converts it)"
                           : ", a state dict in " + format + " names (qkv import --from " + format + " converts it)"));
   }
   for (const char* key : {"qkv.tokenizer", "qkv.tokenizer.target"}) {
@@ -538,6 +629,12 @@ int run_info(const InfoArgs& a) {
 // --- import ----------------------------------------------------------------------------------------------
 
 int run_import(const ImportArgs& a) {
+  const bool folder = std::filesystem::is_directory(a.in);
+  if (folder && ((a.from != "auto" && a.from != "gpt2") || a.heads || a.context || !a.activation.empty() ||
+                 !a.norm.empty() || a.scale_embedding.given))
+    throw UsageError(a.in +
+                     " is a model folder, whose config.json gives the architecture: --from, --heads, "
+                     "--context, --activation, --norm and --scale-embedding do not apply");
   ImportOptions o;
   o.from = a.from;
   o.heads = a.heads;
@@ -546,9 +643,10 @@ int run_import(const ImportArgs& a) {
   o.norm = a.norm;
   o.pad_id = a.pad_id;
   if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
-  const std::string text = read_text(a.in);
-  const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size());
   const ImportedWeights r = [&] {
+    if (folder) return import_pretrained(a.in);
+    const std::string text = read_text(a.in);
+    const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size());
     try {
       return import_weights(bytes, o);
     } catch (const Error& e) {
@@ -583,6 +681,8 @@ int run_import(const ImportArgs& a) {
   std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
               r.config_json.c_str());
   for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
+  for (const auto& [name, text] : r.tokenizer_files)
+    std::printf("note        %s: not stored (qkv does not read GPT-2's BPE files yet)\n", name.c_str());
   std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }

@@ -29,6 +29,9 @@ struct TrainArgs {
 
 struct GenerateArgs {
   std::string ckpt, prompt, stop, device;  // device: "" = not given
+  std::string model;                       // a Hugging Face model folder (instead of ckpt)
+  std::string prompt_ids;                  // the prompt as token ids ("1,2,3" or "1 2 3"), instead of prompt
+  bool prompt_given = false;               // --prompt was given (an empty text is a prompt)
   std::string precision;                   // as TrainArgs::precision
   int max_tokens = 200, top_k = 0;
   double temperature = 0.8, top_p = 1.0, repetition_penalty = 1.0;

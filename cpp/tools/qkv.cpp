@@ -127,8 +127,12 @@ int main(int argc, char** argv) {
 
   GenerateArgs gen;
   CLI::App* g = app.add_subcommand("generate", "Continue a prompt with an lm checkpoint (or translate with seq2seq)");
-  g->add_option("--ckpt", gen.ckpt, "Checkpoint written by qkv train")->required();
-  g->add_option("--prompt", gen.prompt, "The text to continue")->required();
+  CLI::Option* g_ckpt = g->add_option("--ckpt", gen.ckpt, "Checkpoint written by qkv train");
+  g->add_option("--model", gen.model, "A Hugging Face GPT-2 folder (config.json + model.safetensors)")
+      ->excludes(g_ckpt);
+  CLI::Option* g_prompt = g->add_option("--prompt", gen.prompt, "The text to continue");
+  g->add_option("--prompt-ids", gen.prompt_ids, "The prompt as token ids (\"1,2,3\"); the new ids are printed")
+      ->excludes(g_prompt);
   g->add_option("--max-tokens", gen.max_tokens, "Tokens to generate at most (default 200)")
       ->check(CLI::NonNegativeNumber);
   g->add_option("--temperature", gen.temperature, "Softmax temperature; 0 = greedy (default 0.8)");
@@ -147,7 +151,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   g->footer(
       "\nThe prompt and then each new token are written to stdout as they come. A seq2seq checkpoint decodes\n"
-      "greedily, or with beam search (--beam); the sampling flags do not apply to it.");
+      "greedily, or with beam search (--beam); the sampling flags do not apply to it. With --prompt-ids (an lm\n"
+      "checkpoint, or --model: a Hugging Face folder, whose BPE tokenizer qkv does not read yet) the new token ids\n"
+      "are written, space-separated, as they come.");
 
   EvalArgs eval;
   CLI::App* e = app.add_subcommand("eval", "Loss, perplexity and accuracy of a checkpoint on a data file");
@@ -162,22 +168,26 @@ int main(int argc, char** argv) {
   InfoArgs info;
   CLI::App* i = app.add_subcommand("info", "A checkpoint's model, config, parameter count and tensors");
   std::string info_file;
-  i->add_option("file", info_file, "A qkv checkpoint or any safetensors file (or give --ckpt)");
+  i->add_option("file", info_file,
+                "A qkv checkpoint, any safetensors file or a Hugging Face model folder (or give --ckpt)");
   i->add_option("--ckpt", info.ckpt, "The same file");
   i->add_flag("--all", info.all, "Also list the optimizer's moment tensors");
 
   ImportArgs imp;
   CLI::App* im = app.add_subcommand("import", "Convert a PyTorch state dict (safetensors) into a qkv checkpoint");
-  im->add_option("IN", imp.in, "The state dict, saved with safetensors.torch.save_file")->required();
+  im->add_option("IN", imp.in,
+                 "The state dict, saved with safetensors.torch.save_file; or a Hugging Face GPT-2 folder "
+                 "(config.json + model.safetensors)")
+      ->required();
   im->add_option("OUT", imp.out, "The qkv checkpoint to write")->required();
   im->add_option("--from", imp.from, "Its format (default auto: told by the tensor names)")
-      ->check(CLI::IsMember({"auto", "qkv", "torch", "nanogpt", "seed000", "seed002", "seed003", "seed004"}));
+      ->check(CLI::IsMember({"auto", "qkv", "torch", "nanogpt", "gpt2", "seed000", "seed002", "seed003", "seed004"}));
   im->add_option("--heads", imp.heads, "Attention heads (the shapes cannot tell them; seed004's can)")
       ->check(CLI::PositiveNumber);
   im->add_option("--context", imp.context, "Longest sequence, when the file has no position table")
       ->check(CLI::PositiveNumber);
-  im->add_option("--activation", imp.activation, "relu or gelu (default: the format's)")
-      ->check(CLI::IsMember({"relu", "gelu"}));
+  im->add_option("--activation", imp.activation, "relu, gelu or gelu_tanh (default: the format's)")
+      ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh"}));
   im->add_option("--norm", imp.norm, "post or pre (default: the format's)")->check(CLI::IsMember({"post", "pre"}));
   flags.add(im, "--scale-embedding", imp.scale_embedding, "torch: multiply embeddings by sqrt(d_model) (true/false)");
   im->add_option("--pad-id", imp.pad_id, "Padding id of a seq2seq or classifier (default 0)")
@@ -185,7 +195,8 @@ int main(int argc, char** argv) {
   im->add_option("--tokenizer", imp.tokenizer, "A tokenizer JSON (qkv/tokenizer.h) to store in the checkpoint");
   im->footer(
       "\nFormats: torch (nn.Transformer, nn.TransformerEncoder, the translation tutorial's Seq2SeqTransformer),\n"
-      "nanogpt (nanoGPT's GPT), seed000/seed002/seed003/seed004 (the tutorials' own classes), qkv.\n"
+      "nanogpt (nanoGPT's GPT), gpt2 (Hugging Face's GPT2Model / GPT2LMHeadModel: give the model's folder, whose\n"
+      "config.json says the rest), seed000/seed002/seed003/seed004 (the tutorials' own classes), qkv.\n"
       "A .pt file is a pickle, which qkv does not run: in Python,\n"
       "  safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")\n"
       "(for a tied nanoGPT, save_model, or clone lm_head.weight first). The checkpoint loads with\n"
@@ -241,7 +252,10 @@ int main(int argc, char** argv) {
   train.mpi = mpi && mpi->active();
   try {
     if (command == "train") return run_train(train);
-    if (command == "generate") return run_generate(gen);
+    if (command == "generate") {
+      gen.prompt_given = g_prompt->count() > 0;
+      return run_generate(gen);
+    }
     if (command == "eval") return run_eval(eval);
     if (command == "info") {
       if (info.ckpt.empty()) info.ckpt = info_file;

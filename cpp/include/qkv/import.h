@@ -9,6 +9,13 @@
 //            generator.*, positional_encoding.pos_embedding checked against qkv's sinusoidal table)
 //   nanogpt  nanoGPT's GPT (transformer.wte/wpe/h.N.ln_1/attn.c_attn/attn.c_proj/ln_2/mlp.c_fc/mlp.c_proj/
 //            ln_f, lm_head), biases on or off
+//   gpt2     Hugging Face's GPT2Model / GPT2LMHeadModel as the Hub serves them: the same names as nanoGPT's,
+//            bare (wte, wpe, h.N..., ln_f) or under "transformer.", with lm_head.weight (equal to wte: tied) or
+//            without; the Conv1D weights stored [in, out] (c_attn (C, 3C), c_proj (C, C), mlp.c_fc (C, d_ff),
+//            mlp.c_proj (d_ff, C)) are transposed; the attn.bias (causal mask) and attn.masked_bias buffers are
+//            checked when present, then ignored. Told from nanoGPT by c_attn's shape ((3C, C) there) and by the
+//            bare names. Activation "gelu_tanh" (GPT-2's gelu_new) unless ImportOptions::activation says;
+//            import_pretrained reads it and the heads from config.json.
 //   seed000, seed002, seed003, seed004   the tutorials in ../shared/seeds: 000's TransformerEncoder (under a
 //            head of the user's, as a Classifier), 002's Transformer (Seq2Seq), 003's
 //            TransformerClassifier (Classifier), 004's Transformer (Seq2Seq; its per-head shared q/k/v
@@ -16,9 +23,14 @@
 // A file that cannot be mapped raises qkv::Error naming every missing, left-over and mis-shaped tensor
 // at once; a PyTorch pickle (.pt, .pth, .bin) is refused with the line that converts it.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "qkv/language_model.h"
 
 namespace qkv {
 
@@ -39,11 +51,31 @@ struct ImportedWeights {
   std::string config_json;         // that model's config, from the shapes and the options
   std::vector<uint8_t> weights;    // a safetensors file of the weights under qkv's names
   std::vector<std::string> notes;  // what was checked and ignored (buffers), and what differs from the source
+  // import_pretrained: the tokenizer files found beside the weights, by file name ("tokenizer.json",
+  // "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"),
+  // with their text, for a tokenizer to be built from (qkv does not read them here).
+  std::map<std::string, std::string> tokenizer_files;
 };
 
 // Maps a state dict onto a qkv model: config from the shapes (+ options), weights under qkv's names.
 // `X(config_from_json(r.config_json)).load_weights(r.weights)` then gives PyTorch's outputs.
 ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& options = {});
+
+// A model as the Hugging Face Hub serves it: a folder holding config.json and model.safetensors (or
+// model.safetensors.index.json and the shards it names), and perhaps tokenizer files. config.json decides the
+// architecture: "model_type" must be "gpt2" (qkv::Error naming any other, e.g. "llama"); n_layer, n_head,
+// n_embd, n_positions (or n_ctx), vocab_size, n_inner (null = 4 n_embd), activation_function ("gelu_new",
+// "gelu_pytorch_tanh", "gelu_fast" -> "gelu_tanh"; "gelu"; "relu") and layer_norm_epsilon (1e-5, the only
+// epsilon qkv's LayerNorm has) give the model's config, and the weights (format gpt2) must fit it: every
+// missing, mis-shaped and left-over tensor is named at once. A folder with only pytorch_model.bin is refused
+// with the line that converts it. Errors start with the folder's path.
+ImportedWeights import_pretrained(const std::string& dir);
+// The same from the files' contents (where there are bytes, not paths): config.json's text and the weights.
+ImportedWeights import_pretrained(std::string_view config_json, std::span<const uint8_t> weights);
+// import_pretrained(dir), built into a LanguageModel on `device` with the weights loaded: ready to generate
+// or to fine-tune with `optimizer`.
+std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer = {},
+                                               Device device = Device::CPU);
 
 // The format of a state dict ("qkv", "torch", "nanogpt", "seed000", ...), told by its tensor names;
 // qkv::Error for a pickle or a file of no known format.

@@ -23,7 +23,7 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kFormats = "qkv, torch, nanogpt, seed000, seed002, seed003, seed004";
+const char* const kFormats = "qkv, torch, nanogpt, seed000, seed002, seed003, seed004, gpt2";
 
 std::string shape_text(const std::vector<int64_t>& s) {
   std::string out = "(";
@@ -40,6 +40,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 enum class Op {
   Copy,         // one tensor, the same shape
   CopyOrZeros,  // the same, or zeros when the source has none (nanoGPT's LayerNorm without bias)
+  Transpose,    // one tensor stored [in, out] (GPT-2's Conv1D: y = x W + b), qkv's [out, in] is its transpose
   Stack3,       // W_q, W_k, W_v (or their biases) stacked on rows: in_proj_weight / in_proj_bias
   Expand3,      // seed 004: q, k, v projections (hd, hd) shared by all heads -> block-diagonal (C, C) each,
                 // stacked; q scaled by sqrt(hd / C) so that qkv's 1/sqrt(hd) gives the seed's 1/sqrt(C)
@@ -57,7 +58,7 @@ Rule rule(const std::string& qkv, std::vector<std::vector<std::string>> parts, O
 }
 
 // The four attention parameters at qkv prefix `q` (a regex) from source prefix `s`, in one style.
-enum class Attn { Torch, W, Gpt, Seed004 };
+enum class Attn { Torch, W, Gpt, Conv1D, Seed004 };
 void attention(std::vector<Rule>& r, const std::string& q, const std::string& s, Attn style) {
   switch (style) {
     case Attn::Torch: r.push_back(rule(q + R"(\.(.+))", {{s + ".$2"}})); break;
@@ -70,6 +71,12 @@ void attention(std::vector<Rule>& r, const std::string& q, const std::string& s,
     case Attn::Gpt:
       r.push_back(rule(q + R"(\.in_proj_(weight|bias))", {{s + ".c_attn.$2"}}));
       r.push_back(rule(q + R"(\.out_proj\.(weight|bias))", {{s + ".c_proj.$2"}}));
+      break;
+    case Attn::Conv1D:  // GPT-2's c_attn (C, 3C) = [W_q; W_k; W_v]^T and c_proj (C, C), stored [in, out]
+      r.push_back(rule(q + R"(\.in_proj_weight)", {{s + ".c_attn.weight"}}, Op::Transpose));
+      r.push_back(rule(q + R"(\.in_proj_bias)", {{s + ".c_attn.bias"}}));
+      r.push_back(rule(q + R"(\.out_proj\.weight)", {{s + ".c_proj.weight"}}, Op::Transpose));
+      r.push_back(rule(q + R"(\.out_proj\.bias)", {{s + ".c_proj.bias"}}));
       break;
     case Attn::Seed004:
       r.push_back(rule(q + R"(\.in_proj_weight)",
@@ -106,6 +113,19 @@ std::vector<Rule> rules_for(const std::string& format, const std::string& kind) 
     r.push_back(rule(lm + R"(\.linear2\.(weight|bias))", {{"transformer.h.$1.mlp.c_proj.$2"}}));
     r.push_back(rule(R"(norm\.weight)", {{"transformer.ln_f.weight"}}));
     r.push_back(rule(R"(norm\.bias)", {{"transformer.ln_f.bias"}}, Op::CopyOrZeros));
+  } else if (format == "gpt2") {
+    // Hugging Face's GPT2Model / GPT2LMHeadModel, "transformer." dropped on reading (normalize). The head is
+    // tied (checked below when the file keeps lm_head.weight); every Conv1D weight is transposed.
+    r.push_back(rule(R"(tok_emb\.weight)", {{"wte.weight"}}));
+    r.push_back(rule(R"(pos_emb\.weight)", {{"wpe.weight"}}));
+    attention(r, lm + R"(\.self_attn)", "h.$1.attn", Attn::Conv1D);
+    r.push_back(rule(lm + R"(\.norm1\.(weight|bias))", {{"h.$1.ln_1.$2"}}));
+    r.push_back(rule(lm + R"(\.norm2\.(weight|bias))", {{"h.$1.ln_2.$2"}}));
+    r.push_back(rule(lm + R"(\.linear1\.weight)", {{"h.$1.mlp.c_fc.weight"}}, Op::Transpose));
+    r.push_back(rule(lm + R"(\.linear1\.bias)", {{"h.$1.mlp.c_fc.bias"}}));
+    r.push_back(rule(lm + R"(\.linear2\.weight)", {{"h.$1.mlp.c_proj.weight"}}, Op::Transpose));
+    r.push_back(rule(lm + R"(\.linear2\.bias)", {{"h.$1.mlp.c_proj.bias"}}));
+    r.push_back(rule(R"(norm\.(weight|bias))", {{"ln_f.$1"}}));
   } else if (format == "seed000" || format == "seed003") {
     const bool s3 = format == "seed003";
     r.push_back(rule(R"(tok_emb\.weight)", {{s3 ? "encoder.embedding.embedding.weight" : "encoder.embedding.weight"}}));
@@ -159,17 +179,21 @@ std::vector<Rule> rules_for(const std::string& format, const std::string& kind) 
 struct Source {
   std::map<std::string, const TensorEntry*> tensors;
   std::map<std::string, std::string> original;
+  std::string dropped;  // the prefix normalize dropped from the file's names (gpt2: "transformer."), if any
   const TensorEntry* find(const std::string& n) const {
     const auto it = tensors.find(n);
     return it == tensors.end() ? nullptr : it->second;
   }
-  std::string name(const std::string& n) const { return original.count(n) ? original.at(n) : n; }
+  // A missing tensor is named as the file's other names are (GPT2LMHeadModel's "transformer.h.0...").
+  std::string name(const std::string& n) const {
+    return original.count(n) ? original.at(n) : n == "lm_head.weight" ? n : dropped + n;
+  }
 };
 
 std::string normalize(std::string n, const std::string& format) {
   for (const char* wrapper : {"_orig_mod.", "module."})
     while (starts_with(n, wrapper)) n = n.substr(std::string(wrapper).size());
-  if (format == "torch" && starts_with(n, "transformer.")) n = n.substr(12);
+  if ((format == "torch" || format == "gpt2") && starts_with(n, "transformer.")) n = n.substr(12);
   if (format == "seed000" && !starts_with(n, "encoder.") && !starts_with(n, "classifier")) n = "encoder." + n;
   return n;
 }
@@ -180,6 +204,7 @@ Source source_of(const SafetensorsFile& file, const std::string& format) {
     const std::string n = normalize(t.name, format);
     s.tensors[n] = &t;
     s.original[n] = t.name;
+    if (format == "gpt2" && n != t.name && ends_with(t.name, "transformer." + n)) s.dropped = "transformer.";
   }
   return s;
 }
@@ -222,6 +247,45 @@ std::string check_position_buffer(const SafetensorsFile& file, const TensorEntry
   return "";
 }
 
+// GPT-2's attention buffers: "h.N.attn.bias", the causal mask (1, 1, P, P) of ones on and below the diagonal
+// (F32 in the files converted from the first releases, BOOL or U8 in later ones), and "h.N.attn.masked_bias",
+// the score of a masked position (a scalar, -1e4; -inf in some exports). Checked, counted in `seen`, then
+// ignored: true when `n` is one (a wrong one is added to `wrong`).
+bool gpt2_buffer(const SafetensorsFile& file, const std::string& n, const TensorEntry& t, const std::string& name,
+                 std::vector<std::string>& wrong, std::map<std::string, int>& seen) {
+  static const std::regex re(R"(h\.\d+\.attn\.(bias|masked_bias))");
+  std::smatch m;
+  if (!std::regex_match(n, m, re)) return false;
+  const bool is_float = t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64";
+  const auto values = [&] {
+    if (is_float) return file.floats(t.name);
+    std::vector<float> v;
+    for (int64_t x : file.ints(t.name)) v.push_back(static_cast<float>(x));
+    return v;
+  };
+  if (m[1] == "masked_bias") {
+    const float v = t.numel() == 1 && is_float ? file.floats(t.name)[0] : 0.f;
+    if (t.numel() != 1 || !is_float || !(v == -1e4f || v == -INFINITY))
+      wrong.push_back(detail::cat("tensor \"", name, "\" (", t.dtype, " ", shape_text(t.shape),
+                                  ") is not GPT-2's masked_bias: expected one float, -1e4 or -inf"));
+  } else {
+    const bool square = t.shape.size() == 4 && t.shape[0] == 1 && t.shape[1] == 1 && t.shape[2] == t.shape[3];
+    bool tril = square && (is_float || t.dtype == "BOOL" || t.dtype == "U8");
+    if (tril) {
+      const auto v = values();
+      const int64_t T = t.shape[3];
+      for (int64_t i = 0; i < T && tril; ++i)
+        for (int64_t j = 0; j < T; ++j) tril &= v[i * T + j] == (j <= i ? 1.f : 0.f);
+    }
+    if (!tril)
+      wrong.push_back(
+          detail::cat("tensor \"", name, "\" (", t.dtype, " ", shape_text(t.shape),
+                      ") is not GPT-2's causal mask: expected (1, 1, P, P) ones on and below the diagonal"));
+  }
+  ++seen[m[1]];
+  return true;
+}
+
 }  // namespace
 
 std::string detect_format(const SafetensorsFile& file) {
@@ -235,11 +299,16 @@ std::string detect_format(const SafetensorsFile& file) {
     if (starts_with(n, "encoder_layers.") || n == "encoder_embedding.weight") seen.insert("seed002");
     if (ends_with(n, ".attn.W_q.weight") || n == "encoder.embedding.embedding.weight") seen.insert("seed003");
     if (ends_with(n, ".self_attn.W_q.weight")) seen.insert("seed000");
-    if (ends_with(n, ".attn.c_attn.weight") || n == "transformer.wte.weight") seen.insert("nanogpt");
+    // nanoGPT and GPT-2 share their names; nanoGPT's nn.Linear stores c_attn as (3C, C), GPT-2's Conv1D as
+    // (C, 3C). GPT-2's GPT2Model has no "transformer." prefix, which nanoGPT always has.
+    if (ends_with(n, ".attn.c_attn.weight") && t.shape.size() == 2 && t.shape[0] > 0)
+      seen.insert(t.shape[1] == 3 * t.shape[0] ? "gpt2" : "nanogpt");
+    if (n == "wte.weight" || n == "wpe.weight" || n.rfind("h.0.", 0) == 0) seen.insert("gpt2");
+    if (n == "transformer.wte.weight") seen.insert("nanogpt");
     any_in_proj |= ends_with(n, ".in_proj_weight");
     torch |= starts_with(n, "transformer.") || ends_with(n, "tok_emb.embedding.weight") || is_position_buffer(n);
   }
-  for (const char* f : {"seed004", "seed002", "seed003", "nanogpt", "seed000"})
+  for (const char* f : {"seed004", "seed002", "seed003", "gpt2", "nanogpt", "seed000"})
     if (seen.count(f)) return f;
   if (any_in_proj) return torch ? "torch" : "qkv";
   std::string some;
@@ -295,6 +364,7 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
     std::vector<int64_t> want = t.shape;
     int64_t C = 0, hd = 0;
     if (r->op == Op::Stack3) want[0] /= 3;
+    if (r->op == Op::Transpose) std::swap(want[0], want[1]);
     if (r->op == Op::Expand3) {
       C = t.shape[1];
       hd = heads > 0 ? C / heads : 0;
@@ -327,6 +397,12 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
     std::vector<float> v(static_cast<size_t>(numel), 0.f);
     if (r->op == Op::Copy || (r->op == Op::CopyOrZeros && parts[0])) {
       v = file.floats(parts[0]->name);
+    } else if (r->op == Op::Transpose) {
+      // w: (in, out) as stored; v: (out, in) = t.shape
+      const auto w = file.floats(parts[0]->name);
+      const int64_t out_dim = t.shape[0], in_dim = t.shape[1];
+      for (int64_t i = 0; i < in_dim; ++i)
+        for (int64_t o = 0; o < out_dim; ++o) v[o * in_dim + i] = w[i * out_dim + o];
     } else if (r->op == Op::Stack3) {
       size_t at = 0;
       for (const TensorEntry* p : parts)
@@ -356,6 +432,7 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
     out.tensors.push_back(std::move(e));
   }
   if (!expand_note.empty() && notes) notes->push_back(expand_note);
+  std::map<std::string, int> buffers;  // gpt2: kind of buffer -> how many were checked
   // What is left: buffers qkv computes itself are checked and dropped; a tied head's copy must be the
   // embedding; anything else is a tensor this model has no place for.
   const int64_t C = [&] {
@@ -383,6 +460,18 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
       if (!tril) wrong.push_back(detail::cat("tensor \"", src.name(n), "\" is not nanoGPT's causal mask"));
       continue;
     }
+    if (format == "gpt2" && gpt2_buffer(file, n, *t, src.name(n), wrong, buffers)) continue;
+    if (format == "gpt2" && n == "lm_head.weight") {
+      const TensorEntry* wte = src.find("wte.weight");
+      if (wte && (t->shape != wte->shape || file.floats(t->name) != file.floats(wte->name)))
+        wrong.push_back(detail::cat("tensor \"", src.name(n), "\" differs from \"", src.name("wte.weight"),
+                                    "\": GPT-2 ties its head to the token embedding, and qkv imports it tied; a file "
+                                    "whose head is its own weight is not a GPT-2 qkv can import"));
+      else if (wte && notes)
+        notes->push_back(detail::cat("\"", src.name(n), "\" equals \"", src.name("wte.weight"),
+                                     "\" (the tied head): kept once, as tok_emb.weight"));
+      continue;
+    }
     if (format == "nanogpt" && n == "lm_head.weight" && used.count("transformer.wte.weight")) {
       if (file.floats(t->name) != file.floats(src.tensors.at("transformer.wte.weight")->name))
         wrong.push_back(
@@ -393,6 +482,14 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
     if (starts_with(n, "optimizer.m.") || starts_with(n, "optimizer.v.")) continue;  // a qkv checkpoint's moments
     leftover.push_back(detail::cat("tensor \"", src.name(n), "\" is not a parameter of this model"));
   }
+  if (notes && buffers.count("bias"))
+    notes->push_back(detail::cat(buffers["bias"],
+                                 " \"attn.bias\" buffers are GPT-2's causal mask (lower-triangular ones): qkv masks "
+                                 "causally itself, ignored"));
+  if (notes && buffers.count("masked_bias"))
+    notes->push_back(detail::cat(buffers["masked_bias"],
+                                 " \"attn.masked_bias\" buffers hold the score GPT-2 gives masked positions (-1e4 or "
+                                 "-inf, zero after softmax either way): ignored"));
   if (missing.empty() && misshaped.empty() && leftover.empty() && wrong.empty()) return out;
   std::string msg = detail::cat("the file (format ", format, ") does not fit this ", kind, ": ");
   std::vector<std::string> all;
@@ -475,8 +572,13 @@ int64_t context_or(const ImportOptions& o, int64_t from_file, const std::string&
 json config_of(const std::string& format, const Shapes& s, const ImportOptions& o, std::string& kind,
                bool partial = false) {
   json c;
-  const std::string act = o.activation.empty() ? (format == "nanogpt" ? "gelu" : "relu") : o.activation;
-  const std::string norm = o.norm.empty() ? (format == "nanogpt" ? "pre" : "post") : o.norm;
+  // GPT-2's activation is "gelu_new", GELU's tanh approximation (qkv's "gelu_tanh"); nanoGPT's is nn.GELU's erf.
+  const bool gpt = format == "nanogpt" || format == "gpt2";
+  const std::string act = !o.activation.empty() ? o.activation
+                          : format == "gpt2"    ? "gelu_tanh"
+                          : format == "nanogpt" ? "gelu"
+                                                : "relu";
+  const std::string norm = o.norm.empty() ? (gpt ? "pre" : "post") : o.norm;
   c["activation"] = act;
   c["norm"] = norm;
   c["dropout"] = 0.0;
@@ -496,6 +598,23 @@ json config_of(const std::string& format, const Shapes& s, const ImportOptions& 
     c["final_norm"] = true;
     const bool both = s.has("transformer.wte.weight") && s.has("lm_head.weight");
     c["tie_head"] = !both || s.src.find("transformer.wte.weight")->bytes == s.src.find("lm_head.weight")->bytes;
+    return c;
+  }
+  if (format == "gpt2") {
+    // Every Hub GPT-2 (gpt2, distilgpt2, gpt2-medium/large/xl): pre-LN, learned positions, biases, a final
+    // LayerNorm, the head tied to wte; c_fc is (C, d_ff), stored [in, out].
+    kind = "language_model";
+    c["vocab_size"] = s.dim("wte.weight", 0);
+    c["d_model"] = s.dim("wte.weight", 1);
+    c["context"] = context_or(o, s.has("wpe.weight") ? s.dim("wpe.weight", 0) : 0, format, partial);
+    c["heads"] = heads_or(o, format, partial);
+    c["layers"] = s.count("h.");
+    c["d_ff"] = s.dim("h.0.mlp.c_fc.weight", 1);
+    c["bias"] = true;
+    c["positions"] = "learned";
+    c["scale_embedding"] = false;
+    c["final_norm"] = true;
+    c["tie_head"] = true;
     return c;
   }
   if (format == "seed000" || format == "seed003") {
@@ -608,6 +727,7 @@ std::string imported_config(const SafetensorsFile& file, const std::string& form
   if (c.contains("d_ff") && c.contains("d_model") && c["d_ff"] == 4 * c["d_model"].get<int64_t>()) c.erase("d_ff");
   if (format == "torch" || format == "qkv")
     for (const char* k : {"activation", "norm", "scale_embedding", "pooling"}) c.erase(k);
+  if (format == "gpt2") c.erase("activation");  // config.json's activation_function says it, not the weights
   return c.dump();
 }
 
@@ -626,23 +746,16 @@ std::vector<io::Target> targets_of(Model& m) {
 
 std::string detect_format(std::span<const uint8_t> bytes) { return io::detect_format(parse_safetensors(bytes)); }
 
-ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
-  const SafetensorsFile file = parse_safetensors(bytes);
+namespace io {
+
+ImportedWeights import_into(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+                            const std::string& config_json) {
   ImportedWeights r;
-  r.format = o.from == "auto" ? io::detect_format(file) : o.from;
-  const std::string known = std::string(", ") + io::kFormats + ", ";
-  check(known.find(", " + r.format + ", ") != std::string::npos, "import: format \"", r.format,
-        "\" is unknown: expected one of ", io::kFormats, " (or auto)");
+  r.format = format;
+  r.kind = kind;
+  r.config_json = config_json;
   std::vector<io::Target> targets;
   int heads = 0;
-  if (r.format == "qkv" && file.metadata.count("qkv.model")) {
-    r.kind = file.metadata.at("qkv.model");
-    r.config_json = file.metadata.count("qkv.config") ? file.metadata.at("qkv.config") : "";
-  } else {
-    const Shapes s{io::source_of(file, r.format)};
-    json c = config_of(r.format, s, o, r.kind);
-    r.config_json = c.dump();
-  }
   if (r.kind == "seq2seq") {
     Seq2Seq m(seq2seq_config_from_json(r.config_json));
     targets = targets_of(m), heads = m.config().heads;
@@ -664,6 +777,25 @@ ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptio
   }
   r.weights = serialize_safetensors(refs, {{"qkv.imported_from", r.format}});
   return r;
+}
+
+}  // namespace io
+
+ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
+  const SafetensorsFile file = parse_safetensors(bytes);
+  const std::string format = o.from == "auto" ? io::detect_format(file) : o.from;
+  const std::string known = std::string(", ") + io::kFormats + ", ";
+  check(known.find(", " + format + ", ") != std::string::npos, "import: format \"", format,
+        "\" is unknown: expected one of ", io::kFormats, " (or auto)");
+  std::string kind, config;
+  if (format == "qkv" && file.metadata.count("qkv.model")) {
+    kind = file.metadata.at("qkv.model");
+    config = file.metadata.count("qkv.config") ? file.metadata.at("qkv.config") : "";
+  } else {
+    const Shapes s{io::source_of(file, format)};
+    config = config_of(format, s, o, kind).dump();
+  }
+  return io::import_into(file, format, kind, config);
 }
 
 }  // namespace qkv

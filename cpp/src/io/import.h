@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/import.h"
 #include "qkv/safetensors.h"
 
 namespace qkv::io {
@@ -35,6 +36,11 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
 // heads, nn.Transformer's activation) is left out, and no "seed" is written (check_same_config then checks
 // only the fields present). `kind` gets the model kind the file is a state dict of.
 std::string imported_config(const SafetensorsFile& file, const std::string& format, std::string& kind);
+
+// import_weights once the config is known: `file` (in `format`) mapped onto a `kind` model of config
+// `config_json` (import_pretrained's config comes from config.json, import_weights' from the shapes).
+ImportedWeights import_into(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+                            const std::string& config_json);
 
 // The model kind whose parameters these are (seq2seq: "generator.weight"; classifier: "classifier..."),
 // for load_weights, which knows the model's parameters but not its class.
