@@ -36,4 +36,34 @@ expect 2 "--from" -- import --from keras "$FIX/nanogpt_bias.safetensors" x.safet
 expect 2 "OUT" -- import "$FIX/nanogpt_bias.safetensors"
 expect 2 "give the file" -- info
 [ ! -e x.safetensors ] || fail "a refused import wrote its output"
+
+# Hugging Face GPT-2 folders (tests/fixtures/import/gpt2_*: config.json + model.safetensors): info and import
+# take the folder, generate runs straight from it on token ids and gives PyTorch's greedy tokens
+# (gpt2_<case>.greedy.txt: the prompt, then the ids), as does the imported checkpoint.
+expect 0 "^model +a GPT-2 \(Hugging Face\) checkpoint: 2 layers, 2 heads, n_embd 16, vocabulary 61" -- \
+  info "$FIX/gpt2_gelu"
+expect 0 "a GPT-2 \(Hugging Face\) state dict" -- info "$FIX/gpt2_gelu/model.safetensors"
+expect 0 "format +gpt2" -- import "$FIX/gpt2_gelu" g2.safetensors
+grep -q '"attn.bias" buffers are GPT-2.s causal mask' "$OUT" || fail "import does not report the buffers it ignored"
+expect 0 '"d_ff":24' -- info g2.safetensors
+for c in gelu hub lmhead f16 bf16; do
+  { read -r prompt; read -r greedy; } <"$FIX/gpt2_$c.greedy.txt"
+  expect 0 "^$greedy\$" -- generate --model "$FIX/gpt2_$c" --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+done
+{ read -r prompt; read -r greedy; } <"$FIX/gpt2_gelu.greedy.txt"
+expect 0 "^$greedy\$" -- generate --ckpt g2.safetensors --prompt-ids "${prompt// /,}" --max-tokens 8 --temperature 0 \
+  --seed 1
+# Refusals: the text prompt (no BPE yet), ids out of range, an architecture qkv does not run, a pickle alone.
+expect 2 "give the prompt as token ids \(--prompt-ids\)" -- generate --model "$FIX/gpt2_gelu" --prompt "hi" --seed 1
+expect 2 "token id 61 is out of range" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,61" --seed 1
+expect 2 "--prompt-ids \"1,x\": expected token ids" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,x" --seed 1
+expect 2 "give the model" -- generate --prompt-ids 1 --seed 1
+expect 2 "config.json gives the architecture" -- import "$FIX/gpt2_gelu" x.safetensors --heads 2
+mkdir llama && sed 's/"model_type": "gpt2"/"model_type": "llama"/' "$FIX/gpt2_gelu/config.json" >llama/config.json
+expect 1 'model_type "llama" is an architecture qkv does not run' -- import llama x.safetensors
+expect 1 'model_type "llama"' -- info llama
+mkdir bin && cp "$FIX/gpt2_gelu/config.json" bin/ && cp model.pt bin/pytorch_model.bin
+expect 1 'pytorch_model.bin \(there is no model.safetensors\): the file is a PyTorch pickle.*save_file' -- \
+  import bin x.safetensors
+[ ! -e x.safetensors ] || fail "a refused import wrote its output"
 echo "ok"

@@ -87,8 +87,8 @@ std::string config_of(std::string_view text, std::vector<std::string>& notes) {
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"})
     if (c.contains(key) && c.at(key).is_number() && c.at(key).get<double>() != 0.0) {
       notes.push_back(
-          "dropout 0: config.json's resid_pdrop / embd_pdrop / attn_pdrop (training-time only) are not applied; give "
-          "the model a dropout of its own to fine-tune with one");
+          "dropout 0: config.json's resid_pdrop / embd_pdrop / attn_pdrop (training-time only) are not applied; to "
+          "fine-tune with dropout, build the model from this config with \"dropout\" set, then load_weights");
       break;
     }
   return q.dump();
