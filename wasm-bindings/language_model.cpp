@@ -2,6 +2,7 @@
 #include "qkv/language_model.h"
 
 #include "model.h"
+#include "qkv/import.h"
 
 namespace qkv::js {
 namespace {
@@ -25,6 +26,13 @@ class JsLanguageModel : public JsModel<JsLanguageModel, qkv::LanguageModel, qkv:
  public:
   static constexpr const char* kName = "LanguageModel";
   using JsModel::JsModel;
+
+  // A Hugging Face GPT-2: config.json's text and model.safetensors' bytes (qkv/import.h, load_pretrained).
+  static JsLanguageModel* import_pretrained(std::string config, val weights) {
+    return guarded([&] {
+      return new JsLanguageModel(qkv::load_pretrained(config, uint8_array(weights, "weights"), {}, default_device()));
+    });
+  }
 
   val train_step(val inputs, val targets, int batch, int seq) {
     return run([&] {
@@ -65,6 +73,7 @@ using namespace qkv::js;
 EMSCRIPTEN_BINDINGS(qkv_language_model) {
   using emscripten::allow_raw_pointers;
   model_class<JsLanguageModel>("LanguageModel")
+      .class_function("importPretrained", &JsLanguageModel::import_pretrained, allow_raw_pointers())
       .function("trainStep", &JsLanguageModel::train_step)
       .function("evaluate", &JsLanguageModel::evaluate)
       .function("logits", &JsLanguageModel::logits)

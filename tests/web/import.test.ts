@@ -111,3 +111,50 @@ describe("loadWeights of PyTorch state dicts", () => {
     }
   });
 });
+
+// Hugging Face GPT-2 folders (tests/fixtures/import/gpt2_*, make_gpt2_fixtures.py): config.json + model.safetensors
+// into LanguageModel.importPretrained, PyTorch's logits within 1e-5 and its greedy tokens.
+describe("LanguageModel.importPretrained of Hugging Face GPT-2 files", () => {
+  const folder = (c: string, f: string) => file(`gpt2_${c}/${f}`);
+  const config = (c: string) => new TextDecoder().decode(folder(c, "config.json"));
+
+  // gelu: the erf GELU, n_inner 24; hub: gelu_new with both buffers; bf16: GPT2LMHeadModel names in BF16.
+  for (const c of ["gelu", "hub", "bf16"]) {
+    it(`${c}: logits and greedy tokens as PyTorch's`, async () => {
+      await init({ threads: 2 });
+      using m = await LanguageModel.importPretrained(c === "hub" ? JSON.parse(config(c)) : config(c), folder(c, "model.safetensors"));
+      expect(m.config.heads).toBe(2);
+      expect(m.config.tieHead).toBe(true);
+      const io = readIo(`gpt2_${c}`);
+      const got = await m.predict(io.tensor("input.ids").values as Int32Array, { batch: 3, seq: 12 });
+      expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
+      const prompt = io.tensor("input.prompt").values as Int32Array;
+      const greedy = io.tensor("output.greedy").values as Int32Array;
+      expect(Array.from(await m.generate(prompt, { maxTokens: greedy.length, temperature: 0, seed: 1 }))).toEqual(Array.from(greedy));
+    });
+  }
+
+  it("loadWeights takes the Hub file into a model of its config", async () => {
+    using m = await LanguageModel.create({
+      vocabSize: 61, context: 16, dModel: 16, heads: 2, layers: 2, dFF: 24, activation: "gelu",
+    });
+    await m.loadWeights(folder("gelu", "model.safetensors"));
+    const io = readIo("gpt2_gelu");
+    const got = await m.predict(io.tensor("input.ids").values as Int32Array, { batch: 3, seq: 12 });
+    expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
+  });
+
+  it("rejects another architecture by its model_type, and names every tensor that does not fit", async () => {
+    const weights = folder("gelu", "model.safetensors");
+    const llama = { ...JSON.parse(config("gelu")), model_type: "llama" };
+    await expect(LanguageModel.importPretrained(llama, weights)).rejects.toThrow('model_type "llama" is an architecture qkv does not run');
+    const wide = { ...JSON.parse(config("gelu")), n_inner: 32 };
+    const err = await LanguageModel.importPretrained(wide, weights).catch((e: Error) => e.message);
+    expect(err).toMatch(/tensor "h\.0\.mlp\.c_fc\.weight" has shape \(16, 24\), expected \(16, 32\)/);
+    expect(err).toMatch(/tensor "h\.1\.mlp\.c_proj\.weight" has shape \(24, 16\), expected \(32, 16\)/);
+    await expect(LanguageModel.importPretrained(config("gelu"), weights.subarray(0, weights.length - 100))).rejects.toThrow(
+      "truncated file?",
+    );
+    await expect(LanguageModel.importPretrained(42 as unknown as string, weights)).rejects.toThrow(TypeError);
+  });
+});

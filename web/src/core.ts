@@ -92,7 +92,10 @@ export interface QkvCore {
   device(): "webgpu" | "wasm";
   /** The shared memory of the threaded build (Emscripten's Module.wasmMemory). */
   wasmMemory?: WebAssembly.Memory;
-  LanguageModel: CoreModelClass<CoreLanguageModel>;
+  LanguageModel: CoreModelClass<CoreLanguageModel> & {
+    /** A Hugging Face GPT-2 from config.json's text and model.safetensors' bytes (qkv/import.h). */
+    importPretrained(config: string, weights: Uint8Array): CoreLanguageModel | null;
+  };
   Seq2Seq: CoreModelClass<CoreSeq2Seq>;
   Classifier: CoreModelClass<CoreClassifier>;
   Tokenizer: {
@@ -297,6 +300,12 @@ export class Engine {
         const m = this.run(() => (req.type === "create" ? cls.create(req.in.config) : cls.load(req.in.bytes)));
         if (!m) throw new Error(`qkv: the core returned no ${req.in.kind} and no error; please report this`);
         return this.add(req.in.kind, m);
+      }
+      case "importPretrained": {
+        const { config, weights } = req.in;
+        const m = this.run(() => this.core.LanguageModel.importPretrained(config, weights));
+        if (!m) throw new Error("qkv: the core returned no LanguageModel and no error; please report this");
+        return this.add("LanguageModel", m);
       }
       case "trainStep": {
         const e = this.get(req.in.model);

@@ -1,6 +1,6 @@
 // LanguageModel: a decoder-only (GPT-style) Transformer in the core (qkv/language_model.h).
 
-import { Model, callModel, createIn, loadIn, streamModel } from "./model.js";
+import { Model, callModel, createIn, importIn, loadIn, streamModel } from "./model.js";
 import type { Backend, TokenStream } from "./platform.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
 import type { AttentionOptions, BatchShape, GenerateOptions, LanguageModelConfig, Metrics, StepResult } from "./types.js";
@@ -29,6 +29,19 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    */
   static async load(bytes: Uint8Array | ArrayBuffer): Promise<LanguageModel> {
     return new LanguageModel(...(await loadIn("LanguageModel", bytes)));
+  }
+
+  /**
+   * A GPT-2-family model as the Hugging Face Hub serves it: its `config.json` (the text, or the parsed object)
+   * and its `model.safetensors` (GPT2Model or GPT2LMHeadModel names, F32, F16 or BF16). `config.json` decides the
+   * architecture: a `model_type` other than `"gpt2"` rejects naming it, and every tensor missing from the
+   * weights or of the wrong shape is named. The model generates and fine-tunes like any other (dropout 0).
+   */
+  static async importPretrained(
+    config: string | Readonly<Record<string, unknown>>,
+    weights: Uint8Array | ArrayBuffer,
+  ): Promise<LanguageModel> {
+    return new LanguageModel(...(await importIn(config, weights)));
   }
 
   /**

@@ -204,6 +204,16 @@ export async function createIn(kind: ModelKind, config: Readonly<Record<string, 
   return [b, await b.call("create", { kind, config })];
 }
 
+/** A Hugging Face GPT-2 (config.json, model.safetensors) into the core as a LanguageModel. */
+export async function importIn(config: unknown, weights: unknown): Promise<[Backend, ModelOut]> {
+  if (typeof config !== "string" && (typeof config !== "object" || config === null || Array.isArray(config)))
+    throw new TypeError(`config must be config.json's text or its parsed object, got ${describe(config)}`);
+  const text = typeof config === "string" ? config : JSON.stringify(config);
+  const w = bytes("weights", weights);
+  const be = await backend();
+  return [be, await be.call("importPretrained", { config: text, weights: w })];
+}
+
 /** Loads a checkpoint of `kind` into the core. */
 export async function loadIn(kind: ModelKind, data: unknown): Promise<[Backend, ModelOut]> {
   const b = bytes("bytes", data);

@@ -115,6 +115,7 @@ export interface Calls {
   init: { in: LoadPlan; out: RuntimeInfo };
   create: { in: { kind: ModelKind; config: ConfigIn }; out: ModelOut };
   load: { in: { kind: ModelKind; bytes: Uint8Array }; out: ModelOut };
+  importPretrained: { in: { config: string; weights: Uint8Array }; out: ModelOut };
   trainStep: { in: { model: number; batch: BatchIn }; out: StepResult };
   evaluate: { in: { model: number; batch: BatchIn }; out: Metrics };
   predict: { in: { model: number; inputs: InputsIn }; out: { logits: Float32Array } };

@@ -76,6 +76,9 @@ ImportedWeights import_pretrained(std::string_view config_json, std::span<const 
 // or to fine-tune with `optimizer`.
 std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer = {},
                                                Device device = Device::CPU);
+// The same from config.json's text and the weights' bytes (the package's LanguageModel.importPretrained).
+std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
+                                               const OptimizerConfig& optimizer = {}, Device device = Device::CPU);
 
 // The format of a state dict ("qkv", "torch", "nanogpt", "seed000", ...), told by its tensor names;
 // qkv::Error for a pickle or a file of no known format.

@@ -301,8 +301,8 @@ std::string detect_format(const SafetensorsFile& file) {
     if (ends_with(n, ".self_attn.W_q.weight")) seen.insert("seed000");
     // nanoGPT and GPT-2 share their names; nanoGPT's nn.Linear stores c_attn as (3C, C), GPT-2's Conv1D as
     // (C, 3C). GPT-2's GPT2Model has no "transformer." prefix, which nanoGPT always has.
-    if (ends_with(n, ".attn.c_attn.weight") && t.shape.size() == 2 && t.shape[0] > 0)
-      seen.insert(t.shape[1] == 3 * t.shape[0] ? "gpt2" : "nanogpt");
+    if (ends_with(n, ".attn.c_attn.weight"))
+      seen.insert(t.shape.size() == 2 && t.shape[0] > 0 && t.shape[1] == 3 * t.shape[0] ? "gpt2" : "nanogpt");
     if (n == "wte.weight" || n == "wpe.weight" || n.rfind("h.0.", 0) == 0) seen.insert("gpt2");
     if (n == "transformer.wte.weight") seen.insert("nanogpt");
     any_in_proj |= ends_with(n, ".in_proj_weight");

@@ -193,12 +193,22 @@ ImportedWeights import_pretrained(const std::string& dir) {
   return r;
 }
 
-std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer,
-                                               Device device) {
-  const ImportedWeights r = import_pretrained(dir);
+namespace {
+std::unique_ptr<LanguageModel> model_of(const ImportedWeights& r, const OptimizerConfig& optimizer, Device device) {
   auto m = std::make_unique<LanguageModel>(language_model_config_from_json(r.config_json), optimizer, device);
   m->load_weights(r.weights);
   return m;
+}
+}  // namespace
+
+std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer,
+                                               Device device) {
+  return model_of(import_pretrained(dir), optimizer, device);
+}
+
+std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
+                                               const OptimizerConfig& optimizer, Device device) {
+  return model_of(import_pretrained(config_json, weights), optimizer, device);
 }
 
 }  // namespace qkv
