@@ -49,7 +49,7 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" ncu 
     if [[ " $only " == *" tests "* ]]; then
       # The CUDA ops against the CPU ops, every op against the reference (BackendOps), and the models on the GPU
       # against the CPU and PyTorch (ModelDeviceCuda, ParityModelsCuda), and the NCCL communicator on one rank.
-      build/cuda/tests/cpp/qkv_tests --gtest_filter='Cuda*:Device*:BackendOps*:ModelDevice*:ParityModelsCuda*:Nccl*' 2>&1 |
+      build/cuda/tests/cpp/qkv_tests --gtest_filter='Cuda*:Device*:BackendOps*:ModelDevice*:ParityModelsCuda*:Gpt2ParityCuda*:Nccl*' 2>&1 |
         tee "$out/cuda_tests.log" | tail -40
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*:CudaFlashAttention.*' >"$out/cuda_tests_sync.log" 2>&1 ||

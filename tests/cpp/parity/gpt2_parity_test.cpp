@@ -2,7 +2,9 @@
 // make_gpt2_fixtures.py with a PyTorch GPT-2 written as transformers computes it): import_pretrained reads
 // config.json and model.safetensors in both layouts, with and without buffers, in F32, F16 and BF16; the model
 // gives PyTorch's logits within 1e-5 relative and its greedy tokens exactly, and (the trained cases) follows
-// PyTorch's 20 AdamW steps within 1e-4 at every step: an imported GPT-2 is an ordinary LanguageModel.
+// PyTorch's 20 AdamW steps within 1e-4 at every step: an imported GPT-2 is an ordinary LanguageModel. Each case
+// runs on the CPU (Gpt2Parity) and, built as load_pretrained builds it on the device, on CUDA (Gpt2ParityCuda:
+// skipped without a GPU), with the same tolerances.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -12,6 +14,7 @@
 #include "qkv/config.h"
 #include "qkv/import.h"
 #include "qkv/language_model.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
@@ -23,16 +26,17 @@ SafetensorsFile io_of(const std::string& c) {
   return read_safetensors(std::string(QKV_FIXTURES_DIR) + "/import/gpt2_" + c + ".io.safetensors");
 }
 
-// The imported model against PyTorch: logits of the io batch, the greedy continuation of the prompt (with and
-// without the KV cache), and when the fixture trained, the 20 losses from these weights.
-void expect_pytorch(const std::string& c, const ImportedWeights& r) {
-  SCOPED_TRACE(c);
+// The folder built by load_pretrained on `device`, against PyTorch: logits of the io batch, the greedy continuation of
+// the prompt (with and without the KV cache), and when the fixture trained, the 20 losses from these weights.
+void expect_pytorch(Device device, const std::string& c) {
+  SCOPED_TRACE(c + (device == Device::CUDA ? " on cuda" : " on cpu"));
   const auto f = io_of(c);
   const auto ids = test::ids(f, "input.ids"), targets = test::ids(f, "input.targets");
   const int B = static_cast<int>(f.at("input.ids").shape[0]), T = static_cast<int>(f.at("input.ids").shape[1]);
   const bool trains = f.metadata.count("losses");
-  LanguageModel m(language_model_config_from_json(r.config_json), trains ? test::optimizer_of(f) : OptimizerConfig{});
-  m.load_weights(r.weights);
+  const auto model = load_pretrained(dir_of(c), trains ? test::optimizer_of(f) : OptimizerConfig{}, device);
+  LanguageModel& m = *model;
+  ASSERT_EQ(m.device(), device);
 
   const auto got = m.logits(ids, B, T), want = f.floats("output.logits");
   double scale = 0, worst = 0;
@@ -40,7 +44,8 @@ void expect_pytorch(const std::string& c, const ImportedWeights& r) {
     scale = std::max(scale, std::abs(double(want[i])));
     worst = std::max(worst, std::abs(double(got[i]) - want[i]));
   }
-  std::printf("parity: gpt2_%s logits max relative difference %.2e\n", c.c_str(), worst / scale);
+  std::printf("parity: gpt2_%s on %s: logits max relative difference %.2e\n", c.c_str(),
+              device == Device::CUDA ? "cuda" : "cpu", worst / scale);
   test::expect_close("output.logits", got, want, kOutputTol);
 
   const auto prompt = test::ids(f, "input.prompt"), greedy = test::ids(f, "output.greedy");
@@ -62,8 +67,19 @@ void expect_pytorch(const std::string& c, const ImportedWeights& r) {
     ASSERT_LE(std::abs(l - losses[s]) / std::abs(losses[s]), kLossTol)
         << "step " << s << ": qkv " << l << ", PyTorch " << losses[s];
   }
-  std::printf("parity: gpt2_%s 20 AdamW losses max relative difference %.2e\n", c.c_str(), worst_loss);
+  std::printf("parity: gpt2_%s on %s: 20 AdamW losses max relative difference %.2e\n", c.c_str(),
+              device == Device::CUDA ? "cuda" : "cpu", worst_loss);
 }
+
+// Each case as a function of the device, and its two tests.
+#define QKV_GPT2_CASE(name)                     \
+  void name(Device device);                     \
+  TEST(Gpt2Parity, name) { name(Device::CPU); } \
+  TEST(Gpt2ParityCuda, name) {                  \
+    QKV_SKIP_WITHOUT_CUDA();                    \
+    name(Device::CUDA);                         \
+  }                                             \
+  void name(Device device)
 
 nlohmann::json config_json(const ImportedWeights& r) { return nlohmann::json::parse(r.config_json); }
 
@@ -75,7 +91,7 @@ bool has_note(const ImportedWeights& r, const std::string& part) {
 
 // The gpt2 repo's layout: GPT2Model names (wte, h.N...), F32, the attn.bias masks (F32) and masked_bias (-1e4)
 // checked and ignored, no lm_head; gelu_new. 20 AdamW steps with decay on matrices and clipping.
-TEST(Gpt2Parity, HubLayoutWithBuffers) {
+QKV_GPT2_CASE(HubLayoutWithBuffers) {
   const auto r = import_pretrained(dir_of("hub"));
   EXPECT_EQ(r.format, "gpt2");
   EXPECT_EQ(r.kind, "language_model");
@@ -91,38 +107,38 @@ TEST(Gpt2Parity, HubLayoutWithBuffers) {
   EXPECT_EQ(c.at("tie_head"), true);
   EXPECT_TRUE(has_note(r, "2 \"attn.bias\" buffers are GPT-2's causal mask"));
   EXPECT_TRUE(has_note(r, "2 \"attn.masked_bias\" buffers"));
-  expect_pytorch("hub", r);
+  expect_pytorch(device, "hub");
 }
 
 // GPT2LMHeadModel's names ("transformer." and lm_head.weight, equal to wte), no buffers, gelu_pytorch_tanh.
-TEST(Gpt2Parity, LmHeadLayoutWithoutBuffers) {
+QKV_GPT2_CASE(LmHeadLayoutWithoutBuffers) {
   const auto r = import_pretrained(dir_of("lmhead"));
   EXPECT_EQ(config_json(r).at("activation"), "gelu_tanh");
   EXPECT_TRUE(has_note(r, "\"lm_head.weight\" equals \"transformer.wte.weight\""));
   EXPECT_FALSE(has_note(r, "attn.bias"));
-  expect_pytorch("lmhead", r);
+  expect_pytorch(device, "lmhead");
 }
 
 // Half-precision files load as float32 (F16 with F16 buffers; BF16 under "transformer." with a BOOL mask):
 // PyTorch's logits are those of the stored weights upcast to float32.
-TEST(Gpt2Parity, F16AndBf16LoadAsTheirFloat32Values) {
+QKV_GPT2_CASE(F16AndBf16LoadAsTheirFloat32Values) {
   for (const char* c : {"f16", "bf16"}) {
     const auto r = import_pretrained(dir_of(c));
     // Every weight is exactly its file value upcast: F16 has 11 significant bits, BF16 8.
     const auto w = parse_safetensors(r.weights).floats("tok_emb.weight");
     const auto stored = read_safetensors(dir_of(c) + "/model.safetensors");
     EXPECT_EQ(w, stored.floats(std::string(c) == "f16" ? "wte.weight" : "transformer.wte.weight")) << c;
-    expect_pytorch(c, r);
+    expect_pytorch(device, c);
   }
 }
 
 // The erf GELU ("gelu") and n_inner = 24 (not 4 n_embd), trained 20 steps.
-TEST(Gpt2Parity, GeluErfWithNInner) {
+QKV_GPT2_CASE(GeluErfWithNInner) {
   const auto r = import_pretrained(dir_of("gelu"));
   const auto c = config_json(r);
   EXPECT_EQ(c.at("activation"), "gelu");
   EXPECT_EQ(c.at("d_ff"), 24);
-  expect_pytorch("gelu", r);
+  expect_pytorch(device, "gelu");
 }
 
 // load_pretrained builds the same model, and the bare file through import_weights / load_weights (format
