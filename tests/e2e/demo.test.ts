@@ -96,6 +96,14 @@ async function until(wait: Promise<unknown>, what: string, p: Page = page): Prom
 async function screenshots(p: Page, name: string): Promise<void> {
   mkdirSync(artifacts, { recursive: true });
   await p.screenshot({ path: path.join(artifacts, `demo-${name}.png`), fullPage: true });
+  // The "Run on" note (shown when the wasm core runs instead of WebGPU) is one box inside the page: as an inline
+  // note it broke across lines over the select and ran to the page's right edge at 1280 px.
+  const note = await p.evaluate(() => {
+    const el = document.querySelector("#backend-note")!;
+    return { boxes: el.getClientRects().length, right: el.getBoundingClientRect().right, page: document.querySelector("header")!.getBoundingClientRect().right };
+  });
+  expect(note.boxes).toBeLessThanOrEqual(1);
+  expect(note.right).toBeLessThanOrEqual(note.page + 0.5);
   const size = p.viewportSize();
   await p.setViewportSize({ width: 390, height: 844 });
   try {

@@ -218,24 +218,47 @@ function erf(x: number): number {
   }
   return x < 0 ? -r : r;
 }
+// GELU's tanh form (act 3), PyTorch's formula in double: 0.5 h (1 + tanh(u)), u = sqrt(2/pi) (h + 0.044715 h^3).
+const SQRT_2_PI = Math.sqrt(2 / Math.PI);
+function tanhU(h: number): number {
+  return Math.tanh(SQRT_2_PI * (h + 0.044715 * h * h * h));
+}
 function actOf(act: number, h: number): number {
   if (act === 1) return h > 0 ? h : 0;
   if (act === 2) return 0.5 * h * (1 + erf(h * Math.SQRT1_2));
+  if (act === 3) return 0.5 * h * (1 + tanhU(h));
   return h;
 }
 // The magnitudes of the terms of act(h) and act'(h) (sumErr): GELU's 1 + erf(h / sqrt 2) cancels for negative h
 // (in float on the CPU and on the GPU alike), so its rounding scales with 1 + |erf|, not with the result.
+// The tanh form the same way: 1 + tanh(u) cancels for negative h in PyTorch's float formula (the GPU's h sigma(2u)
+// does not, so this judges it no more loosely than the CPU).
 function actMag(act: number, h: number): number {
-  return act === 2 ? 0.5 * Math.abs(h) * (1 + Math.abs(erf(h * Math.SQRT1_2))) : Math.abs(actOf(act, h));
+  if (act === 2) return 0.5 * Math.abs(h) * (1 + Math.abs(erf(h * Math.SQRT1_2)));
+  if (act === 3) return 0.5 * Math.abs(h) * (1 + Math.abs(tanhU(h)));
+  return Math.abs(actOf(act, h));
 }
 function actGradMag(act: number, h: number): number {
   if (act === 2) return 0.5 * (1 + Math.abs(erf(h * Math.SQRT1_2))) + Math.abs(h) * 0.3989422804014327 * Math.exp(-0.5 * h * h);
+  if (act === 3) {
+    const t = tanhU(h);
+    return 0.5 * (1 + Math.abs(t)) + 0.5 * Math.abs(h) * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * h * h);
+  }
   return Math.abs(actGrad(act, h));
 }
 function actGrad(act: number, h: number): number {
   if (act === 1) return h > 0 ? 1 : 0;
   if (act === 2) return 0.5 * (1 + erf(h * Math.SQRT1_2)) + h * 0.3989422804014327 * Math.exp(-0.5 * h * h);
+  if (act === 3) {
+    const t = tanhU(h);
+    return 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * h * h);
+  }
   return 1;
+}
+/** Far values for the tanh form (act 3), where it must be exactly h or 0 and its derivative 1 or 0. */
+function withFarValues(h: Float32Array, act: number): Float32Array {
+  if (act === 3) [-40, 12, -12, 1e20, -1e20].forEach((v, i) => { if (i * 5 < h.length) h[i * 5] = v; });
+  return h;
 }
 
 // ---- the cases ----
@@ -390,9 +413,9 @@ async function layernormBackward(): Promise<void> {
 
 async function biasAct(): Promise<void> {
   for (const [rows, N] of [[1, 1], [3, 17], [67, 64], [257, 67], [17, 257]] as const)
-    for (const act of [0, 1, 2])
+    for (const act of [0, 1, 2, 3])
       for (const hasB of [true, false]) {
-        const h0 = randn(rows * N, 4.5), b = randn(N); // |h| up to 5.5: every branch of erf
+        const h0 = withFarValues(randn(rows * N, 4.5), act), b = randn(N); // |h| up to 5.5: every branch of erf
         const L = new Layout();
         const rh = L.f32(h0), rb = L.f32(b), ra = act === 0 && hasB ? rh : L.f32(new Float32Array(rows * N));
         const mem = await run(Op.BiasActForward, [B(ra), B(rh), B(rb), hasB ? N : 0, act, rows, N], L.host());
@@ -401,9 +424,9 @@ async function biasAct(): Promise<void> {
         record("BiasActForward", `${rows}x${N} act=${act} bias=${hasB}${ra === rh ? " a=h" : ""}`, [relErr(f32At(mem, rh), h), sumErr(f32At(mem, ra), a, am)]);
       }
   for (const [rows, N] of [[1, 1], [3, 17], [67, 64], [257, 67], [130, 257]] as const)
-    for (const act of [0, 1, 2])
+    for (const act of [0, 1, 2, 3])
       for (const mode of ["dh+db", "dh=da+db", "db only", "dh only", "no h"]) {
-        const h = randn(rows * N, 4.5), da = randn(rows * N), db0 = randn(N);
+        const h = withFarValues(randn(rows * N, 4.5), act), da = randn(rows * N), db0 = randn(N);
         const hasDh = mode !== "db only" && mode !== "no h", hasDb = mode !== "dh only", hasH = mode !== "no h";
         const L = new Layout();
         const rh = L.f32(h), rda = L.f32(da), rdb = L.f32(db0);

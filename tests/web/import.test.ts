@@ -73,6 +73,17 @@ describe("loadWeights of PyTorch state dicts", () => {
     expect(maxRelative(got, io.tensor("output.logits").values as Float32Array)).toBeLessThan(1e-5);
   });
 
+  it("Classifier.load of seed 003's state dict names the missing field and says how such a file loads", async () => {
+    const err = await Classifier.load(file("seed003_classifier.safetensors")).then(
+      () => "resolved",
+      (e: Error) => e.message,
+    );
+    expect(err).toMatch(/a seed003 state dict does not fix the whole config of a classifier/);
+    expect(err).toMatch(/config\.context is missing: it is required/);
+    expect(err).toMatch(/load_weights \(JS: loadWeights\)/);
+    expect(err).toMatch(/qkv import --from seed003/);
+  });
+
   it("rejects a pickle with the line that converts it, and names every tensor that does not fit", async () => {
     using m = await LanguageModel.create({ vocabSize: 13, context: 10, dModel: 16, heads: 4, layers: 1 });
     await expect(m.loadWeights(Uint8Array.of(0x50, 0x4b, 3, 4, 20, 0, 0, 0, 0, 0))).rejects.toThrow(

@@ -193,7 +193,7 @@ describe("Seq2Seq bad input rejects naming the argument; the model stays usable"
       [() => Seq2Seq.create({ ...CONFIG, padId: V }), /pad_id = 13 is invalid/],
       [() => Seq2Seq.create({ ...CONFIG, labelSmoothing: "0.1" as unknown as number }), /config.labelSmoothing must be a number, got "0.1" \(a string\)/],
       [() => Seq2Seq.create({ ...CONFIG, layers: 2 } as unknown as typeof CONFIG), /config.layers is not a Seq2Seq option \(known: srcVocab, tgtVocab/],
-      [() => Seq2Seq.create({ ...CONFIG, activation: "swish" as "relu" }), /config.activation = "swish" is unknown: expected "relu" or "gelu"/],
+      [() => Seq2Seq.create({ ...CONFIG, activation: "swish" as "relu" }), /config.activation = "swish" is unknown: expected "relu", "gelu" or "gelu_tanh"/],
     ];
     for (const [call, message] of cases) {
       await expect(call()).rejects.toThrow(message);

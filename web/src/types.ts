@@ -112,8 +112,11 @@ export interface LayerOptions {
   dFF?: number;
   /** Seed of the weight initialisation (and of dropout). Default 1337. */
   seed?: number;
-  /** Feed-forward activation. */
-  activation?: "relu" | "gelu";
+  /**
+   * Feed-forward activation: `"gelu"` is the exact (erf) form (PyTorch's `nn.GELU()`), `"gelu_tanh"` its tanh
+   * approximation (`nn.GELU(approximate="tanh")`, GPT-2's `gelu_new`).
+   */
+  activation?: "relu" | "gelu" | "gelu_tanh";
   /** `"post"`: x = LN(x + f(x)) (the paper, the tutorials); `"pre"`: x = x + f(LN(x)) (GPT-2). */
   norm?: "post" | "pre";
   /** Biases in the attention and feed-forward projections. Default true. */

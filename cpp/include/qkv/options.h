@@ -4,7 +4,9 @@
 
 namespace qkv {
 
-enum class Activation { ReLU, GELU };
+// GELU is the exact (erf) form (PyTorch's nn.GELU()); GELUTanh its tanh approximation (nn.GELU(approximate='tanh'),
+// GPT-2's gelu_new): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+enum class Activation { ReLU, GELU, GELUTanh };
 // Post: x = LN(x + sublayer(x)) (the paper, the tutorials). Pre: x = x + sublayer(LN(x)) (GPT-2, stabler).
 enum class NormPosition { Post, Pre };
 enum class Positions { Sinusoidal, Learned };

@@ -59,6 +59,11 @@ void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, 
 //   GELU, exact (erf) form: h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;
 //     dy/dh = Phi(h) + h * phi(h), phi(h) = exp(-h^2 / 2) / sqrt(2 pi).
 //     reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
+//   GELUTanh, GELU's tanh approximation (PyTorch's approximate='tanh', GPT-2's gelu_new), u = sqrt(2/pi) (h + k h^3),
+//     k = 0.044715: 0.5 h (1 + tanh(u)) = h sigma(2u);  dy/dh = sigma(2u) + h sigma(2u) (1 - sigma(2u)) 2u',
+//     u' = sqrt(2/pi) (1 + 3k h^2), sigma the logistic function. Past |h| of about 10, exactly h (h > 0) or 0
+//     (h < 0), and dy/dh exactly 1 or 0, as PyTorch's float32 gives; never NaN for finite h.
+//     reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
 // h, a: (rows, N); b: (N), or empty for no bias.
 //   forward:  h += b in place (h is then what the backward needs: the pre-activation), a = act(h).
 //             a may alias h for Identity only.

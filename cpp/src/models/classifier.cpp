@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "io/checkpoint.h"
+#include "models/checkpoint_config.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -235,7 +236,8 @@ const ClassifierConfig& Classifier::config() const { return impl_->config; }
 
 std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
-  auto m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
+  auto m = std::make_unique<Classifier>(models::checkpoint_config(c, "classifier", classifier_config_from_json),
+                                        c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }

@@ -9,6 +9,7 @@
 
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
+#include "models/checkpoint_config.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -379,7 +380,8 @@ const LanguageModelConfig& LanguageModel::config() const { return impl_->config;
 
 std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
-  auto m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
+  auto m = std::make_unique<LanguageModel>(
+      models::checkpoint_config(c, "language_model", language_model_config_from_json), c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }

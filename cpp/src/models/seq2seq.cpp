@@ -8,6 +8,7 @@
 #include "infer/beam_search.h"
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
+#include "models/checkpoint_config.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -345,7 +346,7 @@ const Seq2SeqConfig& Seq2Seq::config() const { return impl_->config; }
 
 std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
-  auto m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+  auto m = std::make_unique<Seq2Seq>(models::checkpoint_config(c, "seq2seq", seq2seq_config_from_json), c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }

@@ -6,7 +6,9 @@ FeedForward::FeedForward(Parameters& params, const std::string& prefix, int C, i
                          float init_std, float out_init_std)
     : params_(params),
       F_(F),
-      act_(activation == Activation::GELU ? ops::Act::GELU : ops::Act::ReLU),
+      act_(activation == Activation::GELU       ? ops::Act::GELU
+           : activation == Activation::GELUTanh ? ops::Act::GELUTanh
+                                                : ops::Act::ReLU),
       stream_(params.new_stream()),
       linear1_(params, prefix + "linear1.weight", bias ? prefix + "linear1.bias" : "", C, F, init_std),
       linear2_(params, prefix + "linear2.weight", bias ? prefix + "linear2.bias" : "", F, C, out_init_std) {}
@@ -15,7 +17,7 @@ void FeedForward::plan(Workspace& ws, int rows) {
   const size_t n = static_cast<size_t>(rows) * F_;
   // ReLU's derivative reads the sign of its output (a > 0 exactly where h > 0, and dropout's zeros carry no
   // gradient either way), so with ReLU the pre-activation is scratch of the forward call and only a_ stays
-  // per layer; GELU's derivative needs h. da_ lives inside one backward call: every layer shares it.
+  // per layer; GELU's derivative (either form) needs h. da_ lives inside one backward call: every layer shares it.
   linear1_.plan(ws, rows);
   linear2_.plan(ws, rows);
   h_ = act_ == ops::Act::ReLU ? ws.take_shared("ffn.h", n) : ws.take(n);

@@ -4,7 +4,14 @@
 
 namespace qkv {
 
-std::string to_string(Activation a) { return a == Activation::ReLU ? "relu" : "gelu"; }
+std::string to_string(Activation a) {
+  switch (a) {
+    case Activation::ReLU: return "relu";
+    case Activation::GELU: return "gelu";
+    case Activation::GELUTanh: return "gelu_tanh";
+  }
+  return "gelu";
+}
 std::string to_string(NormPosition n) { return n == NormPosition::Post ? "post" : "pre"; }
 std::string to_string(Positions p) { return p == Positions::Sinusoidal ? "sinusoidal" : "learned"; }
 std::string to_string(Pooling p) { return p == Pooling::First ? "first" : "mean"; }
@@ -13,7 +20,8 @@ std::string to_string(ClassifierHead h) { return h == ClassifierHead::Linear ? "
 Activation parse_activation(const std::string& s, const char* field) {
   if (s == "relu") return Activation::ReLU;
   if (s == "gelu") return Activation::GELU;
-  throw Error(detail::cat(field, " = \"", s, "\" is unknown: expected \"relu\" or \"gelu\""));
+  if (s == "gelu_tanh") return Activation::GELUTanh;
+  throw Error(detail::cat(field, " = \"", s, "\" is unknown: expected \"relu\", \"gelu\" or \"gelu_tanh\""));
 }
 NormPosition parse_norm(const std::string& s, const char* field) {
   if (s == "post") return NormPosition::Post;

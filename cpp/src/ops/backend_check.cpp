@@ -190,14 +190,15 @@ void check_linear(Runner& check_case) {
   for (int rows : {1, 17, 67})
     for (int in : {1, 17, 64})
       for (int out : {3, 64, 257})
-        for (Act act : {Act::Identity, Act::ReLU, Act::GELU}) {
+        for (Act act : {Act::Identity, Act::ReLU, Act::GELU, Act::GELUTanh}) {
           const auto x = randn(static_cast<size_t>(rows) * in, seed++),
                      w = randn(static_cast<size_t>(out) * in, seed++);
           const auto b = randn(out, seed++);
           check_case("linear " + std::to_string(rows) + "x" + std::to_string(in) + "->" + std::to_string(out) +
-                         (act == Act::GELU   ? " gelu"
-                          : act == Act::ReLU ? " relu"
-                                             : ""),
+                         (act == Act::GELU       ? " gelu"
+                          : act == Act::GELUTanh ? " gelu_tanh"
+                          : act == Act::ReLU     ? " relu"
+                                                 : ""),
                      [&](Backend& be) {
                        Dev d(be);
                        const size_t n = static_cast<size_t>(rows) * out;
@@ -250,7 +251,7 @@ void check_layernorm(Runner& check_case) {
 
 void check_bias_act(Runner& check_case) {
   uint64_t seed = 200;
-  for (Act act : {Act::Identity, Act::ReLU, Act::GELU})
+  for (Act act : {Act::Identity, Act::ReLU, Act::GELU, Act::GELUTanh})
     for (int rows : {1, 17, 67})
       for (int N : kSizes) {
         const size_t n = static_cast<size_t>(rows) * N;

@@ -19,12 +19,15 @@ namespace qkv::ops {
 namespace {
 
 constexpr float kLayerNormEps = 1e-5f;
+// GELU's tanh approximation: u = sqrt(2/pi) (h + k h^3) (kernels.h: GELUTanh).
+constexpr float kSqrt2OverPi = 0.7978845608028654f, kTanhGeluK = 0.044715f;
 
 float act_of(Act act, float h) {
   switch (act) {
     case Act::Identity: return h;
     case Act::ReLU: return h > 0.f ? h : 0.f;
     case Act::GELU: return 0.5f * h * (1.f + std::erf(h * 0.70710678118654752f));
+    case Act::GELUTanh: return 0.5f * h * (1.f + std::tanh(kSqrt2OverPi * (h + kTanhGeluK * h * h * h)));
   }
   return h;
 }
@@ -36,6 +39,13 @@ float act_grad(Act act, float h) {
     case Act::ReLU: return h > 0.f ? 1.f : 0.f;
     case Act::GELU:
       return 0.5f * (1.f + std::erf(h * 0.70710678118654752f)) + h * 0.3989422804014327f * std::exp(-0.5f * h * h);
+    case Act::GELUTanh: {
+      // 0.5 (1 + t) + 0.5 h (1 - t^2) u', t = tanh(u), u' = sqrt(2/pi) (1 + 3k h^2). Past |h| = 10, t is +-1
+      // exactly and the value 1 or 0: clamping h there keeps h^3 from overflowing into inf * 0.
+      const float x = std::clamp(h, -10.f, 10.f);
+      const float t = std::tanh(kSqrt2OverPi * (x + kTanhGeluK * x * x * x));
+      return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kTanhGeluK * x * x);
+    }
   }
   return 1.f;
 }

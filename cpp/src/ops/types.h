@@ -6,8 +6,9 @@
 
 namespace qkv::ops {
 
-// A Linear layer's fused epilogue: the bias alone, or the bias then ReLU or exact (erf) GELU.
-enum class Act { Identity, ReLU, GELU };
+// A Linear layer's fused epilogue: the bias alone, or the bias then ReLU, exact (erf) GELU or GELU's tanh
+// approximation (GPT-2's gelu_new). The values are the WebGPU protocol's act codes (ops/webgpu_protocol.h).
+enum class Act { Identity, ReLU, GELU, GELUTanh };
 
 // Multi-head scaled dot-product attention's sizes, strides, masks and dropout (kernels.h: attention_forward).
 struct AttentionShape {

@@ -299,7 +299,7 @@ TEST(CudaOps, LayerNormBackwardFusedShapes) {
 TEST(CudaOps, BiasActMatchesTheCpu) {
   QKV_REQUIRE_CUDA_DEVICE();
   uint64_t seed = 200;
-  for (auto act : {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU})
+  for (auto act : {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU, kernels::Act::GELUTanh})
     for (bool bias : {true, false})
       for (int rows : kSizes)
         for (int N : kSizes) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "qkv/error.h"
 #include "test_util.h"
@@ -97,6 +98,22 @@ TEST(ConfigJson, BadInputNamesTheField) {
   EXPECT_NE(message_of([] { language_model_config_from_json("{\"vocab_size\": 6"); }).find("not valid JSON"),
             std::string::npos);
   EXPECT_NE(message_of([] { language_model_config_from_json("[1, 2]"); }).find("must be an object"), std::string::npos);
+}
+
+// Every activation round-trips by its JSON name; an unknown one is refused naming all three.
+TEST(ConfigJson, ActivationNamesRoundTrip) {
+  for (const auto& [act, name] : {std::pair{Activation::ReLU, "relu"}, std::pair{Activation::GELU, "gelu"},
+                                  std::pair{Activation::GELUTanh, "gelu_tanh"}}) {
+    EXPECT_EQ(to_string(act), name);
+    EXPECT_EQ(parse_activation(name), act);
+    LanguageModelConfig c{.vocab_size = 10, .context = 8, .d_model = 16, .heads = 2, .layers = 1};
+    c.activation = act;
+    const std::string json = to_json(c);
+    EXPECT_NE(json.find(std::string("\"activation\":\"") + name + "\""), std::string::npos) << json;
+    EXPECT_EQ(language_model_config_from_json(json).activation, act);
+  }
+  EXPECT_EQ(message_of([] { parse_activation("gelu_new"); }),
+            R"(activation = "gelu_new" is unknown: expected "relu", "gelu" or "gelu_tanh")");
 }
 
 TEST(ConfigJson, ModelRejectsValuesTheJsonAllows) {

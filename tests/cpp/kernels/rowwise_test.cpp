@@ -192,6 +192,7 @@ double act_ref(kernels::Act act, double h) {
     case kernels::Act::Identity: return h;
     case kernels::Act::ReLU: return h > 0 ? h : 0;
     case kernels::Act::GELU: return h * 0.5 * (1 + std::erf(h / std::sqrt(2.0)));
+    case kernels::Act::GELUTanh: return 0.5 * h * (1 + std::tanh(std::sqrt(2 / M_PI) * (h + 0.044715 * h * h * h)));
   }
   return h;
 }
@@ -202,13 +203,27 @@ double act_grad_ref(kernels::Act act, double h) {
     case kernels::Act::ReLU: return h > 0 ? 1 : 0;
     case kernels::Act::GELU:
       return 0.5 * (1 + std::erf(h / std::sqrt(2.0))) + h * std::exp(-0.5 * h * h) / std::sqrt(2 * M_PI);
+    case kernels::Act::GELUTanh: {
+      const double c = std::sqrt(2 / M_PI), t = std::tanh(c * (h + 0.044715 * h * h * h));
+      return 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * c * (1 + 3 * 0.044715 * h * h);
+    }
   }
   return 1;
 }
 
 const char* name_of(kernels::Act act) {
-  return act == kernels::Act::Identity ? "identity" : act == kernels::Act::ReLU ? "relu" : "gelu";
+  switch (act) {
+    case kernels::Act::Identity: return "identity";
+    case kernels::Act::ReLU: return "relu";
+    case kernels::Act::GELU: return "gelu";
+    case kernels::Act::GELUTanh: return "gelu_tanh";
+  }
+  return "?";
 }
+
+constexpr kernels::Act kActs[] = {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU,
+                                  kernels::Act::GELUTanh};
+bool is_gelu(kernels::Act act) { return act == kernels::Act::GELU || act == kernels::Act::GELUTanh; }
 
 // Pre-activations spread over the interesting range, with exact zeros (ReLU's kink) and far tails; or (small)
 // all within [-1, 1], as early in training, where the CPU's GELU takes its branch for vectors of small values
@@ -224,7 +239,7 @@ std::vector<float> pre_activations(size_t n, uint64_t seed, bool small = false) 
 }
 
 TEST(FusedBiasAct, ForwardAddsTheBiasKeepsItAndActivates) {
-  for (auto act : {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU})
+  for (auto act : kActs)
     for (bool bias : {true, false})
       for (bool small : {false, true}) {
         SCOPED_TRACE(std::string(name_of(act)) + (bias ? ", bias" : ", no bias") + (small ? ", |h| <= 1" : ""));
@@ -241,7 +256,7 @@ TEST(FusedBiasAct, ForwardAddsTheBiasKeepsItAndActivates) {
           }
           const CSpan bs = bias ? CSpan(b) : CSpan();
           // Phi (rowwise_simd.h, fitted polynomials) and exp: a few float ulps, relative to h.
-          const double tol = act == kernels::Act::GELU ? 1e-6 : 0;
+          const double tol = is_gelu(act) ? 1e-6 : 0;
           for_each_isa_and_threads([&] {
             std::vector<float> h = h0, a(n, kNaN);
             kernels::bias_act_forward(a, h, bs, act, rows, N);
@@ -258,7 +273,7 @@ TEST(FusedBiasAct, ForwardAddsTheBiasKeepsItAndActivates) {
 }
 
 TEST(FusedBiasAct, BackwardWritesDhAndSumsDbInOnePass) {
-  for (auto act : {kernels::Act::Identity, kernels::Act::ReLU, kernels::Act::GELU})
+  for (auto act : kActs)
     for (bool bias : {true, false})
       for (bool small : {false, true}) {
         SCOPED_TRACE(std::string(name_of(act)) + (bias ? ", bias" : ", no bias") + (small ? ", |h| <= 1" : ""));
@@ -273,7 +288,7 @@ TEST(FusedBiasAct, BackwardWritesDhAndSumsDbInOnePass) {
             want_db[i % N] += want_dh[i];
             db_scale[i % N] += std::abs(want_dh[i]);
           }
-          const double tol = act == kernels::Act::GELU ? 1e-6 : 0;
+          const double tol = is_gelu(act) ? 1e-6 : 0;
           const auto check = [&](const char* what, const std::vector<float>* dh, const std::vector<float>& db) {
             SCOPED_TRACE(what);
             if (dh) {
@@ -301,6 +316,48 @@ TEST(FusedBiasAct, BackwardWritesDhAndSumsDbInOnePass) {
           });
         });
       }
+}
+
+// GELU's tanh form far out, on every instruction set: exactly h or 0, the derivative exactly 1 or 0 (PyTorch's
+// float32 gives the same), never NaN for a finite h, even where h^3 overflows; a NaN stays NaN.
+TEST(FusedBiasAct, GeluTanhFarOutIsExactAndNeverNaN) {
+  const float big[] = {12.f, 40.f, 1e5f, 1e13f, 1e20f, 3e38f};
+  std::vector<float> h0;
+  for (float v : big) h0.insert(h0.end(), {v, -v});
+  h0.push_back(kNaN);
+  const int N = static_cast<int>(h0.size());
+  for_each_isa_and_threads([&] {
+    std::vector<float> h = h0, a(N), dh(N), da(N, 1.f);
+    kernels::bias_act_forward(a, h, {}, kernels::Act::GELUTanh, 1, N);
+    kernels::bias_act_backward(dh, {}, da, h, kernels::Act::GELUTanh, 1, N);
+    for (int i = 0; i + 1 < N; ++i) {
+      SCOPED_TRACE("h = " + std::to_string(h0[i]));
+      EXPECT_EQ(a[i], h0[i] > 0 ? h0[i] : 0.f);
+      EXPECT_EQ(dh[i], h0[i] > 0 ? 1.f : 0.f);
+    }
+    EXPECT_TRUE(std::isnan(a[N - 1]));
+    EXPECT_TRUE(std::isnan(dh[N - 1]));
+  });
+}
+
+// The tanh form's derivative against central differences of the forward kernel itself (double steps of a
+// float function: h spread over [-6, 6], step 1e-2, where the third derivative bounds the error by ~1e-4).
+TEST(FusedBiasAct, GeluTanhBackwardMatchesFiniteDifferences) {
+  const int N = 257;
+  std::vector<float> h(N);
+  for (int i = 0; i < N; ++i) h[i] = -6.f + 12.f * static_cast<float>(i) / (N - 1);
+  const float step = 1e-2f;
+  std::vector<float> hp(N), hm(N), ap(N), am(N), dh(N), ones(N, 1.f);
+  for (int i = 0; i < N; ++i) hp[i] = h[i] + step, hm[i] = h[i] - step;
+  for_each_isa_and_threads([&] {
+    kernels::bias_act_forward(ap, hp, {}, kernels::Act::GELUTanh, 1, N);
+    kernels::bias_act_forward(am, hm, {}, kernels::Act::GELUTanh, 1, N);
+    kernels::bias_act_backward(dh, {}, ones, h, kernels::Act::GELUTanh, 1, N);
+    for (int i = 0; i < N; ++i) {
+      const double fd = (static_cast<double>(ap[i]) - am[i]) / (static_cast<double>(hp[i]) - hm[i]);
+      EXPECT_NEAR(dh[i], fd, 2e-4) << "h = " << h[i];
+    }
+  });
 }
 
 // ---- softmax cross-entropy, loss alone or with its gradient ----

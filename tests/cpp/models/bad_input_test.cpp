@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "qkv/classifier.h"
 #include "qkv/error.h"
+#include "qkv/language_model.h"
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
@@ -86,6 +90,32 @@ TEST(BadInput, NonFiniteWeightsStopTheStepAndKeepTheWeights) {
       ASSERT_TRUE(v == w || (std::isnan(v) && std::isnan(w)));
     }
   EXPECT_EQ(m.step(), 0);
+}
+
+// load() of a foreign state dict whose shapes do not fix the whole config (seed 003's classifier has no position
+// table, so no context; nanoGPT's file no head count) names the missing field and the two ways such a file loads:
+// load_weights into a model created with its config (which then works), or `qkv import`.
+std::vector<uint8_t> import_fixture(const std::string& name) {
+  std::ifstream in(std::string(QKV_FIXTURES_DIR) + "/import/" + name + ".safetensors", std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(BadInput, LoadOfAForeignStateDictSaysHowItLoads) {
+  const auto seed003 = import_fixture("seed003_classifier");
+  ASSERT_FALSE(seed003.empty());
+  const std::string e = message_of([&] { Classifier::load(seed003); });
+  for (const char* part : {"a seed003 state dict does not fix the whole config of a classifier",
+                           "config.context is missing: it is required", "load_weights (JS: loadWeights)",
+                           "qkv import --from seed003"})
+    EXPECT_NE(e.find(part), std::string::npos) << part << " is not in: " << e;
+  Classifier m({.vocab_size = 20, .context = 512, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 2,
+                .head = ClassifierHead::MLP});
+  EXPECT_NO_THROW(m.load_weights(seed003));
+
+  const std::string lm = message_of([&] { LanguageModel::load(import_fixture("nanogpt_bias")); });
+  EXPECT_NE(lm.find("a nanogpt state dict does not fix the whole config of a language_model"), std::string::npos)
+      << lm;
+  EXPECT_NE(lm.find("heads is missing"), std::string::npos) << lm;
 }
 
 }  // namespace

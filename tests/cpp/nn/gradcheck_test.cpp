@@ -166,7 +166,7 @@ TEST(GradCheck, CrossAttentionWithMemoryPadding) {
 }
 
 TEST(GradCheck, FeedForwardReluAndGelu) {
-  for (Activation act : {Activation::ReLU, Activation::GELU}) {
+  for (Activation act : {Activation::ReLU, Activation::GELU, Activation::GELUTanh}) {
     nn::Parameters params;
     const int rows = 6, C = 5, F = 11;
     nn::FeedForward ffn(params, "", C, F, act, true, 0.4f, 0.4f);

@@ -61,15 +61,17 @@ void run_model_case(Device device, const std::string& name, const Config& config
   }                                               \
   void name(Device device)
 
-QKV_PARITY_CASE(LanguageModelGptStyle) {
+// A pre-LN decoder-only model (learned positions, tied head): lm_gpt with the exact GELU, lm_gpt_tanh with its
+// tanh approximation (GPT-2's gelu_new).
+void run_lm_case(Device device, const std::string& name, Activation activation) {
   LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 64};
-  c.activation = Activation::GELU;
+  c.activation = activation;
   c.norm = NormPosition::Pre;
   c.positions = Positions::Learned;
   c.tie_head = true;
   const auto shape = [](const SafetensorsFile& f) { return f.at("input.ids").shape; };
   run_model_case<LanguageModel>(
-      device, "lm_gpt", c,
+      device, name, c,
       [&](LanguageModel& m, const SafetensorsFile& f) {
         return m.logits(test::ids(f, "input.ids"), int(shape(f)[0]), int(shape(f)[1]));
       },
@@ -82,6 +84,9 @@ QKV_PARITY_CASE(LanguageModelGptStyle) {
                             int(shape(f)[1]));
       });
 }
+
+QKV_PARITY_CASE(LanguageModelGptStyle) { run_lm_case(device, "lm_gpt", Activation::GELU); }
+QKV_PARITY_CASE(LanguageModelGptStyleTanhGelu) { run_lm_case(device, "lm_gpt_tanh", Activation::GELUTanh); }
 
 QKV_PARITY_CASE(Seq2SeqTranslationTutorial) {
   Seq2SeqConfig c{.src_vocab = 11,

@@ -84,7 +84,13 @@ fn dropout_hash(seed: vec2<u32>, i: vec2<u32>) -> u32 {
 }
 `;
 
-/** Exact (erf) GELU and its derivative: erf from Numerical Recipes' erfc (fractional error < 1.2e-7). */
+/**
+ * act (ops::Act): 1 ReLU; 2 exact (erf) GELU, erf from Numerical Recipes' erfc (fractional error < 1.2e-7);
+ * 3 GELU's tanh form (GPT-2's gelu_new), as h sigma(z), z = 2 sqrt(2/pi) (h + 0.044715 h^3) (= 0.5 h (1 + tanh(z/2))
+ * without 1 + tanh's cancellation; the CPU's formulas, kernels/cpu/rowwise_simd.h), with e = exp(-|z|) from h clamped
+ * to [-10, 10] (WGSL promises nothing of exp at +-inf or of denormals): past h = 10 the value is h and the
+ * derivative 1 exactly (e < 2e-38), and at or below -10 both are 0 (a select: e is not 0 yet), as in PyTorch's float32.
+ */
 const ACT = /* wgsl */ `
 fn erf_(x: f32) -> f32 {
   let z = abs(x);
@@ -93,14 +99,31 @@ fn erf_(x: f32) -> f32 {
           t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277)))))))));
   return select(r - 1.0, 1.0 - r, x >= 0.0);
 }
+fn tanh_gelu_e(x: f32) -> f32 { return exp(-abs(x * (1.5957691216057308 + 0.071354816 * x * x))); } // exp(-|z|)
+fn tanh_gelu_sigma(x: f32, e: f32) -> f32 {
+  let r = 1.0 / (1.0 + e);
+  return select(r, e * r, x < 0.0);
+}
 fn act_of(a: u32, h: f32) -> f32 {
   if (a == 1u) { return max(h, 0.0); }
   if (a == 2u) { return 0.5 * h * (1.0 + erf_(h * 0.70710678118654752)); }
+  if (a == 3u) {
+    if (h <= -10.0) { return 0.0; }
+    let x = min(h, 10.0);
+    return h * tanh_gelu_sigma(x, tanh_gelu_e(x));
+  }
   return h;
 }
 fn act_grad(a: u32, h: f32) -> f32 {
   if (a == 1u) { return select(0.0, 1.0, h > 0.0); }
   if (a == 2u) { return 0.5 * (1.0 + erf_(h * 0.70710678118654752)) + h * 0.3989422804014327 * exp(-0.5 * h * h); }
+  if (a == 3u) { // sigma + x z' e r^2, z' = 2 sqrt(2/pi) (1 + 3k x^2), e r^2 = sigma (1 - sigma)
+    if (h <= -10.0) { return 0.0; }
+    let x = min(h, 10.0);
+    let e = tanh_gelu_e(x);
+    let r = 1.0 / (1.0 + e);
+    return tanh_gelu_sigma(x, e) + x * (1.5957691216057308 + 0.21406445 * x * x) * e * r * r;
+  }
   return 1.0;
 }
 `;

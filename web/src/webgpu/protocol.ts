@@ -34,7 +34,7 @@ export const Op = {
   LayerNormForward: 20, // y, mean, rstd, x, w, b (ptrs), rows, C
   ResidualLayerNormForward: 21, // r, y, mean, rstd, x, f, w, b (ptrs), rows, C
   LayerNormBackward: 22, // dx, dw, db, dr(ptr), dr_n, dy, x, w, mean, rstd (ptrs), rows, C, scratch(ptr), scratch_n
-  BiasActForward: 23, //   a(ptr), h(ptr), b(ptr), b_n, act (0 identity, 1 relu, 2 gelu), rows, N
+  BiasActForward: 23, //   a(ptr), h(ptr), b(ptr), b_n, act (0 identity, 1 relu, 2 gelu, 3 gelu_tanh), rows, N
   BiasActBackward: 24, //  dh(ptr), dh_n, db(ptr), db_n, da(ptr), h(ptr), h_n, act, rows, N, scratch(ptr), scratch_n
   DropoutForward: 25, //   y(ptr), x(ptr), n, p(f), seed_lo, seed_hi
   DropoutBackward: 26, //  dx(ptr), dy(ptr), n, p(f), seed_lo, seed_hi

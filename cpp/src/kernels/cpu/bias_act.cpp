@@ -4,6 +4,11 @@
 //     reference: https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html
 //   GELU, exact: a = h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;  dh = da * (Phi(h) + h * phi(h)),
 //     phi(h) = exp(-h^2/2) / sqrt(2 pi).  reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
+//   GELUTanh (approximate='tanh', GPT-2's gelu_new): t = tanh(u), u = sqrt(2/pi) (h + 0.044715 h^3);
+//     a = 0.5 h (1 + t);  dh = da * (0.5 (1 + t) + 0.5 h (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 h^2)),
+//     PyTorch's formulas (aten's GeluKernel), here as the plain scalar kernel; the SIMD one (rowwise_simd.h) uses
+//     h sigma(2u) instead. The derivative clamps h to [-10, 10], where t is +-1 exactly in float and the second
+//     term 0, so that h^3 cannot overflow into inf * 0.
 // The forward keeps h (bias added) as the backward's input; the backward writes dh and sums db in the same
 // pass, db in fixed blocks of rows (sum_in_row_blocks), so its value does not depend on the thread count.
 #include <algorithm>
@@ -14,11 +19,14 @@
 namespace qkv::kernels {
 namespace {
 
+constexpr float kSqrt2OverPi = 0.7978845608028654f, kTanhGeluK = 0.044715f;
+
 float act_of(Act act, float h) {
   switch (act) {
     case Act::Identity: return h;
     case Act::ReLU: return std::max(h, 0.f);
     case Act::GELU: return 0.5f * h * (1.f + std::erf(h * static_cast<float>(M_SQRT1_2)));
+    case Act::GELUTanh: return 0.5f * h * (1.f + std::tanh(kSqrt2OverPi * (h + kTanhGeluK * h * h * h)));
   }
   return h;
 }
@@ -31,6 +39,11 @@ float grad_of(Act act, float h) {
       const float cdf = 0.5f * (1.f + std::erf(h * static_cast<float>(M_SQRT1_2)));
       const float pdf = 0.3989422804014327f * std::exp(-0.5f * h * h);
       return cdf + h * pdf;
+    }
+    case Act::GELUTanh: {
+      const float x = std::clamp(h, -10.f, 10.f), x2 = x * x;
+      const float t = std::tanh(kSqrt2OverPi * (x + kTanhGeluK * x2 * x));
+      return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kSqrt2OverPi * (1.f + 3.f * kTanhGeluK * x2);
     }
   }
   return 1.f;

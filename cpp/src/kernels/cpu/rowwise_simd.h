@@ -216,6 +216,42 @@ V gelu_grad(const V& h) {
   return xsimd::fma(h, e * V(kInvSqrt2Pi), cdf);
 }
 
+// GELU's tanh approximation (GPT-2's gelu_new), with u = sqrt(2/pi) (h + k h^3), k = 0.044715:
+//   0.5 h (1 + tanh(u)) = h sigma(z),  z = 2u,  sigma(z) = 1 / (1 + exp(-z)),
+// since 1 + tanh(u) = 2 sigma(2u). Why not tanh: 1 + tanh(u) cancels for negative u (PyTorch loses all digits of
+// it past h = -5 in float), and a tanh is an exp and a division anyway. sigma from e = exp(-|z|), which never
+// overflows: r = 1 / (1 + e), sigma = r for z >= 0, e r for z < 0 (= exp(z) / (1 + exp(z))). Far out, e is 0
+// exactly (xsimd's exp flushes to 0 below about -87.7, and selects 0 below its minlog, -88.4: past |h| = 10.1),
+// so the value is exactly h or 0, as in PyTorch's float32; an h^3 that overflows makes z infinite, which only
+// drives e to 0.
+constexpr float kTanhGeluK = 0.044715f;
+constexpr float kTwoSqrt2OverPi = 1.5957691216057308f;  // 2 sqrt(2/pi): z = h (2 sqrt(2/pi) + 2 sqrt(2/pi) k h^2)
+template <class V>
+V gelu_tanh_sigma(const V& h, V& e, V& r) {
+  const V z = h * xsimd::fma(V(kTwoSqrt2OverPi * kTanhGeluK) * h, h, V(kTwoSqrt2OverPi));
+  e = xsimd::exp(-xsimd::abs(z));
+  r = V(1.f) / (V(1.f) + e);
+  return xsimd::select(z < V(0.f), e * r, r);
+}
+
+template <class V>
+V gelu_tanh(const V& h) {
+  V e, r;
+  return h * gelu_tanh_sigma(h, e, r);
+}
+
+// d/dh h sigma(z) = sigma + h z' sigma (1 - sigma), z' = 2 sqrt(2/pi) (1 + 3k h^2), and sigma (1 - sigma) = e r^2
+// for either sign of z. h in the second term is clamped to [-10, 10]: beyond, e < 2e-38 makes the term vanish
+// anyway, and the clamp keeps h z' (cubic in h) from overflowing into inf * 0 = NaN. A NaN h still gives NaN (e).
+template <class V>
+V gelu_tanh_grad(const V& h) {
+  V e, r;
+  const V sigma = gelu_tanh_sigma(h, e, r);
+  const V hc = xsimd::min(xsimd::max(h, V(-10.f)), V(10.f));
+  const V dz = xsimd::fma(V(3.f * kTwoSqrt2OverPi * kTanhGeluK) * hc, hc, V(kTwoSqrt2OverPi));
+  return xsimd::fma(hc * dz, e * r * r, sigma);
+}
+
 template <class Arch, Act act>
 void bias_act_rows_for(const BiasActArgs& a, int r0, int r1) {
   using V = xsimd::batch<float, Arch>;
@@ -231,6 +267,7 @@ void bias_act_rows_for(const BiasActArgs& a, int r0, int r1) {
       }
       if constexpr (act == Act::ReLU) v = xsimd::max(v, V(0.f));
       if constexpr (act == Act::GELU) v = gelu(v);
+      if constexpr (act == Act::GELUTanh) v = gelu_tanh(v);
       s.store(out, v);
     });
   }
@@ -242,6 +279,7 @@ void bias_act_rows(const BiasActArgs& a, int r0, int r1) {
     case Act::Identity: return bias_act_rows_for<Arch, Act::Identity>(a, r0, r1);
     case Act::ReLU: return bias_act_rows_for<Arch, Act::ReLU>(a, r0, r1);
     case Act::GELU: return bias_act_rows_for<Arch, Act::GELU>(a, r0, r1);
+    case Act::GELUTanh: return bias_act_rows_for<Arch, Act::GELUTanh>(a, r0, r1);
   }
 }
 
@@ -255,6 +293,7 @@ void bias_act_backward_rows_for(const BiasActBackwardArgs& a, int r0, int r1, fl
       V d = s.load(a.da + o);
       if constexpr (act == Act::ReLU) d = xsimd::select(s.load(a.h + o) > V(0.f), d, V(0.f));
       if constexpr (act == Act::GELU) d = d * gelu_grad(s.load(a.h + o));
+      if constexpr (act == Act::GELUTanh) d = d * gelu_tanh_grad(s.load(a.h + o));
       if (a.dh) s.store(a.dh + o, d);
       if (db) s.store(db, s.load(db) + d);
     });
@@ -267,6 +306,7 @@ void bias_act_backward_rows(const BiasActBackwardArgs& a, int r0, int r1, float*
     case Act::Identity: return bias_act_backward_rows_for<Arch, Act::Identity>(a, r0, r1, db);
     case Act::ReLU: return bias_act_backward_rows_for<Arch, Act::ReLU>(a, r0, r1, db);
     case Act::GELU: return bias_act_backward_rows_for<Arch, Act::GELU>(a, r0, r1, db);
+    case Act::GELUTanh: return bias_act_backward_rows_for<Arch, Act::GELUTanh>(a, r0, r1, db);
   }
 }
 

@@ -5,6 +5,10 @@
 //     reference: https://pytorch.org/docs/stable/generated/torch.nn.ReLU.html
 //   GELU, exact: a = h * Phi(h), Phi(h) = (1 + erf(h / sqrt(2))) / 2;  dh = da * (Phi(h) + h * phi(h)),
 //     phi(h) = exp(-h^2/2) / sqrt(2 pi).  reference: https://pytorch.org/docs/stable/generated/torch.nn.GELU.html
+//   GELUTanh (approximate='tanh', GPT-2's gelu_new): a = h sigma(z), z = 2u, u = sqrt(2/pi) (h + 0.044715 h^3)
+//     (= 0.5 h (1 + tanh(u)), without 1 + tanh's cancellation for negative h); dh = da * (sigma + h z' sigma
+//     (1 - sigma)), the CPU's formulas (kernels/cpu/rowwise_simd.h: gelu_tanh), h clamped to [-10, 10] in the h z'
+//     term so that h^3 cannot overflow into inf * 0. Past |h| ~ 10 exactly h or 0, the derivative 1 or 0.
 //   Dropout (inverted): y = hash(seed, i) >= p * 2^32 ? x / (1 - p) : 0, the CPU's hash (dropout_hash.h).
 //     reference: https://pytorch.org/docs/stable/generated/torch.nn.Dropout.html
 // Layout: h, a, da, dh (rows, N); b, db (N). Each element is read and written by one thread: dh may alias
@@ -21,11 +25,24 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// sigma(z) of GELU's tanh form from e = exp(-|z|), which cannot overflow (z infinite when h^3 overflows: e = 0);
+// sigma (1 - sigma) = e r^2 for either sign of z.
+__device__ inline float gelu_tanh_sigma(float h, float& e, float& r) {
+  const float z = h * (1.5957691216057308f + 1.5957691216057308f * 0.044715f * h * h);  // 2 sqrt(2/pi) (h + k h^3)
+  e = expf(-fabsf(z));
+  r = 1.f / (1.f + e);
+  return z < 0.f ? e * r : r;
+}
+
 __device__ inline float act_of(Act act, float h) {
   switch (act) {
     case Act::Identity: return h;
     case Act::ReLU: return fmaxf(h, 0.f);
     case Act::GELU: return 0.5f * h * (1.f + erff(h * 0.70710678118654752f));
+    case Act::GELUTanh: {
+      float e, r;
+      return h * gelu_tanh_sigma(h, e, r);
+    }
   }
   return h;
 }
@@ -39,6 +56,12 @@ __device__ inline float grad_of(Act act, float da, float h) {
       const float cdf = 0.5f * (1.f + erff(h * 0.70710678118654752f));
       const float pdf = 0.3989422804014327f * expf(-0.5f * h * h);
       return da * (cdf + h * pdf);
+    }
+    case Act::GELUTanh: {
+      float e, r;
+      const float sigma = gelu_tanh_sigma(h, e, r), x = fminf(fmaxf(h, -10.f), 10.f);
+      const float dz = 1.5957691216057308f * (1.f + 3.f * 0.044715f * x * x);
+      return da * (sigma + x * dz * e * r * r);
     }
   }
   return da;

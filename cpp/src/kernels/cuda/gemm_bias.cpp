@@ -6,7 +6,13 @@
 // length m to every column of D: b[j] to row j of h^T, which is column j of h. CUBLASLT_EPILOGUE_RELU_BIAS then
 // takes max(., 0) of each element (for a NaN cuBLASLt documents no result): the pre-activation is never stored, which
 // a ReLU layer does not need (its backward reads the sign of its output). GELU has no epilogue here: cuBLASLt's is
-// the tanh approximation, qkv's (PyTorch's nn.GELU) the exact erf form.
+// the tanh approximation, qkv's (PyTorch's nn.GELU) the exact erf form. GELUTanh, which is cuBLASLt's form, does
+// not take it either (it runs BIAS here, then bias_act's activation pass): the GELU_AUX_BIAS epilogue writes the
+// pre-activation to an aux buffer with its own alignment and leading-dimension rules, cuBLASLt documents neither
+// the accuracy of its tanh nor what it gives for large |h| (bias_act's is exactly h or 0, as PyTorch's float32),
+// and the backward's DGELU_BGRAD would belong to another product (the one that makes da, linear2's backward);
+// one elementwise pass over (rows, 4C) is small next to the product, and this path is checked against the
+// reference executor (tests/cpp/cuda/backend_ops_test.cpp).
 // Precision follows set_matmul_precision: CUBLAS_COMPUTE_32F, _FAST_TF32 or _FAST_16BF, fp32 scale and types.
 // Per shape (and alignment of the pointers, which the algorithms depend on) the descriptors and the heuristic's
 // first algorithm are made once and kept: after the first step no host allocation. Where cuBLASLt finds no
