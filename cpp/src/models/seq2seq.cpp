@@ -8,6 +8,7 @@
 #include "infer/beam_search.h"
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
+#include "nn/parameters.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -343,13 +344,30 @@ std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {
 
 const Seq2SeqConfig& Seq2Seq::config() const { return impl_->config; }
 
+// A qkv checkpoint streams into a model built without initial values or training state (ForLoading): every
+// weight is overwritten, and gradients and moments wait for the first training call.
 std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
+  std::unique_ptr<Seq2Seq> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_bytes_streaming(bytes, "seq2seq", make)) return m;
+  // A foreign state dict (io/import.h) is mapped as a whole.
   const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
-  auto m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+  m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }
 std::unique_ptr<Seq2Seq> Seq2Seq::load_file(const std::string& path) {
+  std::unique_ptr<Seq2Seq> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_file_streaming(path, "seq2seq", make)) return m;
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
 
