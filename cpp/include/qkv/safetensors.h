@@ -120,12 +120,12 @@ class SafetensorsReader {
   bool parsed_ = false;
   TensorSink* sink_ = nullptr;
   uint64_t position_ = 0;
-  size_t tensor_ = 0;              // the tensor the next bytes belong to
-  uint64_t offset_ = 0;            // bytes of it committed
-  std::span<uint8_t> in_place_;    // its place() span, when it has one
-  bool placed_ = false;            // place() was asked for it
-  std::vector<uint8_t> staging_;   // bytes of tensors without a place, in whole elements
-  size_t carry_ = 0;               // bytes of a partial element at staging_'s start
+  size_t tensor_ = 0;             // the tensor the next bytes belong to
+  uint64_t offset_ = 0;           // bytes of it committed
+  std::span<uint8_t> in_place_;   // its place() span, when it has one
+  bool placed_ = false;           // place() was asked for it
+  std::vector<uint8_t> staging_;  // bytes of tensors without a place, in whole elements
+  size_t carry_ = 0;              // bytes of a partial element at staging_'s start
 };
 
 // The header at the start of `head` (at least 8 + N bytes; more are ignored): what parse_safetensors checks
@@ -167,5 +167,9 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors
 // (fsync) and then renamed over `path`. On failure the temporary file is removed and qkv::Error names the
 // path and the operating system's reason.
 void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> bytes);
+// The same for the file serialize_safetensors(tensors, metadata) would give, written tensor by tensor from the
+// caller's memory: no copy of the whole file is made.
+void write_safetensors_atomic(const std::string& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata);
 
 }  // namespace qkv

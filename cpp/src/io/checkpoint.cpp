@@ -29,12 +29,22 @@ std::string shape_text(std::span<const int64_t> s) {
 
 }  // namespace
 
-std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
-                                     bool with_optimizer, const std::map<std::string, std::string>& extra) {
+namespace {
+
+// What a checkpoint writes: the tensors (views of the parameters, or of `host` copies for a model on another
+// device) and the metadata.
+struct ToSave {
   std::vector<TensorRef> refs;
-  std::vector<std::string> names;
-  // A model on another device is read through the host (one copy of what is saved): the same bytes either way.
+  std::map<std::string, std::string> meta;
   std::deque<std::vector<float>> host;
+};
+
+ToSave to_save(models::ModelCore& core, const char* kind, const std::string& config_json, bool with_optimizer,
+               const std::map<std::string, std::string>& extra) {
+  ToSave out;
+  std::vector<TensorRef>& refs = out.refs;
+  // A model on another device is read through the host (one copy of what is saved): the same bytes either way.
+  std::deque<std::vector<float>>& host = out.host;
   const auto on_host = [&](Span x) -> CSpan {
     if (core.device() == Device::CPU) return x;
     host.emplace_back(x.size());
@@ -74,7 +84,23 @@ std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, 
   }
   meta[kChecksumKey] = checksum_metadata(refs);
   meta.insert(extra.begin(), extra.end());
-  return serialize_safetensors(refs, meta);
+  out.meta = std::move(meta);
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
+                                     bool with_optimizer, const std::map<std::string, std::string>& extra) {
+  const ToSave s = to_save(core, kind, config_json, with_optimizer, extra);
+  return serialize_safetensors(s.refs, s.meta);
+}
+
+void save_checkpoint_file(const std::string& path, models::ModelCore& core, const char* kind,
+                          const std::string& config_json, bool with_optimizer,
+                          const std::map<std::string, std::string>& extra) {
+  const ToSave s = to_save(core, kind, config_json, with_optimizer, extra);
+  write_safetensors_atomic(path, s.refs, s.meta);
 }
 
 namespace {

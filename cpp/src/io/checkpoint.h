@@ -34,6 +34,11 @@ struct Checkpoint {
 // writes itself ("qkv.model", "qkv.config", ..., "qkv.crc32", "format") raises qkv::Error naming it.
 std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
                                      bool with_optimizer, const std::map<std::string, std::string>& extra = {});
+// The same file written to `path` tensor by tensor from the model's memory (write_safetensors_atomic: a temporary
+// file renamed into place), never a whole copy in memory.
+void save_checkpoint_file(const std::string& path, models::ModelCore& core, const char* kind,
+                          const std::string& config_json, bool with_optimizer,
+                          const std::map<std::string, std::string>& extra = {});
 // Parses and checks the header: a qkv checkpoint of this kind, or a foreign state dict of one (io/import.h;
 // its config then holds what the file fixes, and no "seed"). qkv::Error otherwise (naming what it is).
 Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind);

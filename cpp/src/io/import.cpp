@@ -11,6 +11,7 @@
 #include <set>
 
 #include "io/checkpoint.h"
+#include "nn/parameters.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
@@ -627,41 +628,46 @@ std::vector<io::Target> targets_of(Model& m) {
 std::string detect_format(std::span<const uint8_t> bytes) { return io::detect_format(parse_safetensors(bytes)); }
 
 ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
-  const SafetensorsFile file = parse_safetensors(bytes);
   ImportedWeights r;
-  r.format = o.from == "auto" ? io::detect_format(file) : o.from;
-  const std::string known = std::string(", ") + io::kFormats + ", ";
-  check(known.find(", " + r.format + ", ") != std::string::npos, "import: format \"", r.format,
-        "\" is unknown: expected one of ", io::kFormats, " (or auto)");
-  std::vector<io::Target> targets;
-  int heads = 0;
-  if (r.format == "qkv" && file.metadata.count("qkv.model")) {
-    r.kind = file.metadata.at("qkv.model");
-    r.config_json = file.metadata.count("qkv.config") ? file.metadata.at("qkv.config") : "";
-  } else {
-    const Shapes s{io::source_of(file, r.format)};
-    json c = config_of(r.format, s, o, r.kind);
-    r.config_json = c.dump();
+  SafetensorsFile mapped;
+  {  // the source's tensors are freed once mapped, before the output is written
+    const SafetensorsFile file = parse_safetensors(bytes);
+    r.format = o.from == "auto" ? io::detect_format(file) : o.from;
+    const std::string known = std::string(", ") + io::kFormats + ", ";
+    check(known.find(", " + r.format + ", ") != std::string::npos, "import: format \"", r.format,
+          "\" is unknown: expected one of ", io::kFormats, " (or auto)");
+    std::vector<io::Target> targets;
+    int heads = 0;
+    if (r.format == "qkv" && file.metadata.count("qkv.model")) {
+      r.kind = file.metadata.at("qkv.model");
+      r.config_json = file.metadata.count("qkv.config") ? file.metadata.at("qkv.config") : "";
+    } else {
+      const Shapes s{io::source_of(file, r.format)};
+      json c = config_of(r.format, s, o, r.kind);
+      r.config_json = c.dump();
+    }
+    {
+      // A model built only for its parameters' names and shapes: no initial values, no training state.
+      const nn::Parameters::ForLoading names_only;
+      if (r.kind == "seq2seq") {
+        Seq2Seq m(seq2seq_config_from_json(r.config_json));
+        targets = targets_of(m), heads = m.config().heads;
+      } else if (r.kind == "classifier") {
+        Classifier m(classifier_config_from_json(r.config_json));
+        targets = targets_of(m), heads = m.config().heads;
+      } else {
+        check(r.kind == "language_model", "import: the file holds a \"", r.kind, "\", which qkv cannot import");
+        LanguageModel m(language_model_config_from_json(r.config_json));
+        targets = targets_of(m), heads = m.config().heads;
+      }
+    }
+    mapped = io::map_weights(file, r.format, r.kind, targets, heads, &r.notes);
   }
-  if (r.kind == "seq2seq") {
-    Seq2Seq m(seq2seq_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  } else if (r.kind == "classifier") {
-    Classifier m(classifier_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  } else {
-    check(r.kind == "language_model", "import: the file holds a \"", r.kind, "\", which qkv cannot import");
-    LanguageModel m(language_model_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  }
-  const SafetensorsFile mapped = io::map_weights(file, r.format, r.kind, targets, heads, &r.notes);
+  // map_weights writes F32: the mapped bytes are the values, written out without another copy.
   std::vector<TensorRef> refs;
-  std::vector<std::vector<float>> keep;
-  keep.reserve(mapped.tensors.size());
-  for (const auto& t : mapped.tensors) {
-    keep.push_back(mapped.floats(t.name));
-    refs.emplace_back(t.name, t.shape, std::span<const float>(keep.back()));
-  }
+  for (const auto& t : mapped.tensors)
+    refs.emplace_back(t.name, t.shape,
+                      std::span<const float>(reinterpret_cast<const float*>(t.bytes.data()), t.bytes.size() / 4));
   r.weights = serialize_safetensors(refs, {{"qkv.imported_from", r.format}});
   return r;
 }

@@ -177,8 +177,8 @@ uint64_t header_length(std::span<const uint8_t> first8, std::optional<uint64_t> 
         "-byte limit (not a safetensors file?)");
   if (file_size) {
     const uint64_t after_length = *file_size - 8;
-    check(header_size <= after_length, "header length ", header_size, " runs past the end of the file (",
-          after_length, " bytes follow the length; truncated?)");
+    check(header_size <= after_length, "header length ", header_size, " runs past the end of the file (", after_length,
+          " bytes follow the length; truncated?)");
   }
   return header_size;
 }
@@ -242,8 +242,8 @@ SafetensorsHeader parse_header(std::span<const uint8_t> head, std::optional<uint
     if (t.info.end > t.info.begin) previous = &t.info.name;
   }
   if (file_size)
-    check(covered == buffer_size, "the tensors end at byte ", covered, " of the data buffer but it holds ",
-          buffer_size, " bytes, expected no bytes after the last tensor");
+    check(covered == buffer_size, "the tensors end at byte ", covered, " of the data buffer but it holds ", buffer_size,
+          " bytes, expected no bytes after the last tensor");
   out.file_size = out.data_begin + covered;
   out.tensors.reserve(located.size());
   for (Located& t : located) {
@@ -486,7 +486,7 @@ void SafetensorsReader::commit(size_t n) {
               " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
         head_.resize(static_cast<size_t>(8 + header_length(head_, file_size_)));
       }
-      if (position_ == head_.size() && head_.size() > 8) {
+      if (position_ == head_.size()) {  // the whole header (or a length of 0: refused by the parse)
         header_ = parse_header(head_, file_size_);
         parsed_ = true;
         head_ = {};
@@ -649,8 +649,13 @@ TensorRef::TensorRef(std::string name, std::vector<int64_t> shape, std::span<con
       bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size_bytes()),
       count(data.size()) {}
 
-std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// What serialize_safetensors and the streaming write share: the checks, the tensors in file order and the
+// header's bytes (the 8-byte length, the JSON, its padding).
+std::vector<uint8_t> header_of(const std::vector<TensorRef>& tensors,
+                               const std::map<std::string, std::string>& metadata, std::vector<const TensorRef*>& order,
+                               uint64_t& data_size) {
   std::set<std::string_view> names;
   for (const TensorRef& t : tensors) {
     check(t.name != kMetadataKey, "safetensors: a tensor cannot be named \"__metadata__\" (reserved for metadata)");
@@ -665,7 +670,7 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors
 
   // Widest elements first: the buffer starts 8-aligned, so then every tensor is aligned to its element
   // size and readers that map the file can view it in place (the reference writer does the same).
-  std::vector<const TensorRef*> order;
+  order.clear();
   for (const TensorRef& t : tensors) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(),
                    [](const TensorRef* a, const TensorRef* b) { return dtype_size(a->dtype) > dtype_size(b->dtype); });
@@ -689,8 +694,19 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors
   std::vector<uint8_t> out(8);
   const uint64_t header_size = text.size();
   std::memcpy(out.data(), &header_size, 8);
-  out.reserve(8 + text.size() + offset);
   out.insert(out.end(), text.begin(), text.end());
+  data_size = offset;
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  std::vector<const TensorRef*> order;
+  uint64_t data_size = 0;
+  std::vector<uint8_t> out = header_of(tensors, metadata, order, data_size);
+  out.reserve(out.size() + data_size);
   for (const TensorRef* t : order) out.insert(out.end(), t->bytes.begin(), t->bytes.end());
   return out;
 }
@@ -722,7 +738,11 @@ std::string temp_name(const std::string& path) {
 
 }  // namespace
 
-void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+namespace {
+
+// The atomic replace behind both write_safetensors_atomic forms: write(fd) puts the file's bytes in the
+// temporary file (false with errno set on failure).
+void write_atomic(const std::string& path, const std::function<bool(int)>& write) {
   const std::string where = "cannot save '" + path + "': ";
   std::string temp;
   int fd = -1;
@@ -740,7 +760,7 @@ void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> 
     ::unlink(temp.c_str());
     throw Error(detail::cat(where, step, " '", temp, "' failed: ", os_error(err), "; '", path, "' is unchanged"));
   };
-  if (!write_all(fd, bytes)) fail("writing");
+  if (!write(fd)) fail("writing");
   // fsync before rename: otherwise a crash can leave the new name pointing at a file whose data never
   // reached the disk, which is the one outcome the temporary file exists to prevent.
   if (::fsync(fd) != 0) fail("flushing");
@@ -760,6 +780,25 @@ void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> 
     ::close(dfd);
   }
 #endif
+}
+
+}  // namespace
+
+void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  write_atomic(path, [&](int fd) { return write_all(fd, bytes); });
+}
+
+void write_safetensors_atomic(const std::string& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<const TensorRef*> order;
+  uint64_t data_size = 0;
+  const std::vector<uint8_t> header = header_of(tensors, metadata, order, data_size);
+  write_atomic(path, [&](int fd) {
+    if (!write_all(fd, header)) return false;
+    for (const TensorRef* t : order)
+      if (!write_all(fd, t->bytes)) return false;
+    return true;
+  });
 }
 
 }  // namespace qkv

@@ -6,11 +6,11 @@
 #include <cmath>
 
 #include "io/checkpoint.h"
-#include "nn/parameters.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
+#include "nn/parameters.h"
 #include "nn/stack.h"
 #include "qkv/config.h"
 

@@ -9,10 +9,10 @@
 
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
-#include "nn/parameters.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
+#include "nn/parameters.h"
 #include "nn/stack.h"
 #include "qkv/config.h"
 #include "runtime/random.h"

@@ -11,7 +11,6 @@ namespace qkv::models {
 inline std::vector<ParameterView> views_of(nn::Parameters& params, const char* model) {
   check(params.device() == Device::CPU, model, "::parameters(): the model is on ", params.ops().name(),
         "; its tensors are not host memory: call to(Device::CPU) first, or save() a checkpoint");
-  params.ensure_training();  // the views include the gradients and moments
   std::vector<ParameterView> out;
   for (nn::Param& p : params.all()) out.push_back({p.name.c_str(), p.shape, p.value, p.grad, p.m, p.v});
   return out;

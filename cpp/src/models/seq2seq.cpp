@@ -8,11 +8,11 @@
 #include "infer/beam_search.h"
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
-#include "nn/parameters.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
+#include "nn/parameters.h"
 #include "nn/stack.h"
 #include "qkv/config.h"
 

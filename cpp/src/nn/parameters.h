@@ -9,8 +9,8 @@
 //
 // Built to be loaded (ForLoading, in scope while a loader builds the model): finalize() draws no initial values
 // (the checkpoint overwrites every one; drawing GPT-2 124M's takes seconds) and leaves the gradients and moments
-// unallocated until a call needs them (ensure_training(): the first training step, parameters(), a save with the
-// optimizer state), so a model loaded to generate holds its weights and nothing else (3x less memory).
+// unallocated until a call needs them (ensure_training(): the first training step, a save with the optimizer
+// state), so a model loaded to generate holds its weights and nothing else (3x less memory).
 #include <cstdint>
 #include <deque>
 #include <functional>
