@@ -1,11 +1,16 @@
 #pragma once
 // What every model's binding shares (JsModel) and the Embind class that binds it (model_class); each model
 // kind's file adds its own calls.
+#include <algorithm>
 #include <memory>
+#include <optional>
+#include <span>
+#include <string>
 
 #include "config.h"
 #include "convert.h"
 #include "ops/webgpu_backend.h"
+#include "qkv/checkpoint_loader.h"
 #include "qkv/error.h"
 
 namespace qkv::js {
@@ -27,6 +32,7 @@ inline void set_default_device(Device d) { default_device_slot() = d; }
 template <class Self, class Model, class Config>
 class JsModel {
  public:
+  using CoreModel = Model;
   explicit JsModel(std::unique_ptr<Model> m, std::vector<uint8_t> snapshot = {}) : m_(std::move(m)) {
     keep(std::move(snapshot));
   }
@@ -110,9 +116,54 @@ class JsModel {
   std::vector<uint8_t> snapshot_;
 };
 
-// The Embind class of a model binding with what JsModel gives every kind; the caller adds the rest.
+// A checkpoint streamed in by the package (web/src/core.ts: load from a Response, Blob or stream): JS copies each
+// chunk straight into buffer()'s view of the wasm heap and commits it; finish() gives the model binding T.
+// Errors are left for takeError(): buffer() then gives undefined, commit() false, finish() null.
+template <class T>
+class JsLoader {
+ public:
+  // total: the file's size, or -1 when unknown.
+  explicit JsLoader(double total)
+      : l_(total >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(total)) : std::optional<uint64_t>()) {}
+  // A Uint8Array over the heap where up to `max` next bytes go (empty once the file is complete). Valid until the
+  // next call into the core (the heap may grow).
+  val buffer(double max) {
+    return guarded([&] {
+      std::span<uint8_t> to = l_.buffer();
+      to = to.first(std::min(to.size(), static_cast<size_t>(std::max(0.0, max))));
+      return val(emscripten::typed_memory_view(to.size(), to.data()));
+    });
+  }
+  bool commit(double n) {
+    return guarded([&] {
+      l_.commit(static_cast<size_t>(n));
+      return true;
+    });
+  }
+  double received() const { return static_cast<double>(l_.received()); }
+  T* finish() {
+    return guarded([&] {
+      std::unique_ptr<typename T::CoreModel> m = l_.finish();
+      if (default_device() != Device::CPU) m->to(default_device());
+      return new T(std::move(m));  // on the GPU, JsModel keeps its host copy (a save)
+    });
+  }
+
+ private:
+  CheckpointLoader<typename T::CoreModel> l_;
+};
+
+// The Embind class of a model binding with what JsModel gives every kind; the caller adds the rest. Also
+// registers its streaming loader, "<name>Loader".
 template <class T>
 emscripten::class_<T> model_class(const char* name) {
+  static const std::string loader = std::string(name) + "Loader";
+  emscripten::class_<JsLoader<T>>(loader.c_str())
+      .template constructor<double>()
+      .function("buffer", &JsLoader<T>::buffer)
+      .function("commit", &JsLoader<T>::commit)
+      .function("received", &JsLoader<T>::received)
+      .function("finish", &JsLoader<T>::finish, emscripten::allow_raw_pointers());
   emscripten::class_<T> c(name);
   c.class_function("create", &T::create, emscripten::allow_raw_pointers())
       .class_function("load", &T::load, emscripten::allow_raw_pointers())

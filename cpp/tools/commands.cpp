@@ -23,6 +23,7 @@
 #include "distributed.h"
 #include "io/checksum.h"
 #include "kernels/kernels.h"
+#include "nn/parameters.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
 #include "qkv/cpu.h"
@@ -643,9 +644,9 @@ int run_import(const ImportArgs& a) {
   o.norm = a.norm;
   o.pad_id = a.pad_id;
   if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
-  const ImportedWeights r = [&] {
+  ImportedWeights r = [&] {
     if (folder) return import_pretrained(a.in);
-    const std::string text = read_text(a.in);
+    const std::string text = read_text(a.in);  // freed once mapped
     const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size());
     try {
       return import_weights(bytes, o);
@@ -663,9 +664,12 @@ int run_import(const ImportArgs& a) {
           vocab);
     meta["qkv.tokenizer"] = tok.to_json();
   }
-  // Built, loaded and saved through the model, so the file is exactly what qkv writes (config, checksums).
+  // Built, loaded and saved through the model, so the file is exactly what qkv writes (config, checksums). Built
+  // as a loader builds it (no initial values, no gradients or moments): load_weights writes every parameter.
+  const nn::Parameters::ForLoading loading;
   const auto save = [&](auto& model) {
     model.load_weights(r.weights);
+    r.weights = {};
     model.save_file(a.out, false, meta);
   };
   if (r.kind == "seq2seq") {

@@ -3,7 +3,7 @@
 import { Model, callModel, createIn, loadIn } from "./model.js";
 import type { Backend } from "./platform.js";
 import type { ModelOut } from "./protocol.js";
-import type { AttentionOptions, BatchShape, ClassifierConfig, Metrics, StepResult } from "./types.js";
+import type { AttentionOptions, BatchShape, ClassifierConfig, Metrics, StepResult, CheckpointSource, LoadOptions } from "./types.js";
 import { checkAttention, checkConfig, int32Array, int32Like, rows } from "./validate.js";
 
 /** Checks (tokens, labels): tokens are (batch, seq) with batch = labels.length unless the shape says otherwise. */
@@ -33,9 +33,13 @@ export class Classifier extends Model<ClassifierConfig> {
     return new Classifier(...(await createIn("Classifier", c)));
   }
 
-  /** A model from a checkpoint written by {@link Classifier.save}, by the native build or by `qkv train --model classifier`. */
-  static async load(bytes: Uint8Array | ArrayBuffer): Promise<Classifier> {
-    return new Classifier(...(await loadIn("Classifier", bytes)));
+  /**
+   * A model from a checkpoint written by {@link Classifier.save}, by the native build or by `qkv train --model classifier`.
+   * `source` and `options` as {@link LanguageModel.load}'s: bytes, a Response, a Blob or a ReadableStream,
+   * streamed into the core with `onProgress` and cancellable with `signal`.
+   */
+  static async load(source: CheckpointSource, options?: LoadOptions): Promise<Classifier> {
+    return new Classifier(...(await loadIn("Classifier", source, options)));
   }
 
   /**

@@ -60,6 +60,19 @@ export interface CoreTokenizer {
   delete(): void;
 }
 
+/**
+ * A checkpoint loader of the Embind module (wasm-bindings/model.h JsLoader): `buffer(max)` is a view of the wasm
+ * heap where up to `max` next bytes go (valid until the next call into the core), `commit(n)` takes them.
+ * On error: undefined, false or null, with the error left for `takeError`.
+ */
+export interface CoreLoader<M> {
+  buffer(max: number): Uint8Array | undefined;
+  commit(n: number): boolean;
+  received(): number;
+  finish(): M | null;
+  delete(): void;
+}
+
 /** An Embind model class: factories return null on error (the error is left for `takeError`). */
 interface CoreModelClass<M> {
   create(config: ConfigIn): M | null;
@@ -98,6 +111,9 @@ export interface QkvCore {
   };
   Seq2Seq: CoreModelClass<CoreSeq2Seq>;
   Classifier: CoreModelClass<CoreClassifier>;
+  LanguageModelLoader: new (total: number) => CoreLoader<CoreLanguageModel>;
+  Seq2SeqLoader: new (total: number) => CoreLoader<CoreSeq2Seq>;
+  ClassifierLoader: new (total: number) => CoreLoader<CoreClassifier>;
   Tokenizer: {
     charLevel(text: string, specials: Specials): CoreTokenizer | null;
     byteLevel(specials: Specials): CoreTokenizer | null;
@@ -282,6 +298,7 @@ export class Engine {
   private readonly models = new Map<number, Entry>();
   private readonly tokenizers = new Map<string, CoreTokenizer>();
   private readonly generations = new Set<Stepping>();
+  private readonly loaders = new Map<number, { kind: ModelKind; core: CoreLoader<Entry["core"]> }>();
   private nextId = 1;
 
   /** What init() resolved to; info() reports it with the GPU's state of now. */
@@ -307,6 +324,49 @@ export class Engine {
         if (!m) throw new Error("qkv: the core returned no LanguageModel and no error; please report this");
         return this.add("LanguageModel", m);
       }
+      case "loadBegin": {
+        const Loader = this.core[`${req.in.kind}Loader`] as new (total: number) => CoreLoader<Entry["core"]>;
+        const loader = this.nextId++;
+        this.loaders.set(loader, { kind: req.in.kind, core: new Loader(req.in.total) });
+        return { loader };
+      }
+      case "loadChunk": {
+        const { loader, bytes } = req.in;
+        const l = this.loader(loader);
+        try {
+          // Each piece is copied once: from the chunk into the core's destination (a parameter, or the staging
+          // of a tensor that is converted on the way).
+          for (let at = 0; at < bytes.length; ) {
+            const to = this.run(() => l.core.buffer(bytes.length - at))!;
+            if (to.length === 0) {
+              throw new Error(
+                `qkv: the checkpoint ended at byte ${l.core.received()} but ${bytes.length - at} more bytes came, expected no bytes after the last tensor`,
+              );
+            }
+            to.set(bytes.subarray(at, at + to.length));
+            this.run(() => l.core.commit(to.length));
+            at += to.length;
+          }
+        } catch (e) {
+          this.dropLoader(loader);  // a failed loader is spent
+          throw e;
+        }
+        return { received: l.core.received() };
+      }
+      case "loadEnd": {
+        const l = this.loader(req.in.loader);
+        let m: Entry["core"] | null;
+        try {
+          m = this.run(() => l.core.finish());
+        } finally {
+          this.dropLoader(req.in.loader);
+        }
+        if (!m) throw new Error(`qkv: the core returned no ${l.kind} and no error; please report this`);
+        return this.add(l.kind, m);
+      }
+      case "loadAbort":
+        this.dropLoader(req.in.loader);
+        return null;
       case "trainStep": {
         const e = this.get(req.in.model);
         const b = req.in.batch;
@@ -533,6 +593,19 @@ export class Engine {
     }
     const start = (a.batchIndex * H + a.head) * tq * tk;
     return weights.slice(start, start + tq * tk);
+  }
+
+  private loader(id: number): { kind: ModelKind; core: CoreLoader<Entry["core"]> } {
+    const l = this.loaders.get(id);
+    if (!l) throw new Error(`qkv: no checkpoint load ${id} in progress (it failed, was aborted or has ended)`);
+    return l;
+  }
+
+  private dropLoader(id: number): void {
+    const l = this.loaders.get(id);
+    if (!l) return;
+    this.loaders.delete(id);
+    l.core.delete();  // with the partly loaded model, if any
   }
 
   private add(kind: ModelKind, m: Entry["core"]): ModelOut {

@@ -3,7 +3,7 @@
 import { Model, callModel, createIn, importIn, loadIn, streamModel } from "./model.js";
 import type { Backend, TokenStream } from "./platform.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
-import type { AttentionOptions, BatchShape, GenerateOptions, LanguageModelConfig, Metrics, StepResult } from "./types.js";
+import type { AttentionOptions, BatchShape, GenerateOptions, LanguageModelConfig, Metrics, StepResult, CheckpointSource, LoadOptions } from "./types.js";
 import { checkAttention, checkBatch, checkConfig, checkGenerate, int32Array, rows } from "./validate.js";
 
 /**
@@ -26,9 +26,14 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * A model from a checkpoint written by {@link LanguageModel.save}, by the native build or by the `qkv`
    * tool: its config, weights and (when saved) optimizer state. Rejects naming what is wrong with a
    * truncated, foreign or other-kind file.
+   *
+   * `source` may be the file's bytes, a `fetch` Response, a `File`/`Blob` or a `ReadableStream`: anything but
+   * bytes (or bytes with options) streams into the core piece by piece, each written straight into the model's
+   * parameters, so the whole file is never held twice. `options.onProgress` reports `{ loaded, total }` after
+   * each piece; `options.signal` cancels (the load rejects with the signal's reason and the core stays usable).
    */
-  static async load(bytes: Uint8Array | ArrayBuffer): Promise<LanguageModel> {
-    return new LanguageModel(...(await loadIn("LanguageModel", bytes)));
+  static async load(source: CheckpointSource, options?: LoadOptions): Promise<LanguageModel> {
+    return new LanguageModel(...(await loadIn("LanguageModel", source, options)));
   }
 
   /**

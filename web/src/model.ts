@@ -9,7 +9,8 @@ import type { Backend, ModelCallType, TokenStream } from "./platform.js";
 import type { Calls, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import { tokenizerJSON, type Tokenizer } from "./tokenizer.js";
-import type { MemoryUsage, ModelKind } from "./types.js";
+import { loadStream } from "./load-stream.js";
+import type { CheckpointSource, LoadOptions, MemoryUsage, ModelKind } from "./types.js";
 import { boolean, bytes, describe, object, positiveFinite, stringRecord } from "./validate.js";
 
 /** Options for `save()`. */
@@ -214,9 +215,29 @@ export async function importIn(config: unknown, weights: unknown): Promise<[Back
   return [be, await be.call("importPretrained", { config: text, weights: w })];
 }
 
-/** Loads a checkpoint of `kind` into the core. */
-export async function loadIn(kind: ModelKind, data: unknown): Promise<[Backend, ModelOut]> {
-  const b = bytes("bytes", data);
+/**
+ * Loads a checkpoint of `kind` into the core: bytes in one call (without options), anything else streamed in
+ * pieces (load-stream.ts), with progress and cancellation.
+ */
+export async function loadIn(kind: ModelKind, data: unknown, options?: unknown): Promise<[Backend, ModelOut]> {
+  const o = loadOptions(options);
+  if ((data instanceof Uint8Array || data instanceof ArrayBuffer) && !o.onProgress && !o.signal) {
+    const b = bytes("bytes", data);
+    const be = await backend();
+    return [be, await be.call("load", { kind, bytes: b })];
+  }
   const be = await backend();
-  return [be, await be.call("load", { kind, bytes: b })];
+  return [be, await loadStream(be, kind, data as CheckpointSource, o)];
+}
+
+function loadOptions(options: unknown): LoadOptions {
+  if (options === undefined) return {};
+  const o = object("options", options, "{ onProgress, signal }") as LoadOptions;
+  if (o.onProgress !== undefined && typeof o.onProgress !== "function") {
+    throw new TypeError(`options.onProgress must be a function, got ${describe(o.onProgress)}`);
+  }
+  if (o.signal !== undefined && !(typeof AbortSignal === "function" && o.signal instanceof AbortSignal)) {
+    throw new TypeError(`options.signal must be an AbortSignal, got ${describe(o.signal)}`);
+  }
+  return { onProgress: o.onProgress, signal: o.signal };
 }

@@ -116,6 +116,15 @@ export interface Calls {
   create: { in: { kind: ModelKind; config: ConfigIn }; out: ModelOut };
   load: { in: { kind: ModelKind; bytes: Uint8Array }; out: ModelOut };
   importPretrained: { in: { config: string; weights: Uint8Array }; out: ModelOut };
+  /**
+   * A checkpoint streamed in chunk by chunk (model.ts loadStream): begin (total -1 when unknown), the chunks in
+   * order (each written straight into the model's parameters in the core), then end, which gives the model;
+   * abort drops a load midway (the partly built model with it).
+   */
+  loadBegin: { in: { kind: ModelKind; total: number }; out: { loader: number } };
+  loadChunk: { in: { loader: number; bytes: Uint8Array }; out: { received: number } };
+  loadEnd: { in: { loader: number }; out: ModelOut };
+  loadAbort: { in: { loader: number }; out: null };
   trainStep: { in: { model: number; batch: BatchIn }; out: StepResult };
   evaluate: { in: { model: number; batch: BatchIn }; out: Metrics };
   predict: { in: { model: number; inputs: InputsIn }; out: { logits: Float32Array } };

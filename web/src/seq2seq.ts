@@ -10,6 +10,8 @@ import type {
   Seq2SeqGenerateOptions,
   Seq2SeqShape,
   StepResult,
+  CheckpointSource,
+  LoadOptions,
 } from "./types.js";
 import {
   checkAttention,
@@ -58,9 +60,13 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
     return new Seq2Seq(...(await createIn("Seq2Seq", c)));
   }
 
-  /** A model from a checkpoint written by {@link Seq2Seq.save}, by the native build or by `qkv train --model seq2seq`. */
-  static async load(bytes: Uint8Array | ArrayBuffer): Promise<Seq2Seq> {
-    return new Seq2Seq(...(await loadIn("Seq2Seq", bytes)));
+  /**
+   * A model from a checkpoint written by {@link Seq2Seq.save}, by the native build or by `qkv train --model seq2seq`.
+   * `source` and `options` as {@link LanguageModel.load}'s: bytes, a Response, a Blob or a ReadableStream,
+   * streamed into the core with `onProgress` and cancellable with `signal`.
+   */
+  static async load(source: CheckpointSource, options?: LoadOptions): Promise<Seq2Seq> {
+    return new Seq2Seq(...(await loadIn("Seq2Seq", source, options)));
   }
 
   /**

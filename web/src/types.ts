@@ -368,3 +368,26 @@ export interface BackendCheck {
   against: "wasm" | "reference";
   results: OpCheck[];
 }
+
+/** How far a streamed load has come: bytes taken by the core, of `total` (undefined while unknown). */
+export interface LoadProgress {
+  loaded: number;
+  total: number | undefined;
+}
+
+/** Options of a model class's `load`. */
+export interface LoadOptions {
+  /** Called after each piece the core has taken (a few MiB), with the bytes so far. */
+  onProgress?: (progress: LoadProgress) => void;
+  /**
+   * Cancels the load: it then rejects with the signal's reason (an `AbortError` DOMException unless the reason
+   * given to `abort()` was another Error); the partly loaded model is freed and the core stays usable.
+   */
+  signal?: AbortSignal;
+}
+
+/**
+ * What a checkpoint can be loaded from: its bytes, a `fetch` Response (streamed as it downloads), a `File` or
+ * other `Blob` (streamed from disk), or a stream of byte chunks.
+ */
+export type CheckpointSource = Uint8Array | ArrayBuffer | Response | Blob | ReadableStream<Uint8Array>;

@@ -24,6 +24,9 @@ namespace dist {
 class GradientSync;
 }
 
+template <class M>
+class CheckpointLoader;
+
 class Model {
  public:
   virtual ~Model();
@@ -89,6 +92,8 @@ class Model {
 
  protected:
   Model() = default;
+  template <class M>
+  friend class CheckpointLoader;  // builds a model and streams a checkpoint into its core
 
   // What the shared calls work on, from the derived model.
   virtual models::ModelCore& core() = 0;

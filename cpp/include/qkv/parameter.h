@@ -7,6 +7,8 @@
 
 namespace qkv {
 
+// grad, m and v are empty for a model made by load() or load_file() that has not trained yet: it has none
+// (qkv/memory.h).
 struct ParameterView {
   const char* name;
   std::span<const int64_t> shape;

@@ -8,6 +8,7 @@
 // ("qkv.tokenizer", cpp/tools/task.h) through save_checkpoint's `extra`, and the npm package a tokenizer and
 // the user's own keys.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -33,6 +34,11 @@ struct Checkpoint {
 // writes itself ("qkv.model", "qkv.config", ..., "qkv.crc32", "format") raises qkv::Error naming it.
 std::vector<uint8_t> save_checkpoint(models::ModelCore& core, const char* kind, const std::string& config_json,
                                      bool with_optimizer, const std::map<std::string, std::string>& extra = {});
+// The same file written to `path` tensor by tensor from the model's memory (write_safetensors_atomic: a temporary
+// file renamed into place), never a whole copy in memory.
+void save_checkpoint_file(const std::string& path, models::ModelCore& core, const char* kind,
+                          const std::string& config_json, bool with_optimizer,
+                          const std::map<std::string, std::string>& extra = {});
 // Parses and checks the header: a qkv checkpoint of this kind, or a foreign state dict of one (io/import.h;
 // its config then holds what the file fixes, and no "seed"). qkv::Error otherwise (naming what it is).
 Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind);
@@ -45,6 +51,46 @@ void restore_checkpoint(models::ModelCore& core, const Checkpoint& checkpoint);
 // for its heads). The optimizer state is left alone. Same checks as restore_checkpoint, every problem named
 // at once; Adam moments in the file are ignored.
 void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, const std::string& config_json);
+
+// Streaming: a qkv checkpoint read front to back (SafetensorsReader) straight into a model built from its header,
+// never the whole file in memory. read_checkpoint's checks of the metadata, without the tensors: false when the
+// file has no "qkv.model" (a foreign state dict, which needs the whole file: io/import.h), else `c` is filled.
+bool checkpoint_from_header(const SafetensorsHeader& header, const char* kind, Checkpoint& c);
+
+// The sink that writes each tensor into the model's parameter (and, with the optimizer state, its moments) as its
+// bytes arrive: float32 into place on the CPU, converted (F16, BF16, F64) or uploaded through the reader's
+// staging otherwise; the CRC-32 of each tensor checked as it completes. Built after the header: it checks what
+// restore_checkpoint checks (every parameter present with its shape, nothing left over, all problems at once)
+// and the checksum key, before any byte is written. A failure midway leaves the model partly written: load
+// into a model that is discarded on error (load, load_file), never into one the user holds.
+class CheckpointSink : public TensorSink {
+ public:
+  CheckpointSink(models::ModelCore& core, const Checkpoint& c, const SafetensorsHeader& header);
+  std::span<uint8_t> place(size_t i) override;
+  void take(size_t i, uint64_t offset, std::span<const uint8_t> bytes) override;
+  void end(size_t i) override;
+  // After the last tensor: the optimizer's counts and the dropout passes, as restore_checkpoint sets them.
+  void finish();
+
+ private:
+  models::ModelCore& core_;
+  const Checkpoint& c_;
+  const SafetensorsHeader& header_;
+  std::vector<Span> dst_;  // per tensor: its destination (empty: a moment not restored)
+  std::vector<std::string> sums_;
+  std::vector<uint32_t> crc_;
+  std::vector<float> floats_;  // conversion staging
+};
+
+// load_file's engine: the header of `path` read, then, for a qkv checkpoint of `kind`, make(c) builds the model
+// (under nn::Parameters::ForLoading) and returns its core, into which the tensors stream. False, with nothing
+// built, for a foreign state dict: the caller loads the whole file (read_file + load). Errors start with the path.
+bool load_file_streaming(const std::string& path, const char* kind,
+                         const std::function<models::ModelCore&(const Checkpoint&)>& make);
+// The same for a file in memory (load(bytes)): each tensor copied once, into its parameter. False, with nothing
+// built, for a foreign state dict or a header that does not parse (read_checkpoint then says why).
+bool load_bytes_streaming(std::span<const uint8_t> bytes, const char* kind,
+                          const std::function<models::ModelCore&(const Checkpoint&)>& make);
 
 // qkv::Error naming the first field where a checkpoint's config differs from the model's. A config without
 // "seed" (a foreign state dict's, read_checkpoint) is checked on the fields it has; qkv writes every field.

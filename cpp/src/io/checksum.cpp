@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "qkv/error.h"
@@ -10,17 +11,22 @@
 namespace qkv::io {
 namespace {
 
-// The byte-at-a-time table of the reflected polynomial 0xEDB88320, built at compile time.
-constexpr std::array<uint32_t, 256> make_table() {
-  std::array<uint32_t, 256> t{};
+// Slicing-by-8 tables of the reflected polynomial 0xEDB88320, built at compile time: t[0] is the classic
+// byte-at-a-time table, t[k][b] the CRC of byte b followed by k zero bytes, so that eight bytes fold into the
+// running CRC with eight independent lookups (about 1 byte per cycle instead of 1 per 4 to 5).
+using Tables = std::array<std::array<uint32_t, 256>, 8>;
+constexpr Tables make_tables() {
+  Tables t{};
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
     for (int k = 0; k < 8; ++k) c = (c & 1u) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    t[i] = c;
+    t[0][i] = c;
   }
+  for (uint32_t i = 0; i < 256; ++i)
+    for (size_t k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xffu];
   return t;
 }
-constexpr std::array<uint32_t, 256> kTable = make_table();
+constexpr Tables kTables = make_tables();
 
 std::string hex8(uint32_t v) {
   char text[9];
@@ -32,7 +38,19 @@ std::string hex8(uint32_t v) {
 
 uint32_t crc32(std::span<const uint8_t> bytes, uint32_t crc) {
   uint32_t c = ~crc;
-  for (uint8_t b : bytes) c = kTable[(c ^ b) & 0xffu] ^ (c >> 8);
+  const uint8_t* p = bytes.data();
+  size_t n = bytes.size();
+  const auto& t = kTables;
+  // Little-endian words (every target is: safetensors.cpp asserts it); memcpy for unaligned input.
+  for (; n >= 8; p += 8, n -= 8) {
+    uint32_t lo, hi;
+    std::memcpy(&lo, p, 4);
+    std::memcpy(&hi, p + 4, 4);
+    lo ^= c;
+    c = t[7][lo & 0xffu] ^ t[6][(lo >> 8) & 0xffu] ^ t[5][(lo >> 16) & 0xffu] ^ t[4][lo >> 24] ^ t[3][hi & 0xffu] ^
+        t[2][(hi >> 8) & 0xffu] ^ t[1][(hi >> 16) & 0xffu] ^ t[0][hi >> 24];
+  }
+  for (; n > 0; ++p, --n) c = t[0][(c ^ *p) & 0xffu] ^ (c >> 8);
   return ~c;
 }
 
@@ -42,9 +60,10 @@ std::string checksum_metadata(const std::vector<TensorRef>& tensors) {
   return sums.dump();
 }
 
-void verify_checksums(const SafetensorsFile& file) {
-  const auto it = file.metadata.find(kChecksumKey);
-  if (it == file.metadata.end()) return;
+std::vector<std::string> expected_checksums(const std::map<std::string, std::string>& metadata,
+                                            const std::vector<std::string>& names) {
+  const auto it = metadata.find(kChecksumKey);
+  if (it == metadata.end()) return std::vector<std::string>(names.size());
   nlohmann::json sums;
   try {
     sums = nlohmann::json::parse(it->second);
@@ -53,19 +72,34 @@ void verify_checksums(const SafetensorsFile& file) {
   }
   check(sums.is_object(), "checkpoint: the \"", kChecksumKey, "\" metadata is a JSON ", sums.type_name(),
         ", expected an object of tensor name -> CRC-32");
-  check(sums.size() == file.tensors.size(), "checkpoint: the \"", kChecksumKey, "\" metadata lists ", sums.size(),
-        " tensors but the file holds ", file.tensors.size(), " (the file was altered after it was saved)");
-  for (const TensorEntry& t : file.tensors) {
-    const auto sum = sums.find(t.name);
-    check(sum != sums.end(), "checkpoint: tensor '", t.name, "' has no CRC-32 in the \"", kChecksumKey,
+  check(sums.size() == names.size(), "checkpoint: the \"", kChecksumKey, "\" metadata lists ", sums.size(),
+        " tensors but the file holds ", names.size(), " (the file was altered after it was saved)");
+  std::vector<std::string> out;
+  out.reserve(names.size());
+  for (const std::string& name : names) {
+    const auto sum = sums.find(name);
+    check(sum != sums.end(), "checkpoint: tensor '", name, "' has no CRC-32 in the \"", kChecksumKey,
           "\" metadata (the file was altered after it was saved)");
-    check(sum->is_string(), "checkpoint: the CRC-32 of tensor '", t.name, "' is a JSON ", sum->type_name(),
+    check(sum->is_string(), "checkpoint: the CRC-32 of tensor '", name, "' is a JSON ", sum->type_name(),
           ", expected a string of 8 hex digits");
-    const std::string computed = hex8(crc32(t.bytes));
-    check(sum->get<std::string>() == computed, "checkpoint: tensor '", t.name, "' is corrupt: its bytes have CRC-32 ",
-          computed, " but the file recorded ", sum->get<std::string>(),
-          " when it was saved (damaged on disk or in transfer; use another copy)");
+    out.push_back(sum->get<std::string>());
   }
+  return out;
+}
+
+void check_checksum(const std::string& name, const std::string& expected, uint32_t computed) {
+  if (expected.empty()) return;
+  const std::string text = hex8(computed);
+  check(expected == text, "checkpoint: tensor '", name, "' is corrupt: its bytes have CRC-32 ", text,
+        " but the file recorded ", expected, " when it was saved (damaged on disk or in transfer; use another copy)");
+}
+
+void verify_checksums(const SafetensorsFile& file) {
+  if (!file.metadata.count(kChecksumKey)) return;
+  std::vector<std::string> names;
+  for (const TensorEntry& t : file.tensors) names.push_back(t.name);
+  const std::vector<std::string> sums = expected_checksums(file.metadata, names);
+  for (size_t i = 0; i < names.size(); ++i) check_checksum(names[i], sums[i], crc32(file.tensors[i].bytes));
 }
 
 }  // namespace qkv::io

@@ -28,4 +28,11 @@ std::string checksum_metadata(const std::vector<TensorRef>& tensors);
 // and every tensor's bytes match its CRC. A file without the key passes.
 void verify_checksums(const SafetensorsFile& file);
 
+// The parts of verify_checksums, for a file read in pieces (SafetensorsReader): the CRC each of `names` (the
+// file's tensors) must have, as recorded, after the same checks of the key (empty strings when there is none);
+// then, per tensor, qkv::Error naming it unless hex8(computed) equals what was recorded (or nothing was).
+std::vector<std::string> expected_checksums(const std::map<std::string, std::string>& metadata,
+                                            const std::vector<std::string>& names);
+void check_checksum(const std::string& name, const std::string& expected, uint32_t computed);
+
 }  // namespace qkv::io

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "io/checkpoint.h"
+#include "nn/parameters.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
@@ -756,25 +757,27 @@ ImportedWeights import_into(const SafetensorsFile& file, const std::string& form
   r.config_json = config_json;
   std::vector<io::Target> targets;
   int heads = 0;
-  if (r.kind == "seq2seq") {
-    Seq2Seq m(seq2seq_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  } else if (r.kind == "classifier") {
-    Classifier m(classifier_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  } else {
-    check(r.kind == "language_model", "import: the file holds a \"", r.kind, "\", which qkv cannot import");
-    LanguageModel m(language_model_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
+  {
+    // A model built only for its parameters' names and shapes: no initial values, no training state.
+    const nn::Parameters::ForLoading names_only;
+    if (r.kind == "seq2seq") {
+      Seq2Seq m(seq2seq_config_from_json(r.config_json));
+      targets = targets_of(m), heads = m.config().heads;
+    } else if (r.kind == "classifier") {
+      Classifier m(classifier_config_from_json(r.config_json));
+      targets = targets_of(m), heads = m.config().heads;
+    } else {
+      check(r.kind == "language_model", "import: the file holds a \"", r.kind, "\", which qkv cannot import");
+      LanguageModel m(language_model_config_from_json(r.config_json));
+      targets = targets_of(m), heads = m.config().heads;
+    }
   }
   const SafetensorsFile mapped = io::map_weights(file, r.format, r.kind, targets, heads, &r.notes);
+  // map_weights writes F32: the mapped bytes are the values, written out without another copy.
   std::vector<TensorRef> refs;
-  std::vector<std::vector<float>> keep;
-  keep.reserve(mapped.tensors.size());
-  for (const auto& t : mapped.tensors) {
-    keep.push_back(mapped.floats(t.name));
-    refs.emplace_back(t.name, t.shape, std::span<const float>(keep.back()));
-  }
+  for (const auto& t : mapped.tensors)
+    refs.emplace_back(t.name, t.shape,
+                      std::span<const float>(reinterpret_cast<const float*>(t.bytes.data()), t.bytes.size() / 4));
   r.weights = serialize_safetensors(refs, {{"qkv.imported_from", r.format}});
   return r;
 }

@@ -122,8 +122,7 @@ struct DuplicateKeyFinder {
 };
 
 struct Located {
-  TensorEntry entry;
-  uint64_t begin, end;
+  TensorInfo info;  // begin/end relative to the data buffer until the header is complete
 };
 
 Located parse_entry(const std::string& name, const json& v, uint64_t buffer_size) {
@@ -134,12 +133,13 @@ Located parse_entry(const std::string& name, const json& v, uint64_t buffer_size
     check(v.contains(field), where, ": missing \"", field, "\" (expected \"dtype\", \"shape\" and \"data_offsets\")");
 
   Located out;
-  out.entry.name = name;
+  TensorInfo& e = out.info;
+  e.name = name;
   const json& dtype = v["dtype"];
   check(dtype.is_string(), where, ": \"dtype\" is a JSON ", dtype.type_name(), ", expected a string such as \"F32\"");
-  out.entry.dtype = dtype.get<std::string>();
-  const DtypeInfo* info = find_dtype(out.entry.dtype);
-  check(info != nullptr, where, ": unknown dtype \"", out.entry.dtype, "\", expected one of ", known_dtypes());
+  e.dtype = dtype.get<std::string>();
+  const DtypeInfo* info = find_dtype(e.dtype);
+  check(info != nullptr, where, ": unknown dtype \"", e.dtype, "\", expected one of ", known_dtypes());
 
   const json& shape = v["shape"];
   check(shape.is_array(), where, ": \"shape\" is a JSON ", shape.type_name(), ", expected an array of dims");
@@ -147,42 +147,52 @@ Located parse_entry(const std::string& name, const json& v, uint64_t buffer_size
     const uint64_t d = json_uint(shape[i], where + ": dim " + std::to_string(i) + " of \"shape\"");
     check(d <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), where, ": dim ", i, " of \"shape\" is ", d,
           ", larger than the largest int64");
-    out.entry.shape.push_back(static_cast<int64_t>(d));
+    e.shape.push_back(static_cast<int64_t>(d));
   }
 
   const json& offsets = v["data_offsets"];
   check(offsets.is_array() && offsets.size() == 2, where, ": \"data_offsets\" is ", offsets.dump(),
         ", expected [begin, end]");
-  out.begin = json_uint(offsets[0], where + ": begin of \"data_offsets\"");
-  out.end = json_uint(offsets[1], where + ": end of \"data_offsets\"");
-  check(out.begin <= out.end, where, ": data_offsets [", out.begin, ", ", out.end, "] end before begin");
-  check(out.end <= buffer_size, where, ": data_offsets [", out.begin, ", ", out.end, "] run past the ", buffer_size,
+  e.begin = json_uint(offsets[0], where + ": begin of \"data_offsets\"");
+  e.end = json_uint(offsets[1], where + ": end of \"data_offsets\"");
+  check(e.begin <= e.end, where, ": data_offsets [", e.begin, ", ", e.end, "] end before begin");
+  check(e.end <= buffer_size, where, ": data_offsets [", e.begin, ", ", e.end, "] run past the ", buffer_size,
         "-byte data buffer (truncated file?)");
 
-  const auto numel = checked_numel(out.entry.shape);
-  const uint64_t want = out.end - out.begin;
-  check(numel && *numel <= want / info->size && *numel * info->size == want, where, ": shape ",
-        shape_string(out.entry.shape), " of ", out.entry.dtype, " needs ",
+  const auto numel = checked_numel(e.shape);
+  const uint64_t want = e.end - e.begin;
+  check(numel && *numel <= want / info->size && *numel * info->size == want, where, ": shape ", shape_string(e.shape),
+        " of ", e.dtype, " needs ",
         numel && *numel <= std::numeric_limits<uint64_t>::max() / info->size ? std::to_string(*numel * info->size)
                                                                              : std::string("more than 2^64"),
-        " bytes but data_offsets [", out.begin, ", ", out.end, "] hold ", want);
+        " bytes but data_offsets [", e.begin, ", ", e.end, "] hold ", want);
   return out;
 }
 
-SafetensorsFile parse(std::span<const uint8_t> bytes) {
-  check(bytes.size() >= 8, "the file is ", bytes.size(),
-        " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
+// The header length in the first 8 bytes, checked against the limit and (when known) the file's size.
+uint64_t header_length(std::span<const uint8_t> first8, std::optional<uint64_t> file_size) {
   uint64_t header_size = 0;
-  std::memcpy(&header_size, bytes.data(), 8);
+  std::memcpy(&header_size, first8.data(), 8);
   check(header_size <= kMaxHeaderBytes, "header length ", header_size, " is over the ", kMaxHeaderBytes,
         "-byte limit (not a safetensors file?)");
-  const uint64_t after_length = bytes.size() - 8;
-  check(header_size <= after_length, "header length ", header_size, " runs past the end of the file (", after_length,
-        " bytes follow the length; truncated?)");
-  check(header_size >= 2 && bytes[8] == '{', "the header does not start with '{' (header length ", header_size,
+  if (file_size) {
+    const uint64_t after_length = *file_size - 8;
+    check(header_size <= after_length, "header length ", header_size, " runs past the end of the file (", after_length,
+          " bytes follow the length; truncated?)");
+  }
+  return header_size;
+}
+
+// The header, without the "safetensors: " prefix of the public functions' messages. `head` holds at least its
+// 8 + N bytes; file_size, when known, is at least 8.
+SafetensorsHeader parse_header(std::span<const uint8_t> head, std::optional<uint64_t> file_size) {
+  const uint64_t header_size = header_length(head, file_size);
+  check(head.size() - 8 >= header_size, "header length ", header_size, " runs past the ", head.size() - 8,
+        " bytes given (truncated?)");
+  check(header_size >= 2 && head[8] == '{', "the header does not start with '{' (header length ", header_size,
         "; not a safetensors file?)");
 
-  const auto* header_begin = reinterpret_cast<const char*>(bytes.data() + 8);
+  const auto* header_begin = reinterpret_cast<const char*>(head.data() + 8);
   const std::string_view header_text(header_begin, static_cast<size_t>(header_size));
   DuplicateKeyFinder duplicates;
   json header;
@@ -195,8 +205,10 @@ SafetensorsFile parse(std::span<const uint8_t> bytes) {
   check(duplicates.duplicate.empty(), "the header has the key \"", duplicates.duplicate,
         "\" twice, expected each tensor name and field once");
 
-  const std::span<const uint8_t> buffer = bytes.subspan(static_cast<size_t>(8 + header_size));
-  SafetensorsFile file;
+  // Unknown size (a stream without a length): every extent passes here, and the reader checks the end.
+  const uint64_t buffer_size = file_size ? *file_size - 8 - header_size : std::numeric_limits<uint64_t>::max();
+  SafetensorsHeader out;
+  out.data_begin = 8 + header_size;
   std::vector<Located> located;
   for (const auto& [key, value] : header.items()) {
     if (key == kMetadataKey) {
@@ -207,36 +219,51 @@ SafetensorsFile parse(std::span<const uint8_t> bytes) {
       for (const auto& [mkey, mvalue] : value.items()) {
         check(mvalue.is_string(), "metadata value for \"", mkey, "\" is a JSON ", mvalue.type_name(), " (",
               mvalue.dump(), "), expected a string");
-        file.metadata.emplace(mkey, mvalue.get<std::string>());
+        out.metadata.emplace(mkey, mvalue.get<std::string>());
       }
       continue;
     }
-    located.push_back(parse_entry(key, value, buffer.size()));
+    located.push_back(parse_entry(key, value, buffer_size));
   }
 
   // The tensors must tile the buffer exactly, as the reference requires: an overlap means two tensors alias
   // the same bytes, a gap or trailing bytes mean the file is not what its header says.
   std::sort(located.begin(), located.end(), [](const Located& a, const Located& b) {
-    return std::tie(a.begin, a.end, a.entry.name) < std::tie(b.begin, b.end, b.entry.name);
+    return std::tie(a.info.begin, a.info.end, a.info.name) < std::tie(b.info.begin, b.info.end, b.info.name);
   });
   uint64_t covered = 0;
   const std::string* previous = nullptr;
   for (const Located& t : located) {
-    check(t.begin >= covered, "tensor '", t.entry.name, "' at data_offsets [", t.begin, ", ", t.end,
+    check(t.info.begin >= covered, "tensor '", t.info.name, "' at data_offsets [", t.info.begin, ", ", t.info.end,
           "] overlaps tensor '", previous ? *previous : "", "' which ends at ", covered);
-    check(t.begin == covered, "tensor '", t.entry.name, "' starts at ", t.begin, " but the previous tensor ends at ",
-          covered, ", expected tensors to follow each other without gaps");
-    covered = t.end;
-    if (t.end > t.begin) previous = &t.entry.name;
+    check(t.info.begin == covered, "tensor '", t.info.name, "' starts at ", t.info.begin,
+          " but the previous tensor ends at ", covered, ", expected tensors to follow each other without gaps");
+    covered = t.info.end;
+    if (t.info.end > t.info.begin) previous = &t.info.name;
   }
-  check(covered == buffer.size(), "the tensors end at byte ", covered, " of the data buffer but it holds ",
-        buffer.size(), " bytes, expected no bytes after the last tensor");
-
-  file.tensors.reserve(located.size());
+  if (file_size)
+    check(covered == buffer_size, "the tensors end at byte ", covered, " of the data buffer but it holds ", buffer_size,
+          " bytes, expected no bytes after the last tensor");
+  out.file_size = out.data_begin + covered;
+  out.tensors.reserve(located.size());
   for (Located& t : located) {
-    const auto data = buffer.subspan(static_cast<size_t>(t.begin), static_cast<size_t>(t.end - t.begin));
-    t.entry.bytes.assign(data.begin(), data.end());
-    file.tensors.push_back(std::move(t.entry));
+    t.info.begin += out.data_begin;
+    t.info.end += out.data_begin;
+    out.tensors.push_back(std::move(t.info));
+  }
+  return out;
+}
+
+SafetensorsFile parse(std::span<const uint8_t> bytes) {
+  check(bytes.size() >= 8, "the file is ", bytes.size(),
+        " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
+  SafetensorsHeader header = parse_header(bytes, bytes.size());
+  SafetensorsFile file;
+  file.metadata = std::move(header.metadata);
+  file.tensors.reserve(header.tensors.size());
+  for (TensorInfo& t : header.tensors) {
+    const auto data = bytes.subspan(static_cast<size_t>(t.begin), static_cast<size_t>(t.size()));
+    file.tensors.push_back({std::move(t.name), std::move(t.dtype), std::move(t.shape), {data.begin(), data.end()}});
   }
   return file;
 }
@@ -269,6 +296,18 @@ T load(const uint8_t* p) {
 
 std::string os_error(int err) { return std::strerror(err); }
 
+// torch.save writes a zip archive ("PK\3\4") or, before PyTorch 1.6, a bare pickle (PROTO 2..5). Loading
+// either means running the pickle's code, which qkv does not do; the user needs the one line that
+// converts it. A safetensors file has '{' at byte 8, which neither has there. `first`: the file's first 9
+// bytes (or all of a shorter one).
+void check_not_pickle(std::span<const uint8_t> first) {
+  const bool zip = first.size() >= 4 && first[0] == 'P' && first[1] == 'K' && first[2] == 3 && first[3] == 4;
+  const bool pickle = first.size() >= 2 && first[0] == 0x80 && first[1] >= 2 && first[1] <= 5;
+  check(!(zip || pickle) || (first.size() > 8 && first[8] == '{'),
+        "the file is a PyTorch pickle (torch.save: .pt, .pth, .bin), which qkv does not execute; save the weights "
+        "as safetensors instead: safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")");
+}
+
 }  // namespace
 
 int64_t TensorEntry::numel() const {
@@ -298,15 +337,14 @@ const TensorEntry& SafetensorsFile::at(std::string_view name) const {
                           tensors.empty() ? "" : ": ", present));
 }
 
-std::vector<float> SafetensorsFile::floats(std::string_view name) const {
-  const TensorEntry& t = at(name);
-  const uint8_t* p = t.bytes.data();
-  const std::string& d = t.dtype;
-  check(d == "F32" || d == "F16" || d == "BF16" || d == "F64", "tensor '", name, "' has dtype ", d,
-        ", expected a float dtype (F32, F16, BF16 or F64)");
-  std::vector<float> out(t.bytes.size() / dtype_size(d));
+void to_floats(std::string_view d, std::span<const uint8_t> bytes, std::span<float> out) {
+  check(d == "F32" || d == "F16" || d == "BF16" || d == "F64", "dtype ", d,
+        " is not a float dtype (F32, F16, BF16 or F64)");
+  check(bytes.size() == out.size() * dtype_size(d), "to_floats: ", bytes.size(), " bytes of ", d, " for ", out.size(),
+        " floats");
+  const uint8_t* p = bytes.data();
   if (d == "F32") {
-    if (!out.empty()) std::memcpy(out.data(), p, t.bytes.size());
+    if (!out.empty()) std::memcpy(out.data(), p, bytes.size());
   } else if (d == "F16") {
     for (size_t i = 0; i < out.size(); ++i) out[i] = f16_to_float(load<uint16_t>(p + 2 * i));
   } else if (d == "BF16") {  // the top half of a float32
@@ -315,6 +353,15 @@ std::vector<float> SafetensorsFile::floats(std::string_view name) const {
   } else {  // F64, rounded as IEEE does: beyond float's range gives +-inf, as torch's .float() does
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(load<double>(p + 8 * i));
   }
+}
+
+std::vector<float> SafetensorsFile::floats(std::string_view name) const {
+  const TensorEntry& t = at(name);
+  const std::string& d = t.dtype;
+  check(d == "F32" || d == "F16" || d == "BF16" || d == "F64", "tensor '", name, "' has dtype ", d,
+        ", expected a float dtype (F32, F16, BF16 or F64)");
+  std::vector<float> out(t.bytes.size() / dtype_size(d));
+  to_floats(d, t.bytes, out);
   return out;
 }
 
@@ -361,14 +408,7 @@ std::vector<int64_t> SafetensorsFile::ints(std::string_view name) const {
 }
 
 SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes) {
-  // torch.save writes a zip archive ("PK\3\4") or, before PyTorch 1.6, a bare pickle (PROTO 2..5). Loading
-  // either means running the pickle's code, which qkv does not do; the user needs the one line that
-  // converts it. A safetensors file has '{' at byte 8, which neither has there.
-  const bool zip = bytes.size() >= 4 && bytes[0] == 'P' && bytes[1] == 'K' && bytes[2] == 3 && bytes[3] == 4;
-  const bool pickle = bytes.size() >= 2 && bytes[0] == 0x80 && bytes[1] >= 2 && bytes[1] <= 5;
-  check(!(zip || pickle) || (bytes.size() > 8 && bytes[8] == '{'),
-        "the file is a PyTorch pickle (torch.save: .pt, .pth, .bin), which qkv does not execute; save the weights "
-        "as safetensors instead: safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")");
+  check_not_pickle(bytes);
   try {
     return parse(bytes);
   } catch (const Error& e) {
@@ -376,37 +416,218 @@ SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes) {
   }
 }
 
-SafetensorsFile read_safetensors(const std::string& path) {
+SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> head, std::optional<uint64_t> file_size) {
+  try {
+    check(head.size() >= 8 && (!file_size || *file_size >= 8), "the file is ", file_size.value_or(head.size()),
+          " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
+    return parse_header(head, file_size);
+  } catch (const Error& e) {
+    throw Error(detail::cat("safetensors: ", e.what()));
+  }
+}
+
+namespace {
+// Staging for tensors read without a place: big enough that a read() call or a JS chunk moves a lot at once,
+// small next to any weight worth streaming.
+constexpr size_t kStagingBytes = size_t{1} << 20;
+}  // namespace
+
+SafetensorsReader::SafetensorsReader(std::optional<uint64_t> file_size) : file_size_(file_size), head_(8) {}
+
+const SafetensorsHeader& SafetensorsReader::header() const {
+  check(parsed_, "SafetensorsReader::header(): the header has not arrived yet (", position_, " bytes in)");
+  return header_;
+}
+
+void SafetensorsReader::set_sink(TensorSink* sink) {
+  check(parsed_, "SafetensorsReader::set_sink: the header has not arrived yet");
+  sink_ = sink;
+  advance();
+}
+
+void SafetensorsReader::advance() {
+  if (!sink_) return;
+  while (tensor_ < header_.tensors.size()) {
+    const TensorInfo& t = header_.tensors[tensor_];
+    if (!placed_) {
+      in_place_ = sink_->place(tensor_);
+      check(in_place_.empty() || in_place_.size() == t.size(), "SafetensorsReader: the place of tensor '", t.name,
+            "' holds ", in_place_.size(), " bytes, expected ", t.size());
+      placed_ = true;
+    }
+    if (offset_ < t.size()) return;
+    sink_->end(tensor_);
+    ++tensor_;
+    offset_ = 0;
+    placed_ = false;
+    in_place_ = {};
+    carry_ = 0;
+  }
+}
+
+std::span<uint8_t> SafetensorsReader::buffer() {
+  if (!parsed_) return std::span<uint8_t>(head_).subspan(static_cast<size_t>(position_));
+  if (!sink_ || done()) return {};
+  const uint64_t left = header_.tensors[tensor_].size() - offset_;
+  if (!in_place_.empty()) return in_place_.subspan(static_cast<size_t>(offset_), static_cast<size_t>(left));
+  if (staging_.empty()) staging_.resize(kStagingBytes);
+  const size_t room = std::min<uint64_t>(staging_.size() - carry_, left - carry_);
+  return std::span<uint8_t>(staging_).subspan(carry_, room);
+}
+
+void SafetensorsReader::commit(size_t n) {
+  if (n == 0) return;
+  try {
+    if (!parsed_) {
+      check(n <= head_.size() - position_, "commit(", n, ") past the buffer given");
+      position_ += n;
+      if (position_ == 8 && head_.size() == 8) {
+        check(!file_size_ || *file_size_ >= 8, "the file is ", file_size_.value_or(0),
+              " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
+        head_.resize(static_cast<size_t>(8 + header_length(head_, file_size_)));
+      }
+      if (position_ == head_.size()) {  // the whole header (or a length of 0: refused by the parse)
+        header_ = parse_header(head_, file_size_);
+        parsed_ = true;
+        head_ = {};
+      }
+      return;
+    }
+    check(sink_ != nullptr, "SafetensorsReader: bytes came before a sink was set");
+    check(!done(), "the tensors end at byte ", header_.file_size - header_.data_begin,
+          " of the data buffer but more bytes follow, expected no bytes after the last tensor");
+    const TensorInfo& t = header_.tensors[tensor_];
+    const uint64_t left = t.size() - offset_;
+    if (!in_place_.empty()) {
+      check(n <= left, "commit(", n, ") past the buffer given");
+      sink_->take(tensor_, offset_, in_place_.subspan(static_cast<size_t>(offset_), n));
+      offset_ += n;
+    } else {
+      check(n <= left - carry_ && carry_ + n <= staging_.size(), "commit(", n, ") past the buffer given");
+      // Whole elements to the sink; a partial one waits at the front for the rest of its bytes.
+      const size_t have = carry_ + n, element = dtype_size(t.dtype), whole = have / element * element;
+      sink_->take(tensor_, offset_, std::span<const uint8_t>(staging_).first(whole));
+      offset_ += whole;
+      carry_ = have - whole;
+      if (carry_) std::memmove(staging_.data(), staging_.data() + whole, carry_);
+    }
+    position_ += n;
+    advance();
+    if (done()) staging_ = {};
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind("safetensors: ", 0) == 0) throw;
+    throw Error("safetensors: " + what);
+  }
+}
+
+void SafetensorsReader::push(std::span<const uint8_t> bytes) {
+  while (!bytes.empty()) {
+    const std::span<uint8_t> to = buffer();
+    if (to.empty()) {
+      check(parsed_ && sink_ == nullptr, "safetensors: the tensors end at byte ",
+            header_.file_size - header_.data_begin, " of the data buffer but ", bytes.size(),
+            " more bytes follow, expected no bytes after the last tensor");
+      throw Error("safetensors: SafetensorsReader: the header is read: set a sink before pushing tensor bytes");
+    }
+    const size_t n = std::min(to.size(), bytes.size());
+    std::memcpy(to.data(), bytes.data(), n);
+    commit(n);
+    bytes = bytes.subspan(n);
+  }
+}
+
+void SafetensorsReader::finish() const {
+  if (done()) return;
+  const uint64_t expected = parsed_ ? header_.file_size : position_ < 8 ? 8 : head_.size();
+  throw Error(detail::cat("safetensors: the file ended after ", position_, " of the ", expected, " bytes ",
+                          parsed_ ? "its header gives" : "its header needs", " (truncated?)"));
+}
+
+namespace {
+struct FileDescriptor {
+  int fd;
+  ~FileDescriptor() { ::close(fd); }
+};
+
+// The loop behind read_safetensors_stream, with errors not yet prefixed by the path.
+void stream_fd(int fd, const std::function<void(SafetensorsReader&)>& on_header) {
+  struct stat st {};
+  check(::fstat(fd, &st) == 0, "cannot stat it: ", os_error(errno));
+  check(S_ISREG(st.st_mode), "is not a regular file (a directory?)");
+#ifdef POSIX_FADV_SEQUENTIAL
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);  // read-ahead for a front-to-back pass
+#endif
+  const auto size = static_cast<uint64_t>(st.st_size);
+  std::array<uint8_t, 9> first{};
+  const ssize_t got = ::pread(fd, first.data(), first.size(), 0);
+  check(got >= 0, "read failed: ", os_error(errno));
+  check_not_pickle(std::span<const uint8_t>(first.data(), static_cast<size_t>(got)));
+  check(size >= 8, "the file is ", size,
+        " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
+  SafetensorsReader reader(size);
+  bool told = false;
+  for (;;) {
+    if (reader.has_header() && !told) {
+      told = true;
+      on_header(reader);
+      if (!reader.has_sink()) return;  // the caller wanted the header only
+    }
+    const std::span<uint8_t> to = reader.buffer();
+    if (to.empty()) break;
+    const ssize_t n = ::read(fd, to.data(), to.size());
+    if (n < 0 && errno == EINTR) continue;
+    check(n >= 0, "read failed: ", os_error(errno));
+    check(n > 0, "the file shrank while being read (", reader.position(), " of ", size, " bytes)");
+    reader.commit(static_cast<size_t>(n));
+  }
+  reader.finish();
+  uint8_t extra = 0;
+  check(::read(fd, &extra, 1) == 0, "the file grew while being read (more than ", size, " bytes)");
+}
+}  // namespace
+
+void read_safetensors_stream(const std::string& path, const std::function<void(SafetensorsReader&)>& on_header) {
   const std::string where = "safetensors file '" + path + "': ";
   // POSIX I/O rather than iostreams: it tells a directory from a file and gives errno for the message.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   check(fd >= 0, where, "cannot open it: ", os_error(errno));
-  std::vector<uint8_t> bytes;
+  const FileDescriptor closer{fd};
   try {
-    struct stat st {};
-    check(::fstat(fd, &st) == 0, where, "cannot stat it: ", os_error(errno));
-    check(S_ISREG(st.st_mode), where, "is not a regular file (a directory?)");
-    check(static_cast<uint64_t>(st.st_size) <= std::numeric_limits<size_t>::max(), where, "is ", st.st_size,
-          " bytes, too large for this build's address space");
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
-      if (got < 0 && errno == EINTR) continue;
-      check(got >= 0, where, "read failed: ", os_error(errno));
-      check(got > 0, where, "the file shrank while being read (", done, " of ", bytes.size(), " bytes)");
-      done += static_cast<size_t>(got);
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  ::close(fd);
-  try {
-    return parse(bytes);
+    stream_fd(fd, on_header);
   } catch (const Error& e) {
-    throw Error(where + e.what());
+    std::string what = e.what();
+    if (what.rfind(where, 0) == 0) throw;
+    if (what.rfind("safetensors: ", 0) == 0) what = what.substr(13);
+    throw Error(where + what);
   }
+}
+
+namespace {
+// read_safetensors's sink: each tensor's bytes read straight into its entry.
+class EntrySink : public TensorSink {
+ public:
+  explicit EntrySink(SafetensorsFile& file) : file_(file) {}
+  std::span<uint8_t> place(size_t i) override { return file_.tensors[i].bytes; }
+  void take(size_t, uint64_t, std::span<const uint8_t>) override {}
+
+ private:
+  SafetensorsFile& file_;
+};
+}  // namespace
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  SafetensorsFile file;
+  EntrySink sink(file);
+  read_safetensors_stream(path, [&](SafetensorsReader& reader) {
+    const SafetensorsHeader& h = reader.header();
+    file.metadata = h.metadata;
+    file.tensors.reserve(h.tensors.size());
+    for (const TensorInfo& t : h.tensors)
+      file.tensors.push_back({t.name, t.dtype, t.shape, std::vector<uint8_t>(static_cast<size_t>(t.size()))});
+    reader.set_sink(&sink);
+  });
+  return file;
 }
 
 TensorRef::TensorRef(std::string name, std::vector<int64_t> shape, std::span<const float> data)
@@ -428,8 +649,13 @@ TensorRef::TensorRef(std::string name, std::vector<int64_t> shape, std::span<con
       bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size_bytes()),
       count(data.size()) {}
 
-std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors,
-                                           const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// What serialize_safetensors and the streaming write share: the checks, the tensors in file order and the
+// header's bytes (the 8-byte length, the JSON, its padding).
+std::vector<uint8_t> header_of(const std::vector<TensorRef>& tensors,
+                               const std::map<std::string, std::string>& metadata, std::vector<const TensorRef*>& order,
+                               uint64_t& data_size) {
   std::set<std::string_view> names;
   for (const TensorRef& t : tensors) {
     check(t.name != kMetadataKey, "safetensors: a tensor cannot be named \"__metadata__\" (reserved for metadata)");
@@ -444,7 +670,7 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors
 
   // Widest elements first: the buffer starts 8-aligned, so then every tensor is aligned to its element
   // size and readers that map the file can view it in place (the reference writer does the same).
-  std::vector<const TensorRef*> order;
+  order.clear();
   for (const TensorRef& t : tensors) order.push_back(&t);
   std::stable_sort(order.begin(), order.end(),
                    [](const TensorRef* a, const TensorRef* b) { return dtype_size(a->dtype) > dtype_size(b->dtype); });
@@ -468,8 +694,19 @@ std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors
   std::vector<uint8_t> out(8);
   const uint64_t header_size = text.size();
   std::memcpy(out.data(), &header_size, 8);
-  out.reserve(8 + text.size() + offset);
   out.insert(out.end(), text.begin(), text.end());
+  data_size = offset;
+  return out;
+}
+
+}  // namespace
+
+std::vector<uint8_t> serialize_safetensors(const std::vector<TensorRef>& tensors,
+                                           const std::map<std::string, std::string>& metadata) {
+  std::vector<const TensorRef*> order;
+  uint64_t data_size = 0;
+  std::vector<uint8_t> out = header_of(tensors, metadata, order, data_size);
+  out.reserve(out.size() + data_size);
   for (const TensorRef* t : order) out.insert(out.end(), t->bytes.begin(), t->bytes.end());
   return out;
 }
@@ -501,7 +738,11 @@ std::string temp_name(const std::string& path) {
 
 }  // namespace
 
-void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+namespace {
+
+// The atomic replace behind both write_safetensors_atomic forms: write(fd) puts the file's bytes in the
+// temporary file (false with errno set on failure).
+void write_atomic(const std::string& path, const std::function<bool(int)>& write) {
   const std::string where = "cannot save '" + path + "': ";
   std::string temp;
   int fd = -1;
@@ -519,7 +760,7 @@ void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> 
     ::unlink(temp.c_str());
     throw Error(detail::cat(where, step, " '", temp, "' failed: ", os_error(err), "; '", path, "' is unchanged"));
   };
-  if (!write_all(fd, bytes)) fail("writing");
+  if (!write(fd)) fail("writing");
   // fsync before rename: otherwise a crash can leave the new name pointing at a file whose data never
   // reached the disk, which is the one outcome the temporary file exists to prevent.
   if (::fsync(fd) != 0) fail("flushing");
@@ -539,6 +780,25 @@ void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> 
     ::close(dfd);
   }
 #endif
+}
+
+}  // namespace
+
+void write_safetensors_atomic(const std::string& path, std::span<const uint8_t> bytes) {
+  write_atomic(path, [&](int fd) { return write_all(fd, bytes); });
+}
+
+void write_safetensors_atomic(const std::string& path, const std::vector<TensorRef>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  std::vector<const TensorRef*> order;
+  uint64_t data_size = 0;
+  const std::vector<uint8_t> header = header_of(tensors, metadata, order, data_size);
+  write_atomic(path, [&](int fd) {
+    if (!write_all(fd, header)) return false;
+    for (const TensorRef* t : order)
+      if (!write_all(fd, t->bytes)) return false;
+    return true;
+  });
 }
 
 }  // namespace qkv

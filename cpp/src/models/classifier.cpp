@@ -11,6 +11,7 @@
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
+#include "nn/parameters.h"
 #include "nn/stack.h"
 #include "qkv/config.h"
 
@@ -234,14 +235,30 @@ std::vector<float> Classifier::attention(int layer) const {
 
 const ClassifierConfig& Classifier::config() const { return impl_->config; }
 
+// A qkv checkpoint streams into a model built without initial values or training state (ForLoading): every
+// weight is overwritten, and gradients and moments wait for the first training call.
 std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
+  std::unique_ptr<Classifier> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_bytes_streaming(bytes, "classifier", make)) return m;
+  // A foreign state dict (io/import.h) is mapped as a whole.
   const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
-  auto m = std::make_unique<Classifier>(models::checkpoint_config(c, "classifier", classifier_config_from_json),
-                                        c.optimizer);
+  m = std::make_unique<Classifier>(models::checkpoint_config(c, "classifier", classifier_config_from_json), c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }
 std::unique_ptr<Classifier> Classifier::load_file(const std::string& path) {
+  std::unique_ptr<Classifier> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_file_streaming(path, "classifier", make)) return m;
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
 

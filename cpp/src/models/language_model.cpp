@@ -13,6 +13,7 @@
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
+#include "nn/parameters.h"
 #include "nn/stack.h"
 #include "qkv/config.h"
 #include "runtime/random.h"
@@ -378,14 +379,30 @@ std::optional<int32_t> LanguageModel::Generation::next() {
 
 const LanguageModelConfig& LanguageModel::config() const { return impl_->config; }
 
+// A qkv checkpoint streams into a model built without initial values or training state (ForLoading): every
+// weight is overwritten, and gradients and moments wait for the first training call.
 std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> bytes) {
+  std::unique_ptr<LanguageModel> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_bytes_streaming(bytes, "language_model", make)) return m;
+  // A foreign state dict (io/import.h) is mapped as a whole.
   const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
-  auto m = std::make_unique<LanguageModel>(
-      models::checkpoint_config(c, "language_model", language_model_config_from_json), c.optimizer);
+  m = std::make_unique<LanguageModel>(models::checkpoint_config(c, "language_model", language_model_config_from_json), c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }
 std::unique_ptr<LanguageModel> LanguageModel::load_file(const std::string& path) {
+  std::unique_ptr<LanguageModel> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_file_streaming(path, "language_model", make)) return m;
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
 

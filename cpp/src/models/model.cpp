@@ -67,7 +67,8 @@ std::vector<uint8_t> Model::save(bool with_optimizer, const std::map<std::string
 }
 void Model::save_file(const std::string& path, bool with_optimizer,
                       const std::map<std::string, std::string>& metadata) {
-  io::with_path(path, [&] { io::save_file(path, save(with_optimizer, metadata)); });
+  io::with_path(
+      path, [&] { io::save_checkpoint_file(path, settled(core()), kind(), config_json(), with_optimizer, metadata); });
 }
 void Model::load_state(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, kind());

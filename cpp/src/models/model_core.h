@@ -106,6 +106,7 @@ struct ModelCore {
   // non-finite loss or gradient norm; the gradients are then zeroed). See Optimizer::step.
   bool apply_gradients() {
     settle_all();
+    params.ensure_training();
     bool finite_loss = !nonfinite_loss;
     nonfinite_loss = false;
     if (!sync) return optimizer.step(params, finite_loss);
@@ -120,6 +121,7 @@ struct ModelCore {
   // The data-parallel group this model trains in (nullptr: alone). The caller keeps it alive while set.
   dist::GradientSync* sync = nullptr;
   void set_sync(dist::GradientSync* s) {
+    params.ensure_training();
     if (sync) sync->detach(params);
     sync = s;
     if (sync) sync->attach(params);
@@ -144,6 +146,7 @@ struct ModelCore {
   template <class ForwardLoss, class Backward>
   float accumulate(ForwardLoss&& forward_loss, Backward&& backward) {
     settle_all();
+    params.ensure_training();
     const float loss = read_loss(forward_loss());
     if (check_loss(loss)) backward();
     return loss;
@@ -414,8 +417,10 @@ struct ModelCore {
  public:
   MemoryUsage memory() const {
     const size_t weights = params.count() * sizeof(float);
-    // The moments: this replica's part under ZeRO-1 (dist/).
-    return {weights, weights, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};
+    // The moments: this replica's part under ZeRO-1 (dist/). A loaded model has neither gradients nor moments
+    // until it trains (nn::Parameters::ForLoading).
+    const size_t grads = params.has_training() ? weights : 0;
+    return {weights, grads, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};
   }
 
   // The ids of a batch on the device: validated host ids in, the Ids the ops take out (dst: ws.take_ints).

@@ -13,6 +13,7 @@
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
 #include "nn/linear.h"
+#include "nn/parameters.h"
 #include "nn/stack.h"
 #include "qkv/config.h"
 
@@ -344,13 +345,30 @@ std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {
 
 const Seq2SeqConfig& Seq2Seq::config() const { return impl_->config; }
 
+// A qkv checkpoint streams into a model built without initial values or training state (ForLoading): every
+// weight is overwritten, and gradients and moments wait for the first training call.
 std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
+  std::unique_ptr<Seq2Seq> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_bytes_streaming(bytes, "seq2seq", make)) return m;
+  // A foreign state dict (io/import.h) is mapped as a whole.
   const io::Checkpoint c = io::read_checkpoint(bytes, "seq2seq");
-  auto m = std::make_unique<Seq2Seq>(models::checkpoint_config(c, "seq2seq", seq2seq_config_from_json), c.optimizer);
+  m = std::make_unique<Seq2Seq>(models::checkpoint_config(c, "seq2seq", seq2seq_config_from_json), c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }
 std::unique_ptr<Seq2Seq> Seq2Seq::load_file(const std::string& path) {
+  std::unique_ptr<Seq2Seq> m;
+  const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
+    return m->impl_->core;
+  };
+  if (io::load_file_streaming(path, "seq2seq", make)) return m;
   return io::with_path(path, [&] { return load(io::read_file(path)); });
 }
 

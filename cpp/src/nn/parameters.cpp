@@ -8,6 +8,8 @@
 
 namespace qkv::nn {
 
+thread_local bool Parameters::loading_ = false;
+
 Param& Parameters::add(std::string name, std::vector<int64_t> shape, Init init, float init_std) {
   check(values_.numel() == 0, "Parameters::add(", name, ") after finalize()");
   Param p;
@@ -39,10 +41,10 @@ Constant& Parameters::add_constant(std::vector<float> host_values) {
 }
 
 void Parameters::bind() {
-  const bool whole = !moments_sharded();
+  const bool whole = has_training() && !moments_sharded();
   for (Param& p : params_) {
     p.value = {values_.data() + p.offset, p.numel};
-    p.grad = {grads_.data() + p.offset, p.numel};
+    p.grad = has_training() ? Span{grads_.data() + p.offset, p.numel} : Span{};
     p.m = whole ? Span{m_.data() + p.offset, p.numel} : Span{};
     p.v = whole ? Span{v_.data() + p.offset, p.numel} : Span{};
   }
@@ -57,12 +59,17 @@ void Parameters::finalize(uint64_t seed) {
   const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
   const Device d = device();
   values_ = Tensor(shape, d);
-  grads_ = Tensor(shape, d);
-  m_ = Tensor(shape, d);
-  v_ = Tensor(shape, d);
   size_t constant_floats = 0;
   for (const Constant& c : constants_) constant_floats += (c.host.size() + 15) / 16 * 16;
   constants_buf_ = Tensor({static_cast<int64_t>(constant_floats)}, d);
+  if (loading_) {
+    bind();
+    for (Constant& c : constants_) ops_->upload(c.value.data(), c.host.data(), c.host.size() * sizeof(float));
+    return;
+  }
+  grads_ = Tensor(shape, d);
+  m_ = Tensor(shape, d);
+  v_ = Tensor(shape, d);
   bind();
   // The initial values are drawn on the host, in registration order, and uploaded once.
   std::vector<float> init(total_, 0.f);
@@ -81,9 +88,25 @@ void Parameters::finalize(uint64_t seed) {
   for (Constant& c : constants_) ops_->upload(c.value.data(), c.host.data(), c.host.size() * sizeof(float));
 }
 
-void Parameters::zero_grad() { ops_->fill(grads_.span(), 0.f); }
+void Parameters::ensure_training() {
+  if (has_training() || values_.numel() == 0) return;
+  const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
+  // Built whole before any is kept: out of memory leaves the model as it was (weights only).
+  Tensor g(shape, device()), m(shape, device()), v(shape, device());
+  grads_ = std::move(g);
+  m_ = std::move(m);
+  v_ = std::move(v);
+  m_begin_ = 0;
+  bind();
+}
+
+void Parameters::zero_grad() {
+  ensure_training();
+  ops_->fill(grads_.span(), 0.f);
+}
 
 void Parameters::shard_moments(size_t begin, size_t end) {
+  ensure_training();
   check(begin < end && end <= total_, "shard_moments(", begin, ", ", end, "): expected 0 <= begin < end <= ", total_);
   const std::vector<int64_t> shape{static_cast<int64_t>(end - begin)};
   Tensor m(shape, device()), v(shape, device());
@@ -106,6 +129,10 @@ void Parameters::to(ops::Backend& target) {
   std::vector<Tensor> moved;
   std::vector<float> host;
   for (Tensor* t : buffers) {
+    if (t->numel() == 0) {  // gradients and moments not made yet (ForLoading): made on the new device when needed
+      moved.emplace_back();
+      continue;
+    }
     host.resize(t->numel());
     ops_->download(host.data(), t->data(), host.size() * sizeof(float));
     moved.emplace_back(t->shape(), target.device());

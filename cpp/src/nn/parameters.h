@@ -6,6 +6,11 @@
 // The buffers live on the model's device, and so does everything a layer computes: Parameters holds the
 // model's Backend (ops/ops.h), the one every layer calls. to() moves the buffers to another backend's device.
 // Constants (the sinusoidal position table) are registered like parameters but are neither trained nor saved.
+//
+// Built to be loaded (ForLoading, in scope while a loader builds the model): finalize() draws no initial values
+// (the checkpoint overwrites every one; drawing GPT-2 124M's takes seconds) and leaves the gradients and moments
+// unallocated until a call needs them (ensure_training(): the first training step, a save with the optimizer
+// state), so a model loaded to generate holds its weights and nothing else (3x less memory).
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -39,11 +44,28 @@ class Parameters {
  public:
   explicit Parameters(ops::Backend& ops = ops::backend(Device::CPU)) : ops_(&ops) {}
 
+  // While one is alive on this thread, models built finalize() as loaders need (above). Loaders only: every
+  // parameter must then be written before the model is used.
+  class ForLoading {
+   public:
+    ForLoading() : was_(loading_) { loading_ = true; }
+    ~ForLoading() { loading_ = was_; }
+    ForLoading(const ForLoading&) = delete;
+    ForLoading& operator=(const ForLoading&) = delete;
+
+   private:
+    bool was_;
+  };
+
   Param& add(std::string name, std::vector<int64_t> shape, Init init, float init_std = 0.f);
   Constant& add_constant(std::vector<float> host_values);
   // Allocates value/grad/m/v on the backend's device and draws Normal inits from Rng(seed) in registration order
   // (on the host, then uploaded: the same values on every device).
   void finalize(uint64_t seed);
+  // Allocates the gradients (zero) and the Adam moments (zero) where finalize() left them out (ForLoading); a
+  // no-op once they exist. Every call that reads or writes them calls it first (models/model_core.h).
+  void ensure_training();
+  bool has_training() const { return grads_.numel() == total_; }
   void zero_grad();
   // A fresh dropout stream number for a module (see nn/dropout.h).
   uint64_t new_stream() { return ++streams_; }
@@ -66,7 +88,7 @@ class Parameters {
   Span moments2() { return v_.span(); }
   size_t moments_begin() const { return m_begin_; }
   size_t moments_size() const { return m_.numel(); }
-  bool moments_sharded() const { return m_begin_ != 0 || m_.numel() != total_; }
+  bool moments_sharded() const { return has_training() && (m_begin_ != 0 || m_.numel() != total_); }
   // ZeRO-1 (dist/): this replica keeps the moments of [begin, end) of the layout only, their values kept where
   // it held them (else 0); a Param's m and v are then empty. shard_moments(0, count()) makes them whole again.
   void shard_moments(size_t begin, size_t end);
@@ -90,6 +112,7 @@ class Parameters {
   uint64_t streams_ = 0;
   Tensor values_, grads_, m_, v_, constants_buf_;
   std::function<void(size_t)> grads_final_;
+  static thread_local bool loading_;
 };
 
 }  // namespace qkv::nn

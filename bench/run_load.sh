@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Loading at the size of the weights (issue 35): LanguageModel::load_file of a GPT-2-124M-shaped qkv checkpoint
+# (about 500 MB, random weights, written by qkv itself) and `qkv import` of the same shape in nanoGPT's names:
+# seconds, CPU seconds and peak resident memory (each in a fresh process). Prints the RESULT lines and a table.
+#
+#   bench/run_load.sh                 # writes the two files under $LOAD_BENCH_DIR (default /tmp/qkv-load-bench)
+#
+# Env: BUILD_DIR (build/native), LOAD_BENCH_DIR, LOAD_BENCH_RUNS (3), LOAD_BENCH_SKIP_BUILD=1 (use what is built).
+# The files stay in the page cache after they are written: the figures are those of a warm cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-$ROOT/build/native}
+DIR=${LOAD_BENCH_DIR:-/tmp/qkv-load-bench}
+RUNS=${LOAD_BENCH_RUNS:-3}
+mkdir -p "$DIR"
+
+if [[ "${LOAD_BENCH_SKIP_BUILD:-0}" != 1 ]]; then
+  cmake --preset native >/dev/null
+  cmake --build --preset native -j "$(nproc)" --target qkv_load_bench qkv >/dev/null
+fi
+BENCH=$BUILD_DIR/bench/qkv_load_bench
+QKV=$BUILD_DIR/cpp/tools/qkv
+
+[ -f "$DIR/gpt2.safetensors" ] || "$BENCH" write-qkv "$DIR/gpt2.safetensors"
+[ -f "$DIR/nanogpt.safetensors" ] || "$BENCH" write-nanogpt "$DIR/nanogpt.safetensors"
+
+echo "== load_file, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for _ in $(seq "$RUNS"); do "$BENCH" load "$DIR/gpt2.safetensors" | grep '^RESULT'; done
+
+echo "== qkv import --from nanogpt (GNU time: wall s, user s, sys s, peak KB)"
+size=$(stat -c %s "$DIR/nanogpt.safetensors")
+for _ in $(seq "$RUNS"); do
+  /usr/bin/time -f "%e %U %S %M" -o "$DIR/time.txt" "$QKV" import "$DIR/nanogpt.safetensors" "$DIR/imported.safetensors" \
+    --from nanogpt --heads 12 >/dev/null
+  read -r wall user sys kb <"$DIR/time.txt"
+  awk -v w="$wall" -v u="$user" -v s="$sys" -v kb="$kb" -v size="$size" 'BEGIN {
+    printf "RESULT bench=import file_mb=%.1f seconds=%s cpu_seconds=%.2f peak_rss_mb=%.1f peak_over_file=%.2f\n",
+      size / 1e6, w, u + s, kb * 1024 / 1e6, kb * 1024 / size }'
+done

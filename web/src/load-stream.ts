@@ -1,0 +1,140 @@
+// Loading a checkpoint as it arrives: a `fetch` Response, a File/Blob or any stream of bytes goes to the core in
+// pieces (Calls.loadBegin / loadChunk / loadEnd), each written there straight into the model's parameters, so
+// neither JS nor the wasm heap ever holds the whole file (io/checkpoint.h CheckpointSink). Progress after each
+// piece; an AbortSignal cancels between pieces (and cancels the source's pending read).
+import type { Backend } from "./platform.js";
+import type { ModelOut } from "./protocol.js";
+import type { CheckpointSource, LoadOptions, ModelKind } from "./types.js";
+import { describe } from "./validate.js";
+
+/** The pieces the core takes per call: large enough that a call costs nothing beside its copy. */
+const PIECE = 4 << 20;
+
+/** The signal's reason as the Error a cancelled load rejects with. */
+function abortError(signal: AbortSignal): Error {
+  const r: unknown = signal.reason;
+  return r instanceof Error ? r : new DOMException("qkv: the load was aborted", "AbortError");
+}
+
+function throwIfAborted(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw abortError(signal);
+}
+
+interface Opened {
+  total: number | undefined;
+  chunks: AsyncIterable<Uint8Array>;
+}
+
+/** The chunks of a ReadableStream; an abort cancels the pending read (which then ends the stream). */
+async function* readAll(stream: ReadableStream<Uint8Array>, signal: AbortSignal | undefined): AsyncIterable<Uint8Array> {
+  const reader = stream.getReader();
+  const cancel = () => void reader.cancel().catch(() => undefined);
+  signal?.addEventListener("abort", cancel);
+  let finished = false;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) {
+        finished = true;
+        return;
+      }
+      if (!(value instanceof Uint8Array)) {
+        throw new TypeError(`qkv: a checkpoint stream must give Uint8Array chunks, got ${describe(value)}`);
+      }
+      yield value;
+    }
+  } finally {
+    signal?.removeEventListener("abort", cancel);
+    if (!finished) cancel();  // stopped early (an error, an abort): the source need not go on
+    reader.releaseLock();
+  }
+}
+
+/** Views of a buffer already in memory, PIECE bytes each. */
+function* slices(b: Uint8Array): Iterable<Uint8Array> {
+  for (let at = 0; at < b.length; at += PIECE) yield b.subarray(at, Math.min(b.length, at + PIECE));
+}
+
+function isResponse(v: unknown): v is Response {
+  return typeof Response === "function" && v instanceof Response;
+}
+function isBlob(v: unknown): v is Blob {
+  return typeof Blob === "function" && v instanceof Blob;
+}
+function isStream(v: unknown): v is ReadableStream<Uint8Array> {
+  return typeof ReadableStream === "function" && v instanceof ReadableStream;
+}
+
+function open(source: CheckpointSource, signal: AbortSignal | undefined): Opened {
+  if (source instanceof Uint8Array) return { total: source.length, chunks: toAsync(slices(source)) };
+  if (source instanceof ArrayBuffer) return open(new Uint8Array(source), signal);
+  if (isResponse(source)) {
+    if (!source.ok) throw new Error(`qkv: cannot load ${source.url || "the response"}: HTTP ${source.status} ${source.statusText}`.trim());
+    if (!source.body) throw new Error(`qkv: cannot load ${source.url || "the response"}: it has no body`);
+    // Content-Length counts the encoded bytes: unknown when the server compressed the body.
+    const length = source.headers.get("content-length");
+    const encoded = (source.headers.get("content-encoding") ?? "identity") !== "identity";
+    const total = length !== null && !encoded && /^\d+$/.test(length) ? Number(length) : undefined;
+    return { total, chunks: readAll(source.body, signal) };
+  }
+  if (isBlob(source)) return { total: source.size, chunks: readAll(source.stream() as ReadableStream<Uint8Array>, signal) };
+  if (isStream(source)) return { total: undefined, chunks: readAll(source, signal) };
+  throw new TypeError(
+    `source must be a Uint8Array, an ArrayBuffer, a Response, a Blob or a ReadableStream of a safetensors file, got ${describe(source)}`,
+  );
+}
+
+async function* toAsync(it: Iterable<Uint8Array>): AsyncIterable<Uint8Array> {
+  yield* it;
+}
+
+/**
+ * Pieces of PIECE bytes (the last shorter) from chunks of any size, each in a buffer of its own: what crosses to
+ * a Worker is then that piece alone (a view's whole buffer would be cloned with it).
+ */
+async function* pieces(chunks: AsyncIterable<Uint8Array>): AsyncIterable<Uint8Array> {
+  let piece = new Uint8Array(PIECE);
+  let used = 0;
+  for await (const chunk of chunks) {
+    for (let at = 0; at < chunk.length; ) {
+      const n = Math.min(PIECE - used, chunk.length - at);
+      piece.set(chunk.subarray(at, at + n), used);
+      used += n;
+      at += n;
+      if (used === PIECE) {
+        yield piece;
+        piece = new Uint8Array(PIECE);
+        used = 0;
+      }
+    }
+  }
+  if (used > 0) yield piece.slice(0, used);
+}
+
+/** Streams `source` into a new model of `kind` in the core (model.ts loadIn). */
+export async function loadStream(
+  be: Backend,
+  kind: ModelKind,
+  source: CheckpointSource,
+  options: LoadOptions,
+): Promise<ModelOut> {
+  const { onProgress, signal } = options;
+  throwIfAborted(signal);
+  const opened = open(source, signal);
+  const { loader } = await be.call("loadBegin", { kind, total: opened.total ?? -1 });
+  let loaded = 0;
+  try {
+    for await (const piece of pieces(opened.chunks)) {
+      throwIfAborted(signal);
+      await be.call("loadChunk", { loader, bytes: piece });
+      loaded += piece.length;
+      onProgress?.({ loaded, total: opened.total });
+    }
+    throwIfAborted(signal);
+    return await be.call("loadEnd", { loader });
+  } catch (e) {
+    // The core's loader is gone after its own error; after an abort or a failed source it is dropped here.
+    await be.call("loadAbort", { loader }).catch(() => undefined);
+    throw signal?.aborted ? abortError(signal) : e;
+  }
+}
