@@ -5,7 +5,7 @@
 
 #include "config.h"
 #include "convert.h"
-#include "ops/webgpu_backend.h"
+#include "exec/webgpu/webgpu_backend.h"
 #include "qkv/error.h"
 
 namespace qkv::js {
