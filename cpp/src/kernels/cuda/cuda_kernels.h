@@ -209,8 +209,8 @@ inline AdamChoice adam_choice(const ops::AdamPlan& plan) {
 // gate's sum of squares (the same partial sums, added in the same order), then the clipping factor and the
 // update, which is skipped when either is not finite (or the plan's state says so: ops/adam_plan.h). The hyper's
 // grad_scale is ignored; choice_dev, where set, holds adam_choice(plan) in device memory (a captured step's scalar
-// block: exec/cuda/step_graph.h) and is read in its place. clipped_adam_sums(scratch) returns {s, the gate's} of the last step
-// on that scratch (it waits); they are the two doubles at clipped_adam_sums_offset() doubles into it.
+// block: exec/cuda/step_graph.h) and is read in its place. clipped_adam_sums(scratch) returns {s, the gate's} of the
+// last step on that scratch (it waits); they are the two doubles at clipped_adam_sums_offset() doubles into it.
 // scratch: clipped_adam_scratch_size() doubles, the same from step to step (it keeps the plan's AdamState), zeroed
 // when made.
 size_t clipped_adam_scratch_size();
