@@ -49,7 +49,7 @@
 #if QKV_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/step_graph.h"
+#include "exec/cuda/step_graph.h"
 #endif
 
 namespace {
@@ -346,7 +346,7 @@ int run(int argc, char** argv) {
   std::printf("peak: %s (TFLOP/s, %s)\n", peak.source.c_str(), a.precision.c_str());
 #if QKV_CUDA
   if (a.device == qkv::Device::CUDA) {
-    // What the step graph did over the run (kernels/cuda/step_graph.h): the timed steps should all be replays.
+    // What the step graph did over the run (exec/cuda/step_graph.h): the timed steps should all be replays.
     const auto& g = qkv::kernels::cuda::step_graph().counts();
     std::printf("CUDA graph: %s; %lld captured, %lld replayed, %lld run again op by op\n",
                 qkv::kernels::cuda::step_graph().enabled() ? "on" : "off (QKV_CUDA_GRAPH=0)", g.captured, g.replayed,

@@ -1,6 +1,6 @@
 // Data-parallel training speed (issue 23): run under `mpirun -np N` (or alone for N = 1), one thread per rank.
 // Each rank trains its rows of a global batch of random tokens, the gradients summed in buckets during the
-// backward (dist/data_parallel.h). Timed twice: with the overlap (buckets start as the backward finishes them)
+// backward (parallel/data_parallel.h). Timed twice: with the overlap (buckets start as the backward finishes them)
 // and without (every bucket summed after the backward, blocking), so that
 //   comm per step       = the blocking sum's time per step (overlap off),
 //   exposed per step    = the time the step spent in communication calls with the overlap on,
@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "dist/data_parallel.h"
-#include "dist/mpi.h"
+#include "parallel/data_parallel.h"
+#include "parallel/mpi.h"
 #include "qkv/language_model.h"
 #include "qkv/seq2seq.h"
 #include "qkv/thread_pool.h"

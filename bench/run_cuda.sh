@@ -54,7 +54,7 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" ncu 
       [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
       QKV_CUDA_SYNC=1 build/cuda/tests/cpp/qkv_tests --gtest_filter='CudaOps.Attention*:CudaFlashAttention.*' >"$out/cuda_tests_sync.log" 2>&1 ||
         { echo "attention tests failed with QKV_CUDA_SYNC=1 (see cuda_tests_sync.log)"; status=1; }
-      # The models' GPU tests train through the step graph by default (kernels/cuda/step_graph.h); op by op too.
+      # The models' GPU tests train through the step graph by default (exec/cuda/step_graph.h); op by op too.
       QKV_CUDA_GRAPH=0 build/cuda/tests/cpp/qkv_tests --gtest_filter='ModelDeviceCuda*:ParityModelsCuda*' >"$out/cuda_tests_no_graph.log" 2>&1 ||
         { echo "model tests failed with QKV_CUDA_GRAPH=0 (see cuda_tests_no_graph.log)"; status=1; }
       build/cuda/tests/cpp/qkv_tests --gtest_brief=1 >"$out/all_tests.log" 2>&1 || { echo "full suite failed (all_tests.log)"; status=1; }

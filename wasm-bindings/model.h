@@ -9,7 +9,7 @@
 
 #include "config.h"
 #include "convert.h"
-#include "ops/webgpu_backend.h"
+#include "exec/webgpu/webgpu_backend.h"
 #include "qkv/checkpoint_loader.h"
 #include "qkv/error.h"
 

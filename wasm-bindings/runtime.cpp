@@ -4,10 +4,10 @@
 #include <malloc.h>
 
 #include "convert.h"
+#include "exec/webgpu/webgpu_backend.h"
 #include "model.h"
 #include "ops/backend_check.h"
 #include "ops/ops.h"
-#include "ops/webgpu_backend.h"
 #include "qkv/cpu.h"
 #include "qkv/qkv.h"
 #include "qkv/safetensors.h"

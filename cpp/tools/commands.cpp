@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "dist/mpi.h"
+#include "parallel/mpi.h"
 #if QKV_NCCL
-#include "dist/nccl.h"
+#include "parallel/nccl.h"
 #endif
 #include "distributed.h"
 #include "io/checksum.h"

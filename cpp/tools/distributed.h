@@ -1,7 +1,7 @@
 #pragma once
 // `mpirun -np N qkv train ...`: data-parallel training with the same arguments on every rank. Each rank builds
 // the same global batch of every step (a function of seed and step), trains on its own rows of it, and the
-// model's gradient sync (dist/data_parallel.h) sums the gradients, each rank's weighted by its share of the
+// model's gradient sync (parallel/data_parallel.h) sums the gradients, each rank's weighted by its share of the
 // batch's counted targets, so that N ranks follow one process with the same --batch to float rounding.
 // Rank 0 logs, evaluates and writes the checkpoints; every rank loads one at --resume (on any number of ranks).
 #include <memory>
@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/data_parallel.h"
+#include "parallel/communicator.h"
+#include "parallel/data_parallel.h"
 #include "qkv/error.h"
 #include "task.h"
 
@@ -23,7 +23,7 @@ struct CollectiveError : Error {
 
 class Distributed {
  public:
-  // The world of an active MPI session (dist/mpi.h).
+  // The world of an active MPI session (parallel/mpi.h).
   Distributed(std::unique_ptr<dist::Communicator> comm, const dist::DataParallelOptions& options);
   ~Distributed();
 

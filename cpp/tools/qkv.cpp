@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "commands.h"
-#include "dist/mpi.h"
 #include "distributed.h"
+#include "parallel/mpi.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
 #include "task.h"

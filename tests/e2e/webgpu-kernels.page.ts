@@ -1,6 +1,6 @@
 /// <reference types="@webgpu/types" />
 // The page of webgpu-kernels.test.ts, bundled by esbuild: every WGSL kernel of web/src/webgpu/kernels.ts on
-// random inputs over ragged shapes, against plain JS ports of cpp/src/ops/reference_backend.cpp's loops (in
+// random inputs over ragged shapes, against plain JS ports of cpp/src/exec/reference/reference_backend.cpp's loops (in
 // double; dropout masks and argmax exactly). A minimal Dispatcher and arena stand in for the GPU worker.
 //
 // Error measure per output: max over elements of |gpu - ref| / max(|ref|, 0.01 * max|ref|): relative, with a

@@ -1,10 +1,10 @@
 // The two halves of the WebGPU command protocol agree: every opcode and control word of the core's
-// cpp/src/ops/webgpu_protocol.h has the same number in the GPU worker's web/src/webgpu/protocol.ts.
+// cpp/src/exec/webgpu/webgpu_protocol.h has the same number in the GPU worker's web/src/webgpu/protocol.ts.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { Control, Op, SUM_SQUARES_BLOCK } from "../../web/src/webgpu/protocol.js";
 
-const header = readFileSync(new URL("../../cpp/src/ops/webgpu_protocol.h", import.meta.url), "utf8");
+const header = readFileSync(new URL("../../cpp/src/exec/webgpu/webgpu_protocol.h", import.meta.url), "utf8");
 
 describe("WebGPU protocol", () => {
   it("has the same opcodes on both sides", () => {

@@ -64,7 +64,7 @@ class Model {
   void zero_grad();
   bool apply_gradients();
 
-  // Data-parallel training (cpp/src/dist): from now on apply_gradients() sums every rank's gradients into this
+  // Data-parallel training (cpp/src/parallel): from now on apply_gradients() sums every rank's gradients into this
   // replica's before the step (each rank gives accumulate() the weight of its share of the global batch), the
   // sums overlapping the backward. nullptr: this process trains alone again. The caller keeps `sync` alive.
   void set_gradient_sync(dist::GradientSync* sync);

@@ -20,10 +20,10 @@
 #include <span>
 #include <vector>
 
-#include "dist/sync.h"
 #include "nn/dropout.h"
 #include "nn/parameters.h"
 #include "ops/ops.h"
+#include "parallel/sync.h"
 #include "qkv/error.h"
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
@@ -163,7 +163,7 @@ struct ModelCore {
   // under NonFinite::Error the gradients are zeroed again (the step began from zero) and check_loss throws.
   // Backends that decide on the host (CPU, WebGPU: queues_whole_steps() false) keep the checked order, which
   // waits less there (no backward for a non-finite loss, no sums read back); so does data parallel, whose
-  // reduction carries the loss's finiteness (dist/).
+  // reduction carries the loss's finiteness (parallel/).
   template <class ForwardLoss, class Backward>
   float train_step(uint64_t key, ForwardLoss&& forward_loss, Backward&& backward) {
     settle_all();
@@ -417,7 +417,7 @@ struct ModelCore {
  public:
   MemoryUsage memory() const {
     const size_t weights = params.count() * sizeof(float);
-    // The moments: this replica's part under ZeRO-1 (dist/). A loaded model has neither gradients nor moments
+    // The moments: this replica's part under ZeRO-1 (parallel/). A loaded model has neither gradients nor moments
     // until it trains (nn::Parameters::ForLoading).
     const size_t grads = params.has_training() ? weights : 0;
     return {weights, grads, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};

@@ -89,11 +89,11 @@ class Parameters {
   size_t moments_begin() const { return m_begin_; }
   size_t moments_size() const { return m_.numel(); }
   bool moments_sharded() const { return has_training() && (m_begin_ != 0 || m_.numel() != total_); }
-  // ZeRO-1 (dist/): this replica keeps the moments of [begin, end) of the layout only, their values kept where
+  // ZeRO-1 (parallel/): this replica keeps the moments of [begin, end) of the layout only, their values kept where
   // it held them (else 0); a Param's m and v are then empty. shard_moments(0, count()) makes them whole again.
   void shard_moments(size_t begin, size_t end);
 
-  // Backward progress, for data-parallel training (dist/): models register their tensors in forward order, so
+  // Backward progress, for data-parallel training (parallel/): models register their tensors in forward order, so
   // a backward makes their gradients final from the last one back. The stacks call grads_final_from(offset)
   // after each layer's backward: every gradient at offsets >= `offset` of grads() is final for this backward
   // (nothing later in it adds to them). A listener may start reducing them at once.

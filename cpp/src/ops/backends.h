@@ -1,6 +1,6 @@
 #pragma once
 // The three executors behind ops::backend(): each defined in its own file, made once by the registry
-// (ops/backend.cpp). make_cuda_backend exists in builds with CUDA (kernels/cuda/cuda_backend.cpp); without
+// (ops/backend.cpp). make_cuda_backend exists in builds with CUDA (exec/cuda/cuda_backend.cpp); without
 // it, ops/no_cuda.cpp defines it to throw.
 #include <memory>
 
@@ -8,10 +8,10 @@
 
 namespace qkv::ops {
 
-std::unique_ptr<Backend> make_cpu_backend();        // ops/cpu_backend.cpp
-std::unique_ptr<Backend> make_reference_backend();  // ops/reference_backend.cpp
-std::unique_ptr<Backend> make_cuda_backend();       // kernels/cuda/cuda_backend.cpp, or ops/no_cuda.cpp
-// The connected WebGPU executor (ops/webgpu_backend.cpp); throws qkv::Error with the reason when none is.
+std::unique_ptr<Backend> make_cpu_backend();        // exec/cpu/cpu_backend.cpp
+std::unique_ptr<Backend> make_reference_backend();  // exec/reference/reference_backend.cpp
+std::unique_ptr<Backend> make_cuda_backend();       // exec/cuda/cuda_backend.cpp, or ops/no_cuda.cpp
+// The connected WebGPU executor (exec/webgpu/webgpu_backend.cpp); throws qkv::Error with the reason when none is.
 Backend& webgpu_backend();
 
 // Host memory for the two executors whose device is the CPU (cpu and reference, ops/backend.cpp): 64-byte

@@ -6,10 +6,10 @@
 // Why a table of virtual methods (ggml's backend table) rather than a Device argument on free functions or a
 // template: a model picks its backend at run time (created on a device, moved with to()), one indirect call per
 // op is nothing next to the op, and the three executors stay three classes side by side:
-//   reference (ops/reference_backend.cpp): plain loops, no threads, the oracle every other backend is tested
+//   reference (exec/reference/reference_backend.cpp): plain loops, no threads, the oracle every other backend is tested
 //                                          against (tests/cpp/ops/backend_ops_test.cpp);
-//   cpu       (ops/cpu_backend.cpp): the xsimd kernels of kernels/cpu and the thread pool; also wasm's;
-//   cuda      (kernels/cuda/cuda_backend.cpp): kernels/cuda, cuBLAS for products; only in builds with CUDA.
+//   cpu       (exec/cpu/cpu_backend.cpp): the xsimd kernels of kernels/cpu and the thread pool; also wasm's;
+//   cuda      (exec/cuda/cuda_backend.cpp): kernels/cuda, cuBLAS for products; only in builds with CUDA.
 //
 // Rules every backend keeps (the formulas and aliasing rules of each op are kernels/kernels.h's, repeated here
 // only where the contract adds something):

@@ -2,7 +2,7 @@
 // The host side of a training step launched as one unit (ops.h: Backend::begin_step), whatever launches the
 // unit: which step of a key runs op by op, which is captured and which replayed; the captured ops' signatures
 // and the check of a replay's walk against them; the block of values that change from step to step. The CUDA
-// backend drives CUDA graphs with it (kernels/cuda/step_graph.h); models/deferred_step_test.cpp drives a CPU
+// backend drives CUDA graphs with it (exec/cuda/step_graph.h); models/deferred_step_test.cpp drives a CPU
 // executor that defers a step's ops the same way, so that the model side of the contract is tested everywhere.
 //
 // Per key: the first step is Eager (and plans every buffer), the next Capture, later ones Replay while its graph

@@ -7,7 +7,7 @@
 namespace qkv::ops {
 
 // A Linear layer's fused epilogue: the bias alone, or the bias then ReLU, exact (erf) GELU or GELU's tanh
-// approximation (GPT-2's gelu_new). The values are the WebGPU protocol's act codes (ops/webgpu_protocol.h).
+// approximation (GPT-2's gelu_new). The values are the WebGPU protocol's act codes (exec/webgpu/webgpu_protocol.h).
 enum class Act { Identity, ReLU, GELU, GELUTanh };
 
 // Multi-head scaled dot-product attention's sizes, strides, masks and dropout (kernels.h: attention_forward).
@@ -21,7 +21,7 @@ struct AttentionShape {
   int q_pos = 0;   // causal: query t is key position q_pos + t
   int k_rows = 0;  // rows per batch in k, v (and key_pad); 0 means Tk
   // CUDA only: when set, the kernels read the seed from this device address instead (a captured training step's
-  // scalar block, refreshed before each replay: kernels/cuda/step_graph.h). Backends set it; layers never do.
+  // scalar block, refreshed before each replay: exec/cuda/step_graph.h). Backends set it; layers never do.
   const uint64_t* seed_device = nullptr;
   int key_rows() const { return k_rows > 0 ? k_rows : Tk; }
 };

@@ -7,8 +7,8 @@
 #if QKV_CUDA
 #include <cuda_runtime.h>
 
+#include "exec/cuda/step_graph.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/step_graph.h"
 #endif
 
 namespace qkv {

@@ -74,7 +74,7 @@ void Optimizer::reserve(nn::Parameters& params) {
 void Optimizer::make_ranges(nn::Parameters& params) {
   // One pass over the flat buffers: each tensor's weight decay as a range, adjacent tensors with the same
   // decay merged (the padding between them is 0 and stays 0). Under ZeRO-1 only the part [b, e) of the layout
-  // whose moments this replica keeps is updated (dist/ gathers the other ranks' parts); ranges are then
+  // whose moments this replica keeps is updated (parallel/ gathers the other ranks' parts); ranges are then
   // relative to b.
   const size_t b = params.moments_begin(), e = b + params.moments1().size();
   ranges_.clear();

@@ -1,6 +1,6 @@
 // The tensor-core attention kernels (kernels/cuda/flash_attention.cu) against the reference executor
-// (ops/reference_backend.cpp: plain loops, dot products in double), forward (out, lse) and backward (dq, dk, dv),
-// in both precisions, on ragged shapes: T in 1, 3, 17, 64, 67, 257 (below, at and past the 16-row warp tiles and
+// (exec/reference/reference_backend.cpp: plain loops, dot products in double), forward (out, lse) and backward (dq, dk,
+// dv), in both precisions, on ragged shapes: T in 1, 3, 17, 64, 67, 257 (below, at and past the 16-row warp tiles and
 // the 32/64-row block tiles), head sizes 16, 32, 64, 96, 128 (each template instance, D = 32, 64, 96, 128) and odd
 // ones (3, 17, 67: zero-padded columns, the scalar loads), causal or not, key_pad with a batch whose keys are all
 // padding, dropout (the same counter-based mask: outputs differ if a single kept/dropped decision does), a KV

@@ -1,8 +1,8 @@
-// The NCCL communicator (dist/nccl.h) on one GPU, one rank (QKV_NCCL builds; skipped without a GPU): sums and
+// The NCCL communicator (parallel/nccl.h) on one GPU, one rank (QKV_NCCL builds; skipped without a GPU): sums and
 // gathers on device memory, and a LanguageModel on the GPU training through dist::DataParallel over NCCL as it
 // trains alone. Several ranks: tests/mpi with --device cuda on a machine with GPUs (one per rank: NCCL refuses
 // two ranks of one communicator on the same GPU).
-#include "dist/nccl.h"
+#include "parallel/nccl.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cuda_test_util.h"
-#include "dist/data_parallel.h"
-#include "dist/loopback.h"
 #include "ops/ops.h"
+#include "parallel/data_parallel.h"
+#include "parallel/loopback.h"
 #include "qkv/language_model.h"
 #include "runtime/random.h"
 

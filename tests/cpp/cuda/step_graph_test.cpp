@@ -1,9 +1,9 @@
-// The training step launched as one CUDA graph (kernels/cuda/step_graph.h; ops.h: Backend::begin_step): for each
+// The training step launched as one CUDA graph (exec/cuda/step_graph.h; ops.h: Backend::begin_step): for each
 // model, steps with the graph (one eager step per shape, then a capture, then replays) give the bits of the same
 // steps run op by op (QKV_CUDA_GRAPH=0's path) — losses, weights, Adam moments and step counts — while the values
 // that change from step to step change (dropout seeds, a warmup's lr, the loss's 1/count with padding), shapes
 // change and come back, and a step goes non-finite. Needs a GPU (skipped without one).
-#include "kernels/cuda/step_graph.h"
+#include "exec/cuda/step_graph.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The tensor-core attention kernels (kernels/cuda/flash_attention.cuh), run on the CPU by the warp emulator
 // (warp_emulation.h: every thread a fiber, real barriers, the mma.sync and cvt.rna.tf32 semantics of the PTX ISA),
-// against the reference executor (ops/reference_backend.cpp: plain loops, dot products in double). These run in
-// every build, with or without CUDA or a GPU: they check the kernels' indices, tile bounds, masks, fragment
-// layouts, online softmax, recomputation from lse and the dropout mask as written. The GPU tests
+// against the reference executor (exec/reference/reference_backend.cpp: plain loops, dot products in double). These run
+// in every build, with or without CUDA or a GPU: they check the kernels' indices, tile bounds, masks, fragment layouts,
+// online softmax, recomputation from lse and the dropout mask as written. The GPU tests
 // (tests/cpp/cuda/flash_attention_test.cpp) check the same on the hardware, with its rounding and its memory.
 // Tolerances: 3xTF32 (fp32 mode) within 1e-5 * max(1, |ref|) element by element, as on the GPU; TF32 and bf16
 // within kAttentionTf32Tolerance and kAttentionBf16Tolerance of each output's largest |value| (at least 1).

@@ -104,17 +104,22 @@ TEST(BadInput, LoadOfAForeignStateDictSaysHowItLoads) {
   const auto seed003 = import_fixture("seed003_classifier");
   ASSERT_FALSE(seed003.empty());
   const std::string e = message_of([&] { Classifier::load(seed003); });
-  for (const char* part : {"a seed003 state dict does not fix the whole config of a classifier",
-                           "config.context is missing: it is required", "load_weights (JS: loadWeights)",
-                           "qkv import --from seed003"})
+  for (const char* part :
+       {"a seed003 state dict does not fix the whole config of a classifier",
+        "config.context is missing: it is required", "load_weights (JS: loadWeights)", "qkv import --from seed003"})
     EXPECT_NE(e.find(part), std::string::npos) << part << " is not in: " << e;
-  Classifier m({.vocab_size = 20, .context = 512, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 2,
+  Classifier m({.vocab_size = 20,
+                .context = 512,
+                .d_model = 16,
+                .heads = 4,
+                .layers = 2,
+                .d_ff = 32,
+                .classes = 2,
                 .head = ClassifierHead::MLP});
   EXPECT_NO_THROW(m.load_weights(seed003));
 
   const std::string lm = message_of([&] { LanguageModel::load(import_fixture("nanogpt_bias")); });
-  EXPECT_NE(lm.find("a nanogpt state dict does not fix the whole config of a language_model"), std::string::npos)
-      << lm;
+  EXPECT_NE(lm.find("a nanogpt state dict does not fix the whole config of a language_model"), std::string::npos) << lm;
   EXPECT_NE(lm.find("heads is missing"), std::string::npos) << lm;
 }
 

@@ -5,7 +5,7 @@
 // vectorised kernel: 1e-6 relative over 10 steps) and the gradient norm (float partial sums added in double).
 // Failures: an error in the worker and a device loss arrive as qkv::Error naming them; a model too big for the
 // adapter's one buffer is refused with needed vs available; a ring far smaller than a step wraps correctly.
-#include "ops/webgpu_backend.h"
+#include "exec/webgpu/webgpu_backend.h"
 
 #include <gtest/gtest.h>
 

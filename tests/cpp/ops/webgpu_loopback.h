@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "exec/webgpu/webgpu_backend.h"
+#include "exec/webgpu/webgpu_protocol.h"
 #include "ops/ops.h"
-#include "ops/webgpu_backend.h"
-#include "ops/webgpu_protocol.h"
 
 namespace qkv::test {
 

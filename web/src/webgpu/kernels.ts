@@ -1,6 +1,6 @@
 // The WGSL kernels of the op contract (cpp/src/ops/ops.h), one per op (a few passes where an op reduces across
 // rows), as the GPU worker encodes them for the core's commands (protocol.ts). Their formulas are the
-// reference executor's (cpp/src/ops/reference_backend.cpp), which every executor is checked against; the
+// reference executor's (cpp/src/exec/reference/reference_backend.cpp), which every executor is checked against; the
 // browser test runs ops/backend_check.cpp's sweep on them against the wasm core (checkBackend()).
 //
 // Conventions. Every kernel binds the whole arena as `mem: array<u32>` (dispatch.ts) and reads its command's

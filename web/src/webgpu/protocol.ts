@@ -1,5 +1,5 @@
-// The command stream from the C++ core (cpp/src/ops/webgpu_backend.cpp) to the GPU worker (gpu-worker.ts).
-// cpp/src/ops/webgpu_protocol.h is the other half: the opcodes and word layouts below must match it.
+// The command stream from the C++ core (cpp/src/exec/webgpu/webgpu_backend.cpp) to the GPU worker (gpu-worker.ts).
+// cpp/src/exec/webgpu/webgpu_protocol.h is the other half: the opcodes and word layouts below must match it.
 //
 // Why a stream: the core's model code is synchronous C++ running in the qkv Worker, and WebGPU's readbacks
 // are asynchronous (mapAsync). So the GPU belongs to a second worker, which reads the core's commands out of

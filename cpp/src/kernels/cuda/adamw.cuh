@@ -94,7 +94,7 @@ __global__ void sum_squares_kernel(double* partial, const float* x, size_t n, si
 // update happens when the gradients' sum and the gate's (gate_partial; null: no gate) are finite and the plan's
 // state allows it (ops::adam_pick, which picks the case's scalars and counts the step in *state), with the
 // clipping factor of the first. The choice is c, or *c_dev where set (a captured step's scalar block,
-// step_graph.h: lr and t change from step to step).
+// exec/cuda/step_graph.h: lr and t change from step to step).
 __global__ void clip_decision_kernel(ClipDecision* out, ops::AdamState* state, const double* partial,
                                      const double* gate_partial, int blocks, float max_norm, AdamChoice c,
                                      const AdamChoice* c_dev) {

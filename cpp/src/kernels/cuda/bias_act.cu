@@ -15,6 +15,7 @@
 // da, a may alias h (Identity), y may alias x.
 // db: one thread per (block of 32 rows, column) writes dh for its rows and sums them (common.cuh), so the
 // backward is one pass over da and h whether or not dh is wanted.
+#include "kernels/cuda/bias_act.cuh"  // the bias + activation kernels
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/dropout_hash.h"
@@ -24,80 +25,6 @@ namespace qkv::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-// sigma(z) of GELU's tanh form from e = exp(-|z|), which cannot overflow (z infinite when h^3 overflows: e = 0);
-// sigma (1 - sigma) = e r^2 for either sign of z.
-__device__ inline float gelu_tanh_sigma(float h, float& e, float& r) {
-  const float z = h * (1.5957691216057308f + 1.5957691216057308f * 0.044715f * h * h);  // 2 sqrt(2/pi) (h + k h^3)
-  e = expf(-fabsf(z));
-  r = 1.f / (1.f + e);
-  return z < 0.f ? e * r : r;
-}
-
-__device__ inline float act_of(Act act, float h) {
-  switch (act) {
-    case Act::Identity: return h;
-    case Act::ReLU: return fmaxf(h, 0.f);
-    case Act::GELU: return 0.5f * h * (1.f + erff(h * 0.70710678118654752f));
-    case Act::GELUTanh: {
-      float e, r;
-      return h * gelu_tanh_sigma(h, e, r);
-    }
-  }
-  return h;
-}
-
-// da * act'(h).
-__device__ inline float grad_of(Act act, float da, float h) {
-  switch (act) {
-    case Act::Identity: return da;
-    case Act::ReLU: return h > 0.f ? da : 0.f;
-    case Act::GELU: {
-      const float cdf = 0.5f * (1.f + erff(h * 0.70710678118654752f));
-      const float pdf = 0.3989422804014327f * expf(-0.5f * h * h);
-      return da * (cdf + h * pdf);
-    }
-    case Act::GELUTanh: {
-      float e, r;
-      const float sigma = gelu_tanh_sigma(h, e, r), x = fminf(fmaxf(h, -10.f), 10.f);
-      const float dz = 1.5957691216057308f * (1.f + 3.f * 0.044715f * x * x);
-      return da * (sigma + x * dz * e * r * r);
-    }
-  }
-  return da;
-}
-
-__global__ void bias_act_forward_kernel(float* a, float* h, const float* b, Act act, size_t n, int N) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    float v = h[i];
-    if (b) h[i] = v = v + b[i % N];
-    a[i] = act_of(act, v);
-  }
-}
-
-// dh only (no bias gradient wanted).
-__global__ void bias_act_backward_kernel(float* dh, const float* da, const float* h, Act act, size_t n) {
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    dh[i] = grad_of(act, da[i], h ? h[i] : 0.f);
-}
-
-// partial (blocks, N): [k][c] = sum of dh over block k's rows, in row order; dh written on the way (dh null: not).
-__global__ void bias_act_columns_kernel(float* partial, float* dh, const float* da, const float* h, Act act, int rows,
-                                        int N) {
-  const int k = blockIdx.x, c = blockIdx.y * kColumnThreads + threadIdx.x;
-  if (c >= N) return;
-  const int r1 = min(rows, (k + 1) * kColumnBlockRows);
-  float sum = 0.f;
-  for (int r = k * kColumnBlockRows; r < r1; ++r) {
-    const size_t i = static_cast<size_t>(r) * N + c;
-    const float d = grad_of(act, da[i], h ? h[i] : 0.f);
-    if (dh) dh[i] = d;
-    sum += d;
-  }
-  partial[static_cast<size_t>(k) * N + c] = sum;
-}
 
 __global__ void dropout_kernel(float* out, const float* in, size_t n, uint32_t threshold, float scale, uint64_t seed,
                                const uint64_t* seed_dev) {

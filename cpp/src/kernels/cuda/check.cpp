@@ -82,7 +82,7 @@ void throw_cublas_error(const char* op, const char* call, int status) {
 void check_launch(const char* op) {
   check_cuda(cudaGetLastError(), op, "kernel launch");
   if (!sync_after_launch()) return;
-  // Inside a capture (step_graph.h) nothing runs yet, and a wait would break it.
+  // Inside a capture (exec/cuda/step_graph.h) nothing runs yet, and a wait would break it.
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(stream(), &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) return;
   check_cuda(cudaDeviceSynchronize(), op, "kernel (synchronised after launch)");

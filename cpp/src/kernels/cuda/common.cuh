@@ -63,8 +63,8 @@ __device__ T block_reduce(T v, Op op, T identity) {
   __syncthreads();  // part and result are reused by the next call
   return r;
 }
-// A launch argument a captured training step refreshes between replays (step_graph.h): read from device memory
-// when dev is set, else the value the launch carries.
+// A launch argument a captured training step refreshes between replays (exec/cuda/step_graph.h): read from device
+// memory when dev is set, else the value the launch carries.
 template <class T>
 __device__ inline T step_value(T value, const T* dev) {
   return dev ? *dev : value;

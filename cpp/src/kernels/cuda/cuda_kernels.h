@@ -99,7 +99,7 @@ void bias_act_backward(float* dh, float* db, float* scratch, const float* da, co
 
 // kernels.h: dropout_forward / dropout_backward over n elements, with the CPU's counter-based hash
 // (dropout_hash.h): for the same (seed, p) the masks are identical, element for element. seed_dev: where set,
-// the kernel reads the seed there (a captured step's scalar block: step_graph.h).
+// the kernel reads the seed there (a captured step's scalar block: exec/cuda/step_graph.h).
 void dropout_forward(float* y, const float* x, size_t n, float p, uint64_t seed, const uint64_t* seed_dev = nullptr);
 void dropout_backward(float* dx, const float* dy, size_t n, float p, uint64_t seed, const uint64_t* seed_dev = nullptr);
 
@@ -160,7 +160,7 @@ void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t
 // ---- Softmax cross-entropy (crossentropy.cu) ----
 
 // kernels.h: crossentropy_forward / crossentropy_forward_backward. targets: (rows) device ids from upload_ids.
-// scale_dev: where set, the kernels read the scale there (a captured step's scalar block: step_graph.h).
+// scale_dev: where set, the kernels read the scale there (a captured step's scalar block: exec/cuda/step_graph.h).
 void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int rows, int V, int ignore_index,
                           float smoothing);
 void crossentropy_forward_backward(float* losses, float* dlogits, const float* logits, const int32_t* targets,
@@ -209,8 +209,8 @@ inline AdamChoice adam_choice(const ops::AdamPlan& plan) {
 // gate's sum of squares (the same partial sums, added in the same order), then the clipping factor and the
 // update, which is skipped when either is not finite (or the plan's state says so: ops/adam_plan.h). The hyper's
 // grad_scale is ignored; choice_dev, where set, holds adam_choice(plan) in device memory (a captured step's scalar
-// block: step_graph.h) and is read in its place. clipped_adam_sums(scratch) returns {s, the gate's} of the last step
-// on that scratch (it waits); they are the two doubles at clipped_adam_sums_offset() doubles into it.
+// block: exec/cuda/step_graph.h) and is read in its place. clipped_adam_sums(scratch) returns {s, the gate's} of the
+// last step on that scratch (it waits); they are the two doubles at clipped_adam_sums_offset() doubles into it.
 // scratch: clipped_adam_scratch_size() doubles, the same from step to step (it keeps the plan's AdamState), zeroed
 // when made.
 size_t clipped_adam_scratch_size();

@@ -1,7 +1,7 @@
-// dist/mpi.h in builds without MPI: never launched by MPI, so no session and no world.
+// parallel/mpi.h in builds without MPI: never launched by MPI, so no session and no world.
 #include <cstdlib>
 
-#include "dist/mpi.h"
+#include "parallel/mpi.h"
 #include "qkv/error.h"
 
 namespace qkv::dist {

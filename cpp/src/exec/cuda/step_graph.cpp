@@ -1,4 +1,4 @@
-#include "kernels/cuda/step_graph.h"
+#include "exec/cuda/step_graph.h"
 
 #include <cuda_runtime.h>
 

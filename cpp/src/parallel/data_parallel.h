@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/sync.h"
+#include "parallel/communicator.h"
+#include "parallel/sync.h"
 
 namespace qkv::dist {
 

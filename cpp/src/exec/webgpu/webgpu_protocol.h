@@ -1,5 +1,5 @@
 #pragma once
-// The command stream of the WebGPU backend (ops/webgpu_backend.cpp) to the GPU worker of the npm package: the
+// The command stream of the WebGPU backend (exec/webgpu/webgpu_backend.cpp) to the GPU worker of the npm package: the
 // opcodes and the control block. web/src/webgpu/protocol.ts is the other half and documents every command's
 // words; the numbers here must match it (tests/web/webgpu-protocol.test.ts checks that they do).
 #include <cstdint>

@@ -5,7 +5,7 @@
 // everything); the small host values go through the host communicator (MPI).
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace qkv::dist {
 

@@ -1,6 +1,6 @@
 // Data parallel without MPI: the backward's progress signal (nn::Parameters::on_grads_final) and the bucketing
 // of dist::DataParallel, in one process. The multi-process behaviour is tests/mpi (ctest Mpi.*).
-#include "dist/data_parallel.h"
+#include "parallel/data_parallel.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <functional>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/loopback.h"
+#include "parallel/communicator.h"
+#include "parallel/loopback.h"
 #include "qkv/classifier.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"

@@ -1,5 +1,5 @@
-// dist/nccl.h (QKV_NCCL builds).
-#include "dist/nccl.h"
+// parallel/nccl.h (QKV_NCCL builds).
+#include "parallel/nccl.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -9,7 +9,7 @@
 // Device memory is the GPU worker's arena, one storage buffer; a device pointer here is kBase + its byte
 // offset in the arena (never dereferenced on this side). The allocator (first fit, 256-byte blocks) lives
 // here so that allocate() needs no round trip; the worker only hears the arena's new high-water mark.
-#include "ops/webgpu_backend.h"
+#include "exec/webgpu/webgpu_backend.h"
 
 #include <algorithm>
 #include <atomic>
@@ -23,9 +23,9 @@
 #include <thread>
 #include <vector>
 
+#include "exec/webgpu/webgpu_protocol.h"
 #include "ops/backends.h"
 #include "ops/ops.h"
-#include "ops/webgpu_protocol.h"
 #include "qkv/error.h"
 
 #if defined(__EMSCRIPTEN__)

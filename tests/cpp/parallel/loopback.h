@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace qkv::test {
 

@@ -1,6 +1,6 @@
-// dist/mpi.h with MPI (QKV_MPI builds): nonblocking MPI_Iallreduce on host float buffers for the buckets,
+// parallel/mpi.h with MPI (QKV_MPI builds): nonblocking MPI_Iallreduce on host float buffers for the buckets,
 // blocking collectives for the small values.
-#include "dist/mpi.h"
+#include "parallel/mpi.h"
 
 #include <mpi.h>
 

@@ -3,7 +3,7 @@
 // CMake's FindMPI finds MPI (QKV_MPI); without it, launched_by_mpi() is false and world() throws.
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace qkv::dist {
 

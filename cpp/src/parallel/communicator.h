@@ -1,6 +1,6 @@
 #pragma once
-// A group of processes (ranks) that reduce together: what data-parallel training needs of MPI (dist/mpi.cpp,
-// CPU tensors) or NCCL (dist/nccl.cpp, GPU tensors). Collectives are matched by the order they are started in,
+// A group of processes (ranks) that reduce together: what data-parallel training needs of MPI (parallel/mpi.cpp,
+// CPU tensors) or NCCL (parallel/nccl.cpp, GPU tensors). Collectives are matched by the order they are started in,
 // so every rank must start the same ones in the same order.
 #include <cstddef>
 #include <cstdint>

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <vector>
 
+#include "exec/cuda/step_graph.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/host_copies.h"
-#include "kernels/cuda/step_graph.h"
 #include "kernels/cuda/stream.h"
 #include "ops/backends.h"
 #include "ops/step_recorder.h"

@@ -1,5 +1,5 @@
 #pragma once
-// What a model's training step asks of a data-parallel group (dist/data_parallel.h), so that models/ knows
+// What a model's training step asks of a data-parallel group (parallel/data_parallel.h), so that models/ knows
 // no communicator: models::ModelCore::apply_gradients calls reduce() before the optimizer step and after_step()
 // after it. An implementation hears of the backward's progress through nn::Parameters::on_grads_final.
 #include "nn/parameters.h"
