@@ -30,6 +30,7 @@ export { LanguageModel } from "./language-model.js";
 export { Seq2Seq } from "./seq2seq.js";
 export { Classifier } from "./classifier.js";
 export {
+  BpeTokenizer,
   ByteTokenizer,
   CharTokenizer,
   Tokenizer,
@@ -37,6 +38,7 @@ export {
   type AnyTokenizer,
   type DecodeOptions,
   type EncodeOptions,
+  type HfTokenizerJSON,
   type SpecialTokenOptions,
   type TokenizerJSON,
 } from "./tokenizer.js";
