@@ -149,7 +149,9 @@ Bpe::Bpe(Spec spec) : spec_(std::move(spec)) {
 
   auto pairs = std::make_shared<PairTable>(spec_.merges.size());
   for (size_t r = 0; r < spec_.merges.size(); ++r) {
-    const auto& [a, b] = spec_.merges[r];
+    // Named references, not a structured binding: Clang 14 (the wasm build's) cannot capture those.
+    const std::string& a = spec_.merges[r].first;
+    const std::string& b = spec_.merges[r].second;
     const auto ia = by_text_.find(a), ib = by_text_.find(b), im = by_text_.find(a + b);
     const auto missing = [&](const std::string& t) {
       return detail::cat("tokenizer.json: field \"model.merges[", r, "]\" = \"", a, " ", b, "\": \"", t,
@@ -228,7 +230,7 @@ void Bpe::merge(std::vector<int32_t>& s) const {
   s.resize(w);
 }
 
-void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const {
+void Bpe::encode_piece(std::string_view piece, WordCache* cache, std::vector<int32_t>& ids) const {
   if (spec_.ignore_merges) {
     const auto it = by_bytes_.find(std::string(piece));
     if (it != by_bytes_.end()) {
@@ -236,17 +238,14 @@ void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const 
       return;
     }
   }
-  thread_local std::string key;
-  key.assign(piece);
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    const auto it = cache_.find(key);
-    if (it != cache_.end()) {
-      ids.insert(ids.end(), it->second.begin(), it->second.end());
-      return;
-    }
+  const uint64_t h = cache ? WordCache::hash(piece) : 0;
+  std::span<const int32_t> cached;
+  if (cache && cache->find(piece, h, cached)) {
+    ids.insert(ids.end(), cached.begin(), cached.end());
+    return;
   }
-  std::vector<int32_t> symbols(piece.size());
+  thread_local std::vector<int32_t> symbols;
+  symbols.resize(piece.size());
   for (size_t i = 0; i < piece.size(); ++i) symbols[i] = byte_id_[static_cast<unsigned char>(piece[i])];
   merge(symbols);
   // A byte with no token of its own: unk, or dropped when there is none (both reference implementations).
@@ -255,15 +254,12 @@ void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& ids) const 
     if (v >= 0 || unk_ >= 0) symbols[w++] = v >= 0 ? v : unk_;
   symbols.resize(w);
   ids.insert(ids.end(), symbols.begin(), symbols.end());
-  // The Rust crate caches 10,000 words; @huggingface/tokenizers 10,000 in LRU order. Here the first
-  // 65,536 distinct pieces shorter than 256 bytes stay: enough for a book's words, bounded for a stream.
-  if (piece.size() < 256) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() < 65536) cache_.emplace(key, std::move(symbols));
-  }
+  // The Rust crate caches 10,000 words, @huggingface/tokenizers 10,000 in LRU order; here the first 65,536
+  // distinct pieces (bpe_cache.h): enough for a book's words, bounded for a stream.
+  if (cache) cache->insert(piece, h, symbols);
 }
 
-void Bpe::encode_text(std::string_view text, std::vector<int32_t>& ids) const {
+void Bpe::encode_text(std::string_view text, WordCache* cache, std::vector<int32_t>& ids) const {
   if (text.empty()) return;
   thread_local std::string prefixed;
   if (spec_.add_prefix_space && text[0] != ' ') {
@@ -272,18 +268,20 @@ void Bpe::encode_text(std::string_view text, std::vector<int32_t>& ids) const {
     text = prefixed;
   }
   if (!spec_.use_regex) {
-    encode_piece(text, ids);
+    encode_piece(text, cache, ids);
     return;
   }
   thread_local std::vector<std::string_view> pieces;
   pieces.clear();
   split_gpt2(text, pieces);
-  for (std::string_view p : pieces) encode_piece(p, ids);
+  for (std::string_view p : pieces) encode_piece(p, cache, ids);
 }
 
 std::vector<int32_t> Bpe::encode(std::string_view text, bool split_special) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3);
+  std::unique_lock<std::mutex> lock(cache_mutex_, std::try_to_lock);
+  WordCache* cache = lock.owns_lock() ? &cache_ : nullptr;
   size_t start = 0;  // start of the stretch of plain text not yet encoded
   size_t pos = 0;
   while (pos < text.size()) {
@@ -301,14 +299,14 @@ std::vector<int32_t> Bpe::encode(std::string_view text, bool split_special) cons
       ++pos;
       continue;
     }
-    encode_text(text.substr(start, (hit->lstrip ? trim_end(text, start, pos) : pos) - start), ids);
+    encode_text(text.substr(start, (hit->lstrip ? trim_end(text, start, pos) : pos) - start), cache, ids);
     ids.push_back(hit->id);
     pos += hit->content.size();
     if (hit->rstrip)
       for (size_t len; pos < text.size() && is_js_space(text, pos, len);) pos += len;
     start = pos;
   }
-  encode_text(text.substr(start), ids);
+  encode_text(text.substr(start), cache, ids);
   return ids;
 }
 

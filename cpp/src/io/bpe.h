@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "io/bpe_cache.h"
+
 namespace qkv::bpe {
 
 // An entry of tokenizer.json's "added_tokens" (single_word is refused: @huggingface/tokenizers ignores it
@@ -66,8 +68,9 @@ class Bpe {
 
  private:
   struct PairTable;
-  void encode_text(std::string_view text, std::vector<int32_t>& ids) const;
-  void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const;
+  // cache: the word cache, or nullptr when another thread holds it.
+  void encode_text(std::string_view text, WordCache* cache, std::vector<int32_t>& ids) const;
+  void encode_piece(std::string_view piece, WordCache* cache, std::vector<int32_t>& ids) const;
   void merge(std::vector<int32_t>& symbols) const;
 
   Spec spec_;
@@ -82,9 +85,11 @@ class Bpe {
   std::vector<const AddedToken*> matchable_;  // added tokens by decreasing length (leftmost-longest)
   bool first_byte_[256];                      // bytes that start some added token
 
-  // Pieces already encoded (GPT-2 text repeats its words): shared by the copies of a tokenizer, so guarded.
+  // Pieces already encoded: shared by the copies of a tokenizer, so guarded. An encode call takes the lock
+  // once, if it is free; when another thread's encode holds it, this one runs without the cache (same ids,
+  // slower) rather than waiting.
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable WordCache cache_;
 };
 
 // tokenizer.json (parsed by the caller, which looks at its "model" field to tell it from qkv's form) and its
