@@ -21,15 +21,14 @@ CharClass classify(char32_t cp) {
   return CharClass::Other;
 }
 
-// Latin-1 (U+0000..U+00FF) is most text's bulk: one table lookup instead of three searches.
-const std::array<CharClass, 256> kLatin1 = [] {
+}  // namespace
+
+const std::array<CharClass, 256> kLatin1Classes = [] {
   std::array<CharClass, 256> t{};
   for (char32_t c = 0; c < 256; ++c) t[c] = classify(c);
   return t;
 }();
 
-}  // namespace
-
-CharClass char_class(char32_t cp) { return cp < 256 ? kLatin1[cp] : classify(cp); }
+CharClass char_class_beyond_latin1(char32_t cp) { return classify(cp); }
 
 }  // namespace qkv::bpe
