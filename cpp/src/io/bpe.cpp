@@ -92,9 +92,20 @@ size_t trim_end(std::string_view s, size_t begin, size_t end) {
 
 Bpe::Bpe(Spec spec) : spec_(std::move(spec)) {
   // Ids: the model vocabulary, then the added tokens over it.
+  // The ids must cover 0..n-1, so n is at most the number of entries: checked before anything is sized by
+  // an id (a file claiming id 10^9 for one token must not allocate a billion slots).
   int32_t n = 0;
-  for (const auto& [text, id] : spec_.vocab) n = std::max(n, id + 1);
-  for (const AddedToken& a : spec_.added) n = std::max(n, a.id + 1);
+  const size_t entries = spec_.vocab.size() + spec_.added.size();
+  for (const auto& [text, id] : spec_.vocab) {
+    check(id >= 0 && static_cast<size_t>(id) < entries, "tokenizer.json: field \"model.vocab\": token \"", text,
+          "\" has id ", id, ": expected an id below ", entries, " (the ids must cover 0..size-1 with no gap)");
+    n = std::max(n, id + 1);
+  }
+  for (const AddedToken& a : spec_.added) {
+    check(a.id >= 0 && static_cast<size_t>(a.id) < entries, "tokenizer.json: field \"added_tokens\": \"", a.content,
+          "\" has id ", a.id, ": expected an id below ", entries, " (the ids must cover 0..size-1 with no gap)");
+    n = std::max(n, a.id + 1);
+  }
   check(n > 0, "tokenizer.json: field \"model.vocab\" is empty: expected at least one token");
   tokens_.assign(n, std::string());
   std::vector<uint8_t> seen(n, 0);

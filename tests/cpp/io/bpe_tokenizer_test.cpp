@@ -212,6 +212,8 @@ TEST(BpeTokenizer, RefusesMalformedFilesNamingTheField) {
                    "id 5 is given to both");
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["model"]["vocab"].erase("Ġt"); })),
                    "no token has id 256");
+  EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["model"]["vocab"]["Ġt"] = 1000000000; })),
+                   "token \"Ġt\" has id 1000000000: expected an id below 658");
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["pre_tokenizer"]["type"] = "Whitespace"; })),
                    "field \"pre_tokenizer.type\" = \"Whitespace\" is not supported");
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) {
