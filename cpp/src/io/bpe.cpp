@@ -30,14 +30,14 @@ struct Bpe::PairTable {
   }
   static uint64_t key_of(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
   static uint64_t hash(uint64_t k) { return (k * 0x9E3779B97F4A7C15ull) >> 29; }
-  // false when the pair is there already (its first, lower rank stays, as in both reference implementations).
-  bool insert(int32_t a, int32_t b, int32_t rank, int32_t merged) {
+  // A pair listed twice keeps its later rank: both reference implementations build their rank map by
+  // inserting the merges in order, the later entry replacing the earlier.
+  void insert(int32_t a, int32_t b, int32_t rank, int32_t merged) {
     const uint64_t k = key_of(a, b);
     for (uint64_t i = hash(k) & mask;; i = (i + 1) & mask) {
-      if (slots[i].key == k) return false;
-      if (slots[i].key == ~uint64_t{0}) {
+      if (slots[i].key == k || slots[i].key == ~uint64_t{0}) {
         slots[i] = {k, rank, merged};
-        return true;
+        return;
       }
     }
   }
@@ -111,16 +111,12 @@ Bpe::Bpe(Spec spec) : spec_(std::move(spec)) {
   std::vector<uint8_t> seen(n, 0);
   added_kind_.assign(n, 0);
   for (const auto& [text, id] : spec_.vocab) {
-    check(id >= 0, "tokenizer.json: field \"model.vocab\": token \"", text, "\" has id ", id,
-          ": expected a non-negative id");
     check(!seen[id], "tokenizer.json: field \"model.vocab\": id ", id, " is given to both \"", tokens_[id], "\" and \"",
           text, "\": expected distinct ids");
     seen[id] = 1;
     tokens_[id] = text;
   }
   for (const AddedToken& a : spec_.added) {
-    check(a.id >= 0, "tokenizer.json: field \"added_tokens\": \"", a.content, "\" has id ", a.id,
-          ": expected a non-negative id");
     check(!a.content.empty(), "tokenizer.json: field \"added_tokens\": id ", a.id,
           " has an empty \"content\": expected the token's text");
     check(seen[a.id] != 2 && (!seen[a.id] || tokens_[a.id] == a.content), "tokenizer.json: field \"added_tokens\": \"",

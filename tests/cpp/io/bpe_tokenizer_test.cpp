@@ -236,6 +236,19 @@ TEST(BpeTokenizer, RefusesMalformedFilesNamingTheField) {
   EXPECT_EQ(seq.encode("Hello world"), fixture().base.encode("Hello world"));
 }
 
+TEST(BpeTokenizer, AMergeListedTwiceKeepsItsLaterRank) {
+  // @huggingface/tokenizers (and the Rust crate) build the rank map in order, a later entry replacing an
+  // earlier one: "b c" ranks 2, after "a b", so "abc" is "ab" "c" (ids 3, 2: what @huggingface/tokenizers
+  // 0.2.0 gives for this file).
+  const Tokenizer t = Tokenizer::from_json(
+      R"({"added_tokens":[],"normalizer":null,"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},)"
+      R"("decoder":{"type":"ByteLevel"},"model":{"type":"BPE","vocab":{"a":0,"b":1,"c":2,"ab":3,"bc":4},)"
+      R"("merges":["b c","a b","b c"]}})");
+  EXPECT_EQ(t.encode("abc"), (Ids{3, 2}));
+  // Bytes with no token of their own (here all but a, b, c) are dropped when there is no unk_token.
+  EXPECT_EQ(t.encode("abxc"), (Ids{3, 2}));
+}
+
 TEST(BpeTokenizer, RefusesBadIdsAndText) {
   const Tokenizer& t = fixture().base;
   EXPECT_ERROR_HAS(t.decode(Ids{1, 657}), "token id 657 at position 1 is out of range: expected [0, 657)");
