@@ -270,7 +270,9 @@ void Bpe::encode_text(std::string_view text, WordCache* cache, std::vector<int32
   if (text.empty()) return;
   thread_local std::string prefixed;
   if (spec_.add_prefix_space && text[0] != ' ') {
-    prefixed.assign(" ");
+    // clear + push_back rather than assign(" "), which trips GCC 12's false -Wrestrict warning.
+    prefixed.clear();
+    prefixed.push_back(' ');
     prefixed.append(text);
     text = prefixed;
   }

@@ -87,7 +87,8 @@ Spec train(std::string_view text, int vocab_size, const TrainOptions& options) {
     const auto count_stretch = [&](std::string_view s) {
       if (s.empty()) return;
       if (options.add_prefix_space && s[0] != ' ') {
-        stretch_buf = " ";
+        stretch_buf.clear();  // not `= " "`: GCC 12's false -Wrestrict warning
+        stretch_buf.push_back(' ');
         stretch_buf += s;
         s = stretch_buf;
       }
