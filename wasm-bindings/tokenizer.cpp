@@ -39,14 +39,26 @@ class JsTokenizer {
       return new JsTokenizer(qkv::Tokenizer::word_level(text, max_vocab, special_tokens(specials), lowercase));
     });
   }
+  static JsTokenizer* from_vocab_merges(std::string vocab, std::string merges) {
+    return guarded([&] { return new JsTokenizer(qkv::Tokenizer::from_vocab_merges(vocab, merges)); });
+  }
+  // special_tokens: an array of strings (the package checked the types).
+  static JsTokenizer* train_bpe(std::string text, int vocab_size, val special_tokens, bool add_prefix_space) {
+    return guarded([&] {
+      qkv::BpeTrainOptions o;
+      o.special_tokens = emscripten::vecFromJSArray<std::string>(special_tokens);
+      o.add_prefix_space = add_prefix_space;
+      return new JsTokenizer(qkv::Tokenizer::train_bpe(text, vocab_size, o));
+    });
+  }
   static JsTokenizer* from_json(std::string json) {
     return guarded([&] { return new JsTokenizer(qkv::Tokenizer::from_json(json)); });
   }
 
   std::string to_json() const { return t_.to_json(); }
   // `text` arrives as its UTF-8 bytes (a JS string, or a Uint8Array of raw bytes).
-  val encode(std::string text, bool add_bos, bool add_eos) const {
-    return guarded([&] { return to_js(t_.encode(text, add_bos, add_eos)); });
+  val encode(std::string text, bool add_bos, bool add_eos, bool split_special) const {
+    return guarded([&] { return to_js(t_.encode(text, add_bos, add_eos, split_special)); });
   }
   // The decoded bytes: the JS side reads them as UTF-8 (a byte tokenizer may decode to any bytes).
   val decode(val ids, bool skip_special) const {
@@ -87,6 +99,8 @@ EMSCRIPTEN_BINDINGS(qkv_tokenizer) {
       .class_function("byteLevel", &JsTokenizer::byte_level, allow_raw_pointers())
       .class_function("wordLevel", &JsTokenizer::word_level, allow_raw_pointers())
       .class_function("fromJSON", &JsTokenizer::from_json, allow_raw_pointers())
+      .class_function("fromVocabMerges", &JsTokenizer::from_vocab_merges, allow_raw_pointers())
+      .class_function("trainBpe", &JsTokenizer::train_bpe, allow_raw_pointers())
       .function("toJSON", &JsTokenizer::to_json)
       .function("encode", &JsTokenizer::encode)
       .function("decode", &JsTokenizer::decode)

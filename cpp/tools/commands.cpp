@@ -197,6 +197,7 @@ int run_train(const TrainArgs& a) {
     fixed(!a.config.empty(), "--config", "the model and optimizer");
     fixed(a.batch.given, "--batch", "the batch size");
     fixed(a.seed.given, "--seed", "the seed");
+    fixed(a.tokenizer.given || a.vocab_size.given, "--tokenizer/--vocab-size", "the tokenizer");
     const std::string text = read_text(a.data);
     task = Task::load(a.resume);
     if (a.model.given && parse_kind(a.model.value) != task->kind())
@@ -209,7 +210,16 @@ int run_train(const TrainArgs& a) {
     if (!a.steps.given && task->train.steps == 0) task->train.steps = 1000;
   } else {
     const Kind kind = parse_kind(a.model.value);
-    const Setup setup = resolve_setup(kind, a.config);
+    Setup setup = resolve_setup(kind, a.config);
+    if (a.tokenizer.value == "bpe") {
+      if (kind != Kind::LM)
+        throw UsageError("--tokenizer bpe: only an lm trains a BPE tokenizer (seq2seq and classifier use char)");
+      if (!a.vocab_size.given) throw UsageError("--tokenizer bpe needs --vocab-size N (e.g. 2000)");
+      setup.tokenizer = "bpe";
+      setup.bpe_vocab_size = a.vocab_size.value;
+    } else if (a.vocab_size.given) {
+      throw UsageError("--vocab-size is for --tokenizer bpe (a char tokenizer's vocabulary is the text's characters)");
+    }
     const int steps = a.steps.given ? a.steps.value : 1000;
     nlohmann::json opt = setup.optimizer;
     if (a.lr.given) opt["lr"] = a.lr.value;

@@ -17,7 +17,8 @@ struct TrainArgs {
   std::string data, config, out, resume, device;  // device: "" = not given
   std::string precision;                          // --precision fp32|tf32|bf16 ("" = fp32), CUDA only
   Flag<std::string> model{"lm"}, non_finite{"error"};
-  Flag<int> steps, threads, batch, eval_every, log_every;
+  Flag<std::string> tokenizer{"char"};  // lm: char, or bpe trained on --data to --vocab-size tokens
+  Flag<int> steps, threads, batch, eval_every, log_every, vocab_size;
   Flag<double> lr;
   Flag<uint64_t> seed;
   // Data parallel (started by mpirun): the bucket size of the gradient sums, and the replica check of the tests.

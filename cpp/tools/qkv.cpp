@@ -41,7 +41,8 @@ class Flags {
 
 const char* const kTrainFooter = R"(
 Data (--data):
-  lm          plain UTF-8 text; the tokenizer is its distinct characters
+  lm          plain UTF-8 text; the tokenizer is its distinct characters, or with --tokenizer bpe
+              --vocab-size N a byte-level BPE trained on it (GPT-2's; <|endoftext|> separates documents)
   seq2seq     TSV lines source<TAB>target
   classifier  TSV lines label<TAB>text
   The last 10% (of the text, or of the lines) is held out for the evaluation lines.
@@ -94,6 +95,12 @@ int main(int argc, char** argv) {
   flags.add(t, "--model", train.model, "lm, seq2seq or classifier (default lm)")
       ->check(CLI::IsMember({"lm", "seq2seq", "classifier"}));
   t->add_option("--config", train.config, "A preset (tiny, small) or a JSON file (below)");
+  flags.add(t, "--tokenizer", train.tokenizer, "lm: char (default: the text's characters) or bpe (byte-level BPE)")
+      ->check(CLI::IsMember({"char", "bpe"}));
+  flags
+      .add(t, "--vocab-size", train.vocab_size,
+           "--tokenizer bpe: tokens to train, <|endoftext|> and 256 bytes included")
+      ->check(CLI::Range(257, 1 << 24));
   flags.add(t, "--steps", train.steps, "Total optimizer steps (default 1000)")->check(CLI::PositiveNumber);
   t->add_option("--out", train.out, "Checkpoint to write (default model.safetensors)");
   t->add_option("--resume", train.resume, "Checkpoint to continue from");

@@ -169,7 +169,18 @@ class LmTask final : public Task {
         throw UsageError("--stop \"" + stop_chars + "\": a character is not in the checkpoint's vocabulary");
       o.stop_tokens.push_back(id);
     }
-    model_->generate(ids, o, [&](int32_t t) { return on_text(tok_.decode(std::span<const int32_t>(&t, 1))); });
+    // A BPE token can end inside a character (GPT-2 spells many emoji in two tokens), which alone decodes to
+    // U+FFFD: such tokens are held back until the character is whole (4 tokens at most, the longest UTF-8).
+    std::vector<int32_t> pending;
+    const bool bpe = tok_.kind() == "bpe";
+    model_->generate(ids, o, [&](int32_t t) {
+      pending.push_back(t);
+      const std::string s = tok_.decode(pending);
+      if (bpe && pending.size() < 4 && s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
+      pending.clear();
+      return on_text(s);
+    });
+    if (!pending.empty()) on_text(tok_.decode(pending));
   }
 
   Model& model() const override { return *model_; }
@@ -572,7 +583,10 @@ std::unique_ptr<Task> Task::create(Kind kind, const std::string& path, const std
   switch (kind) {
     case Kind::LM: {
       check_text(path, text, "plain text");
-      Tokenizer tok = prefixed(path, [&] { return Tokenizer::char_level(text, unk_only()); });
+      Tokenizer tok = prefixed(path, [&] {
+        return setup.tokenizer == "bpe" ? Tokenizer::train_bpe(text, setup.bpe_vocab_size)
+                                        : Tokenizer::char_level(text, unk_only());
+      });
       model["vocab_size"] = tok.size();
       const auto config = build(language_model_config_from_json);
       auto m = prefixed(where, [&] { return std::make_unique<LanguageModel>(config, optimizer); });

@@ -45,6 +45,10 @@ struct Setup {
   nlohmann::json optimizer;
   int batch = 0;
   std::string device;  // "cpu", "cuda", or "" when the file does not say
+  // lm: "char" (the text's distinct characters) or "bpe" (byte-level BPE trained on the text to
+  // bpe_vocab_size tokens, <|endoftext|> included: Tokenizer::train_bpe). Set by `qkv train --tokenizer`.
+  std::string tokenizer = "char";
+  int bpe_vocab_size = 0;
 };
 // `config` is a preset name ("tiny", "small") or a JSON file {"preset", "model", "optimizer", "batch", "device"}
 // whose fields override the preset's (default "tiny"). UsageError for an unknown preset name.

@@ -66,6 +66,20 @@ expect 0 "^loss [0-9.]+  perplexity [0-9.]+  accuracy [0-9.]+  \(16 examples of 
 expect 1 "cls.safetensors: holds a classifier model: generate needs an lm or seq2seq checkpoint" -- \
   generate --threads 1 --ckpt cls.safetensors --prompt "kiwi"
 
+# lm with a byte-level BPE trained on the data: the tokenizer travels in the checkpoint, and generate decodes
+# through it (the same seed, the same text).
+expect 0 "done step 6/6" -- train --threads 1 --data text.txt --config tiny.json --steps 6 --tokenizer bpe \
+  --vocab-size 300 --out bpe.safetensors
+expect 0 "tokenizer +bpe, 300 tokens" -- info --ckpt bpe.safetensors
+expect 0 "^the" -- generate --threads 1 --ckpt bpe.safetensors --prompt "the" --max-tokens 20 --seed 3
+first=$(cat "$OUT")
+expect 0 "^the" -- generate --threads 1 --ckpt bpe.safetensors --prompt "the" --max-tokens 20 --seed 3
+[ "$(cat "$OUT")" = "$first" ] || fail "bpe: the same seed gave a different text"
+expect 2 "--tokenizer bpe needs --vocab-size" -- train --data text.txt --tokenizer bpe
+expect 2 "--vocab-size is for --tokenizer bpe" -- train --data text.txt --vocab-size 300
+expect 2 "--tokenizer bpe: only an lm" -- train --model seq2seq --data pairs.tsv --tokenizer bpe --vocab-size 300
+expect 2 "--vocab-size: Value 200 not in range 257" -- train --data text.txt --tokenizer bpe --vocab-size 200
+
 # bench: both tables, briefly.
 expect 0 "char GPT train step" -- bench --threads 1 --steps 1 --seconds 0.01
 grep -Eq "^512 x 512 x 512 +1 +[0-9.]+ +[0-9.]+$" "$OUT" || fail "bench: no gemm row"

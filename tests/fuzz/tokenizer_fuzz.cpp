@@ -1,6 +1,7 @@
-// Fuzzes the tokenizers: their JSON form (from_json) and the char, byte and word tokenizers built from and
-// run on arbitrary text. Contract: any input ends in a result or in qkv::Error; a tokenizer that was read
-// writes JSON that reads back to the same JSON, and byte tokens round trip any bytes.
+// Fuzzes the tokenizers: their JSON form (from_json, qkv's or a Hugging Face tokenizer.json) and the char,
+// byte, word and BPE tokenizers built from and run on arbitrary text. Contract: any input ends in a result or
+// in qkv::Error; a tokenizer that was read writes JSON that reads back to the same JSON, byte tokens round
+// trip any bytes, and a BPE trained on a text decodes its encoding back to the text.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -33,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   const qkv::SpecialTokens specials{(mode & 0x10) != 0, (mode & 0x20) != 0, (mode & 0x40) != 0, (mode & 0x80) != 0};
   try {
-    switch (mode % 4) {
+    switch (mode % 5) {
       case 0: exercise(qkv::Tokenizer::from_json(text), text.substr(text.size() / 2)); break;
       case 1: exercise(qkv::Tokenizer::char_level(text, specials), text); break;
       case 2: {
@@ -46,6 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3:
         exercise(qkv::Tokenizer::word_level(text, 4 + (mode >> 2) % 64, specials, (mode & 0x8) != 0), text);
         break;
+      case 4: {
+        const qkv::Tokenizer tok = qkv::Tokenizer::train_bpe(text, 257 + (mode >> 3) % 32);
+        if (tok.decode(tok.encode(text), false) != text) __builtin_trap();  // every byte has a token
+        exercise(tok, text);
+        break;
+      }
     }
   } catch (const qkv::Error&) {
   }

@@ -54,7 +54,7 @@ export interface CoreClassifier extends CoreModelBase {
 /** A `Tokenizer` object of the Embind module. */
 export interface CoreTokenizer {
   toJSON(): string;
-  encode(text: string | Uint8Array, bos: boolean, eos: boolean): Int32Array;
+  encode(text: string | Uint8Array, bos: boolean, eos: boolean, splitSpecial: boolean): Int32Array;
   decode(ids: Int32Array, skipSpecial: boolean): Uint8Array;
   info(): Omit<TokenizerOut, "json">;
   delete(): void;
@@ -119,6 +119,8 @@ export interface QkvCore {
     byteLevel(specials: Specials): CoreTokenizer | null;
     wordLevel(text: string, maxVocab: number, specials: Specials, lowercase: boolean): CoreTokenizer | null;
     fromJSON(json: string): CoreTokenizer | null;
+    fromVocabMerges(vocab: string, merges: string): CoreTokenizer | null;
+    trainBpe(text: string, vocabSize: number, specialTokens: string[], addPrefixSpace: boolean): CoreTokenizer | null;
   };
 }
 
@@ -458,9 +460,9 @@ export class Engine {
       case "tokenizer":
         return this.buildTokenizer(req.in);
       case "encode": {
-        const { tokenizer, text, bos, eos } = req.in;
+        const { tokenizer, text, bos, eos, splitSpecial } = req.in;
         const t = this.tokenizer(tokenizer);
-        return { ids: this.run(() => t.encode(text, bos, eos)) };
+        return { ids: this.run(() => t.encode(text, bos, eos, splitSpecial ?? false)) };
       }
       case "decode": {
         const { tokenizer, ids, skipSpecial } = req.in;
@@ -629,6 +631,8 @@ export class Engine {
         case "byte": return T.byteLevel(t.specials);
         case "word": return T.wordLevel(t.text, t.maxVocab, t.specials, t.lowercase);
         case "json": return T.fromJSON(t.json);
+        case "vocabMerges": return T.fromVocabMerges(t.vocab, t.merges);
+        case "bpe": return T.trainBpe(t.text, t.vocabSize, t.specialTokens, t.addPrefixSpace);
       }
     });
     if (!tok) throw new Error("qkv: the core returned no tokenizer and no error; please report this");

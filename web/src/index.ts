@@ -33,6 +33,7 @@ export { LanguageModel } from "./language-model.js";
 export { Seq2Seq } from "./seq2seq.js";
 export { Classifier } from "./classifier.js";
 export {
+  BpeTokenizer,
   ByteTokenizer,
   CharTokenizer,
   Tokenizer,
@@ -40,6 +41,7 @@ export {
   type AnyTokenizer,
   type DecodeOptions,
   type EncodeOptions,
+  type HfTokenizerJSON,
   type SpecialTokenOptions,
   type TokenizerJSON,
 } from "./tokenizer.js";

@@ -84,7 +84,9 @@ export type TokenizerIn =
   | { kind: "char"; text: string; specials: SpecialsIn }
   | { kind: "byte"; specials: SpecialsIn }
   | { kind: "word"; text: string; maxVocab: number; specials: SpecialsIn; lowercase: boolean }
-  | { kind: "json"; json: string };
+  | { kind: "json"; json: string }
+  | { kind: "vocabMerges"; vocab: string; merges: string }
+  | { kind: "bpe"; text: string; vocabSize: number; specialTokens: string[]; addPrefixSpace: boolean };
 
 /** Which special tokens a new tokenizer has. */
 export interface SpecialsIn {
@@ -98,7 +100,7 @@ export interface SpecialsIn {
 export interface TokenizerOut {
   /** The core's JSON (`Tokenizer::to_json`). */
   json: string;
-  kind: "char" | "byte" | "word";
+  kind: "char" | "byte" | "word" | "bpe";
   size: number;
   /** -1 when absent. */
   padId: number;
@@ -151,7 +153,10 @@ export interface Calls {
   loseGpuDevice: { in: null; out: null };
   checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };
   tokenizer: { in: TokenizerIn; out: TokenizerOut };
-  encode: { in: { tokenizer: string; text: string | Uint8Array; bos: boolean; eos: boolean }; out: { ids: Int32Array } };
+  encode: {
+    in: { tokenizer: string; text: string | Uint8Array; bos: boolean; eos: boolean; splitSpecial?: boolean };
+    out: { ids: Int32Array };
+  };
   decode: { in: { tokenizer: string; ids: Int32Array; skipSpecial: boolean }; out: { bytes: Uint8Array } };
 }
 

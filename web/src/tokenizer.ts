@@ -34,12 +34,30 @@ export interface TokenizerJSON {
   vocab?: string[];
 }
 
+/**
+ * A Hugging Face `tokenizer.json` (byte-level BPE: model type `"BPE"`), the JSON form of a
+ * {@link BpeTokenizer}. Only the fields qkv reads are typed.
+ */
+export interface HfTokenizerJSON {
+  model: { type: "BPE"; vocab: Record<string, number>; merges: (string | [string, string])[]; [k: string]: unknown };
+  added_tokens?: { id: number; content: string; special?: boolean; lstrip?: boolean; rstrip?: boolean }[];
+  pre_tokenizer?: unknown;
+  decoder?: unknown;
+  [k: string]: unknown;
+}
+
 /** Options of `encode`. */
 export interface EncodeOptions {
   /** Put the bos token first (the tokenizer must have one). */
   bos?: boolean;
   /** Put the eos token last (the tokenizer must have one). */
   eos?: boolean;
+  /**
+   * {@link BpeTokenizer} only: encode special tokens found in the text (`<|endoftext|>`) as plain text
+   * rather than as their ids (default false: they are matched, as Hugging Face's tokenizers do). The other
+   * kinds never match special tokens in text.
+   */
+  splitSpecial?: boolean;
 }
 
 /** Options of `decode`. */
@@ -48,8 +66,8 @@ export interface DecodeOptions {
   skipSpecial?: boolean;
 }
 
-/** Any of the three tokenizer classes. */
-export type AnyTokenizer = CharTokenizer | ByteTokenizer | WordTokenizer;
+/** Any of the four tokenizer classes. */
+export type AnyTokenizer = CharTokenizer | ByteTokenizer | WordTokenizer | BpeTokenizer;
 
 /**
  * The core's JSON of a tokenizer made by this package, or undefined for any other value (a look-alike
@@ -82,6 +100,7 @@ function make(b: Backend, out: TokenizerOut): AnyTokenizer {
 }
 
 function jsonText(json: unknown): string {
+  // A whole tokenizer.json object is stringified here: the core parses (and validates) it.
   if (typeof json === "string") return wellFormed("json", json);
   if (typeof json === "object" && json !== null) return JSON.stringify(json);
   throw new TypeError(`json must be a tokenizer's JSON (a string or the object toJSON() returns), got ${describe(json)}`);
@@ -92,8 +111,8 @@ function jsonText(json: unknown): string {
  * special tokens first (pad, bos, eos, unk), then the vocabulary in order.
  */
 export abstract class Tokenizer {
-  /** `"char"`, `"byte"` or `"word"`. */
-  readonly kind: "char" | "byte" | "word";
+  /** `"char"`, `"byte"`, `"word"` or `"bpe"`. */
+  readonly kind: "char" | "byte" | "word" | "bpe";
   /** Number of token ids, specials included: the model's `vocabSize`. */
   readonly size: number;
   /** Id of `<pad>`, or undefined when the tokenizer has none. */
@@ -136,10 +155,11 @@ export abstract class Tokenizer {
 
   /**
    * A tokenizer from its JSON (a string, e.g. a checkpoint's `qkv.tokenizer` metadata, or the object
-   * {@link Tokenizer.toJSON} returns), of whichever kind it says. Rejects naming the field for malformed,
-   * truncated or inconsistent JSON.
+   * {@link Tokenizer.toJSON} returns), of whichever kind it says; a Hugging Face `tokenizer.json` gives a
+   * {@link BpeTokenizer}. Rejects naming the field for malformed, truncated or inconsistent JSON, and for
+   * what is not implemented (a `"WordPiece"` model, a normalizer, ...).
    */
-  static async fromJSON(json: string | TokenizerJSON): Promise<AnyTokenizer> {
+  static async fromJSON(json: string | TokenizerJSON | HfTokenizerJSON): Promise<AnyTokenizer> {
     return make(...(await build({ kind: "json", json: jsonText(json) })));
   }
 
@@ -173,16 +193,17 @@ export abstract class Tokenizer {
    * The JSON form, exactly as the core writes it: `JSON.stringify(tokenizer)` is the string the native
    * build stores (e.g. in a checkpoint's `qkv.tokenizer` metadata), and {@link Tokenizer.fromJSON} reads it back.
    */
-  toJSON(): TokenizerJSON {
-    return JSON.parse(this.#json) as TokenizerJSON;
+  toJSON(): TokenizerJSON | HfTokenizerJSON {
+    return JSON.parse(this.#json) as TokenizerJSON | HfTokenizerJSON;
   }
 
   /** @internal */
   protected async encodeAny(text: string | Uint8Array, options: EncodeOptions): Promise<Int32Array> {
-    const o = object("options", options, "{ bos?, eos? }");
+    const o = object("options", options, "{ bos?, eos?, splitSpecial? }");
     const bos = o.bos === undefined ? false : boolean("options.bos", o.bos);
     const eos = o.eos === undefined ? false : boolean("options.eos", o.eos);
-    return (await this.#backend.call("encode", { tokenizer: this.#json, text, bos, eos })).ids;
+    const splitSpecial = o.splitSpecial === undefined ? false : boolean("options.splitSpecial", o.splitSpecial);
+    return (await this.#backend.call("encode", { tokenizer: this.#json, text, bos, eos, splitSpecial })).ids;
   }
 
   /** @internal */
@@ -216,7 +237,7 @@ export class CharTokenizer extends Tokenizer {
   }
 
   /** A char tokenizer from its JSON; rejects JSON of another kind. */
-  static override async fromJSON(json: string | TokenizerJSON): Promise<CharTokenizer> {
+  static override async fromJSON(json: string | TokenizerJSON | HfTokenizerJSON): Promise<CharTokenizer> {
     return ofKind(await Tokenizer.fromJSON(json), "char");
   }
 
@@ -241,7 +262,7 @@ export class ByteTokenizer extends Tokenizer {
   }
 
   /** A byte tokenizer from its JSON; rejects JSON of another kind. */
-  static override async fromJSON(json: string | TokenizerJSON): Promise<ByteTokenizer> {
+  static override async fromJSON(json: string | TokenizerJSON | HfTokenizerJSON): Promise<ByteTokenizer> {
     return ofKind(await Tokenizer.fromJSON(json), "byte");
   }
 
@@ -294,7 +315,7 @@ export class WordTokenizer extends Tokenizer {
   }
 
   /** A word tokenizer from its JSON; rejects JSON of another kind. */
-  static override async fromJSON(json: string | TokenizerJSON): Promise<WordTokenizer> {
+  static override async fromJSON(json: string | TokenizerJSON | HfTokenizerJSON): Promise<WordTokenizer> {
     return ofKind(await Tokenizer.fromJSON(json), "word");
   }
 
@@ -309,7 +330,73 @@ export class WordTokenizer extends Tokenizer {
   }
 }
 
-const CLASS_OF = { char: "CharTokenizer", byte: "ByteTokenizer", word: "WordTokenizer" } as const;
+/**
+ * Byte-level BPE, GPT-2's, id for id what Hugging Face's tokenizers give (the core's `qkv/tokenizer.h`, one
+ * implementation for native, wasm and this package): from a `tokenizer.json`, from GPT-2's older
+ * `vocab.json` + `merges.txt`, or trained on text. Special tokens (`<|endoftext|>`) in the text are matched
+ * unless `encode(text, { splitSpecial: true })`; `bosId` and `eosId` are `<|endoftext|>`'s id when it is
+ * special. Decoding reads the tokens' bytes as UTF-8 with U+FFFD for each invalid sequence, as Hugging Face's
+ * ByteLevel decoder does; `skipSpecial` (default true) drops the special tokens.
+ * Its JSON ({@link Tokenizer.toJSON}, what `save({ tokenizer })` stores) is a Hugging Face `tokenizer.json`.
+ */
+export class BpeTokenizer extends Tokenizer {
+  declare readonly kind: "bpe";
+
+  /** A BPE tokenizer from a Hugging Face `tokenizer.json` (its text or the parsed object). */
+  static override async fromJSON(json: string | TokenizerJSON | HfTokenizerJSON): Promise<BpeTokenizer> {
+    return ofKind(await Tokenizer.fromJSON(json), "bpe");
+  }
+
+  /**
+   * GPT-2's older files: `vocab.json` (`{ token: id }`) and `merges.txt` (a `#version` line, then `a b` per
+   * line), as text. `<|endoftext|>`, when in the vocabulary, is a special token.
+   */
+  static async fromVocabMerges(vocabJson: string, mergesTxt: string): Promise<BpeTokenizer> {
+    const [b, out] = await build({ kind: "vocabMerges", vocab: wellFormed("vocabJson", vocabJson), merges: wellFormed("mergesTxt", mergesTxt) });
+    return ofKind(make(b, out), "bpe");
+  }
+
+  /**
+   * Trains a byte-level BPE on `text`, deterministically, up to `vocabSize` tokens (the special tokens and the
+   * 256 bytes included; fewer when the text runs out of pairs): each merge is the most frequent adjacent pair,
+   * ties to the lower token ids. `specialTokens` (default `["<|endoftext|>"]`) get ids 0, 1, ... and are cut
+   * out of the text; `addPrefixSpace` (default false) is the pre-tokenizer's option.
+   */
+  static async train(
+    text: string,
+    options: { vocabSize: number; specialTokens?: readonly string[]; addPrefixSpace?: boolean },
+  ): Promise<BpeTokenizer> {
+    const o = object("options", options, "{ vocabSize, specialTokens?, addPrefixSpace? }");
+    const special = o.specialTokens === undefined ? ["<|endoftext|>"] : o.specialTokens;
+    if (!Array.isArray(special) || !special.every((s) => typeof s === "string")) {
+      throw new TypeError(`options.specialTokens must be an array of strings, got ${describe(special)}`);
+    }
+    const [b, out] = await build({
+      kind: "bpe",
+      text: wellFormed("text", text),
+      vocabSize: positiveInt("options.vocabSize", o.vocabSize),
+      specialTokens: special.map((s, i) => wellFormed(`options.specialTokens[${i}]`, s)),
+      addPrefixSpace: o.addPrefixSpace === undefined ? false : boolean("options.addPrefixSpace", o.addPrefixSpace),
+    });
+    return ofKind(make(b, out), "bpe");
+  }
+
+  static {
+    makers.bpe = (b, out) => new BpeTokenizer(b, out);
+  }
+
+  /** @internal Use a factory. */
+  protected constructor(b: Backend, out: TokenizerOut) {
+    super(b, out);
+  }
+
+  /** The Hugging Face `tokenizer.json` of this tokenizer: Hugging Face's libraries load it as it is. */
+  override toJSON(): HfTokenizerJSON {
+    return super.toJSON() as HfTokenizerJSON;
+  }
+}
+
+const CLASS_OF = { char: "CharTokenizer", byte: "ByteTokenizer", word: "WordTokenizer", bpe: "BpeTokenizer" } as const;
 
 /** `t` as the class of `kind`, or an error naming the kind it has. */
 function ofKind<K extends Tokenizer["kind"]>(t: AnyTokenizer, kind: K): Extract<AnyTokenizer, { kind: K }> {

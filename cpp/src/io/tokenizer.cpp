@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "io/bpe.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -220,13 +221,14 @@ std::string Tokenizer::kind() const {
     case Kind::Char: return "char";
     case Kind::Byte: return "byte";
     case Kind::Word: return "word";
+    case Kind::Bpe: return "bpe";
   }
   return "";
 }
 
 // --- encode / decode -------------------------------------------------------------------------------------
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool add_eos) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool add_eos, bool split_special) const {
   check(!add_bos || bos_ >= 0, "encode: add_bos = true but this tokenizer has no bos token: expected add_bos = false ",
         "or a tokenizer built with SpecialTokens::bos");
   check(!add_eos || eos_ >= 0, "encode: add_eos = true but this tokenizer has no eos token: expected add_eos = false ",
@@ -234,6 +236,12 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
   std::vector<int32_t> ids;
   if (add_bos) ids.push_back(bos_);
   switch (kind_) {
+    case Kind::Bpe: {
+      std::vector<int32_t> body = bpe_->encode(text, split_special);
+      if (ids.empty() && !add_eos) return body;
+      ids.insert(ids.end(), body.begin(), body.end());
+      break;
+    }
     case Kind::Byte:
       ids.reserve(ids.size() + text.size() + 1);
       for (char c : text) ids.push_back(first_ + static_cast<unsigned char>(c));
@@ -271,6 +279,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (kind_ == Kind::Bpe) return bpe_->decode(ids, skip_special);
   std::string text;
   const std::string* previous = nullptr;  // the last word written, for word-level spacing
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -291,6 +300,7 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) c
 // --- JSON ------------------------------------------------------------------------------------------------
 
 std::string Tokenizer::to_json() const {
+  if (kind_ == Kind::Bpe) return bpe::to_hf_json(bpe_->spec());
   // ordered_json keeps the fields in the order a reader expects: version, kind, special, ...
   nlohmann::ordered_json j;
   j["version"] = 1;
@@ -319,6 +329,9 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
     throw Error(std::string("tokenizer JSON: not valid JSON (a number out of range): ") + e.what());
   }
   try {
+    // Hugging Face's tokenizer.json has a "model"; qkv's form never does.
+    if (j.is_object() && j.contains("model"))
+      return Tokenizer(std::make_shared<const bpe::Bpe>(bpe::spec_from_hf_json(j)));
     return detail::TokenizerJson::parse(j);
   } catch (const json::exception& e) {
     // The checks below look at each value's type before reading it, so this is a safety net only.
@@ -334,7 +347,8 @@ Tokenizer detail::TokenizerJson::parse(const nlohmann::json& j) {
   check(version == 1, "tokenizer JSON: field \"version\" = ", shown(version), " is unsupported: expected 1");
   const std::string kind = field(j, "kind", "kind", json::value_t::string, "a string").get<std::string>();
   check(kind == "char" || kind == "byte" || kind == "word", "tokenizer JSON: field \"kind\" = \"", kind,
-        "\" is unknown: expected \"char\", \"byte\" or \"word\"");
+        "\" is unknown: expected \"char\", \"byte\" or \"word\" (a bpe tokenizer's JSON is a Hugging Face ",
+        "tokenizer.json, with a \"model\" field)");
 
   std::vector<std::string> allowed = {"version", "kind", "special"};
   if (kind != "byte") allowed.push_back("vocab");
