@@ -38,3 +38,10 @@ for _ in $(seq "$RUNS"); do
     printf "RESULT bench=import file_mb=%.1f seconds=%s cpu_seconds=%.2f peak_rss_mb=%.1f peak_over_file=%.2f\n",
       size / 1e6, w, u + s, kb * 1024 / 1e6, kb * 1024 / size }'
 done
+
+if [ -f web/dist/node.js ]; then
+  echo "== the npm package in Node: LanguageModel.load streamed from disk, and given the whole file's bytes"
+  for mode in stream bytes; do node bench/load_stream.mjs "$DIR/gpt2.safetensors" "$mode" | grep '^RESULT'; done
+else
+  echo "(the npm package's side needs web/dist: bash scripts/build-wasm.sh && npm run build:web)"
+fi

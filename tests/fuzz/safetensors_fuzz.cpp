@@ -33,8 +33,8 @@ bool stream(std::span<const uint8_t> bytes, std::vector<std::vector<uint8_t>>& g
   try {
     qkv::SafetensorsReader reader;
     std::vector<std::unique_ptr<Collect>> sink;
-    for (size_t at = 0; at < bytes.size(); at += piece) {
-      reader.push(bytes.subspan(at, std::min(piece, bytes.size() - at)));
+    for (size_t at = 0; at < bytes.size();) {
+      at += reader.push(bytes.subspan(at, std::min(piece, bytes.size() - at)));
       if (reader.has_header() && sink.empty()) {
         sink.push_back(std::make_unique<Collect>(reader.header()));
         reader.set_sink(sink.back().get());

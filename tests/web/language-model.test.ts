@@ -256,7 +256,7 @@ describe("LanguageModel: predict, attention, generate options, save and load", (
     await expect(LanguageModel.load(bytes.subarray(0, 4))).rejects.toThrow(/the file is 4 bytes, shorter than the 8-byte header/);
     await expect(LanguageModel.load(bytes.subarray(0, bytes.length - 10))).rejects.toThrow(/run past the \d+-byte data buffer \(truncated file\?\)/);
     await expect(LanguageModel.load(new TextEncoder().encode("hello world, not a checkpoint"))).rejects.toThrow(/not a safetensors file/);
-    await expect(LanguageModel.load("model.safetensors" as unknown as Uint8Array)).rejects.toThrow(/bytes must be a Uint8Array or an ArrayBuffer.*"model.safetensors"/);
+    await expect(LanguageModel.load("model.safetensors" as unknown as Uint8Array)).rejects.toThrow(/source must be a Uint8Array, an ArrayBuffer, a Response, a Blob or a ReadableStream.*"model.safetensors"/);
     const other = await LanguageModel.create({ ...CONFIG, layers: 2 });
     await expect(model.loadWeights(await other.save())).rejects.toThrow(/tensor "layers\.1\..*" is not a parameter of this model/);
     other.dispose();

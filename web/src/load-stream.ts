@@ -89,11 +89,13 @@ async function* toAsync(it: Iterable<Uint8Array>): AsyncIterable<Uint8Array> {
 }
 
 /**
- * Pieces of PIECE bytes (the last shorter) from chunks of any size, each in a buffer of its own: what crosses to
- * a Worker is then that piece alone (a view's whole buffer would be cloned with it).
+ * Pieces of PIECE bytes (the last shorter) from chunks of any size, all in one buffer of their own: what crosses
+ * to a Worker is then that piece alone (a view's whole buffer would be cloned with it). The buffer is reused: the
+ * caller is done with a piece when it asks for the next (a call has copied it into the core, or postMessage has
+ * cloned it), so the load holds one piece however long the file.
  */
 async function* pieces(chunks: AsyncIterable<Uint8Array>): AsyncIterable<Uint8Array> {
-  let piece = new Uint8Array(PIECE);
+  const piece = new Uint8Array(PIECE);
   let used = 0;
   for await (const chunk of chunks) {
     for (let at = 0; at < chunk.length; ) {
@@ -103,12 +105,11 @@ async function* pieces(chunks: AsyncIterable<Uint8Array>): AsyncIterable<Uint8Ar
       at += n;
       if (used === PIECE) {
         yield piece;
-        piece = new Uint8Array(PIECE);
         used = 0;
       }
     }
   }
-  if (used > 0) yield piece.slice(0, used);
+  if (used > 0) yield piece.slice(0, used);  // a buffer of its own size: the last piece is cloned alone
 }
 
 /** Streams `source` into a new model of `kind` in the core (model.ts loadIn). */

@@ -100,8 +100,9 @@ class SafetensorsReader {
   // the file is complete, and after the header until a sink is set.
   std::span<uint8_t> buffer();
   void commit(size_t n);
-  // Copies `bytes` through buffer() and commit().
-  void push(std::span<const uint8_t> bytes);
+  // Copies `bytes` through buffer() and commit(); returns how many it took: all of them, or fewer when the
+  // header completed while no sink is set (set one, then push the rest).
+  size_t push(std::span<const uint8_t> bytes);
 
   bool has_header() const { return parsed_; }
   const SafetensorsHeader& header() const;

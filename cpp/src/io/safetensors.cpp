@@ -521,20 +521,22 @@ void SafetensorsReader::commit(size_t n) {
   }
 }
 
-void SafetensorsReader::push(std::span<const uint8_t> bytes) {
-  while (!bytes.empty()) {
+size_t SafetensorsReader::push(std::span<const uint8_t> bytes) {
+  size_t taken = 0;
+  while (taken < bytes.size()) {
     const std::span<uint8_t> to = buffer();
     if (to.empty()) {
-      check(parsed_ && sink_ == nullptr, "safetensors: the tensors end at byte ",
-            header_.file_size - header_.data_begin, " of the data buffer but ", bytes.size(),
-            " more bytes follow, expected no bytes after the last tensor");
-      throw Error("safetensors: SafetensorsReader: the header is read: set a sink before pushing tensor bytes");
+      if (parsed_ && sink_ == nullptr) return taken;  // the header is in: the caller sets a sink, then pushes on
+      throw Error(detail::cat("safetensors: the tensors end at byte ", header_.file_size - header_.data_begin,
+                              " of the data buffer but ", bytes.size() - taken,
+                              " more bytes follow, expected no bytes after the last tensor"));
     }
-    const size_t n = std::min(to.size(), bytes.size());
-    std::memcpy(to.data(), bytes.data(), n);
+    const size_t n = std::min(to.size(), bytes.size() - taken);
+    std::memcpy(to.data(), bytes.data() + taken, n);
     commit(n);
-    bytes = bytes.subspan(n);
+    taken += n;
   }
+  return taken;
 }
 
 void SafetensorsReader::finish() const {
@@ -691,10 +693,10 @@ std::vector<uint8_t> header_of(const std::vector<TensorRef>& tensors,
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the buffer starts 8-aligned
 
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + text.size());
   const uint64_t header_size = text.size();
   std::memcpy(out.data(), &header_size, 8);
-  out.insert(out.end(), text.begin(), text.end());
+  std::memcpy(out.data() + 8, text.data(), text.size());
   data_size = offset;
   return out;
 }

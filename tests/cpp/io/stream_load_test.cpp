@@ -85,8 +85,8 @@ TEST(StreamLoad, ReaderHandsOverEveryTensorExactlyForAnyPieceSize) {
     for (size_t piece : {size_t{1}, size_t{3}, size_t{7}, size_t{64}, bytes.size()}) {
       SafetensorsReader reader(bytes.size());
       std::unique_ptr<Recorder> rec;
-      for (size_t at = 0; at < bytes.size(); at += piece) {
-        reader.push(std::span<const uint8_t>(bytes).subspan(at, std::min(piece, bytes.size() - at)));
+      for (size_t at = 0; at < bytes.size();) {
+        at += reader.push(std::span<const uint8_t>(bytes).subspan(at, std::min(piece, bytes.size() - at)));
         if (reader.has_header() && !rec) {
           EXPECT_EQ(reader.header().metadata.at("k"), "v");
           EXPECT_EQ(reader.header().file_size, bytes.size());
@@ -124,7 +124,12 @@ TEST(StreamLoad, ReaderRefusesTruncatedAndOverlongStreams) {
     EXPECT_NE(m.find("truncated"), std::string::npos) << m;
   }
   SafetensorsReader reader(bytes.size() + 4);  // a size the header disagrees with
-  const std::string m = message_of([&] { reader.push(bytes); });
+  const std::string m = message_of([&] {
+    const size_t taken = reader.push(bytes);
+    Recorder sink(reader.header(), true);
+    reader.set_sink(&sink);
+    reader.push(std::span<const uint8_t>(bytes).subspan(taken));
+  });
   EXPECT_NE(m.find("expected no bytes after the last tensor"), std::string::npos) << m;
   SafetensorsReader exact;
   std::unique_ptr<Recorder> rec;
@@ -199,7 +204,11 @@ std::vector<uint8_t> rewritten(const std::vector<uint8_t>& f32, const std::strin
       if (ch == '"' || ch == '\\') escaped += '\\';
       escaped += ch;
     }
-    header += (first ? "\"" : ",\"") + k + "\":\"" + escaped + "\"";
+    header += first ? "\"" : ",\"";
+    header += k;
+    header += "\":\"";
+    header += escaped;
+    header += '"';
     first = false;
   }
   header += "}";
@@ -222,16 +231,17 @@ std::vector<uint8_t> rewritten(const std::vector<uint8_t>& f32, const std::strin
       }
     }
     std::string shape;
-    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
-    header += ",\"" + t.name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[" + shape + "],\"data_offsets\":[" +
-              std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
+    for (size_t i = 0; i < t.shape.size(); ++i) shape += detail::cat(i ? "," : "", t.shape[i]);
+    const std::string entry = detail::cat(",\"", t.name, "\":{\"dtype\":\"", dtype, "\",\"shape\":[", shape,
+                                          "],\"data_offsets\":[", begin, ",", data.size(), "]}");
+    header += entry;
   }
   header += "}";
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data.size());
   const uint64_t n = header.size();
   std::memcpy(out.data(), &n, 8);
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
+  std::memcpy(out.data() + 8, header.data(), header.size());
+  if (!data.empty()) std::memcpy(out.data() + 8 + header.size(), data.data(), data.size());
   return out;
 }
 
@@ -245,7 +255,9 @@ TEST(StreamLoad, HalfAndDoubleWeightsAreConvertedOnTheWay) {
       const auto b = load_in_pieces<LanguageModel>(bytes, piece, piece == 3);
       EXPECT_EQ(b->logits(kIds, 2, 8), whole->logits(kIds, 2, 8)) << dtype << " piece " << piece;
     }
-    if (std::string(dtype) == "F64") EXPECT_EQ(whole->logits(kIds, 2, 8), a.logits(kIds, 2, 8));
+    if (std::string(dtype) == "F64") {
+      EXPECT_EQ(whole->logits(kIds, 2, 8), a.logits(kIds, 2, 8));
+    }
   }
 }
 
