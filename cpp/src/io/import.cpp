@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <utility>
 
 #include "io/checkpoint.h"
 #include "qkv/classifier.h"
@@ -748,7 +749,7 @@ std::string detect_format(std::span<const uint8_t> bytes) { return io::detect_fo
 
 namespace io {
 
-ImportedWeights import_into(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+ImportedWeights import_into(SafetensorsFile file, const std::string& format, const std::string& kind,
                             const std::string& config_json) {
   ImportedWeights r;
   r.format = format;
@@ -768,13 +769,12 @@ ImportedWeights import_into(const SafetensorsFile& file, const std::string& form
     targets = targets_of(m), heads = m.config().heads;
   }
   const SafetensorsFile mapped = io::map_weights(file, r.format, r.kind, targets, heads, &r.notes);
+  file = {};  // the source's tensors are freed once mapped, before the output is written
+  // map_weights writes F32: the mapped bytes are the values, written out without another copy.
   std::vector<TensorRef> refs;
-  std::vector<std::vector<float>> keep;
-  keep.reserve(mapped.tensors.size());
-  for (const auto& t : mapped.tensors) {
-    keep.push_back(mapped.floats(t.name));
-    refs.emplace_back(t.name, t.shape, std::span<const float>(keep.back()));
-  }
+  for (const auto& t : mapped.tensors)
+    refs.emplace_back(t.name, t.shape,
+                      std::span<const float>(reinterpret_cast<const float*>(t.bytes.data()), t.bytes.size() / 4));
   r.weights = serialize_safetensors(refs, {{"qkv.imported_from", r.format}});
   return r;
 }
@@ -782,7 +782,7 @@ ImportedWeights import_into(const SafetensorsFile& file, const std::string& form
 }  // namespace io
 
 ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
-  const SafetensorsFile file = parse_safetensors(bytes);
+  SafetensorsFile file = parse_safetensors(bytes);
   const std::string format = o.from == "auto" ? io::detect_format(file) : o.from;
   const std::string known = std::string(", ") + io::kFormats + ", ";
   check(known.find(", " + format + ", ") != std::string::npos, "import: format \"", format,
@@ -795,7 +795,7 @@ ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptio
     const Shapes s{io::source_of(file, format)};
     config = config_of(format, s, o, kind).dump();
   }
-  return io::import_into(file, format, kind, config);
+  return io::import_into(std::move(file), format, kind, config);
 }
 
 }  // namespace qkv

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "io/checkpoint.h"
 #include "io/import.h"
@@ -94,10 +95,10 @@ std::string config_of(std::string_view text, std::vector<std::string>& notes) {
   return q.dump();
 }
 
-ImportedWeights pretrained(std::string_view config_text, const SafetensorsFile& file) {
+ImportedWeights pretrained(std::string_view config_text, SafetensorsFile file) {
   std::vector<std::string> notes;
   const std::string config = config_of(config_text, notes);
-  ImportedWeights r = io::import_into(file, "gpt2", "language_model", config);
+  ImportedWeights r = io::import_into(std::move(file), "gpt2", "language_model", config);
   r.notes.insert(r.notes.end(), notes.begin(), notes.end());
   return r;
 }
