@@ -749,27 +749,32 @@ std::string detect_format(std::span<const uint8_t> bytes) { return io::detect_fo
 
 namespace io {
 
+SafetensorsFile mapped_weights(SafetensorsFile file, const std::string& format, const std::string& kind,
+                               const std::string& config_json, std::vector<std::string>* notes) {
+  std::vector<io::Target> targets;
+  int heads = 0;
+  if (kind == "seq2seq") {
+    Seq2Seq m(seq2seq_config_from_json(config_json));
+    targets = targets_of(m), heads = m.config().heads;
+  } else if (kind == "classifier") {
+    Classifier m(classifier_config_from_json(config_json));
+    targets = targets_of(m), heads = m.config().heads;
+  } else {
+    check(kind == "language_model", "import: the file holds a \"", kind, "\", which qkv cannot import");
+    LanguageModel m(language_model_config_from_json(config_json));
+    targets = targets_of(m), heads = m.config().heads;
+  }
+  // `file`, taken by value, is freed on return: the source's tensors go once mapped, before anything is written.
+  return io::map_weights(file, format, kind, targets, heads, notes);
+}
+
 ImportedWeights import_into(SafetensorsFile file, const std::string& format, const std::string& kind,
                             const std::string& config_json) {
   ImportedWeights r;
   r.format = format;
   r.kind = kind;
   r.config_json = config_json;
-  std::vector<io::Target> targets;
-  int heads = 0;
-  if (r.kind == "seq2seq") {
-    Seq2Seq m(seq2seq_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  } else if (r.kind == "classifier") {
-    Classifier m(classifier_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  } else {
-    check(r.kind == "language_model", "import: the file holds a \"", r.kind, "\", which qkv cannot import");
-    LanguageModel m(language_model_config_from_json(r.config_json));
-    targets = targets_of(m), heads = m.config().heads;
-  }
-  const SafetensorsFile mapped = io::map_weights(file, r.format, r.kind, targets, heads, &r.notes);
-  file = {};  // the source's tensors are freed once mapped, before the output is written
+  const SafetensorsFile mapped = mapped_weights(std::move(file), r.format, r.kind, r.config_json, &r.notes);
   // map_weights writes F32: the mapped bytes are the values, written out without another copy.
   std::vector<TensorRef> refs;
   for (const auto& t : mapped.tensors)
