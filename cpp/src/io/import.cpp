@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
+#include <utility>
 
 #include "io/checkpoint.h"
 #include "nn/parameters.h"
@@ -749,30 +750,36 @@ std::string detect_format(std::span<const uint8_t> bytes) { return io::detect_fo
 
 namespace io {
 
-ImportedWeights import_into(const SafetensorsFile& file, const std::string& format, const std::string& kind,
-                            const std::string& config_json) {
-  ImportedWeights r;
-  r.format = format;
-  r.kind = kind;
-  r.config_json = config_json;
+SafetensorsFile mapped_weights(SafetensorsFile file, const std::string& format, const std::string& kind,
+                               const std::string& config_json, std::vector<std::string>* notes) {
   std::vector<io::Target> targets;
   int heads = 0;
   {
     // A model built only for its parameters' names and shapes: no initial values, no training state.
     const nn::Parameters::ForLoading names_only;
-    if (r.kind == "seq2seq") {
-      Seq2Seq m(seq2seq_config_from_json(r.config_json));
+    if (kind == "seq2seq") {
+      Seq2Seq m(seq2seq_config_from_json(config_json));
       targets = targets_of(m), heads = m.config().heads;
-    } else if (r.kind == "classifier") {
-      Classifier m(classifier_config_from_json(r.config_json));
+    } else if (kind == "classifier") {
+      Classifier m(classifier_config_from_json(config_json));
       targets = targets_of(m), heads = m.config().heads;
     } else {
-      check(r.kind == "language_model", "import: the file holds a \"", r.kind, "\", which qkv cannot import");
-      LanguageModel m(language_model_config_from_json(r.config_json));
+      check(kind == "language_model", "import: the file holds a \"", kind, "\", which qkv cannot import");
+      LanguageModel m(language_model_config_from_json(config_json));
       targets = targets_of(m), heads = m.config().heads;
     }
   }
-  const SafetensorsFile mapped = io::map_weights(file, r.format, r.kind, targets, heads, &r.notes);
+  // `file`, taken by value, is freed on return: the source's tensors go once mapped, before anything is written.
+  return io::map_weights(file, format, kind, targets, heads, notes);
+}
+
+ImportedWeights import_into(SafetensorsFile file, const std::string& format, const std::string& kind,
+                            const std::string& config_json) {
+  ImportedWeights r;
+  r.format = format;
+  r.kind = kind;
+  r.config_json = config_json;
+  const SafetensorsFile mapped = mapped_weights(std::move(file), r.format, r.kind, r.config_json, &r.notes);
   // map_weights writes F32: the mapped bytes are the values, written out without another copy.
   std::vector<TensorRef> refs;
   for (const auto& t : mapped.tensors)
@@ -785,7 +792,7 @@ ImportedWeights import_into(const SafetensorsFile& file, const std::string& form
 }  // namespace io
 
 ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
-  const SafetensorsFile file = parse_safetensors(bytes);
+  SafetensorsFile file = parse_safetensors(bytes);
   const std::string format = o.from == "auto" ? io::detect_format(file) : o.from;
   const std::string known = std::string(", ") + io::kFormats + ", ";
   check(known.find(", " + format + ", ") != std::string::npos, "import: format \"", format,
@@ -798,7 +805,7 @@ ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptio
     const Shapes s{io::source_of(file, format)};
     config = config_of(format, s, o, kind).dump();
   }
-  return io::import_into(file, format, kind, config);
+  return io::import_into(std::move(file), format, kind, config);
 }
 
 }  // namespace qkv

@@ -37,9 +37,15 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
 // only the fields present). `kind` gets the model kind the file is a state dict of.
 std::string imported_config(const SafetensorsFile& file, const std::string& format, std::string& kind);
 
+// The weights of a `kind` model of config `config_json` from `file` (in `format`): map_weights with the
+// model's parameters as targets. The file is taken (moved in) and freed once mapped.
+SafetensorsFile mapped_weights(SafetensorsFile file, const std::string& format, const std::string& kind,
+                               const std::string& config_json, std::vector<std::string>* notes);
+
 // import_weights once the config is known: `file` (in `format`) mapped onto a `kind` model of config
-// `config_json` (import_pretrained's config comes from config.json, import_weights' from the shapes).
-ImportedWeights import_into(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+// `config_json` (import_pretrained's config comes from config.json, import_weights' from the shapes). The file
+// is taken (moved in) so that its tensors are freed once mapped, before the output is written.
+ImportedWeights import_into(SafetensorsFile file, const std::string& format, const std::string& kind,
                             const std::string& config_json);
 
 // The model kind whose parameters these are (seq2seq: "generator.weight"; classifier: "classifier..."),

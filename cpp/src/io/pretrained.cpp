@@ -2,11 +2,13 @@
 // model.safetensors (or its shards), config.json mapped onto a qkv config, the weights through the gpt2
 // format's table (io/import.cpp). Only GPT-2's architecture is known here; others are refused by model_type.
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "io/checkpoint.h"
 #include "io/import.h"
@@ -94,10 +96,10 @@ std::string config_of(std::string_view text, std::vector<std::string>& notes) {
   return q.dump();
 }
 
-ImportedWeights pretrained(std::string_view config_text, const SafetensorsFile& file) {
+ImportedWeights pretrained(std::string_view config_text, SafetensorsFile file) {
   std::vector<std::string> notes;
   const std::string config = config_of(config_text, notes);
-  ImportedWeights r = io::import_into(file, "gpt2", "language_model", config);
+  ImportedWeights r = io::import_into(std::move(file), "gpt2", "language_model", config);
   r.notes.insert(r.notes.end(), notes.begin(), notes.end());
   return r;
 }
@@ -156,13 +158,11 @@ SafetensorsFile shards(const fs::path& dir, const fs::path& index_path) {
   return all;
 }
 
-}  // namespace
-
-ImportedWeights import_pretrained(std::string_view config_json, std::span<const uint8_t> weights) {
-  return pretrained(config_json, parse_safetensors(weights));
-}
-
-ImportedWeights import_pretrained(const std::string& dir) {
+// The folder's config.json and weights given to `use(config_text, SafetensorsFile)`; `tokenizer_files` (when
+// not null) gets the tokenizer files found beside them. Errors start with the folder's path.
+template <class Use>
+auto from_folder(const std::string& dir, std::map<std::string, std::string>* tokenizer_files, Use&& use)
+    -> decltype(use(std::string_view(), SafetensorsFile())) {
   const fs::path d(dir);
   std::error_code ec;
   check(fs::is_directory(d, ec), dir,
@@ -172,12 +172,16 @@ ImportedWeights import_pretrained(const std::string& dir) {
   check(has("config.json"), dir, ": there is no config.json: expected a model folder as the Hugging Face Hub ",
         "serves it (config.json and model.safetensors)");
   const std::string config = read_text(d / "config.json");
-  ImportedWeights r = io::with_path(dir, [&] {
+  if (tokenizer_files)
+    for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
+                          "special_tokens_map.json", "added_tokens.json"})
+      if (has(f)) (*tokenizer_files)[f] = read_text(d / f);
+  return io::with_path(dir, [&] {
     // The architecture first: a folder of another model_type is refused before its weights are read.
     std::vector<std::string> unused;
     config_of(config, unused);
-    if (has("model.safetensors")) return pretrained(config, read_safetensors((d / "model.safetensors").string()));
-    if (has("model.safetensors.index.json")) return pretrained(config, shards(d, d / "model.safetensors.index.json"));
+    if (has("model.safetensors")) return use(config, read_safetensors((d / "model.safetensors").string()));
+    if (has("model.safetensors.index.json")) return use(config, shards(d, d / "model.safetensors.index.json"));
     if (has("pytorch_model.bin")) {
       // Its first bytes read as safetensors, which refuses a pickle with the line that converts it.
       io::with_path("pytorch_model.bin (there is no model.safetensors)",
@@ -187,28 +191,53 @@ ImportedWeights import_pretrained(const std::string& dir) {
     throw Error(
         "there is no model.safetensors (nor model.safetensors.index.json): the folder has no weights qkv reads");
   });
-  for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
-                        "special_tokens_map.json", "added_tokens.json"})
-    if (has(f)) r.tokenizer_files[f] = read_text(d / f);
+}
+
+// The model straight from the mapped tensors, written into its parameters (no serialized copy of the weights to
+// parse again): built on the CPU, where parameters are host memory, then moved to `device`.
+std::unique_ptr<LanguageModel> model_of(std::string_view config_text, SafetensorsFile file,
+                                        const OptimizerConfig& optimizer, Device device) {
+  std::vector<std::string> notes;
+  const std::string config = config_of(config_text, notes);
+  SafetensorsFile mapped = io::mapped_weights(std::move(file), "gpt2", "language_model", config, nullptr);
+  auto m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+  for (const ParameterView& p : m->parameters()) {
+    const TensorEntry& t = mapped.at(p.name);  // map_weights gives every parameter, F32, of its shape
+    check(t.dtype == "F32" && t.bytes.size() == p.value.size_bytes(), "load_pretrained: \"", p.name,
+          "\" was mapped to ", t.bytes.size(), " bytes of ", t.dtype, ", expected ", p.value.size_bytes(),
+          " bytes of F32");
+    std::memcpy(p.value.data(), t.bytes.data(), t.bytes.size());
+  }
+  mapped = {};
+  if (device != Device::CPU) m->to(device);
+  return m;
+}
+
+}  // namespace
+
+ImportedWeights import_pretrained(std::string_view config_json, std::span<const uint8_t> weights) {
+  return pretrained(config_json, parse_safetensors(weights));
+}
+
+ImportedWeights import_pretrained(const std::string& dir) {
+  std::map<std::string, std::string> tokenizer_files;
+  ImportedWeights r = from_folder(dir, &tokenizer_files, [](std::string_view config, SafetensorsFile file) {
+    return pretrained(config, std::move(file));
+  });
+  r.tokenizer_files = std::move(tokenizer_files);
   return r;
 }
 
-namespace {
-std::unique_ptr<LanguageModel> model_of(const ImportedWeights& r, const OptimizerConfig& optimizer, Device device) {
-  auto m = std::make_unique<LanguageModel>(language_model_config_from_json(r.config_json), optimizer, device);
-  m->load_weights(r.weights);
-  return m;
-}
-}  // namespace
-
 std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer,
                                                Device device) {
-  return model_of(import_pretrained(dir), optimizer, device);
+  return from_folder(dir, nullptr, [&](std::string_view config, SafetensorsFile file) {
+    return model_of(config, std::move(file), optimizer, device);
+  });
 }
 
 std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
                                                const OptimizerConfig& optimizer, Device device) {
-  return model_of(import_pretrained(config_json, weights), optimizer, device);
+  return model_of(config_json, parse_safetensors(weights), optimizer, device);
 }
 
 }  // namespace qkv

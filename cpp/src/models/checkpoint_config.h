@@ -18,7 +18,12 @@ auto checkpoint_config(const io::Checkpoint& c, const char* kind, Parse parse) -
     throw Error(detail::cat("checkpoint: a ", c.format, " state dict does not fix the whole config of a ", kind, " (",
                             e.what(), "): create the model with its config and load the file with ",
                             "load_weights (JS: loadWeights), or convert it once with `qkv import --from ", c.format,
-                            " IN OUT` (its options give what the file cannot), which load() then reads"));
+                            " IN OUT` (its options give what the file cannot), which load() then reads",
+                            c.format == "gpt2"
+                                ? "; a Hugging Face folder (config.json + model.safetensors) loads whole "
+                                  "with load_pretrained (JS: LanguageModel.importPretrained) or "
+                                  "`qkv import DIR OUT`"
+                                : ""));
   }
 }
 

@@ -242,6 +242,9 @@ TEST(Pretrained, LoadStateTakesAHubFile) {
   via.load_weights(r.weights);
   const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
   EXPECT_EQ(m.logits(ids, 1, 5), via.logits(ids, 1, 5));
+  // load() cannot build the model from the file alone (no heads, no activation): it says how the folder loads.
+  EXPECT_HAS(message_of([&] { LanguageModel::load(weights_of("gelu")); }),
+             "a Hugging Face folder (config.json + model.safetensors) loads whole with load_pretrained");
   auto c = language_model_config_from_json(r.config_json);
   c.d_ff = 32;
   LanguageModel other(c);
