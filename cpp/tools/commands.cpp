@@ -488,11 +488,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.ckpt.empty() == a.model.empty()) throw UsageError("give the model: --ckpt FILE or --model DIR");
   if (!a.prompt_given && a.prompt_ids.empty()) throw UsageError("give the prompt: --prompt TEXT or --prompt-ids IDS");
   if (!a.prompt_ids.empty()) return generate_ids(a, o, device);
-  if (!a.model.empty())
-    throw UsageError("--prompt: " + a.model +
-                     " is a Hugging Face folder, whose BPE tokenizer (tokenizer.json, vocab.json + merges.txt) qkv "
-                     "does not read yet: give the prompt as token ids (--prompt-ids)");
-  const auto task = Task::load(a.ckpt);
+  const auto task = a.model.empty() ? Task::load(a.ckpt) : Task::load_pretrained(a.model);
   task->to(device);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -547,10 +543,11 @@ int info_folder(const InfoArgs& a) {
   long long params = 0;
   for (const auto& t : w.tensors) params += t.numel();
   row("parameters", std::to_string(params));
-  std::string files;
-  for (const auto& [name, text] : r.tokenizer_files) files += (files.empty() ? "" : ", ") + name;
-  row("tokenizer", files.empty() ? std::string("none found")
-                                 : files + " (BPE: not read by qkv yet; qkv generate takes --prompt-ids)");
+  const std::optional<Tokenizer> tok = pretrained_tokenizer(r.tokenizer_files);
+  row("tokenizer",
+      !tok ? std::string("none found (qkv generate then takes --prompt-ids)")
+           : "byte-level BPE, " + std::to_string(tok->size()) + " tokens, from " +
+                 (r.tokenizer_files.count("tokenizer.json") ? "tokenizer.json" : "vocab.json + merges.txt"));
   for (const auto& note : r.notes) row("note", note);
   std::printf("qkv import %s OUT converts it into a qkv checkpoint\n", a.ckpt.c_str());
   return 0;
@@ -673,6 +670,21 @@ int run_import(const ImportArgs& a) {
     check(tok.size() == vocab, a.tokenizer, ": the tokenizer has ", tok.size(), " tokens, the model's vocabulary ",
           vocab);
     meta["qkv.tokenizer"] = tok.to_json();
+  } else if (folder) {
+    // The folder's own BPE tokenizer goes into the checkpoint, so `qkv generate --ckpt OUT --prompt TEXT` works.
+    const std::optional<Tokenizer> tok = [&] {
+      try {
+        return pretrained_tokenizer(r.tokenizer_files);
+      } catch (const Error& e) {
+        throw Error(a.in + ": " + e.what());
+      }
+    }();
+    const int vocab = nlohmann::json::parse(r.config_json).at("vocab_size").get<int>();
+    if (tok) {
+      check(tok->size() <= vocab, a.in, ": the tokenizer has ", tok->size(),
+            " tokens, more than the model's vocabulary of ", vocab);
+      meta["qkv.tokenizer"] = tok->to_json();
+    }
   }
   // Built, loaded and saved through the model, so the file is exactly what qkv writes (config, checksums). Built
   // as a loader builds it (no initial values, no gradients or moments): load_weights writes every parameter.
@@ -695,8 +707,6 @@ int run_import(const ImportArgs& a) {
   std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
               r.config_json.c_str());
   for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
-  for (const auto& [name, text] : r.tokenizer_files)
-    std::printf("note        %s: not stored (qkv does not read GPT-2's BPE files yet)\n", name.c_str());
   std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }

@@ -158,8 +158,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   g->footer(
       "\nThe prompt and then each new token are written to stdout as they come. A seq2seq checkpoint decodes\n"
-      "greedily, or with beam search (--beam); the sampling flags do not apply to it. With --prompt-ids (an lm\n"
-      "checkpoint, or --model: a Hugging Face folder, whose BPE tokenizer qkv does not read yet) the new token ids\n"
+      "greedily, or with beam search (--beam); the sampling flags do not apply to it. --model DIR reads a Hugging\n"
+      "Face GPT-2 folder and its BPE tokenizer. With --prompt-ids (an lm checkpoint or --model) the new token ids\n"
       "are written, space-separated, as they come.");
 
   EvalArgs eval;

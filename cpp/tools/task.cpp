@@ -19,6 +19,7 @@
 #include "qkv/classifier.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
+#include "qkv/import.h"
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"
@@ -633,6 +634,17 @@ std::unique_ptr<Task> Task::create(Kind kind, const std::string& path, const std
   }
   task->set_data(path, text);
   return task;
+}
+
+std::unique_ptr<Task> Task::load_pretrained(const std::string& dir) {
+  std::optional<Tokenizer> tok = pretrained_tokenizer(dir);
+  check(tok.has_value(), dir,
+        ": the folder has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
+        "(--prompt-ids)");
+  auto model = qkv::load_pretrained(dir);
+  check(tok->size() <= model->config().vocab_size, dir, ": the tokenizer has ", tok->size(),
+        " tokens, more than the model's vocabulary of ", model->config().vocab_size);
+  return std::make_unique<LmTask>(std::move(*tok), std::move(model));
 }
 
 std::unique_ptr<Task> Task::load(const std::string& path) {

@@ -85,6 +85,9 @@ class Task {
                                       const std::string& source, uint64_t seed, const OptimizerConfig& optimizer);
   // A checkpoint written by `qkv train`: qkv::Error naming the path for anything else.
   static std::unique_ptr<Task> load(const std::string& path);
+  // A Hugging Face GPT-2 folder (qkv/import.h: load_pretrained) with its BPE tokenizer (tokenizer.json, or
+  // vocab.json + merges.txt); qkv::Error naming the folder when it has no tokenizer.
+  static std::unique_ptr<Task> load_pretrained(const std::string& dir);
 
   virtual Kind kind() const = 0;
   // Encodes a data file with this task's tokenizers; the last 10% of it (of the text for lm, of the

@@ -25,12 +25,14 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "qkv/language_model.h"
+#include "qkv/tokenizer.h"
 
 namespace qkv {
 
@@ -53,7 +55,7 @@ struct ImportedWeights {
   std::vector<std::string> notes;  // what was checked and ignored (buffers), and what differs from the source
   // import_pretrained: the tokenizer files found beside the weights, by file name ("tokenizer.json",
   // "vocab.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"),
-  // with their text, for a tokenizer to be built from (qkv does not read them here).
+  // with their text, for a tokenizer to be built from (pretrained_tokenizer).
   std::map<std::string, std::string> tokenizer_files;
 };
 
@@ -79,6 +81,13 @@ std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const Opt
 // The same from config.json's text and the weights' bytes (the package's LanguageModel.importPretrained).
 std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
                                                const OptimizerConfig& optimizer = {}, Device device = Device::CPU);
+
+// The tokenizer of a Hugging Face folder's files (import_pretrained's tokenizer_files, by file name):
+// tokenizer.json when present, else vocab.json + merges.txt (GPT-2's older files); nullopt when there are
+// neither. qkv::Error naming the file when one cannot be read as a byte-level BPE.
+std::optional<Tokenizer> pretrained_tokenizer(const std::map<std::string, std::string>& files);
+// The same read from the folder `dir` (only its tokenizer files; the weights are not read).
+std::optional<Tokenizer> pretrained_tokenizer(const std::string& dir);
 
 // The format of a state dict ("qkv", "torch", "nanogpt", "seed000", ...), told by its tensor names;
 // qkv::Error for a pickle or a file of no known format.

@@ -12,6 +12,7 @@
 
 #include "io/checkpoint.h"
 #include "io/import.h"
+#include "nn/parameters.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
 #include "qkv/import.h"
@@ -200,7 +201,12 @@ std::unique_ptr<LanguageModel> model_of(std::string_view config_text, Safetensor
   std::vector<std::string> notes;
   const std::string config = config_of(config_text, notes);
   SafetensorsFile mapped = io::mapped_weights(std::move(file), "gpt2", "language_model", config, nullptr);
-  auto m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+  std::unique_ptr<LanguageModel> m;
+  {
+    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+  }
   for (const ParameterView& p : m->parameters()) {
     const TensorEntry& t = mapped.at(p.name);  // map_weights gives every parameter, F32, of its shape
     check(t.dtype == "F32" && t.bytes.size() == p.value.size_bytes(), "load_pretrained: \"", p.name,
@@ -238,6 +244,40 @@ std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const Opt
 std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
                                                const OptimizerConfig& optimizer, Device device) {
   return model_of(config_json, parse_safetensors(weights), optimizer, device);
+}
+
+std::optional<Tokenizer> pretrained_tokenizer(const std::map<std::string, std::string>& files) {
+  const auto text = [&](const char* name) -> const std::string* {
+    const auto it = files.find(name);
+    return it == files.end() ? nullptr : &it->second;
+  };
+  try {
+    if (const std::string* t = text("tokenizer.json")) return Tokenizer::from_json(*t);
+  } catch (const Error& e) {
+    throw Error(std::string("tokenizer.json: ") + e.what());
+  }
+  const std::string *vocab = text("vocab.json"), *merges = text("merges.txt");
+  if (!vocab && !merges) return std::nullopt;
+  check(vocab && merges, "the folder has ", vocab ? "vocab.json" : "merges.txt", " but not ",
+        vocab ? "merges.txt" : "vocab.json", ": GPT-2's older tokenizer needs both (or a tokenizer.json)");
+  try {
+    return Tokenizer::from_vocab_merges(*vocab, *merges);
+  } catch (const Error& e) {
+    throw Error(std::string("vocab.json + merges.txt: ") + e.what());
+  }
+}
+
+std::optional<Tokenizer> pretrained_tokenizer(const std::string& dir) {
+  const fs::path d(dir);
+  check(fs::is_directory(d), dir, ": not a folder: expected a Hugging Face model folder");
+  std::map<std::string, std::string> files;
+  for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt"})
+    if (fs::exists(d / f)) files[f] = read_text(d / f);
+  try {
+    return pretrained_tokenizer(files);
+  } catch (const Error& e) {
+    throw Error(dir + ": " + e.what());
+  }
 }
 
 }  // namespace qkv
