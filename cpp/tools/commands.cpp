@@ -488,6 +488,11 @@ int run_generate(const GenerateArgs& a) {
   if (a.ckpt.empty() == a.model.empty()) throw UsageError("give the model: --ckpt FILE or --model DIR");
   if (!a.prompt_given && a.prompt_ids.empty()) throw UsageError("give the prompt: --prompt TEXT or --prompt-ids IDS");
   if (!a.prompt_ids.empty()) return generate_ids(a, o, device);
+  if (!a.model.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json") &&
+      !std::filesystem::exists(std::filesystem::path(a.model) / "vocab.json"))
+    throw UsageError("--prompt: " + a.model +
+                     " has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
+                     "(--prompt-ids)");
   const auto task = a.model.empty() ? Task::load(a.ckpt) : Task::load_pretrained(a.model);
   task->to(device);
   std::fputs(a.prompt.c_str(), stdout);
