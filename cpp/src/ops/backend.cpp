@@ -9,6 +9,10 @@
 #include <memory>
 #include <mutex>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "kernels/kernels.h"
 #include "ops/backends.h"
 #include "ops/clip.h"
@@ -134,6 +138,15 @@ void* host_allocate(size_t bytes) {
   const auto at = (reinterpret_cast<uintptr_t>(base) + sizeof(void*) + kAlign - 1) / kAlign * kAlign;
   void* p = reinterpret_cast<void*>(at);
   static_cast<void**>(p)[-1] = base;
+#if defined(__linux__)
+  // Large blocks (weights, moments, the workspace) on transparent huge pages where the system allows them on
+  // request: a 500 MB checkpoint read into fresh weights otherwise takes 120,000 page faults, most of its time.
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (rounded >= 2 * kHuge) {
+    const uintptr_t from = (at + kHuge - 1) / kHuge * kHuge, to = (at + rounded) / kHuge * kHuge;
+    if (to > from) ::madvise(reinterpret_cast<void*>(from), to - from, MADV_HUGEPAGE);  // advice: failure is harmless
+  }
+#endif
   return p;
 }
 
