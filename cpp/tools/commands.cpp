@@ -537,6 +537,14 @@ namespace {
 // A Hugging Face model folder: what import_pretrained reads from it.
 int info_folder(const InfoArgs& a) {
   const ImportedWeights r = import_pretrained(a.ckpt);
+  // Read before any row is printed, so that a refusal is the whole output; named by the folder, as import names it.
+  const std::optional<Tokenizer> tok = [&] {
+    try {
+      return pretrained_tokenizer(r.tokenizer_files);
+    } catch (const Error& e) {
+      throw Error(a.ckpt + ": " + e.what());
+    }
+  }();
   const auto c = nlohmann::json::parse(r.config_json);
   const auto row = [](const char* key, const std::string& value) { std::printf("%-12s %s\n", key, value.c_str()); };
   row("folder", a.ckpt);
@@ -548,7 +556,6 @@ int info_folder(const InfoArgs& a) {
   long long params = 0;
   for (const auto& t : w.tensors) params += t.numel();
   row("parameters", std::to_string(params));
-  const std::optional<Tokenizer> tok = pretrained_tokenizer(r.tokenizer_files);
   row("tokenizer",
       !tok ? std::string("none found (qkv generate then takes --prompt-ids)")
            : "byte-level BPE, " + std::to_string(tok->size()) + " tokens, from " +

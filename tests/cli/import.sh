@@ -53,8 +53,52 @@ done
 { read -r prompt; read -r greedy; } <"$FIX/gpt2_gelu.greedy.txt"
 expect 0 "^$greedy\$" -- generate --ckpt g2.safetensors --prompt-ids "${prompt// /,}" --max-tokens 8 --temperature 0 \
   --seed 1
-# Refusals: the text prompt (no BPE yet), ids out of range, an architecture qkv does not run, a pickle alone.
-expect 2 "give the prompt as token ids \(--prompt-ids\)" -- generate --model "$FIX/gpt2_gelu" --prompt "hi" --seed 1
+
+# A folder with its BPE tokenizer (gpt2_tok: the BPE fixture's tokenizer.json, vocabulary 657). generate --prompt
+# TEXT encodes the text, continues it greedily and prints exactly gpt2_tok.generate.txt: the prompt, then PyTorch's
+# greedy ids decoded by the fixture script's GPT-2 byte decoder (they include partial UTF-8 and a control byte),
+# then a newline. The same through the vocab.json + merges.txt files, and through an imported checkpoint.
+prompt_text=$(cat "$FIX/gpt2_tok.prompt.txt")
+{ read -r prompt; read -r greedy; } <"$FIX/gpt2_tok.greedy.txt"
+expect 0 "^tokenizer +byte-level BPE, 657 tokens, from tokenizer.json$" -- info "$FIX/gpt2_tok"
+expect 0 "^tokenizer +none found \(qkv generate then takes --prompt-ids\)$" -- info "$FIX/gpt2_gelu"
+expect 0 "^$greedy\$" -- generate --model "$FIX/gpt2_tok" --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+# generate_text DIR|FILE FLAG: stdout alone (no seed line: --seed is given) must be gpt2_tok.generate.txt, byte for byte.
+generate_text() {
+  "$QKV" generate "$1" "$2" --prompt "$prompt_text" --max-tokens 8 --temperature 0 --seed 1 >got.txt 2>"$OUT" ||
+    fail "qkv generate $1 $2 --prompt ... failed"
+  cmp got.txt "$FIX/gpt2_tok.generate.txt" >/dev/null ||
+    fail "qkv generate $1 $2 --prompt printed $(od -c got.txt | head -8), expected $(od -c "$FIX/gpt2_tok.generate.txt" | head -8)"
+}
+generate_text --model "$FIX/gpt2_tok"
+mkdir vm && cp "$FIX/gpt2_tok/config.json" "$FIX/gpt2_tok/model.safetensors" vm/
+cp "$FIX/../bpe/vocab.json" "$FIX/../bpe/merges.txt" vm/
+expect 0 "^tokenizer +byte-level BPE, 657 tokens, from vocab.json \+ merges.txt$" -- info vm
+generate_text --model vm
+expect 0 "wrote +tok.safetensors" -- import "$FIX/gpt2_tok" tok.safetensors
+generate_text --ckpt tok.safetensors
+expect 0 "wrote +vm.safetensors" -- import vm vm.safetensors
+generate_text --ckpt vm.safetensors
+# A tokenizer larger than the model's vocabulary (gpt2_gelu's 61) is refused by generate and import, naming both.
+mkdir big && cp "$FIX/gpt2_gelu/config.json" "$FIX/gpt2_gelu/model.safetensors" "$FIX/gpt2_tok/tokenizer.json" big/
+expect 1 "big: the tokenizer has 657 tokens, more than the model's vocabulary of 61" -- \
+  generate --model big --prompt "hi" --seed 1
+expect 1 "big: the tokenizer has 657 tokens, more than the model's vocabulary of 61" -- import big x.safetensors
+# Half of the older files, or a malformed tokenizer.json, is refused naming the files and the folder.
+mkdir half && cp vm/config.json vm/model.safetensors vm/vocab.json half/
+expect 1 "half: the folder has vocab.json but not merges.txt" -- generate --model half --prompt "hi" --seed 1
+expect 1 "half: the folder has vocab.json but not merges.txt" -- import half x.safetensors
+expect 1 "half: the folder has vocab.json but not merges.txt" -- info half
+! grep -q "^folder" "$OUT" || fail "info half printed the folder's rows before refusing its tokenizer"
+mkdir badjson && cp vm/config.json vm/model.safetensors badjson/ && echo '{"model": ' >badjson/tokenizer.json
+expect 1 "badjson: tokenizer.json: " -- generate --model badjson --prompt "hi" --seed 1
+expect 1 "badjson: tokenizer.json: " -- import badjson x.safetensors
+expect 1 "badjson: tokenizer.json: " -- info badjson
+
+# Refusals: a text prompt to a folder without a tokenizer, ids out of range, an architecture qkv does not run, a
+# pickle alone.
+expect 1 "gpt2_gelu: the folder has no tokenizer \(tokenizer.json, or vocab.json \+ merges.txt\): give the prompt as token ids \(--prompt-ids\)" -- \
+  generate --model "$FIX/gpt2_gelu" --prompt "hi" --seed 1
 expect 2 "token id 61 is out of range" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,61" --seed 1
 expect 2 "--prompt-ids \"1,x\": expected token ids" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,x" --seed 1
 expect 2 "give the model" -- generate --prompt-ids 1 --seed 1

@@ -15,6 +15,7 @@
 #include "qkv/import.h"
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
+#include "qkv/tokenizer.h"
 
 namespace qkv {
 namespace {
@@ -250,6 +251,119 @@ TEST(Pretrained, LoadStateTakesAHubFile) {
   LanguageModel other(c);
   EXPECT_HAS(message_of([&] { other.load_state(weights_of("gelu")); }),
              "config field \"d_ff\" is 24 in the checkpoint");
+}
+
+// --- the folder's tokenizer (pretrained_tokenizer) ---------------------------------------------------------
+
+// gpt2_tok holds the BPE fixture's tokenizer.json (tests/fixtures/bpe: GPT-2's first 400 merges); its io file
+// holds a text of bpe/cases.json with the ids Hugging Face's tokenizer gives it ("prompt_text", input.prompt),
+// and the text of the greedy ids as the fixture script's GPT-2 byte decoder wrote it ("greedy_text").
+std::string bpe_file(const char* f) { return std::string(QKV_FIXTURES_DIR) + "/bpe/" + f; }
+SafetensorsFile tok_io() { return read_safetensors(dir_of("tok") + ".io.safetensors"); }
+std::vector<int32_t> ids_of(const SafetensorsFile& f, const std::string& name) {
+  const auto v = f.ints(name);
+  return {v.begin(), v.end()};
+}
+
+TEST(Pretrained, TheFoldersTokenizerJsonEncodesHuggingFacesIds) {
+  const auto io = tok_io();
+  const auto tok = pretrained_tokenizer(dir_of("tok"));
+  ASSERT_TRUE(tok.has_value());
+  EXPECT_EQ(tok->kind(), "bpe");
+  EXPECT_EQ(tok->size(), 657);  // ids 0..655 and <|endoftext|> = 656: config.json's vocab_size
+  const std::string text = io.metadata.at("prompt_text");
+  ASSERT_EQ(text, "Hello world! The quick brown fox jumps over the lazy dog.");
+  const auto want = ids_of(io, "input.prompt");
+  ASSERT_EQ(want.size(), 30u);
+  EXPECT_EQ(tok->encode(text), want);
+  EXPECT_EQ(tok->decode(want), text);
+  // The greedy ids include partial UTF-8 (the bytes E2 80) and a control byte: decoded as Hugging Face does.
+  EXPECT_EQ(tok->decode(ids_of(io, "output.greedy")), io.metadata.at("greedy_text"));
+  // The files' overload (what qkv import reads from import_pretrained's tokenizer_files) gives the same.
+  const auto r = import_pretrained(dir_of("tok"));
+  ASSERT_EQ(r.tokenizer_files.count("tokenizer.json"), 1u);
+  const auto from_files = pretrained_tokenizer(r.tokenizer_files);
+  ASSERT_TRUE(from_files.has_value());
+  EXPECT_EQ(from_files->encode(text), want);
+}
+
+TEST(Pretrained, VocabAndMergesGiveTheSameIdsAsTokenizerJson) {
+  const auto io = tok_io();
+  const std::string text = io.metadata.at("prompt_text");
+  TempDir d("vocab_merges");
+  for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(bpe_file(f), d.path / f);
+  const auto tok = pretrained_tokenizer(d.path.string());
+  ASSERT_TRUE(tok.has_value());
+  EXPECT_EQ(tok->kind(), "bpe");
+  EXPECT_EQ(tok->size(), 657);
+  EXPECT_EQ(tok->encode(text), ids_of(io, "input.prompt"));
+  EXPECT_EQ(tok->decode(ids_of(io, "output.greedy")), io.metadata.at("greedy_text"));
+  // Every text of the BPE fixture (base configuration) encodes alike through both files.
+  const auto json_tok = pretrained_tokenizer(dir_of("tok"));
+  ASSERT_TRUE(json_tok.has_value());
+  const json cases = json::parse(text_of(bpe_file("cases.json")));
+  int n = 0;
+  for (const auto& c : cases.at("encode")) {
+    if (c.at("config") != "base") continue;
+    const std::string t = c.at("text").get<std::string>();
+    const auto want = c.at("ids").get<std::vector<int32_t>>();
+    EXPECT_EQ(tok->encode(t), want) << t;
+    EXPECT_EQ(json_tok->encode(t), want) << t;
+    ++n;
+  }
+  EXPECT_GE(n, 20);
+  // With all three files, tokenizer.json is the one read: a broken merges.txt beside it does not matter.
+  fs::copy_file(bpe_file("tokenizer.json"), d.path / "tokenizer.json");
+  write(d.path / "merges.txt", std::string("#version: 0.2\nnot-a-pair\n"));
+  EXPECT_EQ(pretrained_tokenizer(d.path.string())->encode(text), ids_of(io, "input.prompt"));
+}
+
+TEST(Pretrained, HalfOfTheOlderTokenizerIsRefusedNamingBothFiles) {
+  for (const char* has : {"vocab.json", "merges.txt"}) {
+    TempDir d(std::string("half_") + has);
+    fs::copy_file(bpe_file(has), d.path / has);
+    const std::string m = message_of([&] { pretrained_tokenizer(d.path.string()); });
+    EXPECT_HAS(m, d.path.string());
+    EXPECT_HAS(m, std::string("the folder has ") + has + " but not ");
+    EXPECT_HAS(m, "vocab.json");
+    EXPECT_HAS(m, "merges.txt");
+    EXPECT_HAS(m, "tokenizer.json");
+  }
+  // The files' overload says the same, without a folder.
+  EXPECT_HAS(message_of([] {
+               pretrained_tokenizer(std::map<std::string, std::string>{{"vocab.json", "{}"}});
+             }),
+             "the folder has vocab.json but not merges.txt");
+}
+
+TEST(Pretrained, AFolderWithoutTokenizerFilesHasNone) {
+  EXPECT_FALSE(pretrained_tokenizer(dir_of("gelu")).has_value());
+  EXPECT_FALSE(pretrained_tokenizer(std::map<std::string, std::string>{}).has_value());
+  // Files a tokenizer is not built from alone do not make one.
+  EXPECT_FALSE(pretrained_tokenizer(std::map<std::string, std::string>{{"tokenizer_config.json", "{}"}}).has_value());
+  // Not a folder at all: an error, not "no tokenizer".
+  EXPECT_HAS(message_of([] { pretrained_tokenizer(dir_of("tok") + "/config.json"); }), "not a folder");
+  EXPECT_HAS(message_of([] { pretrained_tokenizer(dir_of("no_such_case")); }), "not a folder");
+}
+
+TEST(Pretrained, AMalformedTokenizerJsonIsRefusedNamingItAndTheFolder) {
+  TempDir d("bad_tokenizer_json");
+  // Not JSON, truncated JSON, and JSON that is not a byte-level BPE: each named, with the folder.
+  const std::string whole = text_of(bpe_file("tokenizer.json"));
+  for (const std::string& bad : {std::string("{not json"), whole.substr(0, whole.size() / 2),
+                                 std::string(R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})")}) {
+    write(d.path / "tokenizer.json", bad);
+    const std::string m = message_of([&] { pretrained_tokenizer(d.path.string()); });
+    EXPECT_EQ(m.rfind(d.path.string() + ": tokenizer.json: ", 0), 0u) << m;
+  }
+  // A broken tokenizer.json is not passed over for vocab.json + merges.txt beside it.
+  for (const char* f : {"vocab.json", "merges.txt"}) fs::copy_file(bpe_file(f), d.path / f);
+  EXPECT_HAS(message_of([&] { pretrained_tokenizer(d.path.string()); }), "tokenizer.json: ");
+  // A malformed vocab.json is named too.
+  fs::remove(d.path / "tokenizer.json");
+  write(d.path / "vocab.json", std::string("[1, 2]"));
+  const std::string m = message_of([&] { pretrained_tokenizer(d.path.string()); });
+  EXPECT_EQ(m.rfind(d.path.string() + ": vocab.json + merges.txt: ", 0), 0u) << m;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "qkv/config.h"
 #include "qkv/import.h"
 #include "qkv/language_model.h"
+#include "qkv/tokenizer.h"
 #include "test_util.h"
 
 namespace qkv {
@@ -139,6 +140,30 @@ QKV_GPT2_CASE(GeluErfWithNInner) {
   EXPECT_EQ(c.at("activation"), "gelu");
   EXPECT_EQ(c.at("d_ff"), 24);
   expect_pytorch(device, "gelu");
+}
+
+// The folder with a tokenizer (gpt2_tok: the BPE fixture's tokenizer.json, vocabulary 657, GPT2Model names, no
+// buffers): PyTorch's logits and greedy ids, and the text round trip qkv generate --model DIR --prompt TEXT
+// makes: the prompt text encodes to Hugging Face's ids, whose greedy continuation decodes to the text the fixture
+// script's GPT-2 byte decoder wrote ("greedy_text").
+QKV_GPT2_CASE(WithItsBpeTokenizer) {
+  const auto r = import_pretrained(dir_of("tok"));
+  EXPECT_EQ(config_json(r).at("vocab_size"), 657);
+  EXPECT_EQ(config_json(r).at("context"), 48);
+  ASSERT_EQ(r.tokenizer_files.count("tokenizer.json"), 1u);
+  expect_pytorch(device, "tok");
+  const auto f = io_of("tok");
+  const auto tok = pretrained_tokenizer(dir_of("tok"));
+  ASSERT_TRUE(tok.has_value());
+  const auto prompt = tok->encode(f.metadata.at("prompt_text"));
+  EXPECT_EQ(prompt, test::ids(f, "input.prompt"));
+  const auto m = load_pretrained(dir_of("tok"), {}, device);
+  SamplingOptions o;
+  o.max_new_tokens = 8;
+  o.temperature = 0.f;
+  const auto greedy = m->generate(prompt, o);
+  EXPECT_EQ(greedy, test::ids(f, "output.greedy"));
+  EXPECT_EQ(tok->decode(greedy), f.metadata.at("greedy_text"));
 }
 
 // load_pretrained builds the same model, and the bare file through import_weights / load_weights (format
