@@ -97,7 +97,7 @@ expect 1 "badjson: tokenizer.json: " -- info badjson
 
 # Refusals: a text prompt to a folder without a tokenizer, ids out of range, an architecture qkv does not run, a
 # pickle alone.
-expect 1 "gpt2_gelu: the folder has no tokenizer \(tokenizer.json, or vocab.json \+ merges.txt\): give the prompt as token ids \(--prompt-ids\)" -- \
+expect 2 "gpt2_gelu has no tokenizer \(tokenizer.json, or vocab.json \+ merges.txt\): give the prompt as token ids \(--prompt-ids\)" -- \
   generate --model "$FIX/gpt2_gelu" --prompt "hi" --seed 1
 expect 2 "token id 61 is out of range" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,61" --seed 1
 expect 2 "--prompt-ids \"1,x\": expected token ids" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,x" --seed 1
