@@ -665,13 +665,7 @@ int run_import(const ImportArgs& a) {
   if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
   ImportedWeights r = [&] {
     if (folder) return import_pretrained(a.in);
-    const std::string text = read_text(a.in);  // freed once mapped
-    const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-    try {
-      return import_weights(bytes, o);
-    } catch (const Error& e) {
-      throw Error(a.in + ": " + e.what());
-    }
+    return import_file(a.in, o);
   }();
   std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
   if (!a.tokenizer.empty()) {

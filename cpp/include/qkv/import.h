@@ -62,6 +62,8 @@ struct ImportedWeights {
 // Maps a state dict onto a qkv model: config from the shapes (+ options), weights under qkv's names.
 // `X(config_from_json(r.config_json)).load_weights(r.weights)` then gives PyTorch's outputs.
 ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& options = {});
+// The same from the file at `path`, read once (no second copy of the file in memory); errors start with the path.
+ImportedWeights import_file(const std::string& path, const ImportOptions& options = {});
 
 // A model as the Hugging Face Hub serves it: a folder holding config.json and model.safetensors (or
 // model.safetensors.index.json and the shards it names), and perhaps tokenizer files. config.json decides the

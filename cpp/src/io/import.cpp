@@ -791,8 +791,10 @@ ImportedWeights import_into(SafetensorsFile file, const std::string& format, con
 
 }  // namespace io
 
-ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
-  SafetensorsFile file = parse_safetensors(bytes);
+namespace {
+
+// The source is moved into import_into, which frees its tensors once mapped.
+ImportedWeights import_parsed(SafetensorsFile file, const ImportOptions& o) {
   const std::string format = o.from == "auto" ? io::detect_format(file) : o.from;
   const std::string known = std::string(", ") + io::kFormats + ", ";
   check(known.find(", " + format + ", ") != std::string::npos, "import: format \"", format,
@@ -806,6 +808,21 @@ ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptio
     config = config_of(format, s, o, kind).dump();
   }
   return io::import_into(std::move(file), format, kind, config);
+}
+
+}  // namespace
+
+ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptions& o) {
+  return import_parsed(parse_safetensors(bytes), o);
+}
+
+ImportedWeights import_file(const std::string& path, const ImportOptions& o) {
+  SafetensorsFile file = read_safetensors(path);  // errors name the path
+  try {
+    return import_parsed(std::move(file), o);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
 }
 
 }  // namespace qkv
