@@ -102,7 +102,7 @@ function serve(req: http.IncomingMessage, res: http.ServerResponse): void {
     res.write(new Uint8Array(1024));
     return;
   }
-  // 2 KiB every 5 ms: a download that an abort can catch half way.
+  // 2 KiB every 5 ms: a download in pieces, that an abort can catch half way.
   const bytes = r.slow;
   res.writeHead(200, { "content-length": String(bytes.length) });
   let at = 0;
@@ -174,7 +174,7 @@ describe("LanguageModel.fromPretrained", () => {
     const url = folder("gpt2", {
       "config.json": utf8.encode(configText),
       "tokenizer.json": utf8.encode(tokenizerText),
-      "model.safetensors": weights,
+      "model.safetensors": { slow: weights }, // in 2 KiB pieces: several progress events
     });
     const events: PretrainedProgress[] = [];
     using m = await LanguageModel.fromPretrained(url, { onProgress: (p) => events.push({ ...p }) });
@@ -306,8 +306,23 @@ describe("LanguageModel.fromPretrained", () => {
 
     const noWeights = folder("noweights", { "config.json": utf8.encode(configText) });
     const e = await errorOf(LanguageModel.fromPretrained(noWeights));
-    expect(e.message).toContain("model.safetensors is missing");
-    expect(e.message).toContain(`${noWeights}model.safetensors`);
+    expect(e.message).toContain(`model.safetensors is missing: ${noWeights}model.safetensors was not found (HTTP 404)`);
+
+    const sharded = folder("sharded", { "config.json": utf8.encode(configText), "model.safetensors.index.json": utf8.encode("{}") });
+    expect((await errorOf(LanguageModel.fromPretrained(sharded))).message).toContain("sharded weights (model.safetensors.index.json)");
+
+    // A port nobody listens on (a server's, closed): Node's "fetch failed" with its reason.
+    const closed = http.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const refused = await errorOf(LanguageModel.fromPretrained(`http://127.0.0.1:${port}/gpt2/`));
+    expect(refused.message).toMatch(new RegExp(`^qkv: cannot fetch http://127\\.0\\.0\\.1:${port}/gpt2/config\\.json: fetch failed \\(.*ECONNREFUSED`));
+  });
+
+  it("a file missing from the files given is named with the files there are", async () => {
+    const e = await errorOf(LanguageModel.fromPretrained([new File([configText], "config.json"), new File([tokenizerText], "tokenizer.json")]));
+    expect(e.message).toBe("qkv: model.safetensors is missing: it is not among the files given (config.json, tokenizer.json)");
   });
 
   it("without tokenizer files: a model without tokenizer, whose text prompts reject saying so", async () => {

@@ -20,6 +20,8 @@ interface Opened {
   chunks: AsyncIterable<Uint8Array>;
   /** Stops reading (the body of a response that is not read to its end). */
   close(): void;
+  /** The whole file when it was given as bytes: used as it is, not copied. */
+  whole?: Uint8Array;
 }
 
 /** Where the files come from: a URL prefix or files in memory / on disk, by name. */
@@ -28,8 +30,8 @@ interface Folder {
   readonly where: string;
   /** Where one file is, for messages: its URL, or its name among the files given. */
   at(name: string): string;
-  /** How a file is missing, for messages: " (HTTP 404)" or "". */
-  readonly notFound: string;
+  /** Why a file is missing, for messages: "<url> was not found (HTTP 404)", "it is not among the files given (...)". */
+  missing(name: string): string;
   /** The file, or undefined when the folder has none of that name; rejects on any other failure. */
   open(name: string, signal: AbortSignal | undefined): Promise<Opened | undefined>;
 }
@@ -57,7 +59,7 @@ function urlFolder(prefix: string | URL): Folder {
   return {
     where: base.href,
     at,
-    notFound: " (HTTP 404)",
+    missing: (name) => `${at(name)} was not found (HTTP 404)`,
     async open(name, signal) {
       const url = at(name);
       let res: Response;
@@ -65,7 +67,9 @@ function urlFolder(prefix: string | URL): Folder {
         res = await fetch(url, { signal });
       } catch (e) {
         if (signal?.aborted) throw abortError(signal);
-        throw new Error(`qkv: cannot fetch ${url}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+        // Node's fetch says "fetch failed" and puts the reason (ECONNREFUSED, a bad certificate) in its cause.
+        const why = e instanceof Error ? e.message + (e.cause instanceof Error ? ` (${e.cause.message})` : "") : String(e);
+        throw new Error(`qkv: cannot fetch ${url}: ${why}`, { cause: e });
       }
       if (res.status === 404) {
         void res.body?.cancel().catch(() => undefined);
@@ -102,6 +106,7 @@ function openContents(v: PretrainedFile, signal: AbortSignal | undefined): Opene
       yield bytes;
     })(),
     close: () => undefined,
+    whole: bytes,
   };
 }
 
@@ -117,7 +122,7 @@ function filesFolder(files: Map<string, PretrainedFile>): Folder {
   return {
     where,
     at: (name) => `${name} among ${where}`,
-    notFound: "",
+    missing: () => `it is not among ${where}`,
     async open(name, signal) {
       if (signal?.aborted) throw abortError(signal);
       const v = files.get(name);
@@ -186,6 +191,10 @@ async function readFile(
   } catch (e) {
     opened.close();
     throw e;
+  }
+  if (opened.whole !== undefined) {
+    onProgress?.({ file: name, loaded: opened.whole.length, total });
+    return opened.whole;
   }
   // One buffer of the announced size, filled in place: the file is never held twice in JS.
   let whole = total !== undefined ? new Uint8Array(total) : undefined;
@@ -313,7 +322,7 @@ export async function readPretrained(
   const { signal } = options;
   if (signal?.aborted) throw abortError(signal);
   const missing = (name: string, hint = "") =>
-    new Error(`qkv: ${name} is missing: ${folder.at(name)} was not found${folder.notFound}${hint}`);
+    new Error(`qkv: ${name} is missing: ${folder.missing(name)}${hint}`);
 
   const configFile = await folder.open("config.json", signal);
   if (!configFile) throw missing("config.json", `; a model folder as the Hugging Face Hub serves it has config.json and model.safetensors`);
@@ -345,7 +354,7 @@ export async function readPretrained(
   if (!weightsFile) {
     if (await has(folder, "pytorch_model.bin", signal)) {
       throw new Error(
-        `qkv: ${folder.where} has pytorch_model.bin but no model.safetensors: a PyTorch pickle, which qkv does not ` +
+        `qkv: there is pytorch_model.bin but no model.safetensors in ${folder.where}: a PyTorch pickle, which qkv does not ` +
           "execute; convert it to safetensors: python -c \"import torch, safetensors.torch as st; " +
           "sd = torch.load('pytorch_model.bin', map_location='cpu'); " +
           "st.save_file({k: v.clone().contiguous() for k, v in sd.items()}, 'model.safetensors')\"",
