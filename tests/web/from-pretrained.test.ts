@@ -257,6 +257,25 @@ describe("LanguageModel.fromPretrained", () => {
     expect(last).toEqual({ file: "model.safetensors", loaded: weights.length, total: weights.length });
   });
 
+  it("a picked folder (a FileList's shape): the file nearest its top wins a name two files share", async () => {
+    const picked = (contents: BlobPart, relative: string) => {
+      const f = new File([contents], relative.split("/").at(-1)!);
+      Object.defineProperty(f, "webkitRelativePath", { value: relative });
+      return f;
+    };
+    const list = [
+      picked("{ not the config }", "gpt2/onnx/config.json"),
+      picked(configText, "gpt2/config.json"),
+      picked(weights, "gpt2/model.safetensors"),
+      picked(tokenizerText, "gpt2/tokenizer.json"),
+    ];
+    const fileList: ArrayLike<File> = { length: list.length, ...list }; // what <input webkitdirectory> gives
+    using m = await LanguageModel.fromPretrained(fileList);
+    using ref = await reference();
+    await sameLogits(m, ref);
+    expect(m.tokenizer).toBeInstanceOf(BpeTokenizer);
+  });
+
   it("an abort mid-download rejects with the signal's reason and leaves the package usable", async () => {
     const url = folder("slow", {
       "config.json": utf8.encode(configText),
@@ -330,8 +349,10 @@ describe("LanguageModel.fromPretrained", () => {
     using m = await LanguageModel.fromPretrained(url);
     expect(m.tokenizer).toBeUndefined();
     const options = { maxTokens: 4, temperature: 0 };
-    await expect(m.generate(PROMPT, options)).rejects.toThrow(/generate\(\) got a text prompt, but this model has no tokenizer/);
-    await expect(m.stream(PROMPT, options).next()).rejects.toThrow(/stream\(\) got a text prompt, but this model has no tokenizer/);
+    const noTokenizer = /^prompt must be an Int32Array of token ids, got a string: LanguageModel\.(generate|stream)\(\) takes text only from a model with a tokenizer/;
+    await expect(m.generate(PROMPT, options)).rejects.toThrow(noTokenizer);
+    await expect(m.generate(PROMPT, options)).rejects.toBeInstanceOf(TypeError);
+    await expect(m.stream(PROMPT, options).next()).rejects.toThrow(noTokenizer);
     using ref = await reference();
     const ids = await tok.encode(PROMPT);
     expect(Array.from(await m.generate(ids, options))).toEqual(Array.from(await ref.generate(ids, options)));

@@ -144,7 +144,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    *
    * A string prompt needs {@link LanguageModel.tokenizer}: the prompt is encoded with it, and the call resolves
    * to the new text, `tokenizer.decode(tokens)` of the same tokens (special tokens dropped; `onToken` still
-   * gets ids). Without a tokenizer a string prompt rejects saying so.
+   * gets ids). Without a tokenizer a string prompt rejects with a TypeError saying so.
    */
   generate(prompt: Int32Array, options: GenerateOptions): Promise<Int32Array>;
   generate(prompt: string, options: GenerateOptions): Promise<string>;
@@ -211,13 +211,13 @@ export class LanguageModel extends Model<LanguageModelConfig> {
     if (piece) yield piece;
   }
 
-  /** The tokenizer for a text prompt, or an Error saying there is none. */
+  /** The tokenizer for a text prompt, or a TypeError saying there is none. */
   #textTokenizer(method: string): AnyTokenizer {
     if (this.tokenizer === undefined) {
-      throw new Error(
-        `qkv: LanguageModel.${method}() got a text prompt, but this model has no tokenizer to encode it: set ` +
-          "model.tokenizer (LanguageModel.fromPretrained sets it from the folder's tokenizer.json or vocab.json + " +
-          "merges.txt), or pass the prompt as token ids (an Int32Array)",
+      throw new TypeError(
+        `prompt must be an Int32Array of token ids, got a string: LanguageModel.${method}() takes text only from a ` +
+          "model with a tokenizer to encode it, and this one has none; set model.tokenizer " +
+          "(LanguageModel.fromPretrained sets it from the folder's tokenizer.json or vocab.json + merges.txt)",
       );
     }
     return this.tokenizer;

@@ -160,9 +160,9 @@ function fromRecord(record: Record<string, unknown>): Map<string, PretrainedFile
 
 function folderOf(source: PretrainedSource): Folder {
   if (typeof source === "string" || source instanceof URL) return urlFolder(source);
-  if (typeof FileList === "function" && source instanceof FileList) return filesFolder(fromFiles(source));
-  if (Array.isArray(source)) return filesFolder(fromFiles(source));
-  if (typeof source === "object" && source !== null && !isBlob(source) && !ArrayBuffer.isView(source)) {
+  if (typeof source === "object" && source !== null && !isBlob(source) && !ArrayBuffer.isView(source) && !(source instanceof ArrayBuffer)) {
+    // A FileList or an array: numbered Files with a length. A record of file names has no length.
+    if (typeof (source as { length?: unknown }).length === "number") return filesFolder(fromFiles(source as ArrayLike<unknown>));
     return filesFolder(fromRecord(source as Record<string, unknown>));
   }
   throw new TypeError(

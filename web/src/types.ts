@@ -402,11 +402,12 @@ export type PretrainedFile = Blob | Uint8Array | ArrayBuffer | string;
  * Where {@link LanguageModel.fromPretrained} reads a Hugging Face model folder from:
  * - a URL of the folder (`"https://huggingface.co/gpt2/resolve/main/"`, or any base URL, relative to the page in
  *   a browser; the trailing slash is optional): each file is fetched at `<folder>/<name>`;
- * - the files a user picked or dropped: a `FileList` or an array of `File`s, found by their names (when a picked
- *   folder holds two files of one name, the one nearest its top is used);
+ * - the files a user picked or dropped: a `FileList` (typed here as `ArrayLike<File>`, so that the declarations
+ *   need no DOM lib) or an array of `File`s, found by their names (when a picked folder holds two files of one
+ *   name, the one nearest its top is used);
  * - a record of file name to contents: `{ "config.json": ..., "model.safetensors": ..., "tokenizer.json": ... }`.
  */
-export type PretrainedSource = string | URL | FileList | readonly File[] | Readonly<Record<string, PretrainedFile>>;
+export type PretrainedSource = string | URL | ArrayLike<File> | Readonly<Record<string, PretrainedFile>>;
 
 /** How far {@link LanguageModel.fromPretrained} has read one of the folder's files. */
 export interface PretrainedProgress extends LoadProgress {
