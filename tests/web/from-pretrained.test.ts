@@ -336,11 +336,14 @@ describe("LanguageModel.fromPretrained", () => {
     const port = (closed.address() as AddressInfo).port;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     const refused = await errorOf(LanguageModel.fromPretrained(`http://127.0.0.1:${port}/gpt2/`));
-    expect(refused.message).toMatch(new RegExp(`^qkv: cannot fetch http://127\\.0\\.0\\.1:${port}/gpt2/config\\.json: fetch failed \\(.*ECONNREFUSED`));
+    expect(refused.message).toMatch(
+      new RegExp(`^qkv: cannot fetch http://127\\.0\\.0\\.1:${port}/gpt2/config\\.json: fetch failed \\(.*ECONNREFUSED`),
+    );
   });
 
   it("a file missing from the files given is named with the files there are", async () => {
-    const e = await errorOf(LanguageModel.fromPretrained([new File([configText], "config.json"), new File([tokenizerText], "tokenizer.json")]));
+    const given = [new File([configText], "config.json"), new File([tokenizerText], "tokenizer.json")];
+    const e = await errorOf(LanguageModel.fromPretrained(given));
     expect(e.message).toBe("qkv: model.safetensors is missing: it is not among the files given (config.json, tokenizer.json)");
   });
 
@@ -349,7 +352,8 @@ describe("LanguageModel.fromPretrained", () => {
     using m = await LanguageModel.fromPretrained(url);
     expect(m.tokenizer).toBeUndefined();
     const options = { maxTokens: 4, temperature: 0 };
-    const noTokenizer = /^prompt must be an Int32Array of token ids, got a string: LanguageModel\.(generate|stream)\(\) takes text only from a model with a tokenizer/;
+    const noTokenizer =
+      /^prompt must be an Int32Array of token ids, got a string: LanguageModel\.(generate|stream)\(\) takes text only from a model with a tokenizer/;
     await expect(m.generate(PROMPT, options)).rejects.toThrow(noTokenizer);
     await expect(m.generate(PROMPT, options)).rejects.toBeInstanceOf(TypeError);
     await expect(m.stream(PROMPT, options).next()).rejects.toThrow(noTokenizer);

@@ -195,7 +195,9 @@ export class LanguageModel extends Model<LanguageModelConfig> {
     const made: number[] = [];
     let shown = "";
     const added = (text: string): string => {
-      if (!text.startsWith(shown)) throw new Error("qkv: a longer sequence decoded to text that does not extend the shorter one's; please report this");
+      if (!text.startsWith(shown)) {
+        throw new Error("qkv: a longer sequence decoded to text that does not extend the shorter one's; please report this");
+      }
       const piece = text.slice(shown.length);
       shown = text;
       return piece;

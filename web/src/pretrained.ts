@@ -151,7 +151,9 @@ function fromRecord(record: Record<string, unknown>): Map<string, PretrainedFile
   const files = new Map<string, PretrainedFile>();
   for (const [name, v] of Object.entries(record)) {
     if (!(typeof v === "string" || v instanceof Uint8Array || v instanceof ArrayBuffer || isBlob(v))) {
-      throw new TypeError(`source["${name}"] must be the file's contents (a Blob, a Uint8Array, an ArrayBuffer or its text), got ${describe(v)}`);
+      throw new TypeError(
+        `source["${name}"] must be the file's contents (a Blob, a Uint8Array, an ArrayBuffer or its text), got ${describe(v)}`,
+      );
     }
     files.set(name, v);
   }
@@ -369,7 +371,8 @@ export async function readPretrained(
     }
     throw missing("model.safetensors");
   }
-  const weights = await readFile(folder, "model.safetensors", weightsFile, options, sizeLimit(folder.at("model.safetensors"), parsed(config) ?? {}));
+  const limit = sizeLimit(folder.at("model.safetensors"), parsed(config) ?? {});
+  const weights = await readFile(folder, "model.safetensors", weightsFile, options, limit);
   return { config, weights, tokenizer };
 }
 
