@@ -88,6 +88,11 @@ function serve(req: http.IncomingMessage, res: http.ServerResponse): void {
   const path = req.url ?? "";
   requested.push(path);
   const r = routes.get(path);
+  if (r === undefined && path.startsWith("/spa/")) {
+    // A single-page-app host: every unknown path is its index.html, HTTP 200.
+    res.writeHead(200, { "content-type": "text/html; charset=utf-8" }).end("<!doctype html><title>app</title>");
+    return;
+  }
   if (r === undefined || typeof r === "number") {
     res.writeHead(r ?? 404, { "content-type": "text/plain" }).end("no");
     return;
@@ -338,6 +343,19 @@ describe("LanguageModel.fromPretrained", () => {
     const refused = await errorOf(LanguageModel.fromPretrained(`http://127.0.0.1:${port}/gpt2/`));
     expect(refused.message).toMatch(
       new RegExp(`^qkv: cannot fetch http://127\\.0\\.0\\.1:${port}/gpt2/config\\.json: fetch failed \\(.*ECONNREFUSED`),
+    );
+  });
+
+  it("a host that answers missing files with an HTML page: they count as missing, said so", async () => {
+    const url = folder("spa", { "config.json": utf8.encode(configText), "model.safetensors": weights });
+    using m = await LanguageModel.fromPretrained(url);
+    expect(m.tokenizer).toBeUndefined(); // tokenizer.json, vocab.json: the app's page
+    using ref = await reference();
+    await sameLogits(m, ref);
+    const e = await errorOf(LanguageModel.fromPretrained(`${base}/spa/elsewhere/`));
+    expect(e.message).toBe(
+      `qkv: config.json is missing: ${base}/spa/elsewhere/config.json answered with an HTML page, not the file (how many ` +
+        "static hosts answer a missing file); a model folder as the Hugging Face Hub serves it has config.json and model.safetensors",
     );
   });
 

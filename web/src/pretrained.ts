@@ -56,10 +56,14 @@ function urlFolder(prefix: string | URL): Folder {
   }
   if (!base.pathname.endsWith("/")) base.pathname += "/";
   const at = (name: string) => new URL(name, base).href;
+  const html = new Set<string>(); // files answered with a web page
   return {
     where: base.href,
     at,
-    missing: (name) => `${at(name)} was not found (HTTP 404)`,
+    missing: (name) =>
+      html.has(name)
+        ? `${at(name)} answered with an HTML page, not the file (how many static hosts answer a missing file)`
+        : `${at(name)} was not found (HTTP 404)`,
     async open(name, signal) {
       const url = at(name);
       let res: Response;
@@ -78,6 +82,13 @@ function urlFolder(prefix: string | URL): Folder {
       if (!res.ok) {
         void res.body?.cancel().catch(() => undefined);
         throw new Error(`qkv: HTTP ${res.status} ${res.statusText}`.trimEnd() + ` for ${url}`);
+      }
+      // None of a model folder's files is HTML: a page in its place is a host's "not found" (vite preview,
+      // single-page-app hosts answer every unknown path with index.html and HTTP 200).
+      if ((res.headers.get("content-type") ?? "").startsWith("text/html")) {
+        html.add(name);
+        void res.body?.cancel().catch(() => undefined);
+        return undefined;
       }
       if (!res.body) throw new Error(`qkv: ${url} answered with no body`);
       // Content-Length counts the encoded bytes: unknown when the server compressed the body.
