@@ -39,8 +39,11 @@ function safetensors(tensors: [string, number[], Float32Array][]): Uint8Array {
   return out;
 }
 
-/** GPT-2's tensors as GPT2Model names them (Conv1D weights stored [in, out]), fixed-seed uniform values. */
-function gpt2Weights(V: number): Uint8Array {
+/**
+ * GPT-2's tensors as GPT2Model names them (Conv1D weights stored [in, out]), fixed-seed uniform values; `edit`
+ * may change any before they are written.
+ */
+function gpt2Weights(V: number, edit: (name: string, values: Float32Array) => void = () => undefined): Uint8Array {
   const random = rng(35);
   const t = (shape: number[], scale: number, center = 0): Float32Array =>
     Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => center + (random() * 2 - 1) * scale);
@@ -66,6 +69,7 @@ function gpt2Weights(V: number): Uint8Array {
     );
   }
   tensors.push(["ln_f.weight", [C], t([C], 0.1, 1)], ["ln_f.bias", [C], t([C], 0.1)]);
+  for (const [name, , values] of tensors) edit(name, values);
   return safetensors(tensors);
 }
 
@@ -219,6 +223,26 @@ describe("LanguageModel.fromPretrained", () => {
       expect(mine.at(-1)!.loaded).toBe(size);
     }
     expect(events.filter((e) => e.file === "model.safetensors").length).toBeGreaterThan(1);
+  });
+
+  it("a text stream holds back a character cut short until it is whole, or until the end", async () => {
+    // A model that always writes the byte token 0xE2 (GPT-2's byte alphabet shows it as "â"), a 3-byte UTF-8 lead:
+    // the final LayerNorm's output is its bias (weight 0), the bias is that token's embedding, made the longest.
+    const X = tok.toJSON().model.vocab["\u00e2"]!;
+    const always = gpt2Weights(tok.size, (name, v) => {
+      if (name === "wte.weight") v.fill(3, X * C, (X + 1) * C);
+      if (name === "ln_f.weight") v.fill(0);
+      if (name === "ln_f.bias") v.fill(3);
+    });
+    const files = { "config.json": configText, "model.safetensors": always, "tokenizer.json": tokenizerText };
+    using m = await LanguageModel.fromPretrained(files);
+    const options = { maxTokens: 6, temperature: 0 };
+    expect(Array.from(await m.generate(await tok.encode(PROMPT), options))).toEqual(Array(6).fill(X));
+    const text = await m.generate(PROMPT, options);
+    expect(text).toBe("\uFFFD".repeat(6)); // each lead byte without its continuation: one U+FFFD each
+    const pieces: string[] = [];
+    for await (const piece of m.stream(PROMPT, options)) pieces.push(piece);
+    expect(pieces).toEqual([text]); // every step ended in U+FFFD: nothing shown before the end
   });
 
   it("a URL without its trailing slash, and GPT-2's older vocab.json + merges.txt", async () => {
