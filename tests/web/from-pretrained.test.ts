@@ -438,6 +438,13 @@ describe("LanguageModel.fromPretrained", () => {
     expect(e.message).toContain(`at least ${((6_230_000_000 + 4 * params) / 1e9).toFixed(2)} GB`);
     expect(e.message).toContain("4 GiB");
     expect(events.some((p) => p.file === "model.safetensors")).toBe(false);
+
+    // A picked file: its size decides, before it is read (a File that says it holds gpt2-xl's 6.23 GB).
+    const big = new File([new Uint8Array(16)], "model.safetensors");
+    Object.defineProperty(big, "size", { value: 6_230_000_000 });
+    const f = await errorOf(LanguageModel.fromPretrained([new File([xl], "config.json"), big]));
+    expect(f.message).toContain("model.safetensors among the files given (config.json, model.safetensors) is too big for the wasm core");
+    expect(f.message).toContain(`at least ${((6_230_000_000 + 4 * params) / 1e9).toFixed(2)} GB`);
   });
 
   it("rejects a source of the wrong type and options of the wrong type", async () => {
