@@ -1,9 +1,23 @@
 // LanguageModel: a decoder-only (GPT-style) Transformer in the core (qkv/language_model.h).
 
-import { Model, callModel, createIn, importIn, loadIn, streamModel } from "./model.js";
+import { abortError } from "./load-stream.js";
+import { Model, callModel, createIn, importIn, loadIn, loadOptions, streamModel } from "./model.js";
 import type { Backend, TokenStream } from "./platform.js";
+import { notGpt2, readPretrained } from "./pretrained.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
-import type { AttentionOptions, BatchShape, GenerateOptions, LanguageModelConfig, Metrics, StepResult, CheckpointSource, LoadOptions } from "./types.js";
+import type { AnyTokenizer } from "./tokenizer.js";
+import type {
+  AttentionOptions,
+  BatchShape,
+  CheckpointSource,
+  GenerateOptions,
+  LanguageModelConfig,
+  LoadOptions,
+  Metrics,
+  PretrainedOptions,
+  PretrainedSource,
+  StepResult,
+} from "./types.js";
 import { checkAttention, checkBatch, checkConfig, checkGenerate, int32Array, rows } from "./validate.js";
 
 /**
@@ -12,6 +26,14 @@ import { checkAttention, checkBatch, checkConfig, checkGenerate, int32Array, row
  * Batches are `(batch, seq)` token ids, row-major, in `Int32Array`s.
  */
 export class LanguageModel extends Model<LanguageModelConfig> {
+  /**
+   * The tokenizer a text prompt goes through: `generate("text", ...)` and `stream("text", ...)` encode the prompt
+   * with it and decode what the model writes. {@link LanguageModel.fromPretrained} sets it from the folder's
+   * tokenizer files (undefined when the folder has none); set it yourself for any other model, e.g.
+   * `lm.tokenizer = await Tokenizer.fromCheckpoint(bytes)`.
+   */
+  tokenizer: AnyTokenizer | undefined = undefined;
+
   private constructor(backend: Backend, out: ModelOut) {
     super("LanguageModel", backend, out);
   }
@@ -50,6 +72,46 @@ export class LanguageModel extends Model<LanguageModelConfig> {
   }
 
   /**
+   * A GPT-2-family model as the Hugging Face Hub serves it, with its tokenizer as {@link LanguageModel.tokenizer}:
+   *
+   * ```ts
+   * using lm = await LanguageModel.fromPretrained("https://huggingface.co/gpt2/resolve/main/", {
+   *   onProgress: ({ file, loaded, total }) => console.log(file, loaded, total),
+   *   signal: controller.signal,
+   * });
+   * const text = await lm.generate("The meaning of life is", { maxTokens: 40, temperature: 0 });
+   * ```
+   *
+   * `source` is the folder's URL, the files a user picked or dropped (a `FileList` or an array of `File`s), or a
+   * record of file name to contents (see {@link PretrainedSource}). It reads `config.json`, then the tokenizer
+   * (`tokenizer.json`, else `vocab.json` + `merges.txt`, else none: `tokenizer` is then undefined), then
+   * `model.safetensors`, and builds the model with {@link LanguageModel.importPretrained}.
+   * `options.onProgress` reports `{ file, loaded, total }` as each file's bytes arrive; `options.signal` cancels
+   * (the call rejects with the signal's reason; nothing stays in the core).
+   *
+   * Rejects with an `Error` for an HTTP failure (its status and URL), a missing file (named, with where it was
+   * looked for), a `config.json` of another architecture (the core's message names its `model_type`; before the
+   * weights are downloaded), a folder with only `pytorch_model.bin` (with the line that converts it), and weights
+   * too big for the wasm core (the bytes needed against its 4 GiB; checked from `Content-Length` or the file's
+   * size before the weights are read).
+   */
+  static async fromPretrained(source: PretrainedSource, options: PretrainedOptions = {}): Promise<LanguageModel> {
+    const o = loadOptions(options) as PretrainedOptions;
+    const files = await readPretrained(source, o, async (config) => {
+      // Another architecture: the core refuses its config.json (naming model_type) before a download of
+      // weights it could not use. The empty weights are never reached for a config it refuses.
+      if (notGpt2(config)) new LanguageModel(...(await importIn(config, EMPTY_SAFETENSORS))).dispose();
+    });
+    const m = await LanguageModel.importPretrained(files.config, files.weights);
+    if (o.signal?.aborted) {
+      m.dispose();
+      throw abortError(o.signal);
+    }
+    m.tokenizer = files.tokenizer;
+    return m;
+  }
+
+  /**
    * One optimisation step: forward, backward and an optimizer update on a batch laid out as `(batch, seq)`.
    * `targets[i]` is the token that should follow `inputs[i]`. Resolves to the loss before the update, and
    * whether the update was skipped for a non-finite loss or gradient (`nonFinite: "skip"`; see {@link StepResult}).
@@ -79,8 +141,18 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * the core's `qkv::SamplingOptions`. The same seed and options give the same tokens. When the sequence
    * outgrows the context, the window slides. With `onToken`, each token is also handed over as soon as it
    * is made (see {@link GenerateOptions.onToken} and {@link LanguageModel.stream}).
+   *
+   * A string prompt needs {@link LanguageModel.tokenizer}: the prompt is encoded with it, and the call resolves
+   * to the new text, `tokenizer.decode(tokens)` of the same tokens (special tokens dropped; `onToken` still
+   * gets ids). Without a tokenizer a string prompt rejects with a TypeError saying so.
    */
-  async generate(prompt: Int32Array, options: GenerateOptions): Promise<Int32Array> {
+  generate(prompt: Int32Array, options: GenerateOptions): Promise<Int32Array>;
+  generate(prompt: string, options: GenerateOptions): Promise<string>;
+  async generate(prompt: Int32Array | string, options: GenerateOptions): Promise<Int32Array | string> {
+    if (typeof prompt === "string") {
+      const tok = this.#textTokenizer("generate");
+      return tok.decode(await this.generate(await tok.encode(prompt), options));
+    }
     const { onToken, ...g } = checkGenerate(prompt, options);
     if (!onToken) return (await callModel(this, "generate", "generate", g)).tokens;
     return generating(this, "generate", g, onToken).result;
@@ -102,8 +174,58 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * `generate()` call, a stream holds its model until it ends: a call on this model made meanwhile (even
    * inside the loop) waits for the last token, so nothing changes the stream's tokens; other models' calls
    * run at once. `dispose()` does not wait: it ends the stream, whose loop then throws.
+   *
+   * A string prompt (with {@link LanguageModel.tokenizer}) yields text instead: each piece as soon as its
+   * tokens decode to whole characters (a byte-level BPE token can end inside one), the pieces together the
+   * text `generate` resolves to with the same prompt and options.
    */
-  async *stream(prompt: Int32Array, options: GenerateOptions): AsyncGenerator<number, void, undefined> {
+  stream(prompt: Int32Array, options: GenerateOptions): AsyncGenerator<number, void, undefined>;
+  stream(prompt: string, options: GenerateOptions): AsyncGenerator<string, void, undefined>;
+  stream(prompt: Int32Array | string, options: GenerateOptions): AsyncGenerator<number | string, void, undefined> {
+    return typeof prompt === "string" ? this.#streamText(prompt, options) : this.#streamIds(prompt, options);
+  }
+
+  /**
+   * The new text as it is made. Each step decodes all the tokens so far, since only the whole sequence's text
+   * is defined (a word tokenizer's spacing, UTF-8 split across tokens), and yields what it adds; a text that
+   * ends in U+FFFD may be a character cut short, so it waits for the next token (or the end).
+   */
+  async *#streamText(prompt: string, options: GenerateOptions): AsyncGenerator<string, void, undefined> {
+    const tok = this.#textTokenizer("stream");
+    const made: number[] = [];
+    let shown = "";
+    const added = (text: string): string => {
+      if (!text.startsWith(shown)) {
+        throw new Error("qkv: a longer sequence decoded to text that does not extend the shorter one's; please report this");
+      }
+      const piece = text.slice(shown.length);
+      shown = text;
+      return piece;
+    };
+    for await (const token of this.#streamIds(await tok.encode(prompt), options)) {
+      made.push(token);
+      const text = await tok.decode(made);
+      if (text.endsWith("\uFFFD")) continue;
+      const piece = added(text);
+      if (piece) yield piece;
+    }
+    const piece = added(await tok.decode(made));
+    if (piece) yield piece;
+  }
+
+  /** The tokenizer for a text prompt, or a TypeError saying there is none. */
+  #textTokenizer(method: string): AnyTokenizer {
+    if (this.tokenizer === undefined) {
+      throw new TypeError(
+        `prompt must be an Int32Array of token ids, got a string: LanguageModel.${method}() takes text only from a ` +
+          "model with a tokenizer to encode it, and this one has none; set model.tokenizer " +
+          "(LanguageModel.fromPretrained sets it from the folder's tokenizer.json or vocab.json + merges.txt)",
+      );
+    }
+    return this.tokenizer;
+  }
+
+  async *#streamIds(prompt: Int32Array, options: GenerateOptions): AsyncGenerator<number, void, undefined> {
     const { onToken, ...g } = checkGenerate(prompt, options);
     const ready: number[] = [];
     let wake: (() => void) | undefined;
@@ -147,6 +269,9 @@ export class LanguageModel extends Model<LanguageModelConfig> {
     return (await callModel(this, "attention", "attention", { layer, head, batchIndex })).weights;
   }
 }
+
+/** A safetensors file with no tensors: 8-byte little-endian header length 2, then the header `{}`. */
+const EMPTY_SAFETENSORS = Uint8Array.of(2, 0, 0, 0, 0, 0, 0, 0, 0x7b, 0x7d);
 
 /**
  * Starts generating token by token, handing each token and its index to `each` until stop() or until `each`

@@ -11,7 +11,7 @@ import { describe } from "./validate.js";
 const PIECE = 4 << 20;
 
 /** The signal's reason as the Error a cancelled load rejects with. */
-function abortError(signal: AbortSignal): Error {
+export function abortError(signal: AbortSignal): Error {
   const r: unknown = signal.reason;
   return r instanceof Error ? r : new DOMException("qkv: the load was aborted", "AbortError");
 }
@@ -26,7 +26,7 @@ interface Opened {
 }
 
 /** The chunks of a ReadableStream; an abort cancels the pending read (which then ends the stream). */
-async function* readAll(stream: ReadableStream<Uint8Array>, signal: AbortSignal | undefined): AsyncIterable<Uint8Array> {
+export async function* readAll(stream: ReadableStream<Uint8Array>, signal: AbortSignal | undefined): AsyncIterable<Uint8Array> {
   const reader = stream.getReader();
   const cancel = () => void reader.cancel().catch(() => undefined);
   signal?.addEventListener("abort", cancel);
@@ -39,7 +39,7 @@ async function* readAll(stream: ReadableStream<Uint8Array>, signal: AbortSignal 
         return;
       }
       if (!(value instanceof Uint8Array)) {
-        throw new TypeError(`qkv: a checkpoint stream must give Uint8Array chunks, got ${describe(value)}`);
+        throw new TypeError(`qkv: a stream of bytes must give Uint8Array chunks, got ${describe(value)}`);
       }
       yield value;
     }

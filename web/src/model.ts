@@ -230,7 +230,8 @@ export async function loadIn(kind: ModelKind, data: unknown, options?: unknown):
   return [be, await loadStream(be, kind, data as CheckpointSource, o)];
 }
 
-function loadOptions(options: unknown): LoadOptions {
+/** `load`'s and `fromPretrained`'s options, checked. */
+export function loadOptions(options: unknown): LoadOptions {
   if (options === undefined) return {};
   const o = object("options", options, "{ onProgress, signal }") as LoadOptions;
   if (o.onProgress !== undefined && typeof o.onProgress !== "function") {

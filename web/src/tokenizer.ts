@@ -245,6 +245,11 @@ export class CharTokenizer extends Tokenizer {
     makers.char = (b, out) => new CharTokenizer(b, out);
   }
 
+  /** The core's JSON of this tokenizer (see {@link Tokenizer.toJSON}). */
+  override toJSON(): TokenizerJSON {
+    return super.toJSON() as TokenizerJSON;
+  }
+
   /** @internal Use a factory. */
   protected constructor(b: Backend, out: TokenizerOut) {
     super(b, out);
@@ -268,6 +273,11 @@ export class ByteTokenizer extends Tokenizer {
 
   static {
     makers.byte = (b, out) => new ByteTokenizer(b, out);
+  }
+
+  /** The core's JSON of this tokenizer (see {@link Tokenizer.toJSON}). */
+  override toJSON(): TokenizerJSON {
+    return super.toJSON() as TokenizerJSON;
   }
 
   /** @internal Use a factory. */
@@ -321,6 +331,11 @@ export class WordTokenizer extends Tokenizer {
 
   static {
     makers.word = (b, out) => new WordTokenizer(b, out);
+  }
+
+  /** The core's JSON of this tokenizer (see {@link Tokenizer.toJSON}). */
+  override toJSON(): TokenizerJSON {
+    return super.toJSON() as TokenizerJSON;
   }
 
   /** @internal Use a factory. */

@@ -391,3 +391,41 @@ export interface LoadOptions {
  * other `Blob` (streamed from disk), or a stream of byte chunks.
  */
 export type CheckpointSource = Uint8Array | ArrayBuffer | Response | Blob | ReadableStream<Uint8Array>;
+
+/**
+ * One file of a model folder given in memory or on disk: a `File`/`Blob` (read as a stream), its bytes, or its
+ * text (a string is the file's contents, not a URL).
+ */
+export type PretrainedFile = Blob | Uint8Array | ArrayBuffer | string;
+
+/**
+ * Where {@link LanguageModel.fromPretrained} reads a Hugging Face model folder from:
+ * - a URL of the folder (`"https://huggingface.co/gpt2/resolve/main/"`, or any base URL, relative to the page in
+ *   a browser; the trailing slash is optional): each file is fetched at `<folder>/<name>`;
+ * - the files a user picked or dropped: a `FileList` (typed here as `ArrayLike<File>`, so that the declarations
+ *   need no DOM lib) or an array of `File`s, found by their names (when a picked folder holds two files of one
+ *   name, the one nearest its top is used);
+ * - a record of file name to contents: `{ "config.json": ..., "model.safetensors": ..., "tokenizer.json": ... }`.
+ */
+export type PretrainedSource = string | URL | ArrayLike<File> | Readonly<Record<string, PretrainedFile>>;
+
+/** How far {@link LanguageModel.fromPretrained} has read one of the folder's files. */
+export interface PretrainedProgress extends LoadProgress {
+  /** The file's name: `"config.json"`, `"tokenizer.json"`, `"model.safetensors"`, ... */
+  file: string;
+}
+
+/** Options of {@link LanguageModel.fromPretrained}. */
+export interface PretrainedOptions {
+  /**
+   * Called as each file's bytes arrive, with that file's bytes so far and its size (from `Content-Length` or
+   * the `File`'s size; undefined while unknown). The files come one after another: config.json, the
+   * tokenizer's, then model.safetensors.
+   */
+  onProgress?: (progress: PretrainedProgress) => void;
+  /**
+   * Cancels: the downloads stop and the call rejects with the signal's reason (an `AbortError` DOMException
+   * unless `abort()` was given another Error); nothing stays in the core.
+   */
+  signal?: AbortSignal;
+}

@@ -14,6 +14,8 @@ import {
   type ClassifierExample,
   type LanguageModelConfig,
   type MemoryReport,
+  type PretrainedProgress,
+  type PretrainedSource,
   type Metrics,
   type RuntimeInfo,
   type Seq2SeqExample,
@@ -30,6 +32,13 @@ export async function main(text: string, signal: AbortSignal): Promise<string> {
   const { loss }: { loss: number } = await lm.trainStep(ids.subarray(0, 32), ids.subarray(1, 33), { batch: 1, seq: 32 });
   await lm.setLearningRate(1e-4);
   const out: Int32Array = await lm.generate(await tok.encode("a"), { maxTokens: 10, temperature: 0.8, topK: 40, topP: 0.9, seed: 1, stopTokens: [0] });
+  const sources: PretrainedSource[] = ["https://huggingface.co/gpt2/resolve/main/", [new File([text], "config.json")], { "config.json": text }];
+  using gpt2 = await LanguageModel.fromPretrained(sources[0]!, { signal, onProgress: (p: PretrainedProgress) => void `${p.file} ${p.loaded}/${p.total ?? "?"}` });
+  const written: string = await gpt2.generate("Hello", { maxTokens: 5, temperature: 0 });
+  for await (const piece of gpt2.stream("Hello", { maxTokens: 5 })) void (piece satisfies string);
+  for await (const token of gpt2.stream(Int32Array.of(1), { maxTokens: 5 })) void (token satisfies number);
+  lm.tokenizer = tok;
+  void written;
   const logits: Float32Array = await lm.predict(ids.subarray(0, 32));
   const attn: Float32Array = await lm.attention({ layer: 0, head: 1 });
   const bytes: Uint8Array = await lm.save({ optimizer: false });

@@ -1,0 +1,457 @@
+// LanguageModel.fromPretrained: a Hugging Face GPT-2 folder written here (a BPE trained on a paragraph and
+// exported as tokenizer.json, config.json, model.safetensors in the Hub's layout with fixed-seed weights), read
+// from a local HTTP server (127.0.0.1, no network) and from Files and Blobs. The model it builds must be the one
+// importPretrained builds from the same bytes (logits bit for bit), generate text as tokenizer + ids do by
+// hand, report progress, cancel, and refuse what cannot load with a message that says why.
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { BpeTokenizer, init, LanguageModel, memory, type PretrainedProgress } from "../../web/dist/node.js";
+import { rng } from "./helpers.js";
+
+const TEXT =
+  "The quick brown fox jumps over the lazy dog. The dog sleeps in the sun, and the fox runs into the woods. " +
+  "A small model reads the text, then writes the next word, and the next, until the story ends. ";
+const PROMPT = "the quick brown fox";
+const C = 16;
+const P = 32;
+const L = 2;
+
+/** A safetensors file of F32 tensors in order: 8-byte little-endian header length, JSON header, raw data. */
+function safetensors(tensors: [string, number[], Float32Array][]): Uint8Array {
+  const header: Record<string, unknown> = {};
+  let at = 0;
+  for (const [name, shape, data] of tensors) {
+    header[name] = { dtype: "F32", shape, data_offsets: [at, at + data.byteLength] };
+    at += data.byteLength;
+  }
+  let json = JSON.stringify(header);
+  json += " ".repeat((8 - ((8 + json.length) % 8)) % 8); // the data 8-byte aligned, as safetensors writes it
+  const head = new TextEncoder().encode(json);
+  const out = new Uint8Array(8 + head.length + at);
+  new DataView(out.buffer).setBigUint64(0, BigInt(head.length), true);
+  out.set(head, 8);
+  let off = 8 + head.length;
+  for (const [, , data] of tensors) {
+    out.set(new Uint8Array(data.buffer, data.byteOffset, data.byteLength), off);
+    off += data.byteLength;
+  }
+  return out;
+}
+
+/**
+ * GPT-2's tensors as GPT2Model names them (Conv1D weights stored [in, out]), fixed-seed uniform values; `edit`
+ * may change any before they are written.
+ */
+function gpt2Weights(V: number, edit: (name: string, values: Float32Array) => void = () => undefined): Uint8Array {
+  const random = rng(35);
+  const t = (shape: number[], scale: number, center = 0): Float32Array =>
+    Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => center + (random() * 2 - 1) * scale);
+  const tensors: [string, number[], Float32Array][] = [
+    ["wte.weight", [V, C], t([V, C], 0.5)],
+    ["wpe.weight", [P, C], t([P, C], 0.2)],
+  ];
+  for (let l = 0; l < L; l++) {
+    const h = `h.${l}.`;
+    tensors.push(
+      [`${h}ln_1.weight`, [C], t([C], 0.1, 1)],
+      [`${h}ln_1.bias`, [C], t([C], 0.1)],
+      [`${h}attn.c_attn.weight`, [C, 3 * C], t([C, 3 * C], 0.4)],
+      [`${h}attn.c_attn.bias`, [3 * C], t([3 * C], 0.1)],
+      [`${h}attn.c_proj.weight`, [C, C], t([C, C], 0.3)],
+      [`${h}attn.c_proj.bias`, [C], t([C], 0.1)],
+      [`${h}ln_2.weight`, [C], t([C], 0.1, 1)],
+      [`${h}ln_2.bias`, [C], t([C], 0.1)],
+      [`${h}mlp.c_fc.weight`, [C, 4 * C], t([C, 4 * C], 0.3)],
+      [`${h}mlp.c_fc.bias`, [4 * C], t([4 * C], 0.1)],
+      [`${h}mlp.c_proj.weight`, [4 * C, C], t([4 * C, C], 0.2)],
+      [`${h}mlp.c_proj.bias`, [C], t([C], 0.1)],
+    );
+  }
+  tensors.push(["ln_f.weight", [C], t([C], 0.1, 1)], ["ln_f.bias", [C], t([C], 0.1)]);
+  for (const [name, , values] of tensors) edit(name, values);
+  return safetensors(tensors);
+}
+
+const utf8 = new TextEncoder();
+
+// The folder's files, set in beforeAll.
+let tok: BpeTokenizer;
+let configText: string;
+let tokenizerText: string;
+let weights: Uint8Array;
+
+/** URL path -> response: bytes served whole, or a status, or a slow body, or a header promising too much. */
+type Route = Uint8Array | number | { slow: Uint8Array } | { claims: number };
+const routes = new Map<string, Route>();
+const requested: string[] = [];
+let server: http.Server;
+let base: string;
+
+function serve(req: http.IncomingMessage, res: http.ServerResponse): void {
+  const path = req.url ?? "";
+  requested.push(path);
+  const r = routes.get(path);
+  if (r === undefined && path.startsWith("/spa/")) {
+    // A single-page-app host: every unknown path is its index.html, HTTP 200.
+    res.writeHead(200, { "content-type": "text/html; charset=utf-8" }).end("<!doctype html><title>app</title>");
+    return;
+  }
+  if (r === undefined || typeof r === "number") {
+    res.writeHead(r ?? 404, { "content-type": "text/plain" }).end("no");
+    return;
+  }
+  if (r instanceof Uint8Array) {
+    res.writeHead(200, { "content-length": String(r.length) }).end(r);
+    return;
+  }
+  if ("claims" in r) {
+    // A Content-Length of gigabytes and a trickle of bytes: the client must refuse from the header alone.
+    res.writeHead(200, { "content-length": String(r.claims) });
+    res.write(new Uint8Array(1024));
+    return;
+  }
+  // 2 KiB every 5 ms: a download in pieces, that an abort can catch half way.
+  const bytes = r.slow;
+  res.writeHead(200, { "content-length": String(bytes.length) });
+  let at = 0;
+  const timer = setInterval(() => {
+    if (res.destroyed) return clearInterval(timer);
+    res.write(bytes.subarray(at, at + 2048));
+    at += 2048;
+    if (at >= bytes.length) {
+      clearInterval(timer);
+      res.end();
+    }
+  }, 5);
+  res.on("close", () => clearInterval(timer));
+}
+
+function folder(name: string, files: Record<string, Route>): string {
+  for (const [file, r] of Object.entries(files)) routes.set(`/${name}/${file}`, r);
+  return `${base}/${name}/`;
+}
+
+beforeAll(async () => {
+  await init({ threads: 2 });
+  tok = await BpeTokenizer.train(TEXT.repeat(4), { vocabSize: 300 });
+  tokenizerText = JSON.stringify(tok.toJSON());
+  configText = JSON.stringify({
+    model_type: "gpt2",
+    n_layer: L,
+    n_head: 2,
+    n_embd: C,
+    n_positions: P,
+    vocab_size: tok.size,
+    activation_function: "gelu_new",
+    layer_norm_epsilon: 1e-5,
+  });
+  weights = gpt2Weights(tok.size);
+  server = http.createServer(serve);
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+});
+
+afterAll(async () => {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+});
+
+/** The same model built by hand: importPretrained from the same bytes. */
+async function reference(): Promise<LanguageModel> {
+  return LanguageModel.importPretrained(configText, weights);
+}
+
+async function sameLogits(m: LanguageModel, ref: LanguageModel): Promise<void> {
+  const ids = await tok.encode(TEXT.slice(0, 60));
+  const a = await m.predict(ids.subarray(0, P));
+  const b = await ref.predict(ids.subarray(0, P));
+  expect(a.length).toBe(Math.min(ids.length, P) * tok.size);
+  expect(Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength))).toBe(true);
+}
+
+const errorOf = (p: Promise<unknown>): Promise<Error> =>
+  p.then(
+    () => {
+      throw new Error("expected a rejection");
+    },
+    (e: Error) => e,
+  );
+
+describe("LanguageModel.fromPretrained", () => {
+  it("loads a Hub-style folder by URL: the model importPretrained builds, its tokenizer, text in and text out", async () => {
+    const url = folder("gpt2", {
+      "config.json": utf8.encode(configText),
+      "tokenizer.json": utf8.encode(tokenizerText),
+      "model.safetensors": { slow: weights }, // in 2 KiB pieces: several progress events
+    });
+    const events: PretrainedProgress[] = [];
+    using m = await LanguageModel.fromPretrained(url, { onProgress: (p) => events.push({ ...p }) });
+    using ref = await reference();
+    await sameLogits(m, ref);
+
+    expect(m.tokenizer).toBeInstanceOf(BpeTokenizer);
+    expect(m.tokenizer!.size).toBe(tok.size);
+    expect(Array.from(await m.tokenizer!.encode(PROMPT))).toEqual(Array.from(await tok.encode(PROMPT)));
+
+    const options = { maxTokens: 12, temperature: 0 };
+    const byHand = await tok.decode(await ref.generate(await tok.encode(PROMPT), options));
+    const text = await m.generate(PROMPT, options);
+    expect(typeof text).toBe("string");
+    expect(text).toBe(byHand);
+    expect(text.length).toBeGreaterThan(0);
+    // The ids API is unchanged, and a text stream's pieces add up to generate's text.
+    expect(Array.from(await m.generate(await tok.encode(PROMPT), options))).toEqual(
+      Array.from(await ref.generate(await tok.encode(PROMPT), options)),
+    );
+    const pieces: string[] = [];
+    for await (const piece of m.stream(PROMPT, options)) pieces.push(piece);
+    expect(pieces.join("")).toBe(byHand);
+    expect(pieces.length).toBeGreaterThan(1);
+
+    // Progress: per file, in order, growing, ending at the file's size.
+    expect([...new Set(events.map((e) => e.file))]).toEqual(["config.json", "tokenizer.json", "model.safetensors"]);
+    const sizes: Record<string, number> = {
+      "config.json": utf8.encode(configText).length,
+      "tokenizer.json": utf8.encode(tokenizerText).length,
+      "model.safetensors": weights.length,
+    };
+    for (const [file, size] of Object.entries(sizes)) {
+      const mine = events.filter((e) => e.file === file);
+      for (let i = 1; i < mine.length; i++) expect(mine[i]!.loaded).toBeGreaterThan(mine[i - 1]!.loaded);
+      expect(mine.every((e) => e.total === size)).toBe(true);
+      expect(mine.at(-1)!.loaded).toBe(size);
+    }
+    expect(events.filter((e) => e.file === "model.safetensors").length).toBeGreaterThan(1);
+  });
+
+  it("a text stream holds back a character cut short until it is whole, or until the end", async () => {
+    // A model that always writes the byte token 0xE2 (GPT-2's byte alphabet shows it as "â"), a 3-byte UTF-8 lead:
+    // the final LayerNorm's output is its bias (weight 0), the bias is that token's embedding, made the longest.
+    const X = tok.toJSON().model.vocab["\u00e2"]!;
+    const always = gpt2Weights(tok.size, (name, v) => {
+      if (name === "wte.weight") v.fill(3, X * C, (X + 1) * C);
+      if (name === "ln_f.weight") v.fill(0);
+      if (name === "ln_f.bias") v.fill(3);
+    });
+    const files = { "config.json": configText, "model.safetensors": always, "tokenizer.json": tokenizerText };
+    using m = await LanguageModel.fromPretrained(files);
+    const options = { maxTokens: 6, temperature: 0 };
+    expect(Array.from(await m.generate(await tok.encode(PROMPT), options))).toEqual(Array(6).fill(X));
+    const text = await m.generate(PROMPT, options);
+    expect(text).toBe("\uFFFD".repeat(6)); // each lead byte without its continuation: one U+FFFD each
+    const pieces: string[] = [];
+    for await (const piece of m.stream(PROMPT, options)) pieces.push(piece);
+    expect(pieces).toEqual([text]); // every step ended in U+FFFD: nothing shown before the end
+  });
+
+  it("a URL without its trailing slash, and GPT-2's older vocab.json + merges.txt", async () => {
+    const hf = tok.toJSON();
+    const merges = hf.model.merges.map((m) => (typeof m === "string" ? m : m.join(" ")));
+    const url = folder("older", {
+      "config.json": utf8.encode(configText),
+      "vocab.json": utf8.encode(JSON.stringify(hf.model.vocab)),
+      "merges.txt": utf8.encode(`#version: 0.2\n${merges.join("\n")}\n`),
+      "model.safetensors": weights,
+    });
+    using m = await LanguageModel.fromPretrained(url.slice(0, -1));
+    expect(m.tokenizer).toBeInstanceOf(BpeTokenizer);
+    expect(Array.from(await m.tokenizer!.encode(TEXT))).toEqual(Array.from(await tok.encode(TEXT)));
+    using ref = await reference();
+    await sameLogits(m, ref);
+  });
+
+  it("loads from dropped Files and from a record of Blobs, bytes and text", async () => {
+    const files = [
+      new File([configText], "config.json"),
+      new File([weights], "model.safetensors"),
+      new File([tokenizerText], "tokenizer.json"),
+      new File(["unrelated"], "README.md"),
+    ];
+    const events: PretrainedProgress[] = [];
+    using a = await LanguageModel.fromPretrained(files, { onProgress: (p) => events.push({ ...p }) });
+    using b = await LanguageModel.fromPretrained({
+      "config.json": configText,
+      "model.safetensors": new Blob([weights]),
+      "tokenizer.json": utf8.encode(tokenizerText),
+    });
+    using ref = await reference();
+    await sameLogits(a, ref);
+    await sameLogits(b, ref);
+    const options = { maxTokens: 10, temperature: 0 };
+    const byHand = await tok.decode(await ref.generate(await tok.encode(PROMPT), options));
+    expect(await a.generate(PROMPT, options)).toBe(byHand);
+    expect(await b.generate(PROMPT, options)).toBe(byHand);
+    const last = events.filter((e) => e.file === "model.safetensors").at(-1)!;
+    expect(last).toEqual({ file: "model.safetensors", loaded: weights.length, total: weights.length });
+  });
+
+  it("a picked folder (a FileList's shape): the file nearest its top wins a name two files share", async () => {
+    const picked = (contents: BlobPart, relative: string) => {
+      const f = new File([contents], relative.split("/").at(-1)!);
+      Object.defineProperty(f, "webkitRelativePath", { value: relative });
+      return f;
+    };
+    const list = [
+      picked("{ not the config }", "gpt2/onnx/config.json"),
+      picked(configText, "gpt2/config.json"),
+      picked(weights, "gpt2/model.safetensors"),
+      picked(tokenizerText, "gpt2/tokenizer.json"),
+    ];
+    const fileList: ArrayLike<File> = { length: list.length, ...list }; // what <input webkitdirectory> gives
+    using m = await LanguageModel.fromPretrained(fileList);
+    using ref = await reference();
+    await sameLogits(m, ref);
+    expect(m.tokenizer).toBeInstanceOf(BpeTokenizer);
+  });
+
+  it("an abort mid-download rejects with the signal's reason and leaves the package usable", async () => {
+    const url = folder("slow", {
+      "config.json": utf8.encode(configText),
+      "tokenizer.json": utf8.encode(tokenizerText),
+      "model.safetensors": { slow: weights },
+    });
+    const before = (await memory()).models.length;
+    const controller = new AbortController();
+    const reason = new Error("stopped by the test");
+    let loadedAtAbort = 0;
+    const err = await errorOf(
+      LanguageModel.fromPretrained(url, {
+        signal: controller.signal,
+        onProgress: ({ file, loaded }) => {
+          if (file === "model.safetensors" && loaded >= 8192 && !controller.signal.aborted) {
+            loadedAtAbort = loaded;
+            controller.abort(reason);
+          }
+        },
+      }),
+    );
+    expect(err).toBe(reason);
+    expect(loadedAtAbort).toBeLessThan(weights.length);
+    expect((await memory()).models.length).toBe(before);
+    // An AbortSignal already aborted (no reason given) rejects with an AbortError before any request.
+    const n = requested.length;
+    const aborted = new AbortController();
+    aborted.abort();
+    expect((await errorOf(LanguageModel.fromPretrained(url, { signal: aborted.signal }))).name).toBe("AbortError");
+    expect(requested.length).toBe(n);
+    // The package goes on: the same folder loads.
+    using m = await LanguageModel.fromPretrained(url);
+    using ref = await reference();
+    await sameLogits(m, ref);
+  });
+
+  it("an HTTP failure names its status and URL", async () => {
+    const missing = await errorOf(LanguageModel.fromPretrained(`${base}/nowhere/`));
+    expect(missing.message).toContain(`${base}/nowhere/config.json`);
+    expect(missing.message).toContain("404");
+    expect(missing.message).toContain("config.json is missing");
+
+    const url = folder("broken", { "config.json": utf8.encode(configText), "tokenizer.json": 500, "model.safetensors": weights });
+    const broken = await errorOf(LanguageModel.fromPretrained(url));
+    expect(broken.message).toContain("HTTP 500");
+    expect(broken.message).toContain(`${url}tokenizer.json`);
+
+    const noWeights = folder("noweights", { "config.json": utf8.encode(configText) });
+    const e = await errorOf(LanguageModel.fromPretrained(noWeights));
+    expect(e.message).toContain(`model.safetensors is missing: ${noWeights}model.safetensors was not found (HTTP 404)`);
+
+    const sharded = folder("sharded", { "config.json": utf8.encode(configText), "model.safetensors.index.json": utf8.encode("{}") });
+    expect((await errorOf(LanguageModel.fromPretrained(sharded))).message).toContain("sharded weights (model.safetensors.index.json)");
+
+    // A port nobody listens on (a server's, closed): Node's "fetch failed" with its reason.
+    const closed = http.createServer();
+    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const refused = await errorOf(LanguageModel.fromPretrained(`http://127.0.0.1:${port}/gpt2/`));
+    expect(refused.message).toMatch(
+      new RegExp(`^qkv: cannot fetch http://127\\.0\\.0\\.1:${port}/gpt2/config\\.json: fetch failed \\(.*ECONNREFUSED`),
+    );
+  });
+
+  it("a host that answers missing files with an HTML page: they count as missing, said so", async () => {
+    const url = folder("spa", { "config.json": utf8.encode(configText), "model.safetensors": weights });
+    using m = await LanguageModel.fromPretrained(url);
+    expect(m.tokenizer).toBeUndefined(); // tokenizer.json, vocab.json: the app's page
+    using ref = await reference();
+    await sameLogits(m, ref);
+    const e = await errorOf(LanguageModel.fromPretrained(`${base}/spa/elsewhere/`));
+    expect(e.message).toBe(
+      `qkv: config.json is missing: ${base}/spa/elsewhere/config.json answered with an HTML page, not the file (how many ` +
+        "static hosts answer a missing file); a model folder as the Hugging Face Hub serves it has config.json and model.safetensors",
+    );
+  });
+
+  it("a file missing from the files given is named with the files there are", async () => {
+    const given = [new File([configText], "config.json"), new File([tokenizerText], "tokenizer.json")];
+    const e = await errorOf(LanguageModel.fromPretrained(given));
+    expect(e.message).toBe("qkv: model.safetensors is missing: it is not among the files given (config.json, tokenizer.json)");
+  });
+
+  it("without tokenizer files: a model without tokenizer, whose text prompts reject saying so", async () => {
+    const url = folder("notok", { "config.json": utf8.encode(configText), "model.safetensors": weights });
+    using m = await LanguageModel.fromPretrained(url);
+    expect(m.tokenizer).toBeUndefined();
+    const options = { maxTokens: 4, temperature: 0 };
+    const noTokenizer =
+      /^prompt must be an Int32Array of token ids, got a string: LanguageModel\.(generate|stream)\(\) takes text only from a model with a tokenizer/;
+    await expect(m.generate(PROMPT, options)).rejects.toThrow(noTokenizer);
+    await expect(m.generate(PROMPT, options)).rejects.toBeInstanceOf(TypeError);
+    await expect(m.stream(PROMPT, options).next()).rejects.toThrow(noTokenizer);
+    using ref = await reference();
+    const ids = await tok.encode(PROMPT);
+    expect(Array.from(await m.generate(ids, options))).toEqual(Array.from(await ref.generate(ids, options)));
+    // A tokenizer set by hand makes text work.
+    m.tokenizer = tok;
+    expect(await m.generate(PROMPT, options)).toBe(await tok.decode(await ref.generate(ids, options)));
+  });
+
+  it("refuses pytorch_model.bin with the line that converts it, by URL and from Files", async () => {
+    const pickle = Uint8Array.of(0x50, 0x4b, 3, 4, 0, 0, 0, 0, 0, 0); // a torch.save zip's first bytes
+    const url = folder("pickle", { "config.json": utf8.encode(configText), "pytorch_model.bin": pickle });
+    for (const source of [url, [new File([configText], "config.json"), new File([pickle], "pytorch_model.bin")]]) {
+      const e = await errorOf(LanguageModel.fromPretrained(source));
+      expect(e.message).toContain("pytorch_model.bin but no model.safetensors");
+      expect(e.message).toContain("convert it to safetensors");
+      expect(e.message).toContain("st.save_file(");
+    }
+  });
+
+  it("another architecture is refused naming its model_type, before the weights are downloaded", async () => {
+    const llama = JSON.stringify({ model_type: "llama", hidden_size: 16 });
+    const url = folder("llama", { "config.json": utf8.encode(llama), "model.safetensors": weights });
+    const e = await errorOf(LanguageModel.fromPretrained(url));
+    expect(e.message).toContain('model_type "llama" is an architecture qkv does not run');
+    expect(requested).not.toContain("/llama/model.safetensors");
+  });
+
+  it("weights too big for the wasm core are refused from Content-Length, before they are read", async () => {
+    // gpt2-xl's shape: 1.56e9 parameters, 6.2 GB as float32.
+    const xl = JSON.stringify({ model_type: "gpt2", n_layer: 48, n_head: 25, n_embd: 1600, n_positions: 1024, vocab_size: 50257 });
+    const url = folder("xl", { "config.json": utf8.encode(xl), "model.safetensors": { claims: 6_230_000_000 } });
+    const events: PretrainedProgress[] = [];
+    const e = await errorOf(LanguageModel.fromPretrained(url, { onProgress: (p) => events.push(p) }));
+    expect(e.message).toContain(`${url}model.safetensors is too big for the wasm core`);
+    const params = 1_557_611_200; // gpt2-xl's published parameter count
+    expect(e.message).toContain(`${params} parameters`);
+    expect(e.message).toContain(`at least ${((6_230_000_000 + 4 * params) / 1e9).toFixed(2)} GB`);
+    expect(e.message).toContain("4 GiB");
+    expect(events.some((p) => p.file === "model.safetensors")).toBe(false);
+
+    // A picked file: its size decides, before it is read (a File that says it holds gpt2-xl's 6.23 GB).
+    const big = new File([new Uint8Array(16)], "model.safetensors");
+    Object.defineProperty(big, "size", { value: 6_230_000_000 });
+    const f = await errorOf(LanguageModel.fromPretrained([new File([xl], "config.json"), big]));
+    expect(f.message).toContain("model.safetensors among the files given (config.json, model.safetensors) is too big for the wasm core");
+    expect(f.message).toContain(`at least ${((6_230_000_000 + 4 * params) / 1e9).toFixed(2)} GB`);
+  });
+
+  it("rejects a source of the wrong type and options of the wrong type", async () => {
+    await expect(LanguageModel.fromPretrained(42 as never)).rejects.toThrow(TypeError);
+    await expect(LanguageModel.fromPretrained([new Blob(["x"])] as never)).rejects.toThrow(/source\[0\] must be a File/);
+    await expect(LanguageModel.fromPretrained({ "config.json": 7 } as never)).rejects.toThrow(/source\["config.json"\] must be/);
+    await expect(LanguageModel.fromPretrained(`${base}/gpt2/`, { signal: "no" } as never)).rejects.toThrow(/options.signal/);
+    await expect(LanguageModel.fromPretrained({ "model.safetensors": weights })).rejects.toThrow(/config.json is missing/);
+  });
+});

@@ -1,0 +1,397 @@
+// A Hugging Face model folder read for LanguageModel.fromPretrained: config.json, the tokenizer
+// (tokenizer.json, else vocab.json + merges.txt) and model.safetensors, from a URL prefix (a Hub
+// `.../resolve/main/` folder) or from files the user picked or dropped. Each file is read as a stream so that
+// progress can be reported as the bytes arrive and an AbortSignal cancels between chunks (and the fetch itself).
+//
+// Architecture, shapes and tensor names are the core's to judge (LanguageModel.importPretrained); this file
+// only finds the files, names the ones that are missing, and refuses before downloading the weights what can
+// never load: a pytorch_model.bin pickle, and weights too large for the wasm core's 4 GiB address space.
+import { abortError, readAll } from "./load-stream.js";
+import { BpeTokenizer } from "./tokenizer.js";
+import type { PretrainedFile, PretrainedOptions, PretrainedSource } from "./types.js";
+import { describe } from "./validate.js";
+
+/** A wasm32 core addresses 2^32 bytes at most (wasm-bindings/CMakeLists.txt: MAXIMUM_MEMORY=4GB). */
+export const WASM_ADDRESS_SPACE = 2 ** 32;
+
+/** A file of the folder, opened: its size when known and its bytes as they arrive. */
+interface Opened {
+  total: number | undefined;
+  chunks: AsyncIterable<Uint8Array>;
+  /** Stops reading (the body of a response that is not read to its end). */
+  close(): void;
+  /** The whole file when it was given as bytes: used as it is, not copied. */
+  whole?: Uint8Array;
+}
+
+/** Where the files come from: a URL prefix or files in memory / on disk, by name. */
+interface Folder {
+  /** For messages: `https://huggingface.co/gpt2/resolve/main/` or `the files given (a, b, c)`. */
+  readonly where: string;
+  /** Where one file is, for messages: its URL, or its name among the files given. */
+  at(name: string): string;
+  /** Why a file is missing, for messages: "<url> was not found (HTTP 404)", "it is not among the files given (...)". */
+  missing(name: string): string;
+  /** The file, or undefined when the folder has none of that name; rejects on any other failure. */
+  open(name: string, signal: AbortSignal | undefined): Promise<Opened | undefined>;
+}
+
+function isBlob(v: unknown): v is Blob {
+  return typeof Blob === "function" && v instanceof Blob;
+}
+function isFile(v: unknown): v is File {
+  return typeof File === "function" && v instanceof File;
+}
+
+// ---- a URL prefix ---------------------------------------------------------------------------------------------
+
+function urlFolder(prefix: string | URL): Folder {
+  let base: URL;
+  try {
+    // Relative to the page where there is one (a browser), so "models/gpt2/" works there.
+    const page = (globalThis as { location?: { href?: string } }).location?.href;
+    base = page === undefined ? new URL(prefix) : new URL(prefix, page);
+  } catch {
+    throw new TypeError(`source must be an absolute URL of a model folder (or files), got ${describe(String(prefix))}`);
+  }
+  if (!base.pathname.endsWith("/")) base.pathname += "/";
+  const at = (name: string) => new URL(name, base).href;
+  const html = new Set<string>(); // files answered with a web page
+  return {
+    where: base.href,
+    at,
+    missing: (name) =>
+      html.has(name)
+        ? `${at(name)} answered with an HTML page, not the file (how many static hosts answer a missing file)`
+        : `${at(name)} was not found (HTTP 404)`,
+    async open(name, signal) {
+      const url = at(name);
+      let res: Response;
+      try {
+        res = await fetch(url, { signal });
+      } catch (e) {
+        if (signal?.aborted) throw abortError(signal);
+        // Node's fetch says "fetch failed" and puts the reason (ECONNREFUSED, a bad certificate) in its cause.
+        const why = e instanceof Error ? e.message + (e.cause instanceof Error ? ` (${e.cause.message})` : "") : String(e);
+        throw new Error(`qkv: cannot fetch ${url}: ${why}`, { cause: e });
+      }
+      if (res.status === 404) {
+        void res.body?.cancel().catch(() => undefined);
+        return undefined;
+      }
+      if (!res.ok) {
+        void res.body?.cancel().catch(() => undefined);
+        throw new Error(`qkv: HTTP ${res.status} ${res.statusText}`.trimEnd() + ` for ${url}`);
+      }
+      // None of a model folder's files is HTML: a page in its place is a host's "not found" (vite preview,
+      // single-page-app hosts answer every unknown path with index.html and HTTP 200).
+      if ((res.headers.get("content-type") ?? "").startsWith("text/html")) {
+        html.add(name);
+        void res.body?.cancel().catch(() => undefined);
+        return undefined;
+      }
+      if (!res.body) throw new Error(`qkv: ${url} answered with no body`);
+      // Content-Length counts the encoded bytes: unknown when the server compressed the body.
+      const length = res.headers.get("content-length");
+      const encoded = (res.headers.get("content-encoding") ?? "identity") !== "identity";
+      const total = length !== null && !encoded && /^\d+$/.test(length) ? Number(length) : undefined;
+      const body = res.body;
+      return { total, chunks: readAll(body, signal), close: () => void body.cancel().catch(() => undefined) };
+    },
+  };
+}
+
+// ---- files given --------------------------------------------------------------------------------------------
+
+const utf8 = new TextEncoder();
+
+function openContents(v: PretrainedFile, signal: AbortSignal | undefined): Opened {
+  if (isBlob(v)) {
+    const stream = v.stream() as ReadableStream<Uint8Array>;
+    return { total: v.size, chunks: readAll(stream, signal), close: () => void stream.cancel().catch(() => undefined) };
+  }
+  const bytes = typeof v === "string" ? utf8.encode(v) : v instanceof ArrayBuffer ? new Uint8Array(v) : v;
+  return {
+    total: bytes.length,
+    chunks: (async function* () {
+      yield bytes;
+    })(),
+    close: () => undefined,
+    whole: bytes,
+  };
+}
+
+/** How deep a picked file sits in the picked folder (webkitRelativePath "gpt2/onnx/config.json": 2). */
+function depth(f: File): number {
+  const rel = (f as { webkitRelativePath?: string }).webkitRelativePath ?? "";
+  return rel.split("/").length - 1;
+}
+
+function filesFolder(files: Map<string, PretrainedFile>): Folder {
+  const names = [...files.keys()];
+  const where = `the files given (${names.length ? names.join(", ") : "none"})`;
+  return {
+    where,
+    at: (name) => `${name} among ${where}`,
+    missing: () => `it is not among ${where}`,
+    async open(name, signal) {
+      if (signal?.aborted) throw abortError(signal);
+      const v = files.get(name);
+      return v === undefined ? undefined : openContents(v, signal);
+    },
+  };
+}
+
+/** Files by name: a FileList or array of Files (the one nearest the picked folder's top wins a shared name). */
+function fromFiles(list: ArrayLike<unknown>): Map<string, PretrainedFile> {
+  const byName = new Map<string, File>();
+  for (let i = 0; i < list.length; i++) {
+    const f = list[i];
+    if (!isFile(f)) {
+      throw new TypeError(
+        `source[${i}] must be a File (a Blob has no name: pass { "config.json": blob, ... } instead), got ${describe(f)}`,
+      );
+    }
+    const had = byName.get(f.name);
+    if (had === undefined || depth(f) < depth(had)) byName.set(f.name, f);
+  }
+  return byName;
+}
+
+function fromRecord(record: Record<string, unknown>): Map<string, PretrainedFile> {
+  const files = new Map<string, PretrainedFile>();
+  for (const [name, v] of Object.entries(record)) {
+    if (!(typeof v === "string" || v instanceof Uint8Array || v instanceof ArrayBuffer || isBlob(v))) {
+      throw new TypeError(
+        `source["${name}"] must be the file's contents (a Blob, a Uint8Array, an ArrayBuffer or its text), got ${describe(v)}`,
+      );
+    }
+    files.set(name, v);
+  }
+  return files;
+}
+
+function folderOf(source: PretrainedSource): Folder {
+  if (typeof source === "string" || source instanceof URL) return urlFolder(source);
+  if (typeof source === "object" && source !== null && !isBlob(source) && !ArrayBuffer.isView(source) && !(source instanceof ArrayBuffer)) {
+    // A FileList or an array: numbered Files with a length. A record of file names has no length.
+    if (typeof (source as { length?: unknown }).length === "number") return filesFolder(fromFiles(source as ArrayLike<unknown>));
+    return filesFolder(fromRecord(source as Record<string, unknown>));
+  }
+  throw new TypeError(
+    "source must be a model folder's URL (e.g. \"https://huggingface.co/gpt2/resolve/main/\"), a FileList or array " +
+      `of Files, or a record { "config.json": ..., "model.safetensors": ..., "tokenizer.json": ... }, got ${describe(source)}`,
+  );
+}
+
+// ---- reading ------------------------------------------------------------------------------------------------
+
+/**
+ * The whole file, reporting progress after each chunk. `limit` checks the size before the bytes are read (from
+ * Content-Length or the Blob's size) and again as they arrive when the size was not known.
+ */
+async function readFile(
+  folder: Folder,
+  name: string,
+  opened: Opened,
+  options: PretrainedOptions,
+  limit?: (bytes: number) => void,
+): Promise<Uint8Array> {
+  const { onProgress, signal } = options;
+  const { total } = opened;
+  try {
+    if (total !== undefined) limit?.(total);
+  } catch (e) {
+    opened.close();
+    throw e;
+  }
+  if (opened.whole !== undefined) {
+    onProgress?.({ file: name, loaded: opened.whole.length, total });
+    return opened.whole;
+  }
+  // One buffer of the announced size, filled in place: the file is never held twice in JS.
+  let whole = total !== undefined ? new Uint8Array(total) : undefined;
+  const parts: Uint8Array[] = [];
+  let loaded = 0;
+  if (total === 0) onProgress?.({ file: name, loaded: 0, total });
+  try {
+    for await (const chunk of opened.chunks) {
+      if (signal?.aborted) break;
+      if (whole !== undefined) {
+        if (loaded + chunk.length > whole.length) {
+          throw new Error(`qkv: ${folder.at(name)} sent more than the ${whole.length} bytes it announced`);
+        }
+        whole.set(chunk, loaded);
+      } else {
+        parts.push(chunk.slice());
+        limit?.(loaded + chunk.length);
+      }
+      loaded += chunk.length;
+      onProgress?.({ file: name, loaded, total });
+    }
+  } catch (e) {
+    opened.close();
+    if (signal?.aborted) throw abortError(signal);
+    throw e;
+  }
+  if (signal?.aborted) throw abortError(signal);
+  if (whole === undefined) {
+    whole = new Uint8Array(loaded);
+    let at = 0;
+    for (const p of parts) {
+      whole.set(p, at);
+      at += p.length;
+    }
+  } else if (loaded !== whole.length) {
+    throw new Error(`qkv: ${folder.at(name)} ended after ${loaded} of its ${whole.length} bytes: the download was cut short`);
+  }
+  return whole;
+}
+
+const text = new TextDecoder();
+
+async function readText(folder: Folder, name: string, opened: Opened, options: PretrainedOptions): Promise<string> {
+  return text.decode(await readFile(folder, name, opened, options));
+}
+
+/** Whether the folder has the file (its body, if any, is not read). */
+async function has(folder: Folder, name: string, signal: AbortSignal | undefined): Promise<boolean> {
+  const f = await folder.open(name, signal);
+  f?.close();
+  return f !== undefined;
+}
+
+function gb(bytes: number): string {
+  return `${(bytes / 1e9).toFixed(2)} GB`;
+}
+
+/**
+ * Float32 parameters of the GPT-2 config.json describes, or undefined when a shape field is missing (the core
+ * then names it). Per layer: ln_1, ln_2 (2C each), c_attn (C x 3C + 3C), attn c_proj (C x C + C), c_fc
+ * (C x F + F), mlp c_proj (F x C + C); plus wte (V x C), wpe (P x C) and ln_f (2C); the head is tied to wte.
+ */
+function parameterCount(config: Record<string, unknown>): number | undefined {
+  const n = (k: string) => (typeof config[k] === "number" && (config[k] as number) > 0 ? (config[k] as number) : undefined);
+  const V = n("vocab_size"), P = n("n_positions") ?? n("n_ctx"), C = n("n_embd"), L = n("n_layer");
+  if (V === undefined || P === undefined || C === undefined || L === undefined) return undefined;
+  const F = n("n_inner") ?? 4 * C;
+  return V * C + P * C + 2 * C + L * (4 * C + (3 * C * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C));
+}
+
+/**
+ * Refuses weights the wasm core cannot hold. While importing, the core holds at least the file's bytes (the
+ * safetensors handed to it) and the model's float32 parameters: together they must fit the 4 GiB address space.
+ * This is a lower bound (the heap also holds what other models and the import's working copies use), so a model
+ * refused here can never load, whatever else is freed.
+ */
+function sizeLimit(where: string, config: Record<string, unknown>): (fileBytes: number) => void {
+  const params = parameterCount(config);
+  return (fileBytes) => {
+    const weights = params === undefined ? 0 : 4 * params;
+    const needed = fileBytes + weights;
+    if (needed > WASM_ADDRESS_SPACE) {
+      throw new Error(
+        `qkv: ${where} is too big for the wasm core: importing it needs at least ${gb(needed)} (the file's ` +
+          `${gb(fileBytes)}` +
+          (params === undefined ? "" : ` plus ${gb(weights)} of float32 weights for ${params} parameters`) +
+          `), more than the ${gb(WASM_ADDRESS_SPACE)} (4 GiB) a wasm32 core can address; ` +
+          "run it natively (qkv generate --model DIR) or pick a smaller model",
+      );
+    }
+  };
+}
+
+/** What fromPretrained needs from a folder. */
+export interface PretrainedFiles {
+  /** config.json's text. */
+  config: string;
+  /** model.safetensors' bytes. */
+  weights: Uint8Array;
+  /** From tokenizer.json, else vocab.json + merges.txt, else undefined. */
+  tokenizer: BpeTokenizer | undefined;
+}
+
+/** config.json as an object, or undefined when it is not (the core then says what is wrong with it). */
+function parsed(configText: string): Record<string, unknown> | undefined {
+  try {
+    const c: unknown = JSON.parse(configText);
+    return typeof c === "object" && c !== null && !Array.isArray(c) ? (c as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Reads config.json, then the tokenizer, then model.safetensors. `checkConfig` is called with config.json's
+ * text before anything else is read (LanguageModel.fromPretrained lets the core refuse another model_type
+ * there, before a download of weights it could not use).
+ */
+export async function readPretrained(
+  source: PretrainedSource,
+  options: PretrainedOptions,
+  checkConfig: (config: string) => Promise<void>,
+): Promise<PretrainedFiles> {
+  const folder = folderOf(source);
+  const { signal } = options;
+  if (signal?.aborted) throw abortError(signal);
+  const missing = (name: string, hint = "") =>
+    new Error(`qkv: ${name} is missing: ${folder.missing(name)}${hint}`);
+
+  const configFile = await folder.open("config.json", signal);
+  if (!configFile) throw missing("config.json", `; a model folder as the Hugging Face Hub serves it has config.json and model.safetensors`);
+  const config = await readText(folder, "config.json", configFile, options);
+  await checkConfig(config);
+
+  let tokenizer: BpeTokenizer | undefined;
+  const tokenizerJson = await folder.open("tokenizer.json", signal);
+  if (tokenizerJson) {
+    const json = await readText(folder, "tokenizer.json", tokenizerJson, options);
+    tokenizer = await BpeTokenizer.fromJSON(json).catch((e: unknown) => {
+      throw new Error(`qkv: ${folder.at("tokenizer.json")}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+    });
+  } else {
+    const vocab = await folder.open("vocab.json", signal);
+    if (vocab) {
+      const vocabText = await readText(folder, "vocab.json", vocab, options);
+      const merges = await folder.open("merges.txt", signal);
+      if (!merges) throw missing("merges.txt", " (vocab.json is there: GPT-2's older tokenizer files come as a pair)");
+      const mergesText = await readText(folder, "merges.txt", merges, options);
+      tokenizer = await BpeTokenizer.fromVocabMerges(vocabText, mergesText).catch((e: unknown) => {
+        throw new Error(`qkv: ${folder.at("vocab.json")} + merges.txt: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
+      });
+    }
+  }
+  if (signal?.aborted) throw abortError(signal);
+
+  const weightsFile = await folder.open("model.safetensors", signal);
+  if (!weightsFile) {
+    if (await has(folder, "pytorch_model.bin", signal)) {
+      throw new Error(
+        `qkv: there is pytorch_model.bin but no model.safetensors in ${folder.where}: a PyTorch pickle, which qkv does not ` +
+          "execute; convert it to safetensors: python -c \"import torch, safetensors.torch as st; " +
+          "sd = torch.load('pytorch_model.bin', map_location='cpu'); " +
+          "st.save_file({k: v.clone().contiguous() for k, v in sd.items()}, 'model.safetensors')\"",
+      );
+    }
+    if (await has(folder, "model.safetensors.index.json", signal)) {
+      throw new Error(
+        `qkv: ${folder.where} holds sharded weights (model.safetensors.index.json), and fromPretrained reads one ` +
+          "model.safetensors: convert the folder natively (qkv import DIR model.safetensors) and open the result " +
+          "with LanguageModel.load",
+      );
+    }
+    throw missing("model.safetensors");
+  }
+  const limit = sizeLimit(folder.at("model.safetensors"), parsed(config) ?? {});
+  const weights = await readFile(folder, "model.safetensors", weightsFile, options, limit);
+  return { config, weights, tokenizer };
+}
+
+/**
+ * Whether config.json is not a GPT-2's (not a JSON object, or its model_type is not "gpt2"): the core will refuse
+ * it, and fromPretrained asks it to before the weights are downloaded.
+ */
+export function notGpt2(config: string): boolean {
+  const c = parsed(config);
+  return c === undefined || c["model_type"] !== "gpt2";
+}
