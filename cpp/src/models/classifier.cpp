@@ -247,7 +247,8 @@ std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
   if (io::load_bytes_streaming(bytes, "classifier", make)) return m;
   // A foreign state dict (io/import.h) is mapped as a whole.
   const io::Checkpoint c = io::read_checkpoint(bytes, "classifier");
-  m = std::make_unique<Classifier>(models::checkpoint_config(c, "classifier", classifier_config_from_json), c.optimizer);
+  m = std::make_unique<Classifier>(models::checkpoint_config(c, "classifier", classifier_config_from_json),
+                                   c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }

@@ -391,7 +391,8 @@ std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> byte
   if (io::load_bytes_streaming(bytes, "language_model", make)) return m;
   // A foreign state dict (io/import.h) is mapped as a whole.
   const io::Checkpoint c = io::read_checkpoint(bytes, "language_model");
-  m = std::make_unique<LanguageModel>(models::checkpoint_config(c, "language_model", language_model_config_from_json), c.optimizer);
+  m = std::make_unique<LanguageModel>(models::checkpoint_config(c, "language_model", language_model_config_from_json),
+                                      c.optimizer);
   io::restore_checkpoint(m->impl_->core, c);
   return m;
 }
