@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "io/bpe.h"
+#include "io/bpe_pretokenize.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -23,29 +24,11 @@ int special_count(SpecialTokens s) { return int(s.pad) + int(s.bos) + int(s.eos)
 // --- UTF-8 ---------------------------------------------------------------------------------------------
 
 // Length of the well-formed UTF-8 sequence starting at s[pos], or 0 when it is not one (a stray
-// continuation byte, a truncated sequence, an overlong form, a surrogate or a value above U+10FFFF).
+// continuation byte, a truncated sequence, an overlong form, a surrogate or a value above U+10FFFF): the BPE
+// pre-tokenizer's decoder, one definition of well-formed for every tokenizer.
 size_t utf8_length(std::string_view s, size_t pos) {
-  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
-  const unsigned char b0 = byte(pos);
-  if (b0 < 0x80) return 1;
-  size_t n;
-  uint32_t cp;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    n = 2, cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    n = 3, cp = b0 & 0x0F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    n = 4, cp = b0 & 0x07;
-  } else {
-    return 0;
-  }
-  if (pos + n > s.size()) return 0;
-  for (size_t i = 1; i < n; ++i) {
-    if ((byte(pos + i) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (byte(pos + i) & 0x3F);
-  }
-  const bool overlong = (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
-  if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+  size_t n = 0;
+  bpe::decode_utf8(s, pos, n);
   return n;
 }
 

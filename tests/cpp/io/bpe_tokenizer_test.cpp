@@ -14,6 +14,7 @@
 #include "io/bpe_pretokenize.h"
 #include "qkv/error.h"
 #include "qkv/tokenizer.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
@@ -29,15 +30,7 @@ std::string read_text(const std::string& name) {
   return s.str();
 }
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a qkv::Error";
-  return "";
-}
+using test::message_of;
 
 #define EXPECT_ERROR_HAS(statement, text) \
   EXPECT_NE(message_of([&] { (void)(statement); }).find(text), std::string::npos) << "expected: " << (text)

@@ -16,6 +16,7 @@
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
 #include "qkv/tokenizer.h"
+#include "test_util.h"
 
 namespace qkv {
 namespace {
@@ -23,14 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::message_of;
 
 #define EXPECT_HAS(message, part) EXPECT_NE((message).find(part), std::string::npos) << (message)
 
