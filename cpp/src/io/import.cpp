@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "io/checkpoint.h"
+#include "io/import_buffers.h"
 #include "nn/parameters.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
@@ -27,16 +28,7 @@ using nlohmann::json;
 
 const char* const kFormats = "qkv, torch, nanogpt, seed000, seed002, seed003, seed004, gpt2";
 
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string out = "(";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + ")";
-}
-
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // How a qkv parameter is built from the file's tensors.
 enum class Op {
@@ -211,83 +203,6 @@ Source source_of(const SafetensorsFile& file, const std::string& format) {
   return s;
 }
 
-// A sinusoidal position buffer ("pe" of the seeds, the tutorial's "pos_embedding"), as (rows, C).
-bool is_position_buffer(const std::string& n) {
-  return n == "pe" || ends_with(n, ".pe") || n == "pos_embedding" || ends_with(n, ".pos_embedding");
-}
-// nanoGPT's causal mask, a buffer of (1, 1, T, T) ones below the diagonal, where PyTorch lacks
-// scaled_dot_product_attention.
-bool is_causal_mask_buffer(const std::string& n, const TensorEntry& t) {
-  static const std::regex re(R"(transformer\.h\.\d+\.attn\.bias)");
-  return std::regex_match(n, re) && t.shape.size() == 4 && t.shape[0] == 1 && t.shape[1] == 1 &&
-         t.shape[2] == t.shape[3];
-}
-
-std::string check_position_buffer(const SafetensorsFile& file, const TensorEntry& t, const std::string& name,
-                                  int64_t C) {
-  int64_t rows = 0, width = 0;
-  if (t.shape.size() == 2) rows = t.shape[0], width = t.shape[1];
-  if (t.shape.size() == 3 && t.shape[0] == 1) rows = t.shape[1], width = t.shape[2];  // (1, L, C): the seeds
-  if (t.shape.size() == 3 && t.shape[1] == 1) rows = t.shape[0], width = t.shape[2];  // (L, 1, C): the tutorial
-  if (width != C || C % 2 != 0)
-    return detail::cat("tensor \"", name, "\" has shape ", shape_text(t.shape), ", expected a sinusoidal table of ", C,
-                       " columns");
-  const auto v = file.floats(t.name);
-  double worst = 0;
-  // qkv's table (and every tutorial's): pe[p, 2i] = sin(p w_i), pe[p, 2i+1] = cos(p w_i), w_i = 10000^(-2i/C).
-  // The sources compute it in float32, whose argument rounding grows with p: 2e-3 tells a table of another
-  // formula from a rounding difference.
-  for (int64_t p = 0; p < rows; ++p)
-    for (int64_t i = 0; i < C; i += 2) {
-      const double w = std::exp(-static_cast<double>(i) * std::log(10000.0) / static_cast<double>(C));
-      worst = std::max(worst, std::abs(v[p * C + i] - std::sin(p * w)));
-      worst = std::max(worst, std::abs(v[p * C + i + 1] - std::cos(p * w)));
-    }
-  if (!(worst <= 2e-3))
-    return detail::cat("tensor \"", name, "\" is not the sinusoidal position table qkv computes (differs by ", worst,
-                       ")");
-  return "";
-}
-
-// GPT-2's attention buffers: "h.N.attn.bias", the causal mask (1, 1, P, P) of ones on and below the diagonal
-// (F32 in the files converted from the first releases, BOOL or U8 in later ones), and "h.N.attn.masked_bias",
-// the score of a masked position (a scalar, -1e4; -inf in some exports). Checked, counted in `seen`, then
-// ignored: true when `n` is one (a wrong one is added to `wrong`).
-bool gpt2_buffer(const SafetensorsFile& file, const std::string& n, const TensorEntry& t, const std::string& name,
-                 std::vector<std::string>& wrong, std::map<std::string, int>& seen) {
-  static const std::regex re(R"(h\.\d+\.attn\.(bias|masked_bias))");
-  std::smatch m;
-  if (!std::regex_match(n, m, re)) return false;
-  const bool is_float = t.dtype == "F32" || t.dtype == "F16" || t.dtype == "BF16" || t.dtype == "F64";
-  const auto values = [&] {
-    if (is_float) return file.floats(t.name);
-    std::vector<float> v;
-    for (int64_t x : file.ints(t.name)) v.push_back(static_cast<float>(x));
-    return v;
-  };
-  if (m[1] == "masked_bias") {
-    const float v = t.numel() == 1 && is_float ? file.floats(t.name)[0] : 0.f;
-    if (t.numel() != 1 || !is_float || !(v == -1e4f || v == -INFINITY))
-      wrong.push_back(detail::cat("tensor \"", name, "\" (", t.dtype, " ", shape_text(t.shape),
-                                  ") is not GPT-2's masked_bias: expected one float, -1e4 or -inf"));
-  } else {
-    const bool square = t.shape.size() == 4 && t.shape[0] == 1 && t.shape[1] == 1 && t.shape[2] == t.shape[3];
-    bool tril = square && (is_float || t.dtype == "BOOL" || t.dtype == "U8");
-    if (tril) {
-      const auto v = values();
-      const int64_t T = t.shape[3];
-      for (int64_t i = 0; i < T && tril; ++i)
-        for (int64_t j = 0; j < T; ++j) tril &= v[i * T + j] == (j <= i ? 1.f : 0.f);
-    }
-    if (!tril)
-      wrong.push_back(
-          detail::cat("tensor \"", name, "\" (", t.dtype, " ", shape_text(t.shape),
-                      ") is not GPT-2's causal mask: expected (1, 1, P, P) ones on and below the diagonal"));
-  }
-  ++seen[m[1]];
-  return true;
-}
-
 }  // namespace
 
 std::string detect_format(const SafetensorsFile& file) {
@@ -454,12 +369,8 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
       continue;
     }
     if (format == "nanogpt" && is_causal_mask_buffer(n, *t)) {
-      const auto v = file.floats(t->name);
-      const int64_t T = t->shape[3];
-      bool tril = true;
-      for (int64_t i = 0; i < T; ++i)
-        for (int64_t j = 0; j < T; ++j) tril &= v[i * T + j] == (j <= i ? 1.f : 0.f);
-      if (!tril) wrong.push_back(detail::cat("tensor \"", src.name(n), "\" is not nanoGPT's causal mask"));
+      if (!is_causal_tril(file.floats(t->name), t->shape[3]))
+        wrong.push_back(detail::cat("tensor \"", src.name(n), "\" is not nanoGPT's causal mask"));
       continue;
     }
     if (format == "gpt2" && gpt2_buffer(file, n, *t, src.name(n), wrong, buffers)) continue;
