@@ -663,10 +663,14 @@ int run_import(const ImportArgs& a) {
   o.norm = a.norm;
   o.pad_id = a.pad_id;
   if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
-  ImportedWeights r = [&] {
-    if (folder) return import_pretrained(a.in);
-    return import_file(a.in, o);
-  }();
+  // A folder streams into the model (load_pretrained: memory is the weights, never the file nor a converted copy);
+  // `r` then reports what import_pretrained would, its weights in the model.
+  ImportedWeights r;
+  std::unique_ptr<LanguageModel> pretrained;
+  if (folder)
+    pretrained = load_pretrained(a.in, {}, Device::CPU, &r);
+  else
+    r = import_file(a.in, o);
   std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
   if (!a.tokenizer.empty()) {
     const Tokenizer tok = Tokenizer::from_json(read_text(a.tokenizer));
@@ -692,6 +696,17 @@ int run_import(const ImportArgs& a) {
       meta["qkv.tokenizer"] = tok->to_json();
     }
   }
+  const auto report = [&] {
+    std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
+                r.config_json.c_str());
+    for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
+    std::printf("wrote       %s\n", a.out.c_str());
+  };
+  if (pretrained) {
+    pretrained->save_file(a.out, false, meta);  // tensor by tensor from the model's memory
+    report();
+    return 0;
+  }
   // Built, loaded and saved through the model, so the file is exactly what qkv writes (config, checksums). Built
   // as a loader builds it (no initial values, no gradients or moments): load_weights writes every parameter.
   const nn::Parameters::ForLoading loading;
@@ -710,10 +725,7 @@ int run_import(const ImportArgs& a) {
     LanguageModel m(language_model_config_from_json(r.config_json));
     save(m);
   }
-  std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
-              r.config_json.c_str());
-  for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
-  std::printf("wrote       %s\n", a.out.c_str());
+  report();
   return 0;
 }
 

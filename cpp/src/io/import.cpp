@@ -30,17 +30,6 @@ const char* const kFormats = "qkv, torch, nanogpt, seed000, seed002, seed003, se
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
-// How a qkv parameter is built from the file's tensors.
-enum class Op {
-  Copy,         // one tensor, the same shape
-  CopyOrZeros,  // the same, or zeros when the source has none (nanoGPT's LayerNorm without bias)
-  Transpose,    // one tensor stored [in, out] (GPT-2's Conv1D: y = x W + b), qkv's [out, in] is its transpose
-  Stack3,       // W_q, W_k, W_v (or their biases) stacked on rows: in_proj_weight / in_proj_bias
-  Expand3,      // seed 004: q, k, v projections (hd, hd) shared by all heads -> block-diagonal (C, C) each,
-                // stacked; q scaled by sqrt(hd / C) so that qkv's 1/sqrt(hd) gives the seed's 1/sqrt(C)
-  Zeros,        // no source: a bias the source has not got (seed 004's q/k/v), exact for the forward
-};
-
 struct Rule {
   std::regex qkv;
   std::vector<std::vector<std::string>> parts;  // per source tensor: alternative names ($1 = layer index)
@@ -242,13 +231,27 @@ std::string kind_of(const std::vector<Target>& targets) {
   return "language_model";
 }
 
-SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& format, const std::string& kind,
-                            const std::vector<Target>& targets, int heads, std::vector<std::string>* notes) {
+std::string WeightPlan::problems() const {
+  if (missing.empty() && misshaped.empty() && leftover.empty() && wrong.empty()) return "";
+  std::string msg = detail::cat("the file (format ", format, ") does not fit this ", kind, ": ");
+  std::vector<std::string> all;
+  for (const auto& n : missing) all.push_back("tensor \"" + n + "\" is missing");
+  all.insert(all.end(), misshaped.begin(), misshaped.end());
+  all.insert(all.end(), wrong.begin(), wrong.end());
+  all.insert(all.end(), leftover.begin(), leftover.end());
+  for (size_t i = 0; i < all.size(); ++i) msg += (i ? "; " : "") + all[i];
+  return msg;
+}
+
+WeightPlan plan_weights(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+                        const std::vector<Target>& targets, int heads) {
   const std::vector<Rule> rules = rules_for(format, kind);
   const Source src = source_of(file, format);
-  std::vector<std::string> missing, misshaped, leftover, wrong;
+  WeightPlan plan;
+  plan.format = format;
+  plan.kind = kind;
+  plan.heads = heads;
   std::set<std::string> used;
-  SafetensorsFile out;
   std::string expand_note;
   for (const Target& t : targets) {
     std::smatch m;
@@ -274,23 +277,21 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
       names.push_back(name);
       if (!found) {
         complete = false;
-        if (r->op != Op::CopyOrZeros) missing.push_back(src.name(name));
+        if (r->op != Op::CopyOrZeros) plan.missing.push_back(src.name(name));
       }
       parts.push_back(found);
     }
     std::vector<int64_t> want = t.shape;
-    int64_t C = 0, hd = 0;
     if (r->op == Op::Stack3) want[0] /= 3;
     if (r->op == Op::Transpose) std::swap(want[0], want[1]);
     if (r->op == Op::Expand3) {
-      C = t.shape[1];
-      hd = heads > 0 ? C / heads : 0;
+      const int64_t C = t.shape[1], hd = heads > 0 ? C / heads : 0;
       want = {hd, hd};
       if (complete && parts[0]->shape.size() == 2 && parts[0]->shape[0] != hd && parts[0]->shape[0] > 0 &&
           C % parts[0]->shape[0] == 0) {
-        wrong.push_back(detail::cat("tensor \"", src.name(names[0]), "\" is a per-head projection of ",
-                                    parts[0]->shape[0], " x ", parts[0]->shape[0],
-                                    ", so the model needs heads = ", C / parts[0]->shape[0], ", not ", heads));
+        plan.wrong.push_back(detail::cat("tensor \"", src.name(names[0]), "\" is a per-head projection of ",
+                                         parts[0]->shape[0], " x ", parts[0]->shape[0],
+                                         ", so the model needs heads = ", C / parts[0]->shape[0], ", not ", heads));
         complete = false;
       }
     }
@@ -298,74 +299,72 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
       if (!parts[i]) continue;
       used.insert(names[i]);
       if (parts[i]->shape != want) {
-        misshaped.push_back(detail::cat("tensor \"", src.name(names[i]), "\" has shape ", shape_text(parts[i]->shape),
-                                        ", expected ", shape_text(want)));
+        plan.misshaped.push_back(detail::cat("tensor \"", src.name(names[i]), "\" has shape ",
+                                             shape_text(parts[i]->shape), ", expected ", shape_text(want)));
         complete = false;
       } else if (parts[i]->dtype != "F32" && parts[i]->dtype != "F16" && parts[i]->dtype != "BF16" &&
                  parts[i]->dtype != "F64") {
-        wrong.push_back(detail::cat("tensor \"", src.name(names[i]), "\" has dtype ", parts[i]->dtype,
-                                    ", expected a floating-point dtype (F32, F16, BF16 or F64)"));
+        plan.wrong.push_back(detail::cat("tensor \"", src.name(names[i]), "\" has dtype ", parts[i]->dtype,
+                                         ", expected a floating-point dtype (F32, F16, BF16 or F64)"));
         complete = false;
       }
     }
     if (!complete && !(r->op == Op::CopyOrZeros && parts[0] == nullptr)) continue;
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    std::vector<float> v(static_cast<size_t>(numel), 0.f);
-    if (r->op == Op::Copy || (r->op == Op::CopyOrZeros && parts[0])) {
-      v = file.floats(parts[0]->name);
-    } else if (r->op == Op::Transpose) {
-      // w: (in, out) as stored; v: (out, in) = t.shape
-      const auto w = file.floats(parts[0]->name);
-      const int64_t out_dim = t.shape[0], in_dim = t.shape[1];
-      for (int64_t i = 0; i < in_dim; ++i)
-        for (int64_t o = 0; o < out_dim; ++o) v[o * in_dim + i] = w[i * out_dim + o];
-    } else if (r->op == Op::Stack3) {
-      size_t at = 0;
-      for (const TensorEntry* p : parts)
-        for (float x : file.floats(p->name)) v[at++] = x;
-    } else if (r->op == Op::Expand3) {
-      const int64_t H = C / hd;
-      const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd) / static_cast<double>(C)));
-      for (int64_t p = 0; p < 3; ++p) {
-        const auto w = file.floats(parts[p]->name);
-        const float s = p == 0 ? scale : 1.f;
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < hd; ++i)
-            for (int64_t j = 0; j < hd; ++j) v[((p * C) + h * hd + i) * C + h * hd + j] = s * w[i * hd + j];
-      }
+    ParamPlan p{t.name, t.shape, r->op, {}};
+    for (const TensorEntry* part : parts)
+      if (part) p.parts.push_back(part->name);
+    if (p.op == Op::CopyOrZeros && p.parts.empty()) p.op = Op::Zeros;
+    if (p.op == Op::Expand3) {
+      const int64_t C = t.shape[1], hd = C / heads, H = C / hd;
       expand_note = detail::cat(
           "the per-head q/k/v projections (", hd, " x ", hd, ", shared by the ", H,
           " heads, no bias) are expanded into block-diagonal in_proj_weight (zero in_proj_bias), and W_q is scaled by "
           "sqrt(head_dim / embed_size) = ",
-          scale,
+          static_cast<float>(std::sqrt(static_cast<double>(hd) / static_cast<double>(C))),
           " so that qkv's 1/sqrt(head_dim) gives the seed's 1/sqrt(embed_size): exact for inference; training the "
           "expanded weights updates each head's block (and the zeros around them) on its own, where the seed trains "
           "one block shared by all heads");
     }
-    TensorEntry e{t.name, "F32", t.shape, {}};
-    e.bytes.resize(v.size() * sizeof(float));
-    std::memcpy(e.bytes.data(), v.data(), e.bytes.size());
-    out.tensors.push_back(std::move(e));
+    plan.params.push_back(std::move(p));
   }
-  if (!expand_note.empty() && notes) notes->push_back(expand_note);
-  std::map<std::string, int> buffers;  // gpt2: kind of buffer -> how many were checked
-  // What is left: buffers qkv computes itself are checked and dropped; a tied head's copy must be the
-  // embedding; anything else is a tensor this model has no place for.
-  const int64_t C = [&] {
-    for (const auto& t : targets)
-      if (t.name == "tok_emb.weight" || t.name == "src_tok_emb.weight") return t.shape[1];
-    return int64_t{0};
-  }();
+  // seed 004's note once, however many attention blocks were expanded (all alike).
+  if (!expand_note.empty()) plan.notes.push_back(expand_note);
+  for (const auto& t : targets)
+    if (t.name == "tok_emb.weight" || t.name == "src_tok_emb.weight") {
+      plan.C = t.shape[1];
+      break;
+    }
+  // What is left: buffers qkv computes itself and a tied head's copy of the embedding are checked by value
+  // (check_values); anything else is a tensor this model has no place for.
   for (const auto& [n, t] : src.tensors) {
     if (used.count(n)) continue;
+    const bool by_value = is_position_buffer(n) || (format == "nanogpt" && is_causal_mask_buffer(n, *t)) ||
+                          (format == "gpt2" && (is_gpt2_buffer(n) || n == "lm_head.weight")) ||
+                          (format == "nanogpt" && n == "lm_head.weight" && used.count("transformer.wte.weight"));
+    if (by_value) {
+      plan.checks.push_back(t->name);
+      continue;
+    }
+    if (starts_with(n, "optimizer.m.") || starts_with(n, "optimizer.v.")) continue;  // a qkv checkpoint's moments
+    plan.leftover.push_back(detail::cat("tensor \"", src.name(n), "\" is not a parameter of this model"));
+  }
+  return plan;
+}
+
+void check_values(const SafetensorsFile& file, WeightPlan& plan) {
+  const Source src = source_of(file, plan.format);
+  const std::string& format = plan.format;
+  std::vector<std::string>& wrong = plan.wrong;
+  const std::set<std::string> wanted(plan.checks.begin(), plan.checks.end());
+  for (const auto& [n, t] : src.tensors) {
+    if (!wanted.count(t->name)) continue;
     if (is_position_buffer(n)) {
-      const std::string problem = check_position_buffer(file, *t, src.name(n), C);
+      const std::string problem = check_position_buffer(file, *t, src.name(n), plan.C);
       if (!problem.empty())
         wrong.push_back(problem);
-      else if (notes)
-        notes->push_back(detail::cat("\"", src.name(n), "\" ", shape_text(t->shape),
-                                     " matches qkv's sinusoidal position table: not needed, ignored"));
+      else
+        plan.notes.push_back(detail::cat("\"", src.name(n), "\" ", shape_text(t->shape),
+                                         " matches qkv's sinusoidal position table: not needed, ignored"));
       continue;
     }
     if (format == "nanogpt" && is_causal_mask_buffer(n, *t)) {
@@ -373,45 +372,72 @@ SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& form
         wrong.push_back(detail::cat("tensor \"", src.name(n), "\" is not nanoGPT's causal mask"));
       continue;
     }
-    if (format == "gpt2" && gpt2_buffer(file, n, *t, src.name(n), wrong, buffers)) continue;
+    if (format == "gpt2" && gpt2_buffer(file, n, *t, src.name(n), wrong, plan.buffers)) continue;
     if (format == "gpt2" && n == "lm_head.weight") {
       const TensorEntry* wte = src.find("wte.weight");
       if (wte && (t->shape != wte->shape || file.floats(t->name) != file.floats(wte->name)))
-        wrong.push_back(detail::cat("tensor \"", src.name(n), "\" differs from \"", src.name("wte.weight"),
-                                    "\": GPT-2 ties its head to the token embedding, and qkv imports it tied; a file "
-                                    "whose head is its own weight is not a GPT-2 qkv can import"));
-      else if (wte && notes)
-        notes->push_back(detail::cat("\"", src.name(n), "\" equals \"", src.name("wte.weight"),
-                                     "\" (the tied head): kept once, as tok_emb.weight"));
+        wrong.push_back(gpt2_untied_head(src.name(n), src.name("wte.weight")));
+      else if (wte)
+        plan.notes.push_back(gpt2_tied_head_note(src.name(n), src.name("wte.weight")));
       continue;
     }
-    if (format == "nanogpt" && n == "lm_head.weight" && used.count("transformer.wte.weight")) {
+    if (format == "nanogpt" && n == "lm_head.weight") {
       if (file.floats(t->name) != file.floats(src.tensors.at("transformer.wte.weight")->name))
         wrong.push_back(
             "tensor \"lm_head.weight\" differs from \"transformer.wte.weight\": the file's head is not tied to the "
             "embedding; build the model with tie_head = false");
       continue;
     }
-    if (starts_with(n, "optimizer.m.") || starts_with(n, "optimizer.v.")) continue;  // a qkv checkpoint's moments
-    leftover.push_back(detail::cat("tensor \"", src.name(n), "\" is not a parameter of this model"));
   }
-  if (notes && buffers.count("bias"))
-    notes->push_back(detail::cat(buffers["bias"],
-                                 " \"attn.bias\" buffers are GPT-2's causal mask (lower-triangular ones): qkv masks "
-                                 "causally itself, ignored"));
-  if (notes && buffers.count("masked_bias"))
-    notes->push_back(detail::cat(buffers["masked_bias"],
-                                 " \"attn.masked_bias\" buffers hold the score GPT-2 gives masked positions (-1e4 or "
-                                 "-inf, zero after softmax either way): ignored"));
-  if (missing.empty() && misshaped.empty() && leftover.empty() && wrong.empty()) return out;
-  std::string msg = detail::cat("the file (format ", format, ") does not fit this ", kind, ": ");
-  std::vector<std::string> all;
-  for (const auto& n : missing) all.push_back("tensor \"" + n + "\" is missing");
-  all.insert(all.end(), misshaped.begin(), misshaped.end());
-  all.insert(all.end(), wrong.begin(), wrong.end());
-  all.insert(all.end(), leftover.begin(), leftover.end());
-  for (size_t i = 0; i < all.size(); ++i) msg += (i ? "; " : "") + all[i];
-  throw Error(msg);
+}
+
+std::vector<float> build_param(const SafetensorsFile& file, const ParamPlan& p, int heads) {
+  int64_t numel = 1;
+  for (int64_t d : p.shape) numel *= d;
+  std::vector<float> v(static_cast<size_t>(numel), 0.f);
+  if (p.op == Op::Copy || (p.op == Op::CopyOrZeros && !p.parts.empty())) {
+    v = file.floats(p.parts[0]);
+  } else if (p.op == Op::Transpose) {
+    // w: (in, out) as stored; v: (out, in) = p.shape
+    const auto w = file.floats(p.parts[0]);
+    const int64_t out_dim = p.shape[0], in_dim = p.shape[1];
+    for (int64_t i = 0; i < in_dim; ++i)
+      for (int64_t o = 0; o < out_dim; ++o) v[o * in_dim + i] = w[i * out_dim + o];
+  } else if (p.op == Op::Stack3) {
+    size_t at = 0;
+    for (const std::string& part : p.parts)
+      for (float x : file.floats(part)) v[at++] = x;
+  } else if (p.op == Op::Expand3) {
+    const int64_t C = p.shape[1], hd = C / heads, H = C / hd;
+    const float scale = static_cast<float>(std::sqrt(static_cast<double>(hd) / static_cast<double>(C)));
+    for (int64_t q = 0; q < 3; ++q) {
+      const auto w = file.floats(p.parts[q]);
+      const float s = q == 0 ? scale : 1.f;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < hd; ++i)
+          for (int64_t j = 0; j < hd; ++j) v[((q * C) + h * hd + i) * C + h * hd + j] = s * w[i * hd + j];
+    }
+  }
+  return v;
+}
+
+SafetensorsFile map_weights(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+                            const std::vector<Target>& targets, int heads, std::vector<std::string>* notes) {
+  WeightPlan plan = plan_weights(file, format, kind, targets, heads);
+  check_values(file, plan);
+  gpt2_buffer_notes(plan.buffers, plan.notes);
+  if (notes) notes->insert(notes->end(), plan.notes.begin(), plan.notes.end());
+  const std::string problems = plan.problems();
+  if (!problems.empty()) throw Error(problems);
+  SafetensorsFile out;
+  for (const ParamPlan& p : plan.params) {
+    const std::vector<float> v = build_param(file, p, heads);
+    TensorEntry e{p.name, "F32", p.shape, {}};
+    e.bytes.resize(v.size() * sizeof(float));
+    std::memcpy(e.bytes.data(), v.data(), e.bytes.size());
+    out.tensors.push_back(std::move(e));
+  }
+  return out;
 }
 
 }  // namespace qkv::io

@@ -6,6 +6,7 @@
 // per-head projections, zeros for a bias the source has not got). Buffers the source keeps beside its
 // weights (a sinusoidal table, nanoGPT's causal mask) are checked against what qkv computes, then ignored.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,54 @@ struct Target {
   std::string name;
   std::vector<int64_t> shape;
 };
+
+// How a qkv parameter is built from the file's tensors.
+enum class Op {
+  Copy,         // one tensor, the same shape
+  CopyOrZeros,  // the same, or zeros when the source has none (nanoGPT's LayerNorm without bias)
+  Transpose,    // one tensor stored [in, out] (GPT-2's Conv1D: y = x W + b), qkv's [out, in] is its transpose
+  Stack3,       // W_q, W_k, W_v (or their biases) stacked on rows: in_proj_weight / in_proj_bias
+  Expand3,      // seed 004: q, k, v projections (hd, hd) shared by all heads -> block-diagonal (C, C) each,
+                // stacked; q scaled by sqrt(hd / C) so that qkv's 1/sqrt(hd) gives the seed's 1/sqrt(C)
+  Zeros,        // no source: a bias the source has not got (seed 004's q/k/v), exact for the forward
+};
+
+// One parameter to build: from which of the file's tensors (their names in the file; none for Zeros and for a
+// CopyOrZeros whose source is absent), by which operation.
+struct ParamPlan {
+  std::string name;
+  std::vector<int64_t> shape;
+  Op op = Op::Copy;
+  std::vector<std::string> parts;
+};
+
+// How a file's tensors become a model's parameters, decided from the names, shapes and dtypes alone (a header is
+// enough: no tensor's bytes are read). What can only be judged by value (a buffer qkv computes itself, a tied
+// head's copy of the embedding) is listed in `checks` for check_values.
+struct WeightPlan {
+  std::string format, kind;
+  int heads = 0;
+  int64_t C = 0;  // the model's width (its token embedding's columns), for a position table's check
+  std::vector<ParamPlan> params;
+  std::vector<std::string> checks;  // the file's names of the tensors checked by value, then ignored
+  std::vector<std::string> missing, misshaped, wrong, leftover;  // what does not fit, by kind
+  std::vector<std::string> notes;
+  std::map<std::string, int> buffers;  // gpt2: the attn.bias / attn.masked_bias buffers check_values passed, by kind
+  // Every problem at once: "the file (format F) does not fit this K: tensor ... is missing; ..."; "" when none.
+  std::string problems() const;
+};
+
+// The plan of `file`'s tensors onto `targets` (a model of `kind` with `heads` attention heads) in `format`. Reads
+// only the tensors' names, dtypes and shapes: `file` may hold no bytes at all (a header, parse_safetensors_header).
+WeightPlan plan_weights(const SafetensorsFile& file, const std::string& format, const std::string& kind,
+                        const std::vector<Target>& targets, int heads);
+// The checks by value of those of plan.checks that `file` holds, with their bytes (and, for a tied head, the
+// embedding's): what is wrong is added to plan.wrong, what was checked and ignored to plan.notes (GPT-2's buffers
+// counted in plan.buffers: gpt2_buffer_notes says them once all are checked). A file may hold some of the checked
+// tensors at a time: a stream checks each as it completes.
+void check_values(const SafetensorsFile& file, WeightPlan& plan);
+// The values of parameter p as map_weights builds them, from `file`'s bytes (float32, p.shape).
+std::vector<float> build_param(const SafetensorsFile& file, const ParamPlan& p, int heads);
 
 // The format of a state dict, told by its names ("qkv", "torch", "nanogpt", "seed000", ...);
 // qkv::Error listing the formats when none fits.

@@ -69,6 +69,11 @@ std::string check_position_buffer(const SafetensorsFile& file, const TensorEntry
 // (F32 in the files converted from the first releases, BOOL or U8 in later ones), and "h.N.attn.masked_bias",
 // the score of a masked position (a scalar, -1e4; -inf in some exports). Checked, counted in `seen`, then
 // ignored: true when `n` is one (a wrong one is added to `wrong`).
+bool is_gpt2_buffer(const std::string& n) {
+  static const std::regex re(R"(h\.\d+\.attn\.(bias|masked_bias))");
+  return std::regex_match(n, re);
+}
+
 bool gpt2_buffer(const SafetensorsFile& file, const std::string& n, const TensorEntry& t, const std::string& name,
                  std::vector<std::string>& wrong, std::map<std::string, int>& seen) {
   static const std::regex re(R"(h\.\d+\.attn\.(bias|masked_bias))");
@@ -99,6 +104,27 @@ bool gpt2_buffer(const SafetensorsFile& file, const std::string& n, const Tensor
   }
   ++seen[m[1]];
   return true;
+}
+
+void gpt2_buffer_notes(const std::map<std::string, int>& seen, std::vector<std::string>& notes) {
+  if (seen.count("bias"))
+    notes.push_back(detail::cat(seen.at("bias"),
+                                " \"attn.bias\" buffers are GPT-2's causal mask (lower-triangular ones): qkv masks "
+                                "causally itself, ignored"));
+  if (seen.count("masked_bias"))
+    notes.push_back(detail::cat(seen.at("masked_bias"),
+                                " \"attn.masked_bias\" buffers hold the score GPT-2 gives masked positions (-1e4 or "
+                                "-inf, zero after softmax either way): ignored"));
+}
+
+std::string gpt2_untied_head(const std::string& head, const std::string& wte) {
+  return detail::cat("tensor \"", head, "\" differs from \"", wte,
+                     "\": GPT-2 ties its head to the token embedding, and qkv imports it tied; a file whose head is "
+                     "its own weight is not a GPT-2 qkv can import");
+}
+
+std::string gpt2_tied_head_note(const std::string& head, const std::string& wte) {
+  return detail::cat("\"", head, "\" equals \"", wte, "\" (the tied head): kept once, as tok_emb.weight");
 }
 
 }  // namespace qkv::io

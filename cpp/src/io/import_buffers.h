@@ -25,9 +25,18 @@ bool is_causal_mask_buffer(const std::string& n, const TensorEntry& t);
 // "" when tensor t (called `name` in messages) is qkv's sinusoidal table of width C, else what is wrong.
 std::string check_position_buffer(const SafetensorsFile& file, const TensorEntry& t, const std::string& name,
                                   int64_t C);
+// GPT-2's buffer names: "h.N.attn.bias" and "h.N.attn.masked_bias" (after the "transformer." prefix is dropped).
+bool is_gpt2_buffer(const std::string& n);
 // GPT-2's "h.N.attn.bias" (causal mask) and "h.N.attn.masked_bias": true when `n` is one, checked (a wrong one is
 // added to `wrong`) and counted in `seen`.
 bool gpt2_buffer(const SafetensorsFile& file, const std::string& n, const TensorEntry& t, const std::string& name,
                  std::vector<std::string>& wrong, std::map<std::string, int>& seen);
+
+// The notes of the GPT-2 buffers gpt2_buffer counted in `seen`: one line per kind.
+void gpt2_buffer_notes(const std::map<std::string, int>& seen, std::vector<std::string>& notes);
+// GPT-2's lm_head.weight (called `head` in messages) against the token embedding (`wte`): the refusal when it
+// differs, the note when it is the same (a tied head kept once).
+std::string gpt2_untied_head(const std::string& head, const std::string& wte);
+std::string gpt2_tied_head_note(const std::string& head, const std::string& wte);
 
 }  // namespace qkv::io

@@ -1,6 +1,8 @@
 // Models as the Hugging Face Hub serves them (qkv/import.h, import_pretrained): a folder of config.json and
 // model.safetensors (or its shards), config.json mapped onto a qkv config, the weights through the gpt2
 // format's table (io/import.cpp). Only GPT-2's architecture is known here; others are refused by model_type.
+#include "io/pretrained.h"
+
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "qkv/config.h"
 #include "qkv/error.h"
 #include "qkv/import.h"
+#include "qkv/pretrained_loader.h"
 
 namespace qkv {
 namespace {
@@ -159,11 +162,17 @@ SafetensorsFile shards(const fs::path& dir, const fs::path& index_path) {
   return all;
 }
 
-// The folder's config.json and weights given to `use(config_text, SafetensorsFile)`; `tokenizer_files` (when
-// not null) gets the tokenizer files found beside them. Errors start with the folder's path.
+// A folder's weights: model.safetensors, or the shards model.safetensors.index.json names.
+struct FolderWeights {
+  fs::path dir, file, index;  // file: model.safetensors, empty when sharded
+  SafetensorsFile read() const { return file.empty() ? shards(dir, index) : read_safetensors(file.string()); }
+};
+
+// The folder's config.json and weights given to `use(config_text, FolderWeights)`; `tokenizer_files` (when not
+// null) gets the tokenizer files found beside them. Errors start with the folder's path.
 template <class Use>
 auto from_folder(const std::string& dir, std::map<std::string, std::string>* tokenizer_files, Use&& use)
-    -> decltype(use(std::string_view(), SafetensorsFile())) {
+    -> decltype(use(std::string_view(), FolderWeights())) {
   const fs::path d(dir);
   std::error_code ec;
   check(fs::is_directory(d, ec), dir,
@@ -181,8 +190,9 @@ auto from_folder(const std::string& dir, std::map<std::string, std::string>* tok
     // The architecture first: a folder of another model_type is refused before its weights are read.
     std::vector<std::string> unused;
     config_of(config, unused);
-    if (has("model.safetensors")) return use(config, read_safetensors((d / "model.safetensors").string()));
-    if (has("model.safetensors.index.json")) return use(config, shards(d, d / "model.safetensors.index.json"));
+    if (has("model.safetensors")) return use(config, FolderWeights{d, d / "model.safetensors", {}});
+    if (has("model.safetensors.index.json"))
+      return use(config, FolderWeights{d, {}, d / "model.safetensors.index.json"});
     if (has("pytorch_model.bin")) {
       // Its first bytes read as safetensors, which refuses a pickle with the line that converts it.
       io::with_path("pytorch_model.bin (there is no model.safetensors)",
@@ -194,13 +204,49 @@ auto from_folder(const std::string& dir, std::map<std::string, std::string>* tok
   });
 }
 
+// The model streamed from one model.safetensors (PretrainedLoader's engine, Gpt2Sink, fed by the file's reads):
+// memory is the model's weights and the reader's staging. `about` (when not null) gets the config and the notes.
+std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const fs::path& file,
+                                        const OptimizerConfig& optimizer, Device device, ImportedWeights* about) {
+  std::vector<std::string> notes;
+  const std::string config = config_of(config_text, notes);
+  std::unique_ptr<LanguageModel> m;
+  {
+    const nn::Parameters::ForLoading loading;
+    m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+  }
+  std::unique_ptr<io::Gpt2Sink> sink;
+  read_safetensors_stream(file.string(), [&](SafetensorsReader& reader) {
+    sink = std::make_unique<io::Gpt2Sink>(*m, reader.header());
+    reader.set_sink(sink.get());
+  });
+  std::vector<std::string> all = sink->finish();
+  all.insert(all.end(), notes.begin(), notes.end());
+  if (about) {
+    about->format = "gpt2";
+    about->kind = "language_model";
+    about->config_json = config;
+    about->notes = std::move(all);
+  }
+  if (device != Device::CPU) m->to(device);
+  return m;
+}
+
 // The model straight from the mapped tensors, written into its parameters (no serialized copy of the weights to
 // parse again): built on the CPU, where parameters are host memory, then moved to `device`.
 std::unique_ptr<LanguageModel> model_of(std::string_view config_text, SafetensorsFile file,
-                                        const OptimizerConfig& optimizer, Device device) {
-  std::vector<std::string> notes;
-  const std::string config = config_of(config_text, notes);
-  SafetensorsFile mapped = io::mapped_weights(std::move(file), "gpt2", "language_model", config, nullptr);
+                                        const OptimizerConfig& optimizer, Device device,
+                                        ImportedWeights* about = nullptr) {
+  std::vector<std::string> notes, config_notes;
+  const std::string config = config_of(config_text, config_notes);
+  SafetensorsFile mapped = io::mapped_weights(std::move(file), "gpt2", "language_model", config, &notes);
+  notes.insert(notes.end(), config_notes.begin(), config_notes.end());
+  if (about) {
+    about->format = "gpt2";
+    about->kind = "language_model";
+    about->config_json = config;
+    about->notes = std::move(notes);
+  }
   std::unique_ptr<LanguageModel> m;
   {
     // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
@@ -221,29 +267,48 @@ std::unique_ptr<LanguageModel> model_of(std::string_view config_text, Safetensor
 
 }  // namespace
 
+namespace io {
+std::string gpt2_config(std::string_view config_json, std::vector<std::string>& notes) {
+  return config_of(config_json, notes);
+}
+}  // namespace io
+
 ImportedWeights import_pretrained(std::string_view config_json, std::span<const uint8_t> weights) {
   return pretrained(config_json, parse_safetensors(weights));
 }
 
 ImportedWeights import_pretrained(const std::string& dir) {
   std::map<std::string, std::string> tokenizer_files;
-  ImportedWeights r = from_folder(dir, &tokenizer_files, [](std::string_view config, SafetensorsFile file) {
-    return pretrained(config, std::move(file));
+  ImportedWeights r = from_folder(dir, &tokenizer_files, [](std::string_view config, const FolderWeights& w) {
+    return pretrained(config, w.read());
   });
   r.tokenizer_files = std::move(tokenizer_files);
   return r;
 }
 
-std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer,
-                                               Device device) {
-  return from_folder(dir, nullptr, [&](std::string_view config, SafetensorsFile file) {
-    return model_of(config, std::move(file), optimizer, device);
+std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer, Device device,
+                                               ImportedWeights* about) {
+  std::map<std::string, std::string> tokenizer_files;
+  auto m = from_folder(dir, about ? &tokenizer_files : nullptr, [&](std::string_view config, const FolderWeights& w) {
+    if (!w.file.empty()) return streamed(config, w.file, optimizer, device, about);
+    // Shards: read whole, then mapped (their tensors are checked together before any is used).
+    return model_of(config, w.read(), optimizer, device, about);
   });
+  if (about) {
+    about->weights = {};
+    about->tokenizer_files = std::move(tokenizer_files);
+  }
+  return m;
 }
 
 std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
                                                const OptimizerConfig& optimizer, Device device) {
-  return model_of(config_json, parse_safetensors(weights), optimizer, device);
+  // Streamed from the bytes: each tensor copied (or converted) once, straight into its parameter.
+  PretrainedLoader loader(config_json, weights.size(), optimizer);
+  loader.push(weights);
+  std::unique_ptr<LanguageModel> m = loader.finish();
+  if (device != Device::CPU) m->to(device);
+  return m;
 }
 
 std::optional<Tokenizer> pretrained_tokenizer(const std::map<std::string, std::string>& files) {
