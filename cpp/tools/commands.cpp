@@ -444,8 +444,17 @@ int generate_ids(const GenerateArgs& a, const SamplingOptions& o, Device device)
     if (id >= V)
       throw UsageError("--prompt-ids: token id " + std::to_string(id) + " is out of range: the vocabulary has " +
                        std::to_string(V) + " ids (0 to " + std::to_string(V - 1) + ")");
+  // A folder's end-of-text ends generation unprinted (as transformers' generate stops there), unless --ignore-eos.
+  std::vector<int32_t> eos;
+  if (!a.model.empty() && !a.ignore_eos) {
+    eos = pretrained_eos_ids(a.model, -1);
+    if (eos.empty())
+      if (const std::optional<Tokenizer> tok = pretrained_tokenizer(a.model); tok && tok->eos_id() >= 0)
+        eos.push_back(tok->eos_id());
+  }
   bool first = true;
   m->generate(prompt, o, [&](int32_t token) {
+    if (std::find(eos.begin(), eos.end(), token) != eos.end()) return false;
     std::printf(first ? "%d" : " %d", token);
     first = false;
     std::fflush(stdout);
@@ -486,6 +495,9 @@ int run_generate(const GenerateArgs& a) {
     std::fprintf(stderr, "seed %llu (pass --seed to repeat this sample)\n", static_cast<unsigned long long>(o.seed));
   }
   if (a.ckpt.empty() == a.model.empty()) throw UsageError("give the model: --ckpt FILE or --model DIR");
+  if (a.ignore_eos && a.model.empty())
+    throw UsageError(
+        "--ignore-eos: a checkpoint has no end-of-text token that stops generation; it applies to --model");
   if (!a.prompt_given && a.prompt_ids.empty()) throw UsageError("give the prompt: --prompt TEXT or --prompt-ids IDS");
   if (!a.prompt_ids.empty()) return generate_ids(a, o, device);
   if (!a.model.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json") &&
@@ -493,7 +505,7 @@ int run_generate(const GenerateArgs& a) {
     throw UsageError("--prompt: " + a.model +
                      " has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
                      "(--prompt-ids)");
-  const auto task = a.model.empty() ? Task::load(a.ckpt) : Task::load_pretrained(a.model);
+  const auto task = a.model.empty() ? Task::load(a.ckpt) : Task::load_pretrained(a.model, a.ignore_eos);
   task->to(device);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);

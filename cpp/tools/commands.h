@@ -38,6 +38,7 @@ struct GenerateArgs {
   double temperature = 0.8, top_p = 1.0, repetition_penalty = 1.0;
   int beam = 1;
   double length_penalty = 0.6;
+  bool ignore_eos = false;  // --model: go on past the end-of-text token (which otherwise ends generation)
   Flag<uint64_t> seed;
   Flag<int> threads;
 };

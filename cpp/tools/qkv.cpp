@@ -147,6 +147,9 @@ int main(int argc, char** argv) {
   g->add_option("--top-p", gen.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)");
   g->add_option("--repetition-penalty", gen.repetition_penalty, "CTRL's penalty on repeated tokens; 1 = off");
   g->add_option("--stop", gen.stop, "Characters that end generation (each is emitted, then it stops)");
+  g->add_flag("--ignore-eos", gen.ignore_eos,
+              "--model: go on past the end-of-text token (config.json's eos_token_id), which otherwise ends "
+              "generation unprinted");
   g->add_option("--beam", gen.beam, "seq2seq: beam search width; 1 = greedy (default)")->check(CLI::Range(1, 64));
   g->add_option("--length-penalty", gen.length_penalty, "seq2seq beams: GNMT's alpha (default 0.6; 0 = none)")
       ->check(CLI::NonNegativeNumber);
@@ -159,7 +162,9 @@ int main(int argc, char** argv) {
   g->footer(
       "\nThe prompt and then each new token are written to stdout as they come. A seq2seq checkpoint decodes\n"
       "greedily, or with beam search (--beam); the sampling flags do not apply to it. --model DIR reads a Hugging\n"
-      "Face GPT-2 folder and its BPE tokenizer. With --prompt-ids (an lm checkpoint or --model) the new token ids\n"
+      "Face GPT-2 folder and its BPE tokenizer, and stops at its end-of-text token (config.json's eos_token_id, else\n"
+      "the tokenizer's <|endoftext|>) without printing it, as Hugging Face's generate does (--ignore-eos goes on).\n"
+      "With --prompt-ids (an lm checkpoint or --model) the new token ids\n"
       "are written, space-separated, as they come.");
 
   EvalArgs eval;

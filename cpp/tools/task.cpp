@@ -90,7 +90,9 @@ std::string concat(const std::vector<Row>& rows, bool first) {
 
 class LmTask final : public Task {
  public:
-  LmTask(Tokenizer tok, std::unique_ptr<LanguageModel> model) : tok_(std::move(tok)), model_(std::move(model)) {}
+  // eos: ids that end generation unprinted (a pretrained folder's end-of-text), none for qkv's own checkpoints.
+  LmTask(Tokenizer tok, std::unique_ptr<LanguageModel> model, std::vector<int32_t> eos = {})
+      : tok_(std::move(tok)), model_(std::move(model)), eos_(std::move(eos)) {}
 
   Kind kind() const override { return Kind::LM; }
 
@@ -175,6 +177,7 @@ class LmTask final : public Task {
     std::vector<int32_t> pending;
     const bool bpe = tok_.kind() == "bpe";
     model_->generate(ids, o, [&](int32_t t) {
+      if (std::find(eos_.begin(), eos_.end(), t) != eos_.end()) return false;  // the end of the text: not printed
       pending.push_back(t);
       const std::string s = tok_.decode(pending);
       if (bpe && pending.size() < 4 && s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0) return true;
@@ -194,6 +197,7 @@ class LmTask final : public Task {
  private:
   Tokenizer tok_;
   std::unique_ptr<LanguageModel> model_;
+  std::vector<int32_t> eos_;
   std::string path_;
   std::vector<int32_t> ids_;
   size_t split_ = 0;  // ids_[0, split_) train, the rest is held out
@@ -636,7 +640,27 @@ std::unique_ptr<Task> Task::create(Kind kind, const std::string& path, const std
   return task;
 }
 
-std::unique_ptr<Task> Task::load_pretrained(const std::string& dir) {
+std::vector<int32_t> pretrained_eos_ids(const std::string& dir, int tokenizer_eos) {
+  const std::string path = (std::filesystem::path(dir) / "config.json").string();
+  json config;
+  try {
+    config = json::parse(read_text(path));
+  } catch (const json::exception& e) {
+    throw Error(path + " is not valid JSON: " + e.what());
+  }
+  const json eos = config.is_object() ? config.value("eos_token_id", json()) : json();
+  std::vector<int32_t> ids;
+  for (const json& id : eos.is_array() ? eos : json::array({eos})) {
+    if (id.is_null()) continue;
+    check(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX, path,
+          ": eos_token_id is ", eos.dump(), ": expected a token id or a list of them");
+    ids.push_back(id.get<int32_t>());
+  }
+  if (ids.empty() && tokenizer_eos >= 0) ids.push_back(tokenizer_eos);
+  return ids;
+}
+
+std::unique_ptr<Task> Task::load_pretrained(const std::string& dir, bool ignore_eos) {
   std::optional<Tokenizer> tok = pretrained_tokenizer(dir);
   check(tok.has_value(), dir,
         ": the folder has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
@@ -644,7 +668,8 @@ std::unique_ptr<Task> Task::load_pretrained(const std::string& dir) {
   auto model = qkv::load_pretrained(dir);
   check(tok->size() <= model->config().vocab_size, dir, ": the tokenizer has ", tok->size(),
         " tokens, more than the model's vocabulary of ", model->config().vocab_size);
-  return std::make_unique<LmTask>(std::move(*tok), std::move(model));
+  std::vector<int32_t> eos = ignore_eos ? std::vector<int32_t>{} : pretrained_eos_ids(dir, tok->eos_id());
+  return std::make_unique<LmTask>(std::move(*tok), std::move(model), std::move(eos));
 }
 
 std::unique_ptr<Task> Task::load(const std::string& path) {

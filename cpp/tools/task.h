@@ -38,6 +38,10 @@ const char* checkpoint_kind(Kind kind);    // "qkv.model" in a checkpoint: "lang
 // The whole file as bytes; qkv::Error naming the path when it cannot be read.
 std::string read_text(const std::string& path);
 
+// The ids that end a Hugging Face model's text, as transformers' generate takes them: config.json's eos_token_id
+// (an id or a list of ids) in the folder `dir`, else `tokenizer_eos` (the tokenizer's <|endoftext|>; -1 = none).
+std::vector<int32_t> pretrained_eos_ids(const std::string& dir, int tokenizer_eos);
+
 // A model configuration before the data fills in the vocabulary (and, for seq2seq and classifier, the
 // context when it is not given): the model's and optimizer's JSON fields and the batch size.
 struct Setup {
@@ -87,7 +91,8 @@ class Task {
   static std::unique_ptr<Task> load(const std::string& path);
   // A Hugging Face GPT-2 folder (qkv/import.h: load_pretrained) with its BPE tokenizer (tokenizer.json, or
   // vocab.json + merges.txt); qkv::Error naming the folder when it has no tokenizer.
-  static std::unique_ptr<Task> load_pretrained(const std::string& dir);
+  // Generation stops at the folder's end-of-text ids (pretrained_eos_ids), unprinted, unless ignore_eos.
+  static std::unique_ptr<Task> load_pretrained(const std::string& dir, bool ignore_eos = false);
 
   virtual Kind kind() const = 0;
   // Encodes a data file with this task's tokenizers; the last 10% of it (of the text for lm, of the

@@ -79,6 +79,28 @@ expect 0 "wrote +tok.safetensors" -- import "$FIX/gpt2_tok" tok.safetensors
 generate_text --ckpt tok.safetensors
 expect 0 "wrote +vm.safetensors" -- import vm vm.safetensors
 generate_text --ckpt vm.safetensors
+# The end of the text: config.json's eos_token_id ends generation unprinted, as transformers' generate stops there;
+# --ignore-eos goes on. gpt2_tok's greedy ids are 213 543 447 ... (0x19, " which", ...): with eos_token_id 447 the
+# model stops after two tokens, with a list [999, 543] after one.
+mkdir eos && cp "$FIX/gpt2_tok/model.safetensors" "$FIX/gpt2_tok/tokenizer.json" eos/
+sed 's/"eos_token_id": 50256/"eos_token_id": 447/' "$FIX/gpt2_tok/config.json" >eos/config.json
+grep -q '"eos_token_id": 447' eos/config.json || fail "the eos fixture's config.json was not edited"
+expect 0 "^213 543\$" -- generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+expect 0 "^$greedy\$" -- generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1 --ignore-eos
+"$QKV" generate --model eos --prompt "$prompt_text" --max-tokens 8 --temperature 0 --seed 1 >got.txt 2>"$OUT" ||
+  fail "qkv generate --model eos --prompt ... failed"
+printf '%s\031 which\n' "$prompt_text" >want.txt
+cmp got.txt want.txt >/dev/null || fail "generate stopped at eos printed $(od -c got.txt | tail -4), expected $(od -c want.txt | tail -4)"
+"$QKV" generate --model eos --prompt "$prompt_text" --max-tokens 8 --temperature 0 --seed 1 --ignore-eos >got.txt \
+  2>"$OUT" || fail "qkv generate --model eos --ignore-eos failed"
+cmp got.txt "$FIX/gpt2_tok.generate.txt" >/dev/null || fail "--ignore-eos did not print the whole greedy text"
+sed 's/"eos_token_id": 50256/"eos_token_id": [999, 543]/' "$FIX/gpt2_tok/config.json" >eos/config.json
+expect 0 "^213\$" -- generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+sed 's/"eos_token_id": 50256/"eos_token_id": "x"/' "$FIX/gpt2_tok/config.json" >eos/config.json
+expect 1 "eos_token_id is \"x\": expected a token id or a list of them" -- \
+  generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+expect 2 "--ignore-eos: a checkpoint has no end-of-text token" -- \
+  generate --ckpt vm.safetensors --prompt-ids 1 --ignore-eos --seed 1
 # A tokenizer larger than the model's vocabulary (gpt2_gelu's 61) is refused by generate and import, naming both.
 mkdir big && cp "$FIX/gpt2_gelu/config.json" "$FIX/gpt2_gelu/model.safetensors" "$FIX/gpt2_tok/tokenizer.json" big/
 expect 1 "big: the tokenizer has 657 tokens, more than the model's vocabulary of 61" -- \

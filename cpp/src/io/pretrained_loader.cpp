@@ -90,11 +90,12 @@ void Gpt2Sink::take(size_t i, uint64_t offset, std::span<const uint8_t> bytes) {
     collected_[i].bytes.insert(collected_[i].bytes.end(), bytes.begin(), bytes.end());
     return;
   }
-  // Whole elements (the reader's staging guarantees it): element `first` of the tensor onwards.
+  // Read into place (place()): any number of bytes, already where they belong.
+  if (a.act == Act::Write && reinterpret_cast<const uint8_t*>(a.dst) + offset == bytes.data()) return;
+  // Else whole elements (the reader's staging guarantees it): element `first` of the tensor onwards.
   const size_t element = dtype_size(t.dtype), first = static_cast<size_t>(offset / element);
   const size_t n = bytes.size() / element;
   if (a.act == Act::Write) {
-    if (reinterpret_cast<const uint8_t*>(a.dst + first) == bytes.data()) return;  // read into place
     to_floats(t.dtype, bytes, std::span<float>(a.dst + first, n));
     return;
   }
