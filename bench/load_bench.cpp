@@ -5,6 +5,8 @@
 //                                       vocab 50257, context 1024, tied head), random weights, no optimizer state
 //   qkv_load_bench write-nanogpt OUT    the same shape as a state dict in nanoGPT's names (transformer.h.N...),
 //                                       random weights, F32, no attn.bias buffers, head tied (absent)
+//   qkv_load_bench write-hub DIR        the same shape as a Hugging Face folder (config.json, model.safetensors in
+//                                       the Hub's names: Conv1D weights (in, out), attn.bias buffers, no lm_head)
 //   qkv_load_bench load FILE            LanguageModel::load_file(FILE) once, in this fresh process
 //
 // `load` prints one line, which bench/run_load.sh collects:
@@ -16,6 +18,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -67,29 +70,41 @@ int write_qkv(const std::string& out) {
   return 0;
 }
 
-int write_nanogpt(const std::string& out) {
+// GPT-2 124M's tensors in the names of nanoGPT (nn.Linear, (out, in), under "transformer.") or of the Hugging Face
+// Hub (Conv1D, (in, out), bare names, with the attn.bias causal masks the Hub's gpt2 file keeps), random weights.
+std::vector<std::pair<std::string, std::vector<int64_t>>> gpt2_tensors(bool hub) {
   const int64_t V = 50257, T = 1024, C = 768, L = 12;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{"transformer.wte.weight", {V, C}},
-                                                                      {"transformer.wpe.weight", {T, C}}};
+  const std::string p = hub ? "" : "transformer.";
+  const auto linear = [&](int64_t out, int64_t in) {
+    return hub ? std::vector<int64_t>{in, out} : std::vector{out, in};
+  };
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes = {{p + "wte.weight", {V, C}},
+                                                                      {p + "wpe.weight", {T, C}}};
   for (int64_t l = 0; l < L; ++l) {
-    const std::string h = "transformer.h." + std::to_string(l) + ".";
+    const std::string h = p + "h." + std::to_string(l) + ".";
     for (const auto& [name, shape] :
          std::vector<std::pair<std::string, std::vector<int64_t>>>{{"ln_1.weight", {C}},
                                                                    {"ln_1.bias", {C}},
-                                                                   {"attn.c_attn.weight", {3 * C, C}},
+                                                                   {"attn.c_attn.weight", linear(3 * C, C)},
                                                                    {"attn.c_attn.bias", {3 * C}},
-                                                                   {"attn.c_proj.weight", {C, C}},
+                                                                   {"attn.c_proj.weight", linear(C, C)},
                                                                    {"attn.c_proj.bias", {C}},
                                                                    {"ln_2.weight", {C}},
                                                                    {"ln_2.bias", {C}},
-                                                                   {"mlp.c_fc.weight", {4 * C, C}},
+                                                                   {"mlp.c_fc.weight", linear(4 * C, C)},
                                                                    {"mlp.c_fc.bias", {4 * C}},
-                                                                   {"mlp.c_proj.weight", {C, 4 * C}},
+                                                                   {"mlp.c_proj.weight", linear(C, 4 * C)},
                                                                    {"mlp.c_proj.bias", {C}}})
       shapes.push_back({h + name, shape});
+    if (hub) shapes.push_back({h + "attn.bias", {1, 1, T, T}});
   }
-  shapes.push_back({"transformer.ln_f.weight", {C}});
-  shapes.push_back({"transformer.ln_f.bias", {C}});
+  shapes.push_back({p + "ln_f.weight", {C}});
+  shapes.push_back({p + "ln_f.bias", {C}});
+  return shapes;
+}
+
+void write_gpt2(const std::string& out, bool hub) {
+  const auto shapes = gpt2_tensors(hub);
   std::mt19937 rng(1337);
   std::normal_distribution<float> normal(0.f, 0.02f);
   std::vector<std::vector<float>> values;
@@ -99,11 +114,32 @@ int write_nanogpt(const std::string& out) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     values.emplace_back(static_cast<size_t>(n));
-    for (float& x : values.back()) x = normal(rng);
+    if (shape.size() == 4) {  // h.N.attn.bias
+      const int64_t T = shape[3];  // the causal mask: ones on and below the diagonal
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t j = 0; j <= i; ++j) values.back()[static_cast<size_t>(i * T + j)] = 1.f;
+    } else {
+      for (float& x : values.back()) x = normal(rng);
+    }
     refs.emplace_back(name, shape, std::span<const float>(values.back()));
   }
-  qkv::write_safetensors_atomic(out, qkv::serialize_safetensors(refs, {{"format", "pt"}}));
+  qkv::write_safetensors_atomic(out, refs, {{"format", "pt"}});
   std::printf("wrote %s (%zu tensors)\n", out.c_str(), refs.size());
+}
+
+int write_nanogpt(const std::string& out) {
+  write_gpt2(out, false);
+  return 0;
+}
+
+// A folder as the Hub serves openai-community/gpt2: config.json and model.safetensors (548 MB with its buffers).
+int write_hub(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json")
+      << R"({"activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "bos_token_id": 50256, )"
+         R"("eos_token_id": 50256, "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, )"
+         R"("n_head": 12, "n_layer": 12, "n_positions": 1024, "vocab_size": 50257})";
+  write_gpt2(dir + "/model.safetensors", true);
   return 0;
 }
 
@@ -135,11 +171,12 @@ int main(int argc, char** argv) {
   try {
     if (argc == 3 && command == "write-qkv") return write_qkv(argv[2]);
     if (argc == 3 && command == "write-nanogpt") return write_nanogpt(argv[2]);
+    if (argc == 3 && command == "write-hub") return write_hub(argv[2]);
     if (argc == 3 && command == "load") return load(argv[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qkv_load_bench: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: qkv_load_bench write-qkv OUT | write-nanogpt OUT | load FILE\n");
+  std::fprintf(stderr, "usage: qkv_load_bench write-qkv OUT | write-nanogpt OUT | write-hub DIR | load FILE\n");
   return 2;
 }

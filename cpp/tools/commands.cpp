@@ -546,9 +546,11 @@ std::string io_detect_format(const std::string& text) {
 
 namespace {
 
-// A Hugging Face model folder: what import_pretrained reads from it.
+// A Hugging Face model folder: what import_pretrained reads from it (the weights streamed into a model, which checks
+// every tensor as the import does).
 int info_folder(const InfoArgs& a) {
-  const ImportedWeights r = import_pretrained(a.ckpt);
+  ImportedWeights r;
+  const size_t params = load_pretrained(a.ckpt, {}, Device::CPU, &r)->num_parameters();
   // Read before any row is printed, so that a refusal is the whole output; named by the folder, as import names it.
   const std::optional<Tokenizer> tok = [&] {
     try {
@@ -564,9 +566,6 @@ int info_folder(const InfoArgs& a) {
                    " heads, n_embd " + c.at("d_model").dump() + ", vocabulary " + c.at("vocab_size").dump() +
                    ", context " + c.at("context").dump() + ", activation " + c.at("activation").get<std::string>());
   row("config", r.config_json);
-  const auto w = parse_safetensors(r.weights);
-  long long params = 0;
-  for (const auto& t : w.tensors) params += t.numel();
   row("parameters", std::to_string(params));
   row("tokenizer",
       !tok ? std::string("none found (qkv generate then takes --prompt-ids)")
