@@ -674,14 +674,11 @@ int run_import(const ImportArgs& a) {
   o.norm = a.norm;
   o.pad_id = a.pad_id;
   if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
-  // A folder streams into the model (load_pretrained: memory is the weights, never the file nor a converted copy);
-  // `r` then reports what import_pretrained would, its weights in the model.
+  // The file (or a folder's model.safetensors) streams into the model (import_model, load_pretrained: memory is the
+  // weights, never the file nor a mapped copy); `r` reports what import_file / import_pretrained would.
   ImportedWeights r;
-  std::unique_ptr<LanguageModel> pretrained;
-  if (folder)
-    pretrained = load_pretrained(a.in, {}, Device::CPU, &r);
-  else
-    r = import_file(a.in, o);
+  const std::unique_ptr<Model> model =
+      folder ? std::unique_ptr<Model>(load_pretrained(a.in, {}, Device::CPU, &r)) : import_model(a.in, o, &r);
   std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
   if (!a.tokenizer.empty()) {
     const Tokenizer tok = Tokenizer::from_json(read_text(a.tokenizer));
@@ -707,36 +704,11 @@ int run_import(const ImportArgs& a) {
       meta["qkv.tokenizer"] = tok->to_json();
     }
   }
-  const auto report = [&] {
-    std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
-                r.config_json.c_str());
-    for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
-    std::printf("wrote       %s\n", a.out.c_str());
-  };
-  if (pretrained) {
-    pretrained->save_file(a.out, false, meta);  // tensor by tensor from the model's memory
-    report();
-    return 0;
-  }
-  // Built, loaded and saved through the model, so the file is exactly what qkv writes (config, checksums). Built
-  // as a loader builds it (no initial values, no gradients or moments): load_weights writes every parameter.
-  const nn::Parameters::ForLoading loading;
-  const auto save = [&](auto& model) {
-    model.load_weights(r.weights);
-    r.weights = {};
-    model.save_file(a.out, false, meta);
-  };
-  if (r.kind == "seq2seq") {
-    Seq2Seq m(seq2seq_config_from_json(r.config_json));
-    save(m);
-  } else if (r.kind == "classifier") {
-    Classifier m(classifier_config_from_json(r.config_json));
-    save(m);
-  } else {
-    LanguageModel m(language_model_config_from_json(r.config_json));
-    save(m);
-  }
-  report();
+  model->save_file(a.out, false, meta);  // tensor by tensor from the model's memory
+  std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
+              r.config_json.c_str());
+  for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
+  std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }
 

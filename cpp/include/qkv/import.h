@@ -65,6 +65,15 @@ ImportedWeights import_weights(std::span<const uint8_t> bytes, const ImportOptio
 // The same from the file at `path`, read once (no second copy of the file in memory); errors start with the path.
 ImportedWeights import_file(const std::string& path, const ImportOptions& options = {});
 
+// import_file into a model of the file's kind (a LanguageModel, Seq2Seq or Classifier, as about->kind says), the
+// file streamed tensor by tensor into the parameters as it is read (io/import_sink.h): memory is the model's
+// float32 weights and a 1 MiB staging buffer, never the file nor a mapped copy of it. The same checks and messages
+// as import_file; `about`, when given, gets what import_file reports, its `weights` left empty (they are in the
+// model). seed 004's files (whose shared per-head projections are expanded) and nanoGPT's with a head of its own
+// (not tied) are read whole and mapped, as import_file does.
+std::unique_ptr<Model> import_model(const std::string& path, const ImportOptions& options = {},
+                                    ImportedWeights* about = nullptr);
+
 // A model as the Hugging Face Hub serves it: a folder holding config.json and model.safetensors (or
 // model.safetensors.index.json and the shards it names), and perhaps tokenizer files. config.json decides the
 // architecture: "model_type" must be "gpt2" (qkv::Error naming any other, e.g. "llama"); n_layer, n_head,

@@ -343,6 +343,13 @@ WeightPlan plan_weights(const SafetensorsFile& file, const std::string& format, 
                           (format == "nanogpt" && n == "lm_head.weight" && used.count("transformer.wte.weight"));
     if (by_value) {
       plan.checks.push_back(t->name);
+      const char* wte = format == "gpt2" ? "wte.weight" : "transformer.wte.weight";
+      if (n == "lm_head.weight" && src.find(wte)) {
+        plan.tied_head = t->name;
+        plan.tied_to = src.find(wte)->name;
+        plan.head_differs = format == "gpt2" ? gpt2_untied_head(src.name(n), src.name(wte)) : nanogpt_untied_head();
+        plan.head_note = format == "gpt2" ? gpt2_tied_head_note(src.name(n), src.name(wte)) : "";
+      }
       continue;
     }
     if (starts_with(n, "optimizer.m.") || starts_with(n, "optimizer.v.")) continue;  // a qkv checkpoint's moments
@@ -376,16 +383,14 @@ void check_values(const SafetensorsFile& file, WeightPlan& plan) {
     if (format == "gpt2" && n == "lm_head.weight") {
       const TensorEntry* wte = src.find("wte.weight");
       if (wte && (t->shape != wte->shape || file.floats(t->name) != file.floats(wte->name)))
-        wrong.push_back(gpt2_untied_head(src.name(n), src.name("wte.weight")));
+        wrong.push_back(plan.head_differs);
       else if (wte)
-        plan.notes.push_back(gpt2_tied_head_note(src.name(n), src.name("wte.weight")));
+        plan.notes.push_back(plan.head_note);
       continue;
     }
     if (format == "nanogpt" && n == "lm_head.weight") {
       if (file.floats(t->name) != file.floats(src.tensors.at("transformer.wte.weight")->name))
-        wrong.push_back(
-            "tensor \"lm_head.weight\" differs from \"transformer.wte.weight\": the file's head is not tied to the "
-            "embedding; build the model with tie_head = false");
+        wrong.push_back(plan.head_differs);
       continue;
     }
   }
@@ -728,22 +733,29 @@ ImportedWeights import_into(SafetensorsFile file, const std::string& format, con
 
 }  // namespace io
 
+namespace io {
+
+std::string import_config(const SafetensorsFile& file, const ImportOptions& o, std::string& format, std::string& kind) {
+  format = o.from == "auto" ? io::detect_format(file) : o.from;
+  const std::string known = std::string(", ") + io::kFormats + ", ";
+  check(known.find(", " + format + ", ") != std::string::npos, "import: format \"", format,
+        "\" is unknown: expected one of ", io::kFormats, " (or auto)");
+  if (format == "qkv" && file.metadata.count("qkv.model")) {
+    kind = file.metadata.at("qkv.model");
+    return file.metadata.count("qkv.config") ? file.metadata.at("qkv.config") : "";
+  }
+  const Shapes s{io::source_of(file, format)};
+  return config_of(format, s, o, kind).dump();
+}
+
+}  // namespace io
+
 namespace {
 
 // The source is moved into import_into, which frees its tensors once mapped.
 ImportedWeights import_parsed(SafetensorsFile file, const ImportOptions& o) {
-  const std::string format = o.from == "auto" ? io::detect_format(file) : o.from;
-  const std::string known = std::string(", ") + io::kFormats + ", ";
-  check(known.find(", " + format + ", ") != std::string::npos, "import: format \"", format,
-        "\" is unknown: expected one of ", io::kFormats, " (or auto)");
-  std::string kind, config;
-  if (format == "qkv" && file.metadata.count("qkv.model")) {
-    kind = file.metadata.at("qkv.model");
-    config = file.metadata.count("qkv.config") ? file.metadata.at("qkv.config") : "";
-  } else {
-    const Shapes s{io::source_of(file, format)};
-    config = config_of(format, s, o, kind).dump();
-  }
+  std::string format, kind;
+  const std::string config = io::import_config(file, o, format, kind);
   return io::import_into(std::move(file), format, kind, config);
 }
 

@@ -50,6 +50,9 @@ struct WeightPlan {
   int64_t C = 0;  // the model's width (its token embedding's columns), for a position table's check
   std::vector<ParamPlan> params;
   std::vector<std::string> checks;  // the file's names of the tensors checked by value, then ignored
+  // A head kept beside the embedding it is tied to (GPT-2's, nanoGPT's lm_head.weight), one of `checks`: its file
+  // name, the embedding's, what is wrong when they differ by value, and the note when they do not ("" for none).
+  std::string tied_head, tied_to, head_differs, head_note;
   std::vector<std::string> missing, misshaped, wrong, leftover;  // what does not fit, by kind
   std::vector<std::string> notes;
   std::map<std::string, int> buffers;  // gpt2: the attn.bias / attn.masked_bias buffers check_values passed, by kind
@@ -90,6 +93,12 @@ std::string imported_config(const SafetensorsFile& file, const std::string& form
 // model's parameters as targets. The file is taken (moved in) and freed once mapped.
 SafetensorsFile mapped_weights(SafetensorsFile file, const std::string& format, const std::string& kind,
                                const std::string& config_json, std::vector<std::string>* notes);
+
+// What import_weights reads from a file before mapping it: its format (`o.from`, or detected), the model kind, and
+// that model's config (from the shapes and the options; a qkv checkpoint's from its metadata). Reads only names,
+// dtypes and shapes, except nanoGPT's tie_head, which compares lm_head.weight's bytes with transformer.wte.weight's
+// (a file without bytes, a header, reads as tied).
+std::string import_config(const SafetensorsFile& file, const ImportOptions& o, std::string& format, std::string& kind);
 
 // import_weights once the config is known: `file` (in `format`) mapped onto a `kind` model of config
 // `config_json` (import_pretrained's config comes from config.json, import_weights' from the shapes). The file

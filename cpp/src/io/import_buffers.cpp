@@ -123,6 +123,11 @@ std::string gpt2_untied_head(const std::string& head, const std::string& wte) {
                      "its own weight is not a GPT-2 qkv can import");
 }
 
+std::string nanogpt_untied_head() {
+  return "tensor \"lm_head.weight\" differs from \"transformer.wte.weight\": the file's head is not tied to the "
+         "embedding; build the model with tie_head = false";
+}
+
 std::string gpt2_tied_head_note(const std::string& head, const std::string& wte) {
   return detail::cat("\"", head, "\" equals \"", wte, "\" (the tied head): kept once, as tok_emb.weight");
 }

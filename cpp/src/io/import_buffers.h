@@ -38,5 +38,7 @@ void gpt2_buffer_notes(const std::map<std::string, int>& seen, std::vector<std::
 // differs, the note when it is the same (a tied head kept once).
 std::string gpt2_untied_head(const std::string& head, const std::string& wte);
 std::string gpt2_tied_head_note(const std::string& head, const std::string& wte);
+// nanoGPT's lm_head.weight when it differs from transformer.wte.weight in a model built tied.
+std::string nanogpt_untied_head();
 
 }  // namespace qkv::io

@@ -204,7 +204,7 @@ auto from_folder(const std::string& dir, std::map<std::string, std::string>* tok
   });
 }
 
-// The model streamed from one model.safetensors (PretrainedLoader's engine, Gpt2Sink, fed by the file's reads):
+// The model streamed from one model.safetensors (PretrainedLoader's engine, io::gpt2_sink, fed by the file's reads):
 // memory is the model's weights and the reader's staging. `about` (when not null) gets the config and the notes.
 std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const fs::path& file,
                                         const OptimizerConfig& optimizer, Device device, ImportedWeights* about) {
@@ -215,9 +215,9 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const fs::
     const nn::Parameters::ForLoading loading;
     m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
   }
-  std::unique_ptr<io::Gpt2Sink> sink;
+  std::unique_ptr<io::ImportSink> sink;
   read_safetensors_stream(file.string(), [&](SafetensorsReader& reader) {
-    sink = std::make_unique<io::Gpt2Sink>(*m, reader.header());
+    sink = io::gpt2_sink(*m, reader.header());
     reader.set_sink(sink.get());
   });
   std::vector<std::string> all = sink->finish();

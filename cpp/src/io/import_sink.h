@@ -1,0 +1,59 @@
+#pragma once
+// A foreign safetensors file (io/import.h's formats) written into a model's parameters as its bytes arrive
+// (SafetensorsReader), never the whole file nor a mapped copy in memory: what load_pretrained, PretrainedLoader and
+// import_model stream through.
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/import.h"
+#include "qkv/safetensors.h"
+
+namespace qkv::io {
+
+// The header's tensors without their bytes: what plan_weights and import_config read.
+SafetensorsFile skeleton(const SafetensorsHeader& header);
+
+// The plan of a file's header onto `targets` (plan_weights on its names, dtypes and shapes), refused with every
+// problem at once (qkv::Error, import's message) when it does not fit; a tied head of another shape than its
+// embedding is one (it cannot be compared value by value).
+WeightPlan plan_header(const SafetensorsHeader& header, const std::string& format, const std::string& kind,
+                       const std::vector<Target>& targets, int heads);
+
+// Whether `plan` can stream: every operation but seed 004's expansion (which needs its three sources at once).
+bool can_stream(const WeightPlan& plan);
+
+// Where each of the file's tensors goes, in the parameters' float32 host memory (`values`, by qkv name): F32 copies
+// read straight into place; F16 / BF16 / F64 converted from the reader's staging; Conv1D weights, stored (in, out),
+// transposed into qkv's (out, in); W_q | W_k | W_v each into its third; the tensors checked by value (buffers)
+// collected one at a time and checked when complete (check_values); a tied head either written into the embedding
+// (when it comes first) or compared with what the embedding wrote there.
+class ImportSink : public TensorSink {
+ public:
+  ImportSink(WeightPlan plan, const SafetensorsHeader& header, const std::map<std::string, std::span<float>>& values);
+  std::span<uint8_t> place(size_t i) override;
+  void take(size_t i, uint64_t offset, std::span<const uint8_t> bytes) override;
+  void end(size_t i) override;
+  // After the last tensor (the header may be gone by then): qkv::Error for what the values showed (a buffer that is not
+  // what qkv computes, an untied head), all at once; else the notes of what was checked and ignored.
+  std::vector<std::string> finish();
+
+ private:
+  enum class Act { Skip, Write, Transpose, Compare, Collect };
+  struct Action {
+    Act act = Act::Skip;
+    float* dst = nullptr;        // Write, Compare: where the tensor's first value goes (or is compared);
+                                 // Transpose: the parameter (cols, rows)
+    int64_t rows = 0, cols = 0;  // Transpose: the stored shape (in, out)
+  };
+  const SafetensorsHeader& header_;
+  WeightPlan plan_;
+  std::vector<Action> actions_;         // per tensor of the header
+  std::vector<TensorEntry> collected_;  // per tensor: the bytes of a tensor checked by value, until it completes
+  std::vector<float> floats_;           // conversion staging
+  bool head_differs_ = false;
+};
+
+}  // namespace qkv::io
