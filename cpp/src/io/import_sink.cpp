@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include "io/import_buffers.h"
 #include "qkv/error.h"
@@ -36,13 +37,22 @@ WeightPlan plan_header(const SafetensorsHeader& header, const std::string& forma
 }
 
 bool can_stream(const WeightPlan& plan) {
-  return std::none_of(plan.params.begin(), plan.params.end(), [](const ParamPlan& p) { return p.op == Op::Expand3; });
+  // Each of the file's tensors goes to one place as it passes: none may feed two parameters.
+  std::set<std::string> used;
+  for (const ParamPlan& p : plan.params) {
+    if (p.op == Op::Expand3) return false;
+    for (const std::string& part : p.parts)
+      if (!used.insert(part).second) return false;
+  }
+  return true;
 }
 
 ImportSink::ImportSink(WeightPlan plan, const SafetensorsHeader& header,
                        const std::map<std::string, std::span<float>>& values)
     : header_(header), plan_(std::move(plan)) {
-  check(can_stream(plan_), "import: seed 004's per-head projections cannot be expanded as they stream in");
+  check(can_stream(plan_),
+        "import: this file cannot stream into the model (seed 004's per-head projections, or a "
+        "tensor that feeds two parameters): map it whole (import_file)");
   std::map<std::string, size_t> index;  // file name -> position in the header
   for (size_t i = 0; i < header.tensors.size(); ++i) index[header.tensors[i].name] = i;
   actions_.assign(header.tensors.size(), {});

@@ -22,7 +22,8 @@ SafetensorsFile skeleton(const SafetensorsHeader& header);
 WeightPlan plan_header(const SafetensorsHeader& header, const std::string& format, const std::string& kind,
                        const std::vector<Target>& targets, int heads);
 
-// Whether `plan` can stream: every operation but seed 004's expansion (which needs its three sources at once).
+// Whether `plan` can stream: every operation but seed 004's expansion (which needs its three sources at once), and
+// no tensor of the file feeding two parameters.
 bool can_stream(const WeightPlan& plan);
 
 // Where each of the file's tensors goes, in the parameters' float32 host memory (`values`, by qkv name): F32 copies
