@@ -3,6 +3,7 @@
 
 #include "model.h"
 #include "qkv/import.h"
+#include "qkv/pretrained_loader.h"
 
 namespace qkv::js {
 namespace {
@@ -72,6 +73,19 @@ using namespace qkv::js;
 
 EMSCRIPTEN_BINDINGS(qkv_language_model) {
   using emscripten::allow_raw_pointers;
+  // A Hugging Face GPT-2's model.safetensors streamed in chunks (qkv/pretrained_loader.h), as LanguageModelLoader
+  // streams a checkpoint: PretrainedLoader.open(configJsonText, total).
+  using Pretrained = JsLoader<JsLanguageModel, qkv::PretrainedLoader>;
+  emscripten::class_<Pretrained>("PretrainedLoader")
+      // A factory rather than a constructor: config.json's refusal goes to takeError() (null), never through wasm.
+      .class_function(
+          "open",
+          +[](std::string config, double total) { return guarded([&] { return new Pretrained(config, total); }); },
+          allow_raw_pointers())
+      .function("buffer", &Pretrained::buffer)
+      .function("commit", &Pretrained::commit)
+      .function("received", &Pretrained::received)
+      .function("finish", &Pretrained::finish, allow_raw_pointers());
   model_class<JsLanguageModel>("LanguageModel")
       .class_function("importPretrained", &JsLanguageModel::import_pretrained, allow_raw_pointers())
       .function("trainStep", &JsLanguageModel::train_step)

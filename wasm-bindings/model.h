@@ -119,12 +119,13 @@ class JsModel {
 // A checkpoint streamed in by the package (web/src/core.ts: load from a Response, Blob or stream): JS copies each
 // chunk straight into buffer()'s view of the wasm heap and commits it; finish() gives the model binding T.
 // Errors are left for takeError(): buffer() then gives undefined, commit() false, finish() null.
-template <class T>
+// L: the loader (a qkv checkpoint's, or a Hugging Face GPT-2's: PretrainedLoader, built from config.json's text).
+template <class T, class L = CheckpointLoader<typename T::CoreModel>>
 class JsLoader {
  public:
   // total: the file's size, or -1 when unknown.
-  explicit JsLoader(double total)
-      : l_(total >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(total)) : std::optional<uint64_t>()) {}
+  explicit JsLoader(double total) : l_(size_of(total)) {}
+  JsLoader(const std::string& config_json, double total) : l_(config_json, size_of(total)) {}
   // A Uint8Array over the heap where up to `max` next bytes go (empty once the file is complete). Valid until the
   // next call into the core (the heap may grow).
   val buffer(double max) {
@@ -150,7 +151,10 @@ class JsLoader {
   }
 
  private:
-  CheckpointLoader<typename T::CoreModel> l_;
+  static std::optional<uint64_t> size_of(double total) {
+    return total >= 0 ? std::optional<uint64_t>(static_cast<uint64_t>(total)) : std::nullopt;
+  }
+  L l_;
 };
 
 // The Embind class of a model binding with what JsModel gives every kind; the caller adds the rest. Also

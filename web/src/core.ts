@@ -112,6 +112,8 @@ export interface QkvCore {
   Seq2Seq: CoreModelClass<CoreSeq2Seq>;
   Classifier: CoreModelClass<CoreClassifier>;
   LanguageModelLoader: new (total: number) => CoreLoader<CoreLanguageModel>;
+  /** A Hugging Face GPT-2's model.safetensors streamed in (qkv/pretrained_loader.h); null on error (takeError). */
+  PretrainedLoader: { open(config: string, total: number): CoreLoader<CoreLanguageModel> | null };
   Seq2SeqLoader: new (total: number) => CoreLoader<CoreSeq2Seq>;
   ClassifierLoader: new (total: number) => CoreLoader<CoreClassifier>;
   Tokenizer: {
@@ -327,9 +329,13 @@ export class Engine {
         return this.add("LanguageModel", m);
       }
       case "loadBegin": {
-        const Loader = this.core[`${req.in.kind}Loader`] as new (total: number) => CoreLoader<Entry["core"]>;
+        const { kind, total, config } = req.in;
+        const Loader = this.core[`${kind}Loader`] as new (total: number) => CoreLoader<Entry["core"]>;
+        // A pretrained GPT-2's loader judges config.json first: a refusal is this call's error.
+        const core = config === undefined ? new Loader(total) : this.run(() => this.core.PretrainedLoader.open(config, total));
+        if (!core) throw new Error("qkv: the core returned no PretrainedLoader and no error; please report this");
         const loader = this.nextId++;
-        this.loaders.set(loader, { kind: req.in.kind, core: new Loader(req.in.total) });
+        this.loaders.set(loader, { kind, core });
         return { loader };
       }
       case "loadChunk": {

@@ -1,7 +1,7 @@
 // LanguageModel: a decoder-only (GPT-style) Transformer in the core (qkv/language_model.h).
 
 import { abortError } from "./load-stream.js";
-import { Model, callModel, createIn, importIn, loadIn, loadOptions, streamModel } from "./model.js";
+import { Model, callModel, createIn, importIn, loadIn, loadOptions, pretrainedIn, streamModel } from "./model.js";
 import type { Backend, TokenStream } from "./platform.js";
 import { notGpt2, readPretrained } from "./pretrained.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
@@ -84,16 +84,20 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    *
    * `source` is the folder's URL, the files a user picked or dropped (a `FileList` or an array of `File`s), or a
    * record of file name to contents (see {@link PretrainedSource}). It reads `config.json`, then the tokenizer
-   * (`tokenizer.json`, else `vocab.json` + `merges.txt`, else none: `tokenizer` is then undefined), then
-   * `model.safetensors`, and builds the model with {@link LanguageModel.importPretrained}.
+   * (`tokenizer.json`, else `vocab.json` + `merges.txt`, else none: `tokenizer` is then undefined), then streams
+   * `model.safetensors` into the core as it arrives, each tensor written straight into its parameter (converted
+   * from F16 / BF16, GPT-2's Conv1D weights transposed on the way): the file is never held whole, in JS or in the
+   * wasm heap, so loading takes about the model's float32 weights. The model is the one
+   * {@link LanguageModel.importPretrained} builds from the same bytes.
    * `options.onProgress` reports `{ file, loaded, total }` as each file's bytes arrive; `options.signal` cancels
-   * (the call rejects with the signal's reason; nothing stays in the core).
+   * (the call rejects with the signal's reason; the download stops and nothing stays in the core).
    *
    * Rejects with an `Error` for an HTTP failure (its status and URL), a missing file (named, with where it was
    * looked for), a `config.json` of another architecture (the core's message names its `model_type`; before the
    * weights are downloaded), a folder with only `pytorch_model.bin` (with the line that converts it), and weights
-   * too big for the wasm core (the bytes needed against its 4 GiB; checked from `Content-Length` or the file's
-   * size before the weights are read).
+   * too big for the wasm core (the float32 weights config.json's shapes give, against its 4 GiB; checked before
+   * the weights are read); the core's own refusals (a missing or mis-shaped tensor, a truncated file) as the
+   * weights stream in.
    */
   static async fromPretrained(source: PretrainedSource, options: PretrainedOptions = {}): Promise<LanguageModel> {
     const o = loadOptions(options) as PretrainedOptions;
@@ -102,7 +106,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
       // weights it could not use. The empty weights are never reached for a config it refuses.
       if (notGpt2(config)) new LanguageModel(...(await importIn(config, EMPTY_SAFETENSORS))).dispose();
     });
-    const m = await LanguageModel.importPretrained(files.config, files.weights);
+    const m = new LanguageModel(...(await pretrainedIn(files.config, files.weights, o)));
     if (o.signal?.aborted) {
       m.dispose();
       throw abortError(o.signal);

@@ -1,7 +1,8 @@
 // Loading a checkpoint as it arrives: a `fetch` Response, a File/Blob or any stream of bytes goes to the core in
 // pieces (Calls.loadBegin / loadChunk / loadEnd), each written there straight into the model's parameters, so
-// neither JS nor the wasm heap ever holds the whole file (io/checkpoint.h CheckpointSink). Progress after each
-// piece; an AbortSignal cancels between pieces (and cancels the source's pending read).
+// neither JS nor the wasm heap ever holds the whole file (io/checkpoint.h CheckpointSink; for a Hugging Face
+// GPT-2's model.safetensors, qkv/pretrained_loader.h, which fromPretrained streams through streamIn). Progress
+// after each piece; an AbortSignal cancels between pieces (and cancels the source's pending read).
 import type { Backend } from "./platform.js";
 import type { ModelOut } from "./protocol.js";
 import type { CheckpointSource, LoadOptions, ModelKind } from "./types.js";
@@ -92,24 +93,78 @@ async function* toAsync(it: Iterable<Uint8Array>): AsyncIterable<Uint8Array> {
  * Pieces of PIECE bytes (the last shorter) from chunks of any size, all in one buffer of their own: what crosses
  * to a Worker is then that piece alone (a view's whole buffer would be cloned with it). The buffer is reused: the
  * caller is done with a piece when it asks for the next (a call has copied it into the core, or postMessage has
- * cloned it), so the load holds one piece however long the file.
+ * cloned it), so the load holds one piece however long the file. `arrived` hears of each chunk as it comes.
  */
-async function* pieces(chunks: AsyncIterable<Uint8Array>): AsyncIterable<Uint8Array> {
+async function* pieces(chunks: AsyncIterable<Uint8Array>, arrived?: (bytes: number) => void): AsyncIterable<Uint8Array> {
   const piece = new Uint8Array(PIECE);
   let used = 0;
+  let told = 0; // bytes of the current chunk not yet reported as arrived
+  const tell = () => {
+    if (told > 0) arrived?.(told);
+    told = 0;
+  };
   for await (const chunk of chunks) {
     for (let at = 0; at < chunk.length; ) {
       const n = Math.min(PIECE - used, chunk.length - at);
       piece.set(chunk.subarray(at, at + n), used);
       used += n;
       at += n;
+      told += n;
       if (used === PIECE) {
+        tell(); // a chunk larger than a piece (bytes given whole) reports piece by piece
         yield piece;
         used = 0;
       }
     }
+    tell();
   }
   if (used > 0) yield piece.slice(0, used);  // a buffer of its own size: the last piece is cloned alone
+}
+
+/** What streams into the core: a checkpoint of `kind`, or (with `config`, config.json's text) a Hugging Face GPT-2. */
+export interface StreamTarget {
+  kind: ModelKind;
+  config?: string;
+}
+
+/** How a stream reports: `taken` after each piece the core has taken, `arrived` after each chunk of the source. */
+export interface StreamOptions {
+  taken?: (loaded: number) => void;
+  arrived?: (loaded: number) => void;
+  signal?: AbortSignal;
+}
+
+/**
+ * Streams `chunks` (`total` bytes when known) into a new model in the core: loadBegin, a loadChunk per piece, loadEnd.
+ * On any failure or abort the core's loader is dropped with its partly written model, so nothing stays in the core.
+ */
+export async function streamIn(
+  be: Backend,
+  target: StreamTarget,
+  opened: { total: number | undefined; chunks: AsyncIterable<Uint8Array> },
+  options: StreamOptions,
+): Promise<ModelOut> {
+  const { signal } = options;
+  throwIfAborted(signal);
+  const begin = { kind: target.kind, total: opened.total ?? -1, ...(target.config === undefined ? {} : { config: target.config }) };
+  const { loader } = await be.call("loadBegin", begin);
+  let taken = 0;
+  let arrived = 0;
+  const onChunk = options.arrived && ((n: number) => options.arrived!((arrived += n)));
+  try {
+    for await (const piece of pieces(opened.chunks, onChunk)) {
+      throwIfAborted(signal);
+      await be.call("loadChunk", { loader, bytes: piece });
+      taken += piece.length;
+      options.taken?.(taken);
+    }
+    throwIfAborted(signal);
+    return await be.call("loadEnd", { loader });
+  } catch (e) {
+    // The core's loader is gone after its own error; after an abort or a failed source it is dropped here.
+    await be.call("loadAbort", { loader }).catch(() => undefined);
+    throw signal?.aborted ? abortError(signal) : e;
+  }
 }
 
 /** Streams `source` into a new model of `kind` in the core (model.ts loadIn). */
@@ -122,20 +177,5 @@ export async function loadStream(
   const { onProgress, signal } = options;
   throwIfAborted(signal);
   const opened = open(source, signal);
-  const { loader } = await be.call("loadBegin", { kind, total: opened.total ?? -1 });
-  let loaded = 0;
-  try {
-    for await (const piece of pieces(opened.chunks)) {
-      throwIfAborted(signal);
-      await be.call("loadChunk", { loader, bytes: piece });
-      loaded += piece.length;
-      onProgress?.({ loaded, total: opened.total });
-    }
-    throwIfAborted(signal);
-    return await be.call("loadEnd", { loader });
-  } catch (e) {
-    // The core's loader is gone after its own error; after an abort or a failed source it is dropped here.
-    await be.call("loadAbort", { loader }).catch(() => undefined);
-    throw signal?.aborted ? abortError(signal) : e;
-  }
+  return streamIn(be, { kind }, opened, { signal, taken: onProgress && ((loaded) => onProgress({ loaded, total: opened.total })) });
 }

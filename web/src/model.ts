@@ -9,8 +9,9 @@ import type { Backend, ModelCallType, TokenStream } from "./platform.js";
 import type { Calls, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import { tokenizerJSON, type Tokenizer } from "./tokenizer.js";
-import { loadStream } from "./load-stream.js";
-import type { CheckpointSource, LoadOptions, MemoryUsage, ModelKind } from "./types.js";
+import { loadStream, streamIn } from "./load-stream.js";
+import type { WeightsStream } from "./pretrained.js";
+import type { CheckpointSource, LoadOptions, MemoryUsage, ModelKind, PretrainedOptions } from "./types.js";
 import { boolean, bytes, describe, object, positiveFinite, stringRecord } from "./validate.js";
 
 /** Options for `save()`. */
@@ -213,6 +214,29 @@ export async function importIn(config: unknown, weights: unknown): Promise<[Back
   const w = bytes("weights", weights);
   const be = await backend();
   return [be, await be.call("importPretrained", { config: text, weights: w })];
+}
+
+/**
+ * A Hugging Face GPT-2 streamed into the core as a LanguageModel: config.json's text, then model.safetensors piece by
+ * piece as it arrives (load-stream.ts streamIn; the core's PretrainedLoader writes each tensor into its parameter), so
+ * the file is never held whole. Progress as the bytes arrive; on any failure or abort the download stops and nothing
+ * stays in the core.
+ */
+export async function pretrainedIn(
+  config: string,
+  weights: WeightsStream,
+  options: PretrainedOptions,
+): Promise<[Backend, ModelOut]> {
+  const { onProgress, signal } = options;
+  const { total } = weights;
+  const arrived = onProgress && ((loaded: number) => onProgress({ file: "model.safetensors", loaded, total }));
+  try {
+    const be = await backend();
+    return [be, await streamIn(be, { kind: "LanguageModel", config }, weights, { signal, arrived })];
+  } catch (e) {
+    weights.close();
+    throw e;
+  }
 }
 
 /**

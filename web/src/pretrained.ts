@@ -3,9 +3,11 @@
 // `.../resolve/main/` folder) or from files the user picked or dropped. Each file is read as a stream so that
 // progress can be reported as the bytes arrive and an AbortSignal cancels between chunks (and the fetch itself).
 //
-// Architecture, shapes and tensor names are the core's to judge (LanguageModel.importPretrained); this file
-// only finds the files, names the ones that are missing, and refuses before downloading the weights what can
-// never load: a pytorch_model.bin pickle, and weights too large for the wasm core's 4 GiB address space.
+// Architecture, shapes and tensor names are the core's to judge (the PretrainedLoader model.safetensors streams
+// into, qkv/pretrained_loader.h); this file only finds the files, names the ones that are missing, and refuses
+// before downloading the weights what can never load: a pytorch_model.bin pickle, and weights too large for the
+// wasm core's 4 GiB address space. model.safetensors itself is not read here: it is opened, and streams into the
+// core piece by piece as it arrives (load-stream.ts streamIn), never held whole in JS nor in the wasm heap.
 import { abortError, readAll } from "./load-stream.js";
 import { BpeTokenizer } from "./tokenizer.js";
 import type { PretrainedFile, PretrainedOptions, PretrainedSource } from "./types.js";
@@ -186,25 +188,10 @@ function folderOf(source: PretrainedSource): Folder {
 
 // ---- reading ------------------------------------------------------------------------------------------------
 
-/**
- * The whole file, reporting progress after each chunk. `limit` checks the size before the bytes are read (from
- * Content-Length or the Blob's size) and again as they arrive when the size was not known.
- */
-async function readFile(
-  folder: Folder,
-  name: string,
-  opened: Opened,
-  options: PretrainedOptions,
-  limit?: (bytes: number) => void,
-): Promise<Uint8Array> {
+/** The whole file (a small one: config.json, the tokenizer's), reporting progress after each chunk. */
+async function readFile(folder: Folder, name: string, opened: Opened, options: PretrainedOptions): Promise<Uint8Array> {
   const { onProgress, signal } = options;
   const { total } = opened;
-  try {
-    if (total !== undefined) limit?.(total);
-  } catch (e) {
-    opened.close();
-    throw e;
-  }
   if (opened.whole !== undefined) {
     onProgress?.({ file: name, loaded: opened.whole.length, total });
     return opened.whole;
@@ -224,7 +211,6 @@ async function readFile(
         whole.set(chunk, loaded);
       } else {
         parts.push(chunk.slice());
-        limit?.(loaded + chunk.length);
       }
       loaded += chunk.length;
       onProgress?.({ file: name, loaded, total });
@@ -279,34 +265,39 @@ function parameterCount(config: Record<string, unknown>): number | undefined {
 }
 
 /**
- * Refuses weights the wasm core cannot hold. While importing, the core holds at least the file's bytes (the
- * safetensors handed to it) and the model's float32 parameters: together they must fit the 4 GiB address space.
- * This is a lower bound (the heap also holds what other models and the import's working copies use), so a model
- * refused here can never load, whatever else is freed.
+ * Refuses weights the wasm core cannot hold. The file streams in without being held, so the core holds the model's
+ * float32 parameters (and a staging buffer): they must fit the 4 GiB address space. This is a lower bound (the heap
+ * also holds what other models use), so a model refused here can never load, whatever else is freed.
  */
-function sizeLimit(where: string, config: Record<string, unknown>): (fileBytes: number) => void {
+function checkSize(where: string, config: Record<string, unknown>, fileBytes: number | undefined): void {
   const params = parameterCount(config);
-  return (fileBytes) => {
-    const weights = params === undefined ? 0 : 4 * params;
-    const needed = fileBytes + weights;
-    if (needed > WASM_ADDRESS_SPACE) {
-      throw new Error(
-        `qkv: ${where} is too big for the wasm core: importing it needs at least ${gb(needed)} (the file's ` +
-          `${gb(fileBytes)}` +
-          (params === undefined ? "" : ` plus ${gb(weights)} of float32 weights for ${params} parameters`) +
-          `), more than the ${gb(WASM_ADDRESS_SPACE)} (4 GiB) a wasm32 core can address; ` +
-          "run it natively (qkv generate --model DIR) or pick a smaller model",
-      );
-    }
-  };
+  if (params === undefined) return; // the core names the missing shape field
+  const weights = 4 * params;
+  if (weights > WASM_ADDRESS_SPACE) {
+    throw new Error(
+      `qkv: ${where} is too big for the wasm core: loading it needs at least ${gb(weights)} of float32 weights for ` +
+        `${params} parameters` +
+        (fileBytes === undefined ? "" : ` (the file's ${gb(fileBytes)} stream in without being held)`) +
+        `, more than the ${gb(WASM_ADDRESS_SPACE)} (4 GiB) a wasm32 core can address; ` +
+        "run it natively (qkv generate --model DIR) or pick a smaller model",
+    );
+  }
+}
+
+/** model.safetensors, opened: its size when known and its bytes as they arrive (to stream into the core). */
+export interface WeightsStream {
+  total: number | undefined;
+  chunks: AsyncIterable<Uint8Array>;
+  /** Stops the download (when the weights are not read to their end). */
+  close(): void;
 }
 
 /** What fromPretrained needs from a folder. */
 export interface PretrainedFiles {
   /** config.json's text. */
   config: string;
-  /** model.safetensors' bytes. */
-  weights: Uint8Array;
+  /** model.safetensors, opened, not yet read. */
+  weights: WeightsStream;
   /** From tokenizer.json, else vocab.json + merges.txt, else undefined. */
   tokenizer: BpeTokenizer | undefined;
 }
@@ -322,9 +313,9 @@ function parsed(configText: string): Record<string, unknown> | undefined {
 }
 
 /**
- * Reads config.json, then the tokenizer, then model.safetensors. `checkConfig` is called with config.json's
- * text before anything else is read (LanguageModel.fromPretrained lets the core refuse another model_type
- * there, before a download of weights it could not use).
+ * Reads config.json, then the tokenizer, then opens model.safetensors (the caller streams it). `checkConfig` is
+ * called with config.json's text before anything else is read (LanguageModel.fromPretrained lets the core refuse
+ * another model_type there, before a download of weights it could not use).
  */
 export async function readPretrained(
   source: PretrainedSource,
@@ -382,9 +373,14 @@ export async function readPretrained(
     }
     throw missing("model.safetensors");
   }
-  const limit = sizeLimit(folder.at("model.safetensors"), parsed(config) ?? {});
-  const weights = await readFile(folder, "model.safetensors", weightsFile, options, limit);
-  return { config, weights, tokenizer };
+  try {
+    checkSize(folder.at("model.safetensors"), parsed(config) ?? {}, weightsFile.total);
+  } catch (e) {
+    weightsFile.close();
+    throw e;
+  }
+  const { total, chunks, close } = weightsFile;
+  return { config, weights: { total, chunks, close }, tokenizer };
 }
 
 /**

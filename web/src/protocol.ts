@@ -123,7 +123,8 @@ export interface Calls {
    * order (each written straight into the model's parameters in the core), then end, which gives the model;
    * abort drops a load midway (the partly built model with it).
    */
-  loadBegin: { in: { kind: ModelKind; total: number }; out: { loader: number } };
+  /** With `config` (config.json's text, kind "LanguageModel"): a Hugging Face GPT-2's model.safetensors instead. */
+  loadBegin: { in: { kind: ModelKind; total: number; config?: string }; out: { loader: number } };
   loadChunk: { in: { loader: number; bytes: Uint8Array }; out: { received: number } };
   loadEnd: { in: { loader: number }; out: ModelOut };
   loadAbort: { in: { loader: number }; out: null };
