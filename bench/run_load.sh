@@ -53,6 +53,8 @@ import_run import_pretrained "$DIR/hub/model.safetensors" "$DIR/hub" "$DIR/pretr
 if [ -f web/dist/node.js ]; then
   echo "== the npm package in Node: LanguageModel.load streamed from disk, and given the whole file's bytes"
   for mode in stream bytes; do node bench/load_stream.mjs "$DIR/gpt2.safetensors" "$mode" | grep '^RESULT'; done
+  echo "== the npm package in Node: LanguageModel.fromPretrained of the folder (streamed), and importPretrained of its bytes"
+  for mode in pretrained pretrained-bytes; do node bench/load_stream.mjs "$DIR/hub" "$mode" | grep '^RESULT'; done
 else
   echo "(the npm package's side needs web/dist: bash scripts/build-wasm.sh && npm run build:web)"
 fi
