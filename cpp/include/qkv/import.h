@@ -88,7 +88,7 @@ ImportedWeights import_pretrained(std::string_view config_json, std::span<const 
 // import_pretrained(dir), built into a LanguageModel on `device` with the weights loaded: ready to generate
 // or to fine-tune with `optimizer`. model.safetensors is streamed straight into the parameters (PretrainedLoader,
 // qkv/pretrained_loader.h): memory is the model's float32 weights and a small staging buffer, never the file nor a
-// converted copy (shards are read whole, then mapped). `about`, when given, gets what import_pretrained reports
+// converted copy (shards one after another, all their headers checked first). `about`, when given, gets what import_pretrained reports
 // (format, kind, config_json, notes, tokenizer_files), its `weights` left empty: they are in the model.
 std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer = {},
                                                Device device = Device::CPU, ImportedWeights* about = nullptr);

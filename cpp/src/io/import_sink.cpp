@@ -47,49 +47,70 @@ bool can_stream(const WeightPlan& plan) {
   return true;
 }
 
+namespace {
+std::vector<std::string> names_of(const SafetensorsHeader& header) {
+  std::vector<std::string> names;
+  for (const TensorInfo& t : header.tensors) names.push_back(t.name);
+  return names;
+}
+}  // namespace
+
 ImportSink::ImportSink(WeightPlan plan, const SafetensorsHeader& header,
                        const std::map<std::string, std::span<float>>& values)
-    : header_(header), plan_(std::move(plan)) {
+    : ImportSink(std::move(plan), names_of(header), values) {
+  bind(header);
+}
+
+ImportSink::ImportSink(WeightPlan plan, const std::vector<std::string>& order,
+                       const std::map<std::string, std::span<float>>& values)
+    : plan_(std::move(plan)) {
   check(can_stream(plan_),
         "import: this file cannot stream into the model (seed 004's per-head projections, or a "
         "tensor that feeds two parameters): map it whole (import_file)");
-  std::map<std::string, size_t> index;  // file name -> position in the header
-  for (size_t i = 0; i < header.tensors.size(); ++i) index[header.tensors[i].name] = i;
-  actions_.assign(header.tensors.size(), {});
-  collected_.resize(header.tensors.size());
   for (const ParamPlan& p : plan_.params) {
     const std::span<float> v = values.at(p.name);
     switch (p.op) {
       case Op::Copy:
-      case Op::CopyOrZeros: actions_[index.at(p.parts[0])] = {Act::Write, v.data()}; break;
-      case Op::Transpose: actions_[index.at(p.parts[0])] = {Act::Transpose, v.data(), p.shape[1], p.shape[0]}; break;
+      case Op::CopyOrZeros: by_name_[p.parts[0]] = {Act::Write, v.data()}; break;
+      case Op::Transpose: by_name_[p.parts[0]] = {Act::Transpose, v.data(), p.shape[1], p.shape[0]}; break;
       case Op::Stack3:  // W_q | W_k | W_v, each a third of the rows
-        for (size_t k = 0; k < p.parts.size(); ++k)
-          actions_[index.at(p.parts[k])] = {Act::Write, v.data() + k * (v.size() / 3)};
+        for (size_t k = 0; k < p.parts.size(); ++k) by_name_[p.parts[k]] = {Act::Write, v.data() + k * (v.size() / 3)};
         break;
       case Op::Zeros: std::fill(v.begin(), v.end(), 0.f); break;
       case Op::Expand3: break;  // refused above
     }
   }
-  for (const std::string& c : plan_.checks) actions_[index.at(c)].act = Act::Collect;
+  for (const std::string& c : plan_.checks) by_name_[c].act = Act::Collect;
   if (!plan_.tied_head.empty()) {
-    // Whichever of the tied pair comes first in the file writes the embedding; the other is compared with it.
-    const size_t h = index.at(plan_.tied_head), w = index.at(plan_.tied_to);
-    float* dst = actions_[w].dst;
-    actions_[std::min(h, w)] = {Act::Write, dst};
-    actions_[std::max(h, w)] = {Act::Compare, dst};
+    // Whichever of the tied pair comes first writes the embedding; the other is compared with it.
+    const auto at = [&](const std::string& n) { return std::find(order.begin(), order.end(), n) - order.begin(); };
+    const bool head_first = at(plan_.tied_head) < at(plan_.tied_to);
+    float* dst = by_name_.at(plan_.tied_to).dst;
+    by_name_[head_first ? plan_.tied_head : plan_.tied_to] = {Act::Write, dst};
+    by_name_[head_first ? plan_.tied_to : plan_.tied_head] = {Act::Compare, dst};
+  }
+}
+
+void ImportSink::bind(const SafetensorsHeader& header, const std::set<std::string>* only) {
+  header_ = &header;
+  actions_.assign(header.tensors.size(), {});
+  collected_.assign(header.tensors.size(), {});
+  for (size_t i = 0; i < header.tensors.size(); ++i) {
+    const std::string& n = header.tensors[i].name;
+    if (only && !only->count(n)) continue;
+    if (const auto it = by_name_.find(n); it != by_name_.end()) actions_[i] = it->second;
   }
 }
 
 std::span<uint8_t> ImportSink::place(size_t i) {
-  const TensorInfo& t = header_.tensors[i];
+  const TensorInfo& t = header_->tensors[i];
   if (actions_[i].act != Act::Write || t.dtype != "F32") return {};
   return {reinterpret_cast<uint8_t*>(actions_[i].dst), static_cast<size_t>(t.size())};
 }
 
 void ImportSink::take(size_t i, uint64_t offset, std::span<const uint8_t> bytes) {
   const Action& a = actions_[i];
-  const TensorInfo& t = header_.tensors[i];
+  const TensorInfo& t = header_->tensors[i];
   if (a.act == Act::Skip) return;
   if (a.act == Act::Collect) {
     collected_[i].bytes.insert(collected_[i].bytes.end(), bytes.begin(), bytes.end());
@@ -121,7 +142,7 @@ void ImportSink::take(size_t i, uint64_t offset, std::span<const uint8_t> bytes)
 
 void ImportSink::end(size_t i) {
   if (actions_[i].act != Act::Collect) return;
-  const TensorInfo& t = header_.tensors[i];
+  const TensorInfo& t = header_->tensors[i];
   SafetensorsFile one;
   one.tensors.push_back({t.name, t.dtype, t.shape, std::move(collected_[i].bytes)});
   check_values(one, plan_);

@@ -4,6 +4,7 @@
 // import_model stream through.
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,7 +34,14 @@ bool can_stream(const WeightPlan& plan);
 // (when it comes first) or compared with what the embedding wrote there.
 class ImportSink : public TensorSink {
  public:
+  // One file: its tensors' bytes come in the header's order.
   ImportSink(WeightPlan plan, const SafetensorsHeader& header, const std::map<std::string, std::span<float>>& values);
+  // Several files (a model's shards): `order` names the tensors in the order their bytes will come, file after file;
+  // bind() each file's header before its bytes. A tensor no file's header has, or that `order` leaves out, is skipped.
+  ImportSink(WeightPlan plan, const std::vector<std::string>& order,
+             const std::map<std::string, std::span<float>>& values);
+  // `only` (when given): the header's tensors that this file gives (a shard's, as the index says); the others skip.
+  void bind(const SafetensorsHeader& header, const std::set<std::string>* only = nullptr);
   std::span<uint8_t> place(size_t i) override;
   void take(size_t i, uint64_t offset, std::span<const uint8_t> bytes) override;
   void end(size_t i) override;
@@ -49,11 +57,12 @@ class ImportSink : public TensorSink {
                                  // Transpose: the parameter (cols, rows)
     int64_t rows = 0, cols = 0;  // Transpose: the stored shape (in, out)
   };
-  const SafetensorsHeader& header_;
+  const SafetensorsHeader* header_ = nullptr;  // the file bind() gave
   WeightPlan plan_;
-  std::vector<Action> actions_;         // per tensor of the header
-  std::vector<TensorEntry> collected_;  // per tensor: the bytes of a tensor checked by value, until it completes
-  std::vector<float> floats_;           // conversion staging
+  std::map<std::string, Action> by_name_;  // what becomes of each of the files' tensors
+  std::vector<Action> actions_;            // per tensor of the bound header
+  std::vector<TensorEntry> collected_;     // per tensor: the bytes of a tensor checked by value, until it completes
+  std::vector<float> floats_;              // conversion staging
   bool head_differs_ = false;
 };
 

@@ -125,9 +125,8 @@ std::vector<uint8_t> read_head(const fs::path& p, size_t n) {
   return head;
 }
 
-// model.safetensors.index.json's shards read and joined into one file's tensors; every tensor of its
-// weight_map must be in the shard it names.
-SafetensorsFile shards(const fs::path& dir, const fs::path& index_path) {
+// model.safetensors.index.json's weight_map: each shard file (of this folder) and the tensors it must hold.
+std::map<std::string, std::set<std::string>> shard_map(const fs::path& index_path) {
   json index;
   try {
     index = json::parse(read_text(index_path));
@@ -144,9 +143,22 @@ SafetensorsFile shards(const fs::path& dir, const fs::path& index_path) {
           "\" is not a file of this folder");
     wanted[f].insert(name);
   }
+  return wanted;
+}
+
+// The index's tensors that a shard lacks, named at once (`missing`: "tensor \"n\" is not in f" per tensor).
+void check_shards(const fs::path& index_path, const std::vector<std::string>& missing) {
+  if (missing.empty()) return;
+  std::string msg = index_path.string() + ": ";
+  for (size_t i = 0; i < missing.size(); ++i) msg += (i ? "; " : "") + missing[i];
+  throw Error(msg);
+}
+
+// The shards read and joined into one file's tensors; every tensor of the index must be in the shard it names.
+SafetensorsFile shards(const fs::path& dir, const fs::path& index_path) {
   SafetensorsFile all;
   std::vector<std::string> problems;
-  for (auto& [f, names] : wanted) {
+  for (auto& [f, names] : shard_map(index_path)) {
     SafetensorsFile part = read_safetensors((dir / f).string());
     for (auto& t : part.tensors) {
       if (!names.erase(t.name)) continue;  // a tensor the index does not name: not part of the model
@@ -154,11 +166,7 @@ SafetensorsFile shards(const fs::path& dir, const fs::path& index_path) {
     }
     for (const auto& n : names) problems.push_back(detail::cat("tensor \"", n, "\" is not in ", f));
   }
-  if (!problems.empty()) {
-    std::string msg = index_path.string() + ": ";
-    for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
-    throw Error(msg);
-  }
+  check_shards(index_path, problems);
   return all;
 }
 
@@ -204,9 +212,11 @@ auto from_folder(const std::string& dir, std::map<std::string, std::string>* tok
   });
 }
 
-// The model streamed from one model.safetensors (PretrainedLoader's engine, io::gpt2_sink, fed by the file's reads):
-// memory is the model's weights and the reader's staging. `about` (when not null) gets the config and the notes.
-std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const fs::path& file,
+// The model streamed from the folder's model.safetensors, or from its shards one after another (PretrainedLoader's
+// engine, io::ImportSink): every file's header read first, so that the whole plan is checked before any tensor's
+// bytes are; memory is the model's weights and the reader's staging. `about` (when not null) gets the config and
+// the notes.
+std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const FolderWeights& w,
                                         const OptimizerConfig& optimizer, Device device, ImportedWeights* about) {
   std::vector<std::string> notes;
   const std::string config = config_of(config_text, notes);
@@ -215,52 +225,38 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const fs::
     const nn::Parameters::ForLoading loading;
     m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
   }
-  std::unique_ptr<io::ImportSink> sink;
-  read_safetensors_stream(file.string(), [&](SafetensorsReader& reader) {
-    sink = io::gpt2_sink(*m, reader.header());
-    reader.set_sink(sink.get());
-  });
-  std::vector<std::string> all = sink->finish();
-  all.insert(all.end(), notes.begin(), notes.end());
+  // Each file and the tensors it gives (none listed: all of them); their headers joined, in the order they stream.
+  std::vector<std::pair<fs::path, std::set<std::string>>> files;
+  if (w.file.empty())
+    for (auto& [f, names] : shard_map(w.index)) files.emplace_back(w.dir / f, std::move(names));
+  else
+    files.emplace_back(w.file, std::set<std::string>{});
+  SafetensorsHeader all;
+  std::vector<std::string> order, problems;
+  for (const auto& [f, names] : files) {
+    read_safetensors_stream(f.string(), [&](SafetensorsReader& reader) {
+      std::set<std::string> left = names;
+      for (const TensorInfo& t : reader.header().tensors)
+        if (names.empty() || left.erase(t.name)) all.tensors.push_back(t), order.push_back(t.name);
+      for (const auto& n : left)
+        problems.push_back(detail::cat("tensor \"", n, "\" is not in ", f.filename().string()));
+    });
+  }
+  check_shards(w.index, problems);
+  const std::unique_ptr<io::ImportSink> sink = io::gpt2_sink(*m, all, &order);
+  for (const auto& [f, names] : files)
+    read_safetensors_stream(f.string(), [&](SafetensorsReader& reader) {
+      sink->bind(reader.header(), names.empty() ? nullptr : &names);
+      reader.set_sink(sink.get());
+    });
+  std::vector<std::string> all_notes = sink->finish();
+  all_notes.insert(all_notes.end(), notes.begin(), notes.end());
   if (about) {
     about->format = "gpt2";
     about->kind = "language_model";
     about->config_json = config;
-    about->notes = std::move(all);
+    about->notes = std::move(all_notes);
   }
-  if (device != Device::CPU) m->to(device);
-  return m;
-}
-
-// The model straight from the mapped tensors, written into its parameters (no serialized copy of the weights to
-// parse again): built on the CPU, where parameters are host memory, then moved to `device`.
-std::unique_ptr<LanguageModel> model_of(std::string_view config_text, SafetensorsFile file,
-                                        const OptimizerConfig& optimizer, Device device,
-                                        ImportedWeights* about = nullptr) {
-  std::vector<std::string> notes, config_notes;
-  const std::string config = config_of(config_text, config_notes);
-  SafetensorsFile mapped = io::mapped_weights(std::move(file), "gpt2", "language_model", config, &notes);
-  notes.insert(notes.end(), config_notes.begin(), config_notes.end());
-  if (about) {
-    about->format = "gpt2";
-    about->kind = "language_model";
-    about->config_json = config;
-    about->notes = std::move(notes);
-  }
-  std::unique_ptr<LanguageModel> m;
-  {
-    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
-    const nn::Parameters::ForLoading loading;
-    m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
-  }
-  for (const ParameterView& p : m->parameters()) {
-    const TensorEntry& t = mapped.at(p.name);  // map_weights gives every parameter, F32, of its shape
-    check(t.dtype == "F32" && t.bytes.size() == p.value.size_bytes(), "load_pretrained: \"", p.name,
-          "\" was mapped to ", t.bytes.size(), " bytes of ", t.dtype, ", expected ", p.value.size_bytes(),
-          " bytes of F32");
-    std::memcpy(p.value.data(), t.bytes.data(), t.bytes.size());
-  }
-  mapped = {};
   if (device != Device::CPU) m->to(device);
   return m;
 }
@@ -290,9 +286,7 @@ std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const Opt
                                                ImportedWeights* about) {
   std::map<std::string, std::string> tokenizer_files;
   auto m = from_folder(dir, about ? &tokenizer_files : nullptr, [&](std::string_view config, const FolderWeights& w) {
-    if (!w.file.empty()) return streamed(config, w.file, optimizer, device, about);
-    // Shards: read whole, then mapped (their tensors are checked together before any is used).
-    return model_of(config, w.read(), optimizer, device, about);
+    return streamed(config, w, optimizer, device, about);
   });
   if (about) {
     about->weights = {};

@@ -19,7 +19,10 @@ namespace qkv::io {
 std::string gpt2_config(std::string_view config_json, std::vector<std::string>& notes);
 
 // The sink that writes a GPT-2 model.safetensors (`header`, in the gpt2 format's names) into `model`'s parameters as
-// its bytes arrive: the header planned and checked first (plan_header: every problem at once, before a byte).
-std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHeader& header);
+// its bytes arrive: the header planned and checked first (plan_header: every problem at once, before a byte). With
+// `order` (shards: `header` joins theirs, `order` names the tensors in the order they will stream), the sink is not
+// bound: bind() each shard's header before its bytes.
+std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHeader& header,
+                                      const std::vector<std::string>* order = nullptr);
 
 }  // namespace qkv::io

@@ -13,7 +13,8 @@
 namespace qkv {
 namespace io {
 
-std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHeader& header) {
+std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHeader& header,
+                                      const std::vector<std::string>* order) {
   std::vector<Target> targets;
   std::map<std::string, std::span<float>> values;
   for (const ParameterView& p : model.parameters()) {
@@ -21,6 +22,7 @@ std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHea
     values[p.name] = p.value;
   }
   WeightPlan plan = plan_header(header, "gpt2", "language_model", targets, model.config().heads);
+  if (order) return std::make_unique<ImportSink>(std::move(plan), *order, values);
   return std::make_unique<ImportSink>(std::move(plan), header, values);
 }
 

@@ -230,3 +230,78 @@ TEST(PretrainedLoader, BuffersAreCheckedAsTheyPass) {
 
 }  // namespace
 }  // namespace qkv
+
+namespace qkv {
+namespace {
+
+// `c`'s tensors split into two shards (those `second` picks in the second) with the index naming them.
+void write_sharded(const fs::path& d, const std::string& c, const std::function<bool(const std::string&)>& second,
+                   const std::function<void(nlohmann::json&)>& edit_map = {}) {
+  fs::remove_all(d);
+  fs::create_directories(d);
+  fs::copy_file(dir_of(c) + "/config.json", d / "config.json");
+  const auto f = read_safetensors(dir_of(c) + "/model.safetensors");
+  std::vector<std::vector<float>> keep;
+  keep.reserve(f.tensors.size());
+  std::vector<TensorRef> parts[2];
+  nlohmann::json map;
+  for (const auto& t : f.tensors) {
+    const int s = second(t.name) ? 1 : 0;
+    keep.push_back(f.floats(t.name));
+    parts[s].emplace_back(t.name, t.shape, std::span<const float>(keep.back()));
+    map[t.name] = "model-0000" + std::to_string(s + 1) + "-of-00002.safetensors";
+  }
+  if (edit_map) edit_map(map);
+  for (int s = 0; s < 2; ++s) {
+    const auto bytes = serialize_safetensors(parts[s], {{"format", "pt"}});
+    std::ofstream(d / ("model-0000" + std::to_string(s + 1) + "-of-00002.safetensors"), std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  std::ofstream(d / "model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+}
+
+// Shards stream one after another into the same model: bit for bit the single file's, a tied head compared across
+// files (lm_head.weight in the first shard, transformer.wte.weight in the second), a tensor missing from the shard
+// the index names refused with the index's path.
+TEST(PretrainedLoader, ShardsStreamOneAfterAnother) {
+  const fs::path d = fs::temp_directory_path() / "qkv_pretrained_loader_shards";
+  for (const std::string c : {"hub", "lmhead"}) {
+    ImportedWeights r;
+    const auto reference = whole(c, r);
+    write_sharded(d, c, [](const std::string& n) {
+      return n.find("h.1.") != std::string::npos || n.find("wte") != std::string::npos;
+    });
+    ImportedWeights about;
+    const auto m = load_pretrained(d.string(), {}, Device::CPU, &about);
+    expect_same_parameters(*m, *reference, c + " sharded");
+    EXPECT_EQ(about.notes, r.notes) << c;
+  }
+  // The head in the first shard differs from the embedding in the second.
+  write_sharded(d, "lmhead", [](const std::string& n) { return n.find("wte") != std::string::npos; });
+  {
+    auto f = read_safetensors((d / "model-00001-of-00002.safetensors").string());
+    std::vector<std::vector<float>> keep;
+    keep.reserve(f.tensors.size());
+    std::vector<TensorRef> refs;
+    for (const auto& t : f.tensors) {
+      keep.push_back(f.floats(t.name));
+      if (t.name == "lm_head.weight") keep.back()[7] = -keep.back()[7] + 1.f;
+      refs.emplace_back(t.name, t.shape, std::span<const float>(keep.back()));
+    }
+    const auto bytes = serialize_safetensors(refs, {{"format", "pt"}});
+    std::ofstream(d / "model-00001-of-00002.safetensors", std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  EXPECT_HAS(message_of([&] { load_pretrained(d.string()); }),
+             "tensor \"lm_head.weight\" differs from \"transformer.wte.weight\": GPT-2 ties its head");
+  // The index places wte.weight in a shard that lacks it.
+  write_sharded(
+      d, "hub", [](const std::string& n) { return n.find("h.1.") != std::string::npos; },
+      [](nlohmann::json& map) { map["wte.weight"] = "model-00002-of-00002.safetensors"; });
+  const std::string e = message_of([&] { load_pretrained(d.string()); });
+  fs::remove_all(d);
+  EXPECT_HAS(e, "model.safetensors.index.json: tensor \"wte.weight\" is not in model-00002-of-00002.safetensors");
+}
+
+}  // namespace
+}  // namespace qkv
