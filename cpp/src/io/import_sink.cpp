@@ -2,7 +2,6 @@
 #include "io/import_sink.h"
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
 #include "io/import_buffers.h"

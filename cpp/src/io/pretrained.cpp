@@ -1,10 +1,10 @@
 // Models as the Hugging Face Hub serves them (qkv/import.h, import_pretrained): a folder of config.json and
 // model.safetensors (or its shards), config.json mapped onto a qkv config, the weights through the gpt2
-// format's table (io/import.cpp). Only GPT-2's architecture is known here; others are refused by model_type.
+// format's table (io/import.cpp): mapped whole for import_pretrained, streamed into the model for load_pretrained
+// (io/import_sink.h). Only GPT-2's architecture is known here; others are refused by model_type.
 #include "io/pretrained.h"
 
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -222,6 +222,7 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const Fold
   const std::string config = config_of(config_text, notes);
   std::unique_ptr<LanguageModel> m;
   {
+    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
     const nn::Parameters::ForLoading loading;
     m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
   }
