@@ -234,7 +234,10 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const Fold
     files.emplace_back(w.file, std::set<std::string>{});
   SafetensorsHeader all;
   std::vector<std::string> order, problems;
-  for (const auto& [f, names] : files) {
+  for (const auto& file : files) {
+    // Plain references (not structured bindings), which every compiler lets a lambda capture.
+    const fs::path& f = file.first;
+    const std::set<std::string>& names = file.second;
     read_safetensors_stream(f.string(), [&](SafetensorsReader& reader) {
       std::set<std::string> left = names;
       for (const TensorInfo& t : reader.header().tensors)
@@ -245,9 +248,9 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const Fold
   }
   check_shards(w.index, problems);
   const std::unique_ptr<io::ImportSink> sink = io::gpt2_sink(*m, all, &order);
-  for (const auto& [f, names] : files)
-    read_safetensors_stream(f.string(), [&](SafetensorsReader& reader) {
-      sink->bind(reader.header(), names.empty() ? nullptr : &names);
+  for (const auto& file : files)
+    read_safetensors_stream(file.first.string(), [&](SafetensorsReader& reader) {
+      sink->bind(reader.header(), file.second.empty() ? nullptr : &file.second);
       reader.set_sink(sink.get());
     });
   std::vector<std::string> all_notes = sink->finish();
