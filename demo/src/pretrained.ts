@@ -60,6 +60,8 @@ export function setupPretrained(tab: LanguageModelTab): void {
   /** The load under way: a new one or Cancel aborts it. */
   let loading: AbortController | undefined;
   let stopping = false;
+  /** Each Write samples anew (at temperature 0 the seed does not matter). */
+  let seed = 0;
   /** Each file's row in the progress list. */
   const rows = new Map<string, { bar: HTMLProgressElement; text: HTMLElement }>();
 
@@ -142,7 +144,10 @@ export function setupPretrained(tab: LanguageModelTab): void {
       s.error = controller.signal.aborted ? `Loading cancelled (${errorText(controller.signal.reason)})` : errorText(e);
       errorEl.textContent = s.error;
     } finally {
-      if (loading === controller) loading = undefined;
+      if (loading === controller) {
+        loading = undefined;
+        s.loads++;
+      }
       buttons();
     }
   }
@@ -203,7 +208,7 @@ export function setupPretrained(tab: LanguageModelTab): void {
         maxTokens: Math.floor(numberInput("#pt-length", 1, 2000)),
         temperature: numberInput("#pt-temperature", 0, 3),
         topK: Math.floor(numberInput("#pt-topk", 0, 1e6)),
-        seed: 1,
+        seed: ++seed,
         onToken: () => void s.tokens++,
       };
       // A string prompt: the model's tokenizer encodes it, and each piece is new text in whole characters.

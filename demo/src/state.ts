@@ -45,6 +45,8 @@ export interface PretrainedState {
   /** Each file in the order it was read. */
   files: FileProgress[];
   error: string | null;
+  /** Incremented each time a load ends (loaded, failed, or cancelled). */
+  loads: number;
   /** Where the loaded model came from: its URL, or the names of the files given. */
   source: string;
   /** The new text of the last generation (the prompt excluded), as shown so far. */
@@ -108,7 +110,7 @@ export const state: DemoState = {
   relaxedSimd: null,
   error: null,
   lm: { ...training(), valLoss: null, secondsToVal2: null, sampleStep: 0, sample: "", samples: 0 },
-  pretrained: { state: "idle", files: [], error: null, source: "", output: "", tokens: 0, tokensPerSecond: 0, generations: 0 },
+  pretrained: { state: "idle", files: [], error: null, loads: 0, source: "", output: "", tokens: 0, tokensPerSecond: 0, generations: 0 },
   seq2seq: { ...training(), task: "", accuracy: null, secondsTo99: null, input: "", output: "", heatmaps: 0 },
   classifier: { ...training(), accuracy: null, confusion: null },
 };

@@ -1,9 +1,10 @@
 // The demo's pretrained section (language-model tab) in headless Chromium, with no network: the test server
 // serves the built demo and a tiny random GPT-2 folder in the Hub's layout (tests/fixtures/import/gpt2_tok:
-// config.json, model.safetensors, tokenizer.json). The page loads it by URL and through the file input, every
-// file's progress reaches its size, and the text it streams at temperature 0 is the package's greedy output
-// computed here in Node (web/dist, the same build). A folder that is not there (HTTP 404) shows the status and
-// the URL. Run build:web and build:demo first.
+// config.json, model.safetensors, tokenizer.json). The page loads it by URL, through the file input and from a
+// drop, every file's progress reaches its size, and the text it streams at temperature 0 is the package's greedy
+// output computed here in Node (web/dist, the same build), itself what `qkv generate` prints for the fixture. A
+// load cancelled midway and a folder that is not there (HTTP 404: the status and the URL shown) leave the model
+// loaded before working. Run build:web and build:demo first.
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -100,13 +101,10 @@ afterAll(async () => {
   if (userDataDir) rmSync(userDataDir, { recursive: true, force: true });
 });
 
-/** Waits for the section to leave "loading" / "generating"; on failure saves a screenshot and says why. */
-async function settled(what: string, p: Page = page): Promise<DemoState["pretrained"]> {
+/** Waits for the load started after `loads` loads had ended; on failure saves a screenshot and says why. */
+async function settled(what: string, loads: number, p: Page = page): Promise<DemoState["pretrained"]> {
   try {
-    await p.waitForFunction(() => {
-      const s = window.__qkv?.pretrained;
-      return s && s.state !== "loading" && s.state !== "generating";
-    }, null, { timeout: 60_000, polling: 100 });
+    await p.waitForFunction((n) => window.__qkv!.pretrained.loads > n, loads, { timeout: 60_000, polling: 100 });
   } catch (e) {
     mkdirSync(artifacts, { recursive: true });
     await p.screenshot({ path: path.join(artifacts, "demo-pretrained-failed.png"), fullPage: true }).catch(() => {});
@@ -144,9 +142,10 @@ function expectFullProgress(s: DemoState["pretrained"]): void {
 describe("demo: a pretrained GPT-2 in the language-model tab", () => {
   it("loads the folder by URL, shows each file's progress, and streams the package's greedy text", async () => {
     expect(expected.length).toBeGreaterThan(0);
+    const loads = (await pretrained()).loads;
     await page.fill("#pt-url", `${base}models/gpt2_tok/`);
     await page.click("#pt-load-url");
-    const s = await settled("the load by URL");
+    const s = await settled("the load by URL", loads);
     expect(s.error).toBeNull();
     expect(s.state).toBe("ready");
     expectFullProgress(s);
@@ -166,11 +165,12 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
   });
 
   it("loads the same folder through the file input and writes the same text", async () => {
+    const loads = (await pretrained()).loads;
     await page.setInputFiles(
       "#pt-files",
       FILES.map((f) => ({ name: f, mimeType: "application/octet-stream", buffer: readFileSync(path.join(FOLDER, f)) })),
     );
-    const s = await settled("the load from files");
+    const s = await settled("the load from files", loads);
     expect(s.error).toBeNull();
     expect(s.state).toBe("ready");
     expectFullProgress(s);
@@ -179,7 +179,28 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
     expect(consoleErrors).toEqual([]);
   });
 
+  it("loads the files dropped on the panel", async () => {
+    // A drop as the browser makes it, with the three files (read from the test server in the page).
+    const dropped = await page.evaluateHandle(async (names) => {
+      const dt = new DataTransfer();
+      for (const n of names) dt.items.add(new File([await (await fetch(`models/gpt2_tok/${n}`)).blob()], n));
+      return dt;
+    }, FILES);
+    const loads = (await pretrained()).loads;
+    await page.dispatchEvent("#pt-panel", "dragover", { dataTransfer: dropped });
+    expect(await page.getAttribute("#pt-panel", "class")).toContain("dragging");
+    await page.dispatchEvent("#pt-panel", "drop", { dataTransfer: dropped });
+    const s = await settled("the load of the dropped files", loads);
+    expect(s.error).toBeNull();
+    expect(s.state).toBe("ready");
+    expectFullProgress(s);
+    expect(await page.getAttribute("#pt-panel", "class")).not.toContain("dragging");
+    expect(await writeGreedy()).toBe(expected);
+    expect(consoleErrors).toEqual([]);
+  });
+
   it("cancels a load under way, and keeps the model it had", async () => {
+    const loads = (await pretrained()).loads;
     await page.fill("#pt-url", `${base}models/slow/`);
     await page.click("#pt-load-url");
     await page.waitForFunction(() => window.__qkv!.pretrained.files.some((f) => f.file === "model.safetensors" && f.loaded > 0));
@@ -189,7 +210,7 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
     expect(loading).toEqual({ file: "model.safetensors", loaded: 1024, total: statSync(path.join(FOLDER, "model.safetensors")).size });
     expect(await page.textContent("#pt-progress")).toContain("1.0 KiB of 72.0 KiB");
     await page.click("#pt-cancel");
-    const s = await settled("the cancelled load");
+    const s = await settled("the cancelled load", loads);
     expect(s.state).toBe("error");
     expect(s.error).toBe("Loading cancelled (cancelled by the user)");
     expect(await page.textContent("#pt-error")).toBe(s.error);
@@ -199,10 +220,11 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
   });
 
   it("shows the HTTP status and the URL of a folder that is not there, and keeps working", async () => {
+    const loads = (await pretrained()).loads;
     const missing = `${base}models/no-such-model/`;
     await page.fill("#pt-url", missing);
     await page.click("#pt-load-url");
-    const s = await settled("the error of a missing folder");
+    const s = await settled("the error of a missing folder", loads);
     expect(s.state).toBe("error");
     expect(s.error).toContain(`${missing}config.json`);
     expect(s.error).toContain("HTTP 404");
