@@ -1,6 +1,6 @@
 // A tokenizer crosses to the browser Worker once: encode/decode name it by the key the core holds it under, and
-// its JSON (2 MB for GPT-2's) is sent again only where that core does not hold it: dropped from its cache of 8,
-// or a new core after a crash. Run in Node with the real core behind a WorkerClient and an in-process stand-in
+// its JSON (over a megabyte for GPT-2's) is sent again only where that core does not hold it: dropped from its
+// cache of 8, or a new core after a crash. Run in Node with the real core behind a WorkerClient and an in-process stand-in
 // Worker that copies each message as postMessage does and counts those carrying a tokenizer's JSON.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";

@@ -298,7 +298,7 @@ const TOKENIZER_CACHE = 8;
 /** Model handles over one loaded core. */
 export class Engine {
   private readonly models = new Map<number, Entry>();
-  /** Parsed tokenizers by key or JSON, least recently used first. */
+  /** Parsed tokenizers by key ("tok-...") or JSON ("{..."), least recently used first. */
   private readonly tokenizers = new Map<string, CoreTokenizer>();
   private readonly generations = new Set<Stepping>();
   private readonly loaders = new Map<number, { kind: ModelKind; core: CoreLoader<Entry["core"]> }>();

@@ -101,7 +101,7 @@ export interface SpecialsIn {
  * key it was registered under (by its `tokenizer` call or an earlier ref with `json`), with its JSON when the
  * sender does not know that this core holds it. A key the core does not hold, sent without `json`, fails with
  * an Error named {@link UNKNOWN_TOKENIZER} (dropped from the cache, or a new core): send it again with `json`.
- * So a tokenizer's JSON (2 MB for GPT-2's) crosses to a Worker once, not with every call.
+ * So a tokenizer's JSON (over a megabyte for GPT-2's) crosses to a Worker once, not with every call.
  */
 export type TokenizerRef = string | { key: string; json?: string };
 

@@ -4,8 +4,9 @@
 //
 // A tokenizer is a value: it holds its JSON and no wasm memory, so it needs no dispose(). It crosses to the core
 // once: the core keeps a few parsed under each tokenizer's key, and encode/decode send the key alone while that
-// core holds it (a GPT-2 tokenizer's JSON is 2 MB: it must not cross a Worker's postMessage with every call).
-// When the core has dropped it from its cache, or a crashed core was replaced, the call goes again with the JSON.
+// core holds it (GPT-2's tokenizer.json is over a megabyte: it must not cross a Worker's postMessage with every
+// call). When the core has dropped it from its cache, or a crashed core was replaced, the call goes again with
+// the JSON.
 
 import type { Backend } from "./platform.js";
 import { UNKNOWN_TOKENIZER, type Calls, type TokenizerIn, type TokenizerOut } from "./protocol.js";
