@@ -90,6 +90,20 @@ beforeAll(async () => {
     if (m.type() === "error") consoleErrors.push(`${m.text()} (${m.location().url})`);
   });
   page.on("pageerror", (e) => consoleErrors.push(`pageerror: ${e.message}`));
+  // Counts what the page posts to qkv's Worker: each message's type and the length of the tokenizer JSON it
+  // carries (a `tokenizer` call's input, or an encode/decode's), so the test sees the JSON cross once.
+  await page.addInitScript(() => {
+    const posts: { type: string; json: number }[] = [];
+    Object.assign(window, { __posts: posts });
+    const post = Worker.prototype.postMessage;
+    Worker.prototype.postMessage = function (this: Worker, m: unknown, t?: unknown) {
+      const r = m as { type?: string; in?: { json?: unknown; tokenizer?: unknown } } | null;
+      const ref = r?.in?.tokenizer;
+      const json = r?.type === "tokenizer" ? r.in?.json : typeof ref === "string" ? ref : (ref as { json?: unknown } | undefined)?.json;
+      posts.push({ type: String(r?.type), json: typeof json === "string" ? json.length : 0 });
+      return post.call(this, m, t as Transferable[]);
+    } as typeof Worker.prototype.postMessage;
+  });
   await page.goto(base);
   await page.waitForFunction(() => window.__qkv?.threaded != null || window.__qkv?.error != null, null, { timeout: 30_000 });
   expect((await page.evaluate(() => window.__qkv)).error).toBeNull();
@@ -143,6 +157,8 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
   it("loads the folder by URL, shows each file's progress, and streams the package's greedy text", async () => {
     expect(expected.length).toBeGreaterThan(0);
     const loads = (await pretrained()).loads;
+    const posts = () => page.evaluate(() => (window as unknown as { __posts: { type: string; json: number }[] }).__posts);
+    const from = (await posts()).length;
     await page.fill("#pt-url", `${base}models/gpt2_tok/`);
     await page.click("#pt-load-url");
     const s = await settled("the load by URL", loads);
@@ -157,6 +173,12 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
     expect(await page.textContent("#lm-model")).toMatch(/tokenizer\s*bpe, 657 tokens/);
 
     expect(await writeGreedy()).toBe(expected);
+    // The tokenizer's JSON crossed to the Worker once (tokenizer.json, to build it), though the tab encoded its
+    // text with it and the stream decoded after every token.
+    const sent = (await posts()).slice(from);
+    const tokenizerCalls = sent.filter((m) => m.type === "encode" || m.type === "decode");
+    expect(tokenizerCalls.length).toBeGreaterThan(NEW_TOKENS);
+    expect(sent.filter((m) => m.json > 0)).toEqual([{ type: "tokenizer", json: readFileSync(path.join(FOLDER, "tokenizer.json"), "utf8").length }]);
     mkdirSync(artifacts, { recursive: true });
     await page.locator("#pt-panel").screenshot({ path: path.join(artifacts, "demo-pretrained.png") });
     // Nothing in the section is wider than the page at 1280 px.
