@@ -48,7 +48,18 @@ interface Session {
 
 const s = state.lm;
 
-export function setupLanguageModel(): void {
+/** What the tab's other sections (the pretrained one) use of it. */
+export interface LanguageModelTab {
+  /**
+   * Makes `model` the tab's model, with `tok` as its tokenizer (and `model.tokenizer`), not training yet: the
+   * Samples panel writes with it and Train goes on training it on the chosen text. The previous model is disposed.
+   */
+  adopt(model: LanguageModel, tok: AnyTokenizer, about: Record<string, string>): Promise<void>;
+  /** The tab's model now (its `tokenizer` set), or undefined before the first. */
+  current(): LanguageModel | undefined;
+}
+
+export function setupLanguageModel(): LanguageModelTab {
   const source = $<HTMLSelectElement>("#lm-source");
   const preset = $<HTMLSelectElement>("#lm-preset");
   const ownBox = $("#lm-own");
@@ -209,6 +220,7 @@ export function setupLanguageModel(): void {
     } catch (e) {
       note = `cannot train on this text: ${errorText(e)}`;
     }
+    model.tokenizer = tok; // a text prompt works with every model of the tab (the pretrained section's)
     session = { model, tok, trainer, evaluator, batch, seq: c.context, recent: [], sampleSeed: 0 };
     facts($("#lm-model"), {
       ...about,
@@ -306,4 +318,12 @@ export function setupLanguageModel(): void {
   for (const b of [newButton, sampleNow, saveButton]) b.disabled = false;
   loadInput.disabled = false;
   newButton.click();
+
+  return {
+    async adopt(model, tok, about) {
+      const batch = Math.floor(Number(fields.batch.value)) || PRESETS.tiny.batch;
+      await use(model, tok, source.value === "builtin" ? corpus : textArea.value, batch, false, about);
+    },
+    current: () => session?.model,
+  };
 }

@@ -3,6 +3,7 @@
 import { init, memory, type RuntimeInfo } from "qkv";
 import { setupClassifier } from "./classifier.js";
 import { setupLanguageModel } from "./lm.js";
+import { setupPretrained } from "./pretrained.js";
 import { setupSeq2Seq } from "./seq2seq.js";
 import { state } from "./state.js";
 import { setupTabs } from "./tabs.js";
@@ -75,7 +76,7 @@ async function main(): Promise<void> {
     }
   };
   setInterval(() => void refresh(), 2000);
-  setupLanguageModel();
+  setupPretrained(setupLanguageModel());
   setupSeq2Seq();
   setupClassifier();
   void refresh();

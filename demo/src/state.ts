@@ -30,6 +30,34 @@ export interface LanguageModelState extends TrainingState {
   samples: number;
 }
 
+/** How far one file of a pretrained model's folder has been read. */
+export interface FileProgress {
+  file: string;
+  loaded: number;
+  /** The file's size; null while unknown (a compressed download). */
+  total: number | null;
+}
+
+/** The language-model tab's pretrained section: a GPT-2-family folder loaded, then text streamed from it. */
+export interface PretrainedState {
+  /** "idle", "loading", "ready" (loaded, or a generation ended), "generating", or "error" (the message in `error`). */
+  state: "idle" | "loading" | "ready" | "generating" | "error";
+  /** Each file in the order it was read. */
+  files: FileProgress[];
+  error: string | null;
+  /** Incremented each time a load ends (loaded, failed, or cancelled). */
+  loads: number;
+  /** Where the loaded model came from: its URL, or the names of the files given. */
+  source: string;
+  /** The new text of the last generation (the prompt excluded), as shown so far. */
+  output: string;
+  /** Tokens made by the last generation, and their rate over the whole call (prompt included). */
+  tokens: number;
+  tokensPerSecond: number;
+  /** Incremented each time a generation ends (whole, stopped, or failed). */
+  generations: number;
+}
+
 export interface Seq2SeqState extends TrainingState {
   task: string;
   /** Held-out exact-match accuracy (greedy decoding), of the last evaluation. */
@@ -59,6 +87,7 @@ export interface DemoState {
   /** Set when the core failed to load (the page cannot work at all). */
   error: string | null;
   lm: LanguageModelState;
+  pretrained: PretrainedState;
   seq2seq: Seq2SeqState;
   classifier: ClassifierState;
 }
@@ -81,6 +110,7 @@ export const state: DemoState = {
   relaxedSimd: null,
   error: null,
   lm: { ...training(), valLoss: null, secondsToVal2: null, sampleStep: 0, sample: "", samples: 0 },
+  pretrained: { state: "idle", files: [], error: null, loads: 0, source: "", output: "", tokens: 0, tokensPerSecond: 0, generations: 0 },
   seq2seq: { ...training(), task: "", accuracy: null, secondsTo99: null, input: "", output: "", heatmaps: 0 },
   classifier: { ...training(), accuracy: null, confusion: null },
 };

@@ -2,7 +2,7 @@
 // one `switch` from a request to a core call. Used in Node on the caller's thread and in the browser Worker.
 
 import type { TokenStream } from "./platform.js";
-import type { Calls, ConfigIn, ModelOut, ModelRequest, TokenizerIn, TokenizerOut } from "./protocol.js";
+import { UNKNOWN_TOKENIZER, type Calls, type ConfigIn, type ModelOut, type ModelRequest, type TokenizerIn, type TokenizerOut, type TokenizerRef } from "./protocol.js";
 import type { BackendCheck, MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
 import { VERSION } from "./version.js";
 
@@ -294,12 +294,13 @@ export function modelOf(input: unknown): number | undefined {
   return typeof input.model === "number" ? input.model : undefined;
 }
 
-/** At most this many tokenizers stay parsed in the core (tokenizers cross as their JSON). */
+/** At most this many tokenizers stay parsed in the core (by key, or by JSON; see TokenizerRef). */
 const TOKENIZER_CACHE = 8;
 
 /** Model handles over one loaded core. */
 export class Engine {
   private readonly models = new Map<number, Entry>();
+  /** Parsed tokenizers by key ("tok-...") or JSON ("{..."), least recently used first. */
   private readonly tokenizers = new Map<string, CoreTokenizer>();
   private readonly generations = new Set<Stepping>();
   private readonly loaders = new Map<number, { kind: ModelKind; core: CoreLoader<Entry["core"]> }>();
@@ -629,7 +630,7 @@ export class Engine {
     return e;
   }
 
-  private buildTokenizer(t: TokenizerIn): TokenizerOut {
+  private buildTokenizer(t: TokenizerIn & { key?: string }): TokenizerOut {
     const T = this.core.Tokenizer;
     const tok = this.run(() => {
       switch (t.kind) {
@@ -643,26 +644,39 @@ export class Engine {
     });
     if (!tok) throw new Error("qkv: the core returned no tokenizer and no error; please report this");
     const json = tok.toJSON();
-    this.remember(json, tok);
-    return { json, ...tok.info() };
+    this.remember(t.key ?? json, tok);
+    return { json, ...(t.key !== undefined && { key: t.key }), ...tok.info() };
   }
 
-  /** The parsed tokenizer of this JSON (kept for the next calls, the least recently used dropped). */
-  private tokenizer(json: string): CoreTokenizer {
-    const t = this.tokenizers.get(json) ?? this.run(() => this.core.Tokenizer.fromJSON(json));
-    if (!t) throw new Error("qkv: the core returned no tokenizer and no error; please report this");
-    this.remember(json, t);
+  /**
+   * The parsed tokenizer `ref` names (kept for the next calls, the least recently used dropped): by its JSON, or
+   * by its key, parsing the JSON sent with it when the key is not held.
+   */
+  private tokenizer(ref: TokenizerRef): CoreTokenizer {
+    const key = typeof ref === "string" ? ref : ref.key;
+    const json = typeof ref === "string" ? ref : ref.json;
+    let t = this.tokenizers.get(key);
+    if (!t) {
+      if (json === undefined) {
+        const e = new Error(`qkv: this core does not hold tokenizer ${key} (it left the cache, or the core is new): send its JSON`);
+        e.name = UNKNOWN_TOKENIZER;
+        throw e;
+      }
+      t = this.run(() => this.core.Tokenizer.fromJSON(json)) ?? undefined;
+      if (!t) throw new Error("qkv: the core returned no tokenizer and no error; please report this");
+    }
+    this.remember(key, t);
     return t;
   }
 
-  private remember(json: string, t: CoreTokenizer): void {
-    const old = this.tokenizers.get(json);
+  private remember(key: string, t: CoreTokenizer): void {
+    const old = this.tokenizers.get(key);
     if (old && old !== t) old.delete();
-    this.tokenizers.delete(json); // re-inserted last: the most recently used
-    this.tokenizers.set(json, t);
+    this.tokenizers.delete(key); // re-inserted last: the most recently used
+    this.tokenizers.set(key, t);
     while (this.tokenizers.size > TOKENIZER_CACHE) {
-      const [key, oldest] = this.tokenizers.entries().next().value as [string, CoreTokenizer];
-      this.tokenizers.delete(key);
+      const [dropped, oldest] = this.tokenizers.entries().next().value as [string, CoreTokenizer];
+      this.tokenizers.delete(dropped);
       oldest.delete();
     }
   }

@@ -96,10 +96,24 @@ export interface SpecialsIn {
   unk: boolean;
 }
 
+/**
+ * The tokenizer an `encode` or `decode` runs: its JSON (parsed and kept in a small cache of the core's), or the
+ * key it was registered under (by its `tokenizer` call or an earlier ref with `json`), with its JSON when the
+ * sender does not know that this core holds it. A key the core does not hold, sent without `json`, fails with
+ * an Error named {@link UNKNOWN_TOKENIZER} (dropped from the cache, or a new core): send it again with `json`.
+ * So a tokenizer's JSON (over a megabyte for GPT-2's) crosses to a Worker once, not with every call.
+ */
+export type TokenizerRef = string | { key: string; json?: string };
+
+/** The name of the Error an `encode` or `decode` fails with when the core does not hold the key it names. */
+export const UNKNOWN_TOKENIZER = "QkvUnknownTokenizer";
+
 /** A tokenizer as the core built it. Tokenizers cross as their JSON, the core's own format. */
 export interface TokenizerOut {
   /** The core's JSON (`Tokenizer::to_json`). */
   json: string;
+  /** The key the core holds it under, when the `tokenizer` call gave one. */
+  key?: string;
   kind: "char" | "byte" | "word" | "bpe";
   size: number;
   /** -1 when absent. */
@@ -153,12 +167,13 @@ export interface Calls {
   /** For tests: destroys the WebGPU device, as a driver reset would (the qkv Worker only). */
   loseGpuDevice: { in: null; out: null };
   checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };
-  tokenizer: { in: TokenizerIn; out: TokenizerOut };
+  /** Builds a tokenizer; with `key`, the core also holds it under that key for later `encode` and `decode` calls. */
+  tokenizer: { in: TokenizerIn & { key?: string }; out: TokenizerOut };
   encode: {
-    in: { tokenizer: string; text: string | Uint8Array; bos: boolean; eos: boolean; splitSpecial?: boolean };
+    in: { tokenizer: TokenizerRef; text: string | Uint8Array; bos: boolean; eos: boolean; splitSpecial?: boolean };
     out: { ids: Int32Array };
   };
-  decode: { in: { tokenizer: string; ids: Int32Array; skipSpecial: boolean }; out: { bytes: Uint8Array } };
+  decode: { in: { tokenizer: TokenizerRef; ids: Int32Array; skipSpecial: boolean }; out: { bytes: Uint8Array } };
 }
 
 export type CallType = keyof Calls;

@@ -2,11 +2,14 @@
 // vocabulary rules and the JSON format have one implementation: a tokenizer made by the native `qkv train`
 // tool decodes here, and one made here is the same JSON byte for byte.
 //
-// A tokenizer is a value: it crosses to the core as its JSON (the core keeps a few parsed), so it holds no
-// wasm memory and needs no dispose().
+// A tokenizer is a value: it holds its JSON and no wasm memory, so it needs no dispose(). It crosses to the core
+// once: the core keeps a few parsed under each tokenizer's key, and encode/decode send the key alone while that
+// core holds it (GPT-2's tokenizer.json is over a megabyte: it must not cross a Worker's postMessage with every
+// call). When the core has dropped it from its cache, or a crashed core was replaced, the call goes again with
+// the JSON.
 
 import type { Backend } from "./platform.js";
-import type { TokenizerIn, TokenizerOut } from "./protocol.js";
+import { UNKNOWN_TOKENIZER, type Calls, type TokenizerIn, type TokenizerOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import { checkpointMetadata } from "./checkpoint.js";
 import { boolean, bytes, describe, int32Like, object, positiveInt, string, text as wellFormed } from "./validate.js";
@@ -85,9 +88,14 @@ function specials(options: unknown): { pad: boolean; bos: boolean; eos: boolean;
   return { pad: flag("pad"), bos: flag("bos"), eos: flag("eos"), unk: flag("unk") };
 }
 
+/** Keys of this copy of the package: a counter after a random prefix, so that two copies sharing a core never collide. */
+const KEY_PREFIX = `tok-${Math.random().toString(36).slice(2, 10)}-`;
+let keys = 0;
+
 async function build(source: TokenizerIn): Promise<[Backend, TokenizerOut]> {
   const b = await backend();
-  return [b, await b.call("tokenizer", source)];
+  // The core holds what it builds under a new key: the first encode need not send the JSON.
+  return [b, await b.call("tokenizer", { ...source, key: KEY_PREFIX + ++keys })];
 }
 
 /** The constructors of the three classes (protected: each registers its own in a static block). */
@@ -128,8 +136,13 @@ export abstract class Tokenizer {
    * one character each, U+0000 to U+00FF (the byte's value).
    */
   readonly vocabulary: readonly string[];
-  readonly #backend: Backend;
+  /** The backend this tokenizer's calls go to (replaced when it has failed: a new core after a crash). */
+  #backend: Backend;
   readonly #json: string;
+  /** The key the core holds this tokenizer under. */
+  readonly #key: string;
+  /** The backend that holds #key as far as this object knows (an earlier call sent it the JSON), if any. */
+  #holder: Backend | undefined;
 
   static {
     // The private field, not toJSON(): the exact string the core wrote, whatever a subclass overrides.
@@ -140,6 +153,8 @@ export abstract class Tokenizer {
   protected constructor(b: Backend, out: TokenizerOut) {
     this.#backend = b;
     this.#json = out.json;
+    this.#key = out.key ?? KEY_PREFIX + ++keys;
+    this.#holder = out.key === undefined ? undefined : b;
     this.kind = out.kind;
     this.size = out.size;
     const id = (i: number) => (i < 0 ? undefined : i);
@@ -203,7 +218,7 @@ export abstract class Tokenizer {
     const bos = o.bos === undefined ? false : boolean("options.bos", o.bos);
     const eos = o.eos === undefined ? false : boolean("options.eos", o.eos);
     const splitSpecial = o.splitSpecial === undefined ? false : boolean("options.splitSpecial", o.splitSpecial);
-    return (await this.#backend.call("encode", { tokenizer: this.#json, text, bos, eos, splitSpecial })).ids;
+    return (await this.#call("encode", { text, bos, eos, splitSpecial })).ids;
   }
 
   /** @internal */
@@ -211,7 +226,31 @@ export abstract class Tokenizer {
     const i = int32Like("ids", ids);
     const o = object("options", options, "{ skipSpecial? }");
     const skipSpecial = o.skipSpecial === undefined ? true : boolean("options.skipSpecial", o.skipSpecial);
-    return (await this.#backend.call("decode", { tokenizer: this.#json, ids: i, skipSpecial })).bytes;
+    return (await this.#call("decode", { ids: i, skipSpecial })).bytes;
+  }
+
+  /**
+   * An encode or decode naming this tokenizer by its key, with its JSON only when the backend may not hold it
+   * yet; sent again with the JSON when the core answers that it does not (its cache of a few dropped it).
+   */
+  async #call<K extends "encode" | "decode">(
+    type: K,
+    input: Omit<Calls[K]["in"], "tokenizer">,
+  ): Promise<Calls[K]["out"]> {
+    // A tokenizer outlives a crashed core (it holds nothing there): its calls go to the core that replaced it.
+    if (this.#backend.failed()) this.#backend = await backend();
+    const b = this.#backend;
+    const send = (withJson: boolean) =>
+      b.call(type, { ...input, tokenizer: withJson ? { key: this.#key, json: this.#json } : { key: this.#key } } as Calls[K]["in"]);
+    // Calls reach the core in the order they are made, so the ones after this first one find it there.
+    const held = this.#holder === b;
+    this.#holder = b;
+    try {
+      return await send(!held);
+    } catch (e) {
+      if (!held || !(e instanceof Error && e.name === UNKNOWN_TOKENIZER)) throw e;
+      return send(true);
+    }
   }
 }
 
