@@ -96,6 +96,13 @@ cmp got.txt want.txt >/dev/null || fail "generate stopped at eos printed $(od -c
 cmp got.txt "$FIX/gpt2_tok.generate.txt" >/dev/null || fail "--ignore-eos did not print the whole greedy text"
 sed 's/"eos_token_id": 50256/"eos_token_id": [999, 543]/' "$FIX/gpt2_tok/config.json" >eos/config.json
 expect 0 "^213\$" -- generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+# Without eos_token_id in config.json, the tokenizer's <|endoftext|>: here given id 447 (swapped with "âĢ"'s).
+grep -v '"eos_token_id"' "$FIX/gpt2_tok/config.json" >eos/config.json
+sed -e 's/"âĢ": *447/"âĢ": 656/' -e 's/"<|endoftext|>": *656/"<|endoftext|>": 447/' -e 's/"id": *656/"id": 447/' \
+  "$FIX/gpt2_tok/tokenizer.json" >eos/tokenizer.json
+grep -q '"<|endoftext|>": *447' eos/tokenizer.json || fail "the eos fixture's tokenizer.json was not edited"
+expect 0 "^213 543\$" -- generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
+cp "$FIX/gpt2_tok/tokenizer.json" eos/tokenizer.json
 sed 's/"eos_token_id": 50256/"eos_token_id": "x"/' "$FIX/gpt2_tok/config.json" >eos/config.json
 expect 1 "eos_token_id is \"x\": expected a token id or a list of them" -- \
   generate --model eos --prompt-ids "$prompt" --max-tokens 8 --temperature 0 --seed 1
