@@ -9,6 +9,7 @@
 import { GpuKernels, scratchSizes } from "../../web/src/webgpu/kernels.js";
 import { kernelLayout, PARAM_WORDS, f32bits, type Dispatcher } from "../../web/src/webgpu/dispatch.js";
 import { Op, SUM_SQUARES_BLOCK } from "../../web/src/webgpu/protocol.js";
+import { write } from "../../web/src/webgpu/ops.generated.js";
 
 export interface CaseResult {
   op: string;
@@ -102,12 +103,12 @@ async function setup(): Promise<string> {
 }
 
 /** Runs one command on a fresh arena holding `host`; returns the arena after it. */
-async function run(op: number, words: number[], host: Uint32Array<ArrayBuffer>): Promise<Uint32Array> {
+async function run(op: number, words: ArrayLike<number>, host: Uint32Array<ArrayBuffer>): Promise<Uint32Array> {
   const bytes = host.byteLength;
   const arena = device.createBuffer({ size: bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
   device.queue.writeBuffer(arena, 0, host);
   const rec = new Recorder();
-  kernels.encode(op, Uint32Array.from(words.map((w) => w >>> 0)), rec);
+  kernels.encode(op, Uint32Array.from(words, (w) => w >>> 0), rec);
   const slots = Math.max(1, rec.items.length);
   const uniform = device.createBuffer({ size: slots * 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
   const u = new Uint32Array(slots * 64);
@@ -267,7 +268,7 @@ async function fill(): Promise<void> {
   for (const n of [1, 17, 257, 67 * 257, 65535 * 256 + 300]) {
     const L = new Layout();
     const x = L.f32(n > 1e6 ? new Float32Array(n) : randn(n));
-    const mem = await run(Op.Fill, [B(x), n, fbits(0.375)], L.host());
+    const mem = await run(Op.Fill, write.Fill({ x: B(x), x_n: n, value: 0.375 }), L.host());
     record("Fill", `n=${n}`, [relErr(f32At(mem, x), new Float32Array(n).fill(0.375))], 0);
   }
 }
@@ -278,7 +279,7 @@ async function copyRows(): Promise<void> {
     const src = randn(rows * ldS), dst0 = randn(rows * ldD);
     const L = new Layout();
     const s = L.f32(src), d = L.f32(dst0);
-    const mem = await run(Op.CopyRows, [B(d), ldD, B(s), ldS, rows, cols], L.host());
+    const mem = await run(Op.CopyRows, write.CopyRows({ dst: B(d), ld_dst: ldD, src: B(s), ld_src: ldS, rows, cols }), L.host());
     const ref = dst0.slice();
     for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) ref[r * ldD + c] = src[r * ldS + c]!;
     record("CopyRows", `${rows}x${cols}`, [relErr(f32At(mem, d), ref)], 0);
@@ -291,7 +292,7 @@ async function add(): Promise<void> {
       const a = randn(n), b = randn(n);
       const L = new Layout();
       const ra = L.f32(a), rb = L.f32(b), ro = alias ? ra : L.f32(new Float32Array(n));
-      const mem = await run(Op.Add, [B(ro), B(ra), B(rb), n], L.host());
+      const mem = await run(Op.Add, write.Add({ out: B(ro), out_n: n, a: B(ra), a_n: n, b: B(rb), b_n: n }), L.host());
       const ref = a.map((v, i) => Math.fround(v + b[i]!));
       record("Add", `n=${n}${alias ? " out=a" : ""}`, [relErr(f32At(mem, ro), ref)], 0);
     }
@@ -310,7 +311,7 @@ async function gemm(): Promise<void> {
           const alpha = 0.75;
           const L = new Layout();
           const ra = L.f32(A), rb = L.f32(Bm), rc = L.f32(C0);
-          const mem = await run(Op.Gemm, [ta, tb, M, N, K, fbits(alpha), B(ra), lda, B(rb), ldb, fbits(beta), B(rc), ldc], L.host());
+          const mem = await run(Op.Gemm, write.Gemm({ trans_a: ta, trans_b: tb, M, N, K, alpha, A: B(ra), lda, B: B(rb), ldb, beta, C: B(rc), ldc }), L.host());
           const ref = Float64Array.from(C0);
           for (let i = 0; i < M; i++)
             for (let j = 0; j < N; j++) {
@@ -346,7 +347,11 @@ async function layernorm(): Promise<void> {
     {
       const L = new Layout();
       const rx = L.f32(x), rw = L.f32(w), rb = L.f32(b), ry = L.f32(new Float32Array(rows * C)), rm = L.f32(new Float32Array(rows)), rr = L.f32(new Float32Array(rows));
-      const mem = await run(Op.LayerNormForward, [B(ry), B(rm), B(rr), B(rx), B(rw), B(rb), rows, C], L.host());
+      const mem = await run(
+        Op.LayerNormForward,
+        write.LayerNormForward({ y: B(ry), y_n: rows * C, mean: B(rm), mean_n: rows, rstd: B(rr), rstd_n: rows, x: B(rx), x_n: rows * C, w: B(rw), w_n: C, b: B(rb), b_n: C, rows, C }),
+        L.host(),
+      );
       const ref = lnRef(x, w, b, rows, C);
       record("LayerNormForward", `${rows}x${C}`, [relErr(f32At(mem, ry), ref.y), relErr(f32At(mem, rm), ref.mean), relErr(f32At(mem, rr), ref.rstd)]);
     }
@@ -355,7 +360,11 @@ async function layernorm(): Promise<void> {
       const rx = L.f32(x), rf = L.f32(f), rw = L.f32(w), rb = L.f32(b), ry = L.f32(new Float32Array(rows * C));
       const rm = L.f32(new Float32Array(rows)), rs = L.f32(new Float32Array(rows));
       const rr = alias === "x" ? rx : alias === "f" ? rf : L.f32(new Float32Array(rows * C));
-      const mem = await run(Op.ResidualLayerNormForward, [B(rr), B(ry), B(rm), B(rs), B(rx), B(rf), B(rw), B(rb), rows, C], L.host());
+      const mem = await run(
+        Op.ResidualLayerNormForward,
+        write.ResidualLayerNormForward({ r: B(rr), r_n: rows * C, y: B(ry), y_n: rows * C, mean: B(rm), mean_n: rows, rstd: B(rs), rstd_n: rows, x: B(rx), x_n: rows * C, f: B(rf), f_n: rows * C, w: B(rw), w_n: C, b: B(rb), b_n: C, rows, C }),
+        L.host(),
+      );
       const r = x.map((v, i) => Math.fround(v + f[i]!));
       const ref = lnRef(r, w, b, rows, C);
       record("ResidualLayerNormForward", `${rows}x${C} r=${alias}`, [
@@ -379,7 +388,10 @@ async function layernormBackward(): Promise<void> {
       const scr = L.f32(new Float32Array(n));
       const mem = await run(
         Op.LayerNormBackward,
-        [B(rdx), B(rdw), B(rdb), B(rdr), dr === "none" ? 0 : rows * C, B(rdy), B(rx), B(rw), B(rm), B(rs), rows, C, B(scr), n],
+        write.LayerNormBackward({
+          dx: B(rdx), dx_n: rows * C, dw: B(rdw), dw_n: C, db: B(rdb), db_n: C, dr: B(rdr), dr_n: dr === "none" ? 0 : rows * C, dy: B(rdy), dy_n: rows * C,
+          x: B(rx), x_n: rows * C, w: B(rw), w_n: C, mean: B(rm), mean_n: rows, rstd: B(rs), rstd_n: rows, rows, C, scratch: B(scr), scratch_n: n,
+        }),
         L.host(),
       );
       // dx cancels (g - mean(g) - xhat mean(g xhat)), strongly for small C: measured against its terms (sumErr),
@@ -418,7 +430,7 @@ async function biasAct(): Promise<void> {
         const h0 = withFarValues(randn(rows * N, 4.5), act), b = randn(N); // |h| up to 5.5: every branch of erf
         const L = new Layout();
         const rh = L.f32(h0), rb = L.f32(b), ra = act === 0 && hasB ? rh : L.f32(new Float32Array(rows * N));
-        const mem = await run(Op.BiasActForward, [B(ra), B(rh), B(rb), hasB ? N : 0, act, rows, N], L.host());
+        const mem = await run(Op.BiasActForward, write.BiasActForward({ a: B(ra), a_n: rows * N, h: B(rh), h_n: rows * N, b: B(rb), b_n: hasB ? N : 0, act, rows, N }), L.host());
         const h = h0.map((v, i) => (hasB ? Math.fround(v + b[i % N]!) : v));
         const a = Float64Array.from(h, (v) => actOf(act, v)), am = Float64Array.from(h, (v) => actMag(act, v));
         record("BiasActForward", `${rows}x${N} act=${act} bias=${hasB}${ra === rh ? " a=h" : ""}`, [relErr(f32At(mem, rh), h), sumErr(f32At(mem, ra), a, am)]);
@@ -435,7 +447,10 @@ async function biasAct(): Promise<void> {
         const scr = L.f32(new Float32Array(n));
         const mem = await run(
           Op.BiasActBackward,
-          [B(rdh), hasDh ? rows * N : 0, B(rdb), hasDb ? N : 0, B(rda), B(rh), hasH ? rows * N : 0, act, rows, N, B(scr), n],
+          write.BiasActBackward({
+            dh: B(rdh), dh_n: hasDh ? rows * N : 0, db: B(rdb), db_n: hasDb ? N : 0, da: B(rda), da_n: rows * N, h: B(rh), h_n: hasH ? rows * N : 0,
+            act, rows, N, scratch: B(scr), scratch_n: n,
+          }),
           L.host(),
         );
         const g = Float64Array.from(da, (v, i) => (hasH ? v * actGrad(act, h[i]!) : v));
@@ -458,7 +473,12 @@ async function dropout(): Promise<void> {
           const x = randn(n);
           const L = new Layout();
           const rx = L.f32(x), ry = alias ? rx : L.f32(new Float32Array(n));
-          const mem = await run(op, [B(ry), B(rx), n, fbits(p), Number(seed & 0xffffffffn), Number(seed >> 32n)], L.host());
+          const seedWords = { seed_lo: Number(seed & 0xffffffffn), seed_hi: Number(seed >> 32n) };
+          const words =
+            op === Op.DropoutForward
+              ? write.DropoutForward({ y: B(ry), y_n: n, x: B(rx), x_n: n, p, ...seedWords })
+              : write.DropoutBackward({ dx: B(ry), dx_n: n, dy: B(rx), dy_n: n, p, ...seedWords });
+          const mem = await run(op, words, L.host());
           const ref = x.map((v, i) => dropped(v, p, seed, i));
           // exact: the same mask and the same float multiply
           record(op === Op.DropoutForward ? "DropoutForward" : "DropoutBackward", `n=${n} p=${p}${alias ? " y=x" : ""}`, [relErr(f32At(mem, ry), ref)], 0);
@@ -540,17 +560,22 @@ async function attention(): Promise<void> {
             }
           }
         }
-    const shapeWords = (L: Layout): number[] => [
-      s.B, s.Tq, s.Tk, s.C, s.H, s.ldq, s.ldkv, s.pad ? L.u8(s.pad) : 0, s.pad ? 1 : 0, s.causal ? 1 : 0,
-      fbits(s.p), Number(s.seed & 0xffffffffn), Number(s.seed >> 32n), s.qPos, kr, // k_rows resolved, as the protocol sends it
-    ];
+    const shapeWords = (L: Layout) => ({
+      B: s.B, Tq: s.Tq, Tk: s.Tk, C: s.C, H: s.H, ldq: s.ldq, ldkv: s.ldkv, key_pad: s.pad ? L.u8(s.pad) : 0, has_key_pad: s.pad ? 1 : 0,
+      causal: s.causal ? 1 : 0, dropout: s.p, seed_lo: Number(s.seed & 0xffffffffn), seed_hi: Number(s.seed >> 32n), q_pos: s.qPos,
+      k_rows: kr, // resolved, as the protocol sends it
+    });
     {
       const L = new Layout();
       const rq = L.f32(q), rk = L.f32(k), rv = L.f32(v), ro = L.f32(new Float32Array(s.B * s.Tq * s.C)), rl = L.f32(new Float32Array(rowsQ));
       const sw = shapeWords(L);
       const n = scratchSizes.attention(s);
       const scr = L.f32(new Float32Array(n));
-      const mem = await run(Op.AttentionForward, [B(ro), B(rl), B(rq), B(rk), B(rv), ...sw, B(scr), n], L.host());
+      const mem = await run(
+        Op.AttentionForward,
+        write.AttentionForward({ out: B(ro), out_n: s.B * s.Tq * s.C, lse: B(rl), lse_n: rowsQ, q: B(rq), k: B(rk), v: B(rv), ...sw, scratch: B(scr), scratch_n: n }),
+        L.host(),
+      );
       // out = sum_j dropout(P_j) v_j cancels for random v: its error is measured against sum_j |dropout(P_j) v_j|
       record("AttentionForward", name, [sumErr(f32At(mem, ro), out, outMag), relErr(f32At(mem, rl), lse)]);
     }
@@ -558,7 +583,7 @@ async function attention(): Promise<void> {
       const L = new Layout();
       const rq = L.f32(q), rk = L.f32(k), ra = L.f32(new Float32Array(rowsQ * s.Tk));
       const sw = shapeWords(L);
-      const mem = await run(Op.AttentionWeights, [B(ra), B(rq), B(rk), ...sw], L.host());
+      const mem = await run(Op.AttentionWeights, write.AttentionWeights({ att: B(ra), att_n: rowsQ * s.Tk, q: B(rq), k: B(rk), ...sw }), L.host());
       record("AttentionWeights", name, [relErr(f32At(mem, ra), att)]);
     }
     {
@@ -615,7 +640,14 @@ async function attention(): Promise<void> {
       const sw = shapeWords(L);
       const n = scratchSizes.attention(s);
       const scr = L.f32(new Float32Array(n));
-      const mem = await run(Op.AttentionBackward, [B(rdq), B(rdk), B(rdv), B(rdo), B(rq), B(rk), B(rv), B(ro), B(rl), ...sw, B(scr), n], L.host());
+      const mem = await run(
+        Op.AttentionBackward,
+        write.AttentionBackward({
+          dq: B(rdq), dk: B(rdk), dv: B(rdv), dout: B(rdo), dout_n: s.B * s.Tq * s.C, q: B(rq), k: B(rk), v: B(rv), out: B(ro), out_n: s.B * s.Tq * s.C,
+          lse: B(rl), lse_n: rowsQ, ...sw, scratch: B(scr), scratch_n: n,
+        }),
+        L.host(),
+      );
       // dq, dk, dv are sums over keys / queries that cancel: measured against their terms' magnitudes (sumErr)
       record("AttentionBackward", name, [sumErr(f32At(mem, rdq), dq, mq), sumErr(f32At(mem, rdk), dk, mk), sumErr(f32At(mem, rdv), dv, mv)]);
     }
@@ -629,7 +661,11 @@ async function embedding(): Promise<void> {
     {
       const L = new Layout();
       const rx = L.f32(new Float32Array(rows * C)), ri = L.i32(ids), rw = L.f32(wte), rp = L.f32(pos);
-      const mem = await run(Op.EmbeddingForward, [B(rx), B(ri), B(rw), B(rp), withPos ? pos.length : 0, fbits(scale), Bn, T, C], L.host());
+      const mem = await run(
+        Op.EmbeddingForward,
+        write.EmbeddingForward({ x: B(rx), x_n: rows * C, tokens: B(ri), tokens_n: rows, wte: B(rw), wte_n: V * C, pos: B(rp), pos_n: withPos ? pos.length : 0, scale, B: Bn, T, C }),
+        L.host(),
+      );
       const ref = new Float64Array(rows * C);
       for (let r = 0; r < rows; r++) for (let i = 0; i < C; i++) ref[r * C + i] = scale * wte[ids[r]! * C + i]! + (withPos ? pos[(r % T) * C + i]! : 0);
       record("EmbeddingForward", `V${V} B${Bn} T${T} C${C}${withPos ? "" : " no pos"}`, [relErr(f32At(mem, rx), ref)]);
@@ -640,7 +676,14 @@ async function embedding(): Promise<void> {
       const rdw = L.f32(dwte0), rdp = L.f32(dpos0), rdx = L.f32(dx), ri = L.i32(ids);
       const n = scratchSizes.embeddingBackward(V, rows);
       const scr = L.f32(new Float32Array(n + 1));
-      const mem = await run(Op.EmbeddingBackward, [B(rdw), V, B(rdp), withPos ? dpos0.length : 0, B(rdx), B(ri), fbits(scale), Bn, T, C, B(scr), n], L.host());
+      const mem = await run(
+        Op.EmbeddingBackward,
+        write.EmbeddingBackward({
+          dwte: B(rdw), dwte_n: V * C, dpos: B(rdp), dpos_n: withPos ? dpos0.length : 0, dx: B(rdx), dx_n: rows * C, tokens: B(ri), tokens_n: rows,
+          scale, B: Bn, T, C, scratch: B(scr), scratch_n: n,
+        }),
+        L.host(),
+      );
       const dw = Float64Array.from(dwte0), dp = Float64Array.from(dpos0);
       for (let r = 0; r < rows; r++)
         for (let i = 0; i < C; i++) {
@@ -662,7 +705,7 @@ async function meanPool(): Promise<void> {
     {
       const L = new Layout();
       const ro = L.f32(new Float32Array(Bn * C)), rx = L.f32(x), kp = L.u8(pad);
-      const mem = await run(Op.MeanPoolForward, [B(ro), B(rx), kp, Bn, T, C], L.host());
+      const mem = await run(Op.MeanPoolForward, write.MeanPoolForward({ out: B(ro), out_n: Bn * C, x: B(rx), x_n: Bn * T * C, key_pad: kp, B: Bn, T, C }), L.host());
       const ref = new Float64Array(Bn * C);
       for (let b = 0; b < Bn; b++)
         for (let i = 0; i < C; i++) {
@@ -675,7 +718,7 @@ async function meanPool(): Promise<void> {
     {
       const L = new Layout();
       const rdx = L.f32(randn(Bn * T * C)), rdo = L.f32(dout), kp = L.u8(pad);
-      const mem = await run(Op.MeanPoolBackward, [B(rdx), B(rdo), kp, Bn, T, C], L.host());
+      const mem = await run(Op.MeanPoolBackward, write.MeanPoolBackward({ dx: B(rdx), dx_n: Bn * T * C, dout: B(rdo), dout_n: Bn * C, key_pad: kp, B: Bn, T, C }), L.host());
       const ref = new Float64Array(Bn * T * C);
       for (let b = 0; b < Bn; b++)
         for (let t = 0; t < T; t++)
@@ -710,12 +753,23 @@ async function crossEntropy(): Promise<void> {
         if (!alias) {
           const L = new Layout();
           const rl = L.f32(new Float32Array(rows)), rz = L.f32(z), rt = L.i32(targets);
-          const mem = await run(Op.CrossEntropyForward, [B(rl), B(rz), B(rt), rows, V, ignore >>> 0, fbits(sm)], L.host());
+          const mem = await run(
+            Op.CrossEntropyForward,
+            write.CrossEntropyForward({ losses: B(rl), losses_n: rows, logits: B(rz), logits_n: rows * V, targets: B(rt), targets_n: rows, rows, V, ignore_index: ignore, smoothing: sm }),
+            L.host(),
+          );
           record("CrossEntropyForward", `${rows}x${V} e=${smoothing}`, [relErr(f32At(mem, rl), losses)]);
         }
         const L = new Layout();
         const rl = L.f32(new Float32Array(rows)), rz = L.f32(z), rt = L.i32(targets), rd = alias ? rz : L.f32(new Float32Array(rows * V));
-        const mem = await run(Op.CrossEntropyForwardBackward, [B(rl), B(rd), B(rz), B(rt), fbits(scale), rows, V, ignore >>> 0, fbits(sm)], L.host());
+        const mem = await run(
+          Op.CrossEntropyForwardBackward,
+          write.CrossEntropyForwardBackward({
+            losses: B(rl), losses_n: rows, dlogits: B(rd), dlogits_n: rows * V, logits: B(rz), logits_n: rows * V, targets: B(rt), targets_n: rows,
+            scale, rows, V, ignore_index: ignore, smoothing: sm,
+          }),
+          L.host(),
+        );
         record("CrossEntropyForwardBackward", `${rows}x${V} e=${smoothing}${alias ? " d=z" : ""}`, [relErr(f32At(mem, rl), losses), relErr(f32At(mem, rd), d, 0.01 * scale)]);
       }
 }
@@ -725,7 +779,7 @@ async function argmax(): Promise<void> {
     const z = Float32Array.from(randint(rows * V, 7)); // small integers: ties, where the first index must win
     const L = new Layout();
     const rb = L.i32(new Int32Array(rows)), rz = L.f32(z);
-    const mem = await run(Op.ArgmaxRows, [B(rb), B(rz), rows, V], L.host());
+    const mem = await run(Op.ArgmaxRows, write.ArgmaxRows({ best: B(rb), best_n: rows, logits: B(rz), logits_n: rows * V, rows, V }), L.host());
     const ref = new Int32Array(rows);
     for (let r = 0; r < rows; r++) {
       let m = 0;
@@ -749,7 +803,14 @@ async function adam(): Promise<void> {
   const rr = new Uint32Array(ranges.length * 4);
   ranges.forEach(([a, b, l2, sh], i) => rr.set([a, b, fbits(l2), fbits(sh)], 4 * i));
   const rrr = L.i32(new Int32Array(rr.buffer));
-  const mem = await run(Op.AdamStep, [B(rp), B(rm), B(rv), B(rg), ranges[ranges.length - 1]![1]!, B(rrr), ranges.length, fbits(b1), fbits(b2), fbits(eps), fbits(gs), fbits(step), fbits(sqrtBc2)], L.host());
+  const mem = await run(
+    Op.AdamStep,
+    write.AdamStep({
+      p: B(rp), p_n: n, m: B(rm), m_n: n, v: B(rv), v_n: n, g: B(rg), g_n: n, ranges_n: ranges.length, ranges_end: ranges[ranges.length - 1]![1]!,
+      beta1: b1, beta2: b2, eps, grad_scale: gs, step, sqrt_bc2: sqrtBc2, scratch: B(rrr), scratch_n: rr.length,
+    }),
+    L.host(),
+  );
   const p = Float64Array.from(p0), m = Float64Array.from(m0), v = Float64Array.from(v0);
   for (const [a, b, l2, sh] of ranges)
     for (let i = a; i < b; i++) {
@@ -768,7 +829,7 @@ async function sumSquares(): Promise<void> {
     const nb = Math.ceil(n / SUM_SQUARES_BLOCK);
     const L = new Layout();
     const rx = L.f32(x), rp = L.f32(new Float32Array(nb));
-    const mem = await run(Op.SumSquares, [B(rx), n, B(rp)], L.host());
+    const mem = await run(Op.SumSquares, write.SumSquares({ x: B(rx), x_n: n, scratch: B(rp), scratch_n: nb }), L.host());
     const ref = new Float64Array(nb);
     for (let i = 0; i < n; i++) ref[Math.floor(i / SUM_SQUARES_BLOCK)] = ref[Math.floor(i / SUM_SQUARES_BLOCK)]! + x[i]! * x[i]!;
     record("SumSquares", `n=${n}`, [relErr(f32At(mem, rp), ref)]);

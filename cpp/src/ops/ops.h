@@ -5,11 +5,16 @@
 //
 // Why a table of virtual methods (ggml's backend table) rather than a Device argument on free functions or a
 // template: a model picks its backend at run time (created on a device, moved with to()), one indirect call per
-// op is nothing next to the op, and the three executors stay three classes side by side:
+// op is nothing next to the op, and the four executors stay four classes side by side:
 //   reference (exec/reference/reference_backend.cpp): plain loops, no threads, the oracle every other backend is tested
 //                                          against (tests/cpp/ops/backend_ops_test.cpp);
 //   cpu       (exec/cpu/cpu_backend.cpp): the xsimd kernels of kernels/cpu and the thread pool; also wasm's;
-//   cuda      (exec/cuda/cuda_backend.cpp): kernels/cuda, cuBLAS for products; only in builds with CUDA.
+//   cuda      (exec/cuda/cuda_backend.cpp): kernels/cuda, cuBLAS for products; only in builds with CUDA;
+//   webgpu    (exec/webgpu/webgpu_backend.cpp): each op a command in a ring that the npm package's GPU worker
+//                                          runs as WGSL kernels.
+// The ops are declared once, in ops/op_list.def (name, typed arguments, scratch rule), and class Backend's
+// methods, the WebGPU ring words and the TypeScript/WGSL argument accessors, the step recorder's signatures
+// and backend_check's list come from that declaration.
 //
 // Rules every backend keeps (the formulas and aliasing rules of each op are kernels/kernels.h's, repeated here
 // only where the contract adds something):
@@ -38,6 +43,7 @@
 #include <vector>
 
 #include "ops/adam_plan.h"
+#include "ops/op_decl.h"
 #include "ops/types.h"
 #include "qkv/tensor.h"
 
@@ -75,36 +81,21 @@ class Backend {
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   // device -> device, `bytes` of any type; the regions must not overlap.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
-  // device -> device: rows of `cols` floats, row r from src + r * ld_src to dst + r * ld_dst. The regions must
-  // not overlap. (Residual copies, KV-cache appends and reorders, first-token pooling.)
-  virtual void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) = 0;
-  // x[i] = value for i < x.size()
-  virtual void fill(Span x, float value) = 0;
   // Waits for all queued work; an error raised inside it is reported under `op`.
   virtual void synchronize(const char* op) = 0;
 
-  // ---- Arithmetic ----
-
-  // C (M,N) = alpha * op(A) op(B) + beta * C, row-major with leading dimensions; beta == 0 does not read C.
-  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-                    const float* B, int ldb, float beta, float* C, int ldc) = 0;
-
-  // out = a + b, elementwise over out.size(); out may alias a or b.
-  virtual void add(Span out, CSpan a, CSpan b) = 0;
-
-  // LayerNorm (eps 1e-5), its residual-fused form and its backward: kernels.h's layernorm_* exactly.
-  virtual void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) = 0;
-  virtual void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b,
-                                          int rows, int C) = 0;
-  virtual size_t layernorm_backward_scratch_size(int rows, int C) const = 0;
-  virtual void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean,
-                                  CSpan rstd, int rows, int C, Span scratch) = 0;
-
-  // A Linear layer's epilogue (kernels.h's bias_act_*): forward h += b in place, a = act(h); backward
-  // dh = da * act'(h), db += sum_rows dh. b and db may be empty (no bias); dh may be empty (only db).
-  virtual void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) = 0;
-  virtual size_t bias_act_backward_scratch_size(int rows, int N) const = 0;
-  virtual void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) = 0;
+  // ---- Arithmetic: every op of ops/op_list.def (its comments say what each computes) ----
+  // Each becomes a pure virtual method (`virtual void gemm(bool trans_a, ..., int ldc) = 0;`), each scratch
+  // rule a pure virtual `*_scratch_size`, so an executor that lacks one fails to build.
+#define QKV_OP(name, Code, opcode, group, scratch) virtual void name(QKV_PARAMS(QKV_ARGS_##name)) = 0;
+#define QKV_OP_VALUE(type, name, Code, opcode, group, scratch) virtual type name(QKV_PARAMS(QKV_ARGS_##name)) = 0;
+#define QKV_SCRATCH(rule) virtual size_t rule##_scratch_size(QKV_PARAMS(QKV_SCRATCH_ARGS_##rule)) const = 0;
+#define QKV_CONST(name, value)
+#include "ops/op_list.def"
+#undef QKV_OP
+#undef QKV_OP_VALUE
+#undef QKV_SCRATCH
+#undef QKV_CONST
 
   // A Linear layer's forward: h (rows, out) = x (rows, in) w^T (w: (out, in)) + b, then a = act(h) unless act is
   // Identity and a is h. b may be empty. Under ReLU, h is scratch: a backend may leave it unwritten (ReLU's
@@ -112,52 +103,6 @@ class Backend {
   // pass for bias and activation); a backend whose matrix product can add the bias and a ReLU itself (cuBLASLt's
   // epilogues) overrides it.
   virtual void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out);
-
-  // Inverted dropout with the counter-based mask of kernels.h (the same mask on every backend).
-  virtual void dropout_forward(Span y, CSpan x, float p, uint64_t seed) = 0;
-  virtual void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) = 0;
-
-  // Fused multi-head attention (kernels.h's AttentionShape and formulas); s.key_pad, when set, is device
-  // memory (B, key_rows). lse (B,H,Tq) is saved for the backward. One scratch serves both directions, sized
-  // for up to `tasks` (b, h) pairs at once (the CPU runs that many threads' tiles).
-  virtual size_t attention_scratch_size(const AttentionShape& s, int tasks) const = 0;
-  virtual void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v,
-                                 const AttentionShape& s, Span scratch) = 0;
-  // dq (stride ldq), dk and dv (stride ldkv) are overwritten in the heads' columns.
-  virtual void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k,
-                                  const float* v, CSpan out, CSpan lse, const AttentionShape& s, Span scratch) = 0;
-  // att (B,H,Tq,Tk) = the softmax weights before dropout, materialised (inspection).
-  virtual void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) = 0;
-
-  // x (B,T,C) = scale * wte[tokens] + pos[t]; backward: dwte rows += scale * dx, dpos rows += dx (dpos may be
-  // empty). scratch: embedding_backward_scratch_size(V, B*T) floats (the CUDA backend sorts the rows by token there).
-  virtual void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) = 0;
-  virtual size_t embedding_backward_scratch_size(int V, int rows) const = 0;
-  virtual void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
-                                  Span scratch) = 0;
-
-  // Pooling of the encoder's output for the classifier head: x (B,T,C) -> out (B,C), the mean over the positions
-  // whose key_pad flag (B,T, device memory) is 0 (a row of only padding gives 0). The backward writes dx (B,T,C)
-  // whole: dout / count at the counted positions, 0 elsewhere.
-  virtual void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) = 0;
-  virtual void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) = 0;
-
-  // Softmax cross-entropy with ignore_index and label smoothing (kernels.h's crossentropy_*).
-  virtual void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
-                                    float smoothing) = 0;
-  virtual void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale,
-                                             int rows, int V, int ignore_index, float smoothing) = 0;
-  // best[r] = the first index of the largest logit of row r (accuracy; greedy decoding): logits (rows, V).
-  virtual void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) = 0;
-
-  // One Adam(W) step over the flat buffers (kernels.h's adam_step); ranges are host memory. scratch:
-  // adam_scratch_size(ranges.size()) floats (the CUDA backend uploads the ranges there).
-  virtual size_t adam_scratch_size(size_t ranges) const = 0;
-  virtual void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,
-                         Span scratch) = 0;
-  // sum(x^2) in double, summed in fixed blocks (independent of the thread count); waits for the result.
-  virtual size_t sum_squares_scratch_size() const = 0;
-  virtual double sum_squares(CSpan x, Span scratch) = 0;
 
   // The optimizer's update with global-norm clipping, decided from the gradients themselves and queued without a
   // wait: s = sum_squares(g_all) and s_gate = sum_squares(gate); when both are finite, adam_step over (p, m, v, g)

@@ -200,6 +200,9 @@ struct StepSignature {
     for (int v : {s.B, s.Tq, s.Tk, s.C, s.H, s.ldq, s.ldkv, s.q_pos, s.k_rows}) add(v);
     add(s.key_pad), add(s.causal), add(s.dropout);
   }
+  void add(const AdamHyper& h) {
+    add(h.lr), add(h.beta1), add(h.beta2), add(h.eps), add(h.decoupled), add(h.t), add(h.grad_scale);
+  }
   template <class... A>
   static uint64_t of(const char* op, const A&... args) {
     StepSignature s(op);
@@ -207,5 +210,46 @@ struct StepSignature {
     return s.h;
   }
 };
+
+// Each op's signature, from its declaration (ops/op_list.def): signature::gemm(trans_a, ..., ldc) hashes the op's
+// name and its arguments by kind (op_list.def's table: a seed is left out, being the step's value; Adam's ranges
+// count by their number, being host memory). An executor adds what else its captured work bakes in.
+namespace signature {
+#define QKV_HASH_(kind, name) QKV_HASH_##kind(name)
+#define QKV_HASH_ANY(n) qkv_sig.add(n);
+#define QKV_HASH_span QKV_HASH_ANY
+#define QKV_HASH_cspan QKV_HASH_ANY
+#define QKV_HASH_scratch QKV_HASH_ANY
+#define QKV_HASH_ints QKV_HASH_ANY
+#define QKV_HASH_ptr QKV_HASH_ANY
+#define QKV_HASH_cptr QKV_HASH_ANY
+#define QKV_HASH_bytes QKV_HASH_ANY
+#define QKV_HASH_ids QKV_HASH_ANY
+#define QKV_HASH_count QKV_HASH_ANY
+#define QKV_HASH_int QKV_HASH_ANY
+#define QKV_HASH_f32 QKV_HASH_ANY
+#define QKV_HASH_flag QKV_HASH_ANY
+#define QKV_HASH_act QKV_HASH_ANY
+#define QKV_HASH_shape QKV_HASH_ANY
+#define QKV_HASH_hyper QKV_HASH_ANY
+#define QKV_HASH_seed(n) (void)n;
+#define QKV_HASH_stepf(n) (void)n;
+#define QKV_HASH_ranges(n) qkv_sig.add(n.size());
+#define QKV_HASH_wu32(n)
+#define QKV_HASH_wf32(n)
+#define QKV_OP(name, Code, opcode, group, scratch)         \
+  inline StepSignature name(QKV_PARAMS(QKV_ARGS_##name)) { \
+    StepSignature qkv_sig(#name);                          \
+    QKV_ARGS_##name(QKV_HASH_) return qkv_sig;             \
+  }
+#define QKV_OP_VALUE(type, name, Code, opcode, group, scratch) QKV_OP(name, Code, opcode, group, scratch)
+#define QKV_SCRATCH(rule)
+#define QKV_CONST(name, value)
+#include "ops/op_list.def"
+#undef QKV_OP
+#undef QKV_OP_VALUE
+#undef QKV_SCRATCH
+#undef QKV_CONST
+}  // namespace signature
 
 }  // namespace qkv::ops

@@ -44,6 +44,7 @@ using ops::AttentionShape;
 using ops::Ids;
 using ops::StepRecorder;
 using ops::StepSignature;
+namespace signature = ops::signature;
 using test::ids;
 
 class DeferringBackend final : public ops::Backend {
@@ -85,11 +86,11 @@ class DeferringBackend final : public ops::Backend {
     op(StepSignature::of("copy", dst, src, bytes), [=, this] { cpu_.copy(dst, src, bytes); });
   }
   void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
-    op(StepSignature::of("copy_rows", dst, ld_dst, src, ld_src, rows, cols),
+    op(signature::copy_rows(dst, ld_dst, src, ld_src, rows, cols).h,
        [=, this] { cpu_.copy_rows(dst, ld_dst, src, ld_src, rows, cols); });
   }
   void fill(Span x, float value) override {
-    op(StepSignature::of("fill", x, value), [=, this] { cpu_.fill(x, value); });
+    op(signature::fill(x, value).h, [=, this] { cpu_.fill(x, value); });
   }
   void synchronize(const char* what) override {
     refuse_inside_step("synchronize");
@@ -97,19 +98,19 @@ class DeferringBackend final : public ops::Backend {
   }
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {
-    op(StepSignature::of("gemm", ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc),
+    op(signature::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc).h,
        [=, this] { cpu_.gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc); });
   }
   void add(Span out, CSpan a, CSpan b) override {
-    op(StepSignature::of("add", out, a, b), [=, this] { cpu_.add(out, a, b); });
+    op(signature::add(out, a, b).h, [=, this] { cpu_.add(out, a, b); });
   }
   void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
-    op(StepSignature::of("layernorm_forward", y, mean, rstd, x, w, b, rows, C),
+    op(signature::layernorm_forward(y, mean, rstd, x, w, b, rows, C).h,
        [=, this] { cpu_.layernorm_forward(y, mean, rstd, x, w, b, rows, C); });
   }
   void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
                                   int C) override {
-    op(StepSignature::of("residual_layernorm_forward", r, y, mean, rstd, x, f, w, b, rows, C),
+    op(signature::residual_layernorm_forward(r, y, mean, rstd, x, f, w, b, rows, C).h,
        [=, this] { cpu_.residual_layernorm_forward(r, y, mean, rstd, x, f, w, b, rows, C); });
   }
   size_t layernorm_backward_scratch_size(int rows, int C) const override {
@@ -117,7 +118,7 @@ class DeferringBackend final : public ops::Backend {
   }
   void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
                           int rows, int C, Span scratch) override {
-    op(StepSignature::of("layernorm_backward", dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch),
+    op(signature::layernorm_backward(dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch).h,
        [=, this] { cpu_.layernorm_backward(dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch); });
   }
   // As the CUDA backend's ReLU epilogue leaves it, h is unwritten under ReLU (ops.h): here it is poisoned, so that a
@@ -128,25 +129,24 @@ class DeferringBackend final : public ops::Backend {
       fill(h.first(static_cast<size_t>(rows) * out), std::numeric_limits<float>::quiet_NaN());
   }
   void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
-    op(StepSignature::of("bias_act_forward", a, h, b, act, rows, N),
+    op(signature::bias_act_forward(a, h, b, act, rows, N).h,
        [=, this] { cpu_.bias_act_forward(a, h, b, act, rows, N); });
   }
   size_t bias_act_backward_scratch_size(int rows, int N) const override {
     return cpu_.bias_act_backward_scratch_size(rows, N);
   }
   void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) override {
-    op(StepSignature::of("bias_act_backward", dh, db, da, h, act, rows, N, scratch),
+    op(signature::bias_act_backward(dh, db, da, h, act, rows, N, scratch).h,
        [=, this] { cpu_.bias_act_backward(dh, db, da, h, act, rows, N, scratch); });
   }
   // The seeds are the step's values: read from the block when the recorded work runs.
   void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
     const uint64_t* s = scalar(seed);
-    op(StepSignature::of("dropout_forward", y, x, p), [=, this] { cpu_.dropout_forward(y, x, p, s ? *s : seed); });
+    op(signature::dropout_forward(y, x, p, seed).h, [=, this] { cpu_.dropout_forward(y, x, p, s ? *s : seed); });
   }
   void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
     const uint64_t* s = scalar(seed);
-    op(StepSignature::of("dropout_backward", dx, dy, p),
-       [=, this] { cpu_.dropout_backward(dx, dy, p, s ? *s : seed); });
+    op(signature::dropout_backward(dx, dy, p, seed).h, [=, this] { cpu_.dropout_backward(dx, dy, p, s ? *s : seed); });
   }
   size_t attention_scratch_size(const AttentionShape& s, int tasks) const override {
     return cpu_.attention_scratch_size(s, tasks);
@@ -154,20 +154,20 @@ class DeferringBackend final : public ops::Backend {
   void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
                          Span scratch) override {
     const uint64_t* seed = scalar(s.seed);
-    op(StepSignature::of("attention_forward", out, lse, q, k, v, s, scratch),
+    op(signature::attention_forward(out, lse, q, k, v, s, scratch).h,
        [=, this] { cpu_.attention_forward(out, lse, q, k, v, with_seed(s, seed), scratch); });
   }
   void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
                           CSpan out, CSpan lse, const AttentionShape& s, Span scratch) override {
     const uint64_t* seed = scalar(s.seed);
-    op(StepSignature::of("attention_backward", dq, dk, dv, dout, q, k, v, out, lse, s, scratch),
+    op(signature::attention_backward(dq, dk, dv, dout, q, k, v, out, lse, s, scratch).h,
        [=, this] { cpu_.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, with_seed(s, seed), scratch); });
   }
   void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
-    op(StepSignature::of("attention_weights", att, q, k, s), [=, this] { cpu_.attention_weights(att, q, k, s); });
+    op(signature::attention_weights(att, q, k, s).h, [=, this] { cpu_.attention_weights(att, q, k, s); });
   }
   void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
-    op(StepSignature::of("embedding_forward", x, tokens, wte, pos, scale, B, T, C),
+    op(signature::embedding_forward(x, tokens, wte, pos, scale, B, T, C).h,
        [=, this] { cpu_.embedding_forward(x, tokens, wte, pos, scale, B, T, C); });
   }
   size_t embedding_backward_scratch_size(int V, int rows) const override {
@@ -175,35 +175,36 @@ class DeferringBackend final : public ops::Backend {
   }
   void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
                           Span scratch) override {
-    op(StepSignature::of("embedding_backward", dwte, dpos, dx, tokens, scale, B, T, C, scratch),
+    op(signature::embedding_backward(dwte, dpos, dx, tokens, scale, B, T, C, scratch).h,
        [=, this] { cpu_.embedding_backward(dwte, dpos, dx, tokens, scale, B, T, C, scratch); });
   }
   void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
-    op(StepSignature::of("mean_pool_forward", out, x, key_pad, B, T, C),
+    op(signature::mean_pool_forward(out, x, key_pad, B, T, C).h,
        [=, this] { cpu_.mean_pool_forward(out, x, key_pad, B, T, C); });
   }
   void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
-    op(StepSignature::of("mean_pool_backward", dx, dout, key_pad, B, T, C),
+    op(signature::mean_pool_backward(dx, dout, key_pad, B, T, C).h,
        [=, this] { cpu_.mean_pool_backward(dx, dout, key_pad, B, T, C); });
   }
   void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
                             float smoothing) override {
-    op(StepSignature::of("crossentropy_forward", losses, logits, targets, rows, V, ignore_index, smoothing),
+    op(signature::crossentropy_forward(losses, logits, targets, rows, V, ignore_index, smoothing).h,
        [=, this] { cpu_.crossentropy_forward(losses, logits, targets, rows, V, ignore_index, smoothing); });
   }
   // The scale (weight / the rows that count) changes with the targets: the step's value.
   void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
                                      int V, int ignore_index, float smoothing) override {
     const float* s = scalar(scale);
-    op(StepSignature::of("crossentropy_forward_backward", losses, dlogits, logits, targets, rows, V, ignore_index,
-                         smoothing),
+    op(signature::crossentropy_forward_backward(losses, dlogits, logits, targets, scale, rows, V, ignore_index,
+                                                smoothing)
+           .h,
        [=, this] {
          cpu_.crossentropy_forward_backward(losses, dlogits, logits, targets, s ? *s : scale, rows, V, ignore_index,
                                             smoothing);
        });
   }
   void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
-    op(StepSignature::of("argmax_rows", best, logits, rows, V), [=, this] { cpu_.argmax_rows(best, logits, rows, V); });
+    op(signature::argmax_rows(best, logits, rows, V).h, [=, this] { cpu_.argmax_rows(best, logits, rows, V); });
   }
   size_t adam_scratch_size(size_t ranges) const override { return cpu_.adam_scratch_size(ranges); }
   void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,

@@ -137,5 +137,34 @@ TEST(StepRecorder, SignaturesSeeEveryBakedArgumentButNotTheSeed) {
   EXPECT_NE(ops::StepSignature::of("fill", Span(x, 4)), ops::StepSignature::of("copy", Span(x, 4)));
 }
 
+// The per-op signatures of ops/op_list.def hash by kind: a seed and a staged scalar (stepf) are the step's
+// values and left out; every other argument, the op's name and Adam's range count are in.
+TEST(StepRecorder, DeclaredSignaturesHashEachKindAsDeclared) {
+  float x[8] = {};
+  const Span y(x, 4);
+  const CSpan in(x + 4, 4);
+  namespace sig = ops::signature;
+  EXPECT_EQ(sig::dropout_forward(y, in, 0.1f, 1).h, sig::dropout_forward(y, in, 0.1f, 2).h);
+  EXPECT_NE(sig::dropout_forward(y, in, 0.1f, 1).h, sig::dropout_forward(y, in, 0.2f, 1).h);
+  EXPECT_NE(sig::dropout_forward(y, in, 0.1f, 1).h, sig::dropout_backward(y, in, 0.1f, 1).h);
+  EXPECT_NE(sig::dropout_forward(y, in, 0.1f, 1).h, sig::dropout_forward(Span(x, 3), in, 0.1f, 1).h);
+  int32_t t[2] = {1, 2};
+  const ops::Ids ids{std::span<const int32_t>(t, 2), t};
+  EXPECT_EQ(sig::crossentropy_forward_backward(y, y, in, ids, 0.5f, 2, 2, -100, 0.f).h,
+            sig::crossentropy_forward_backward(y, y, in, ids, 0.25f, 2, 2, -100, 0.f).h);
+  EXPECT_NE(sig::crossentropy_forward_backward(y, y, in, ids, 0.5f, 2, 2, -100, 0.f).h,
+            sig::crossentropy_forward_backward(y, y, in, ids, 0.5f, 2, 2, -1, 0.f).h);
+  const ops::AdamRange r[2] = {{0, 2, 0.f}, {2, 4, 0.1f}};
+  const ops::AdamHyper h{1e-3f, 0.9f, 0.999f, 1e-8f, true, 1, 1.f};
+  ops::AdamHyper h2 = h;
+  h2.t = 2;
+  const std::span<const ops::AdamRange> two(r, 2), one(r, 1);
+  EXPECT_EQ(sig::adam_step(y, y, y, in, two, h, y).h, sig::adam_step(y, y, y, in, two, h, y).h);
+  EXPECT_NE(sig::adam_step(y, y, y, in, two, h, y).h, sig::adam_step(y, y, y, in, one, h, y).h);
+  EXPECT_NE(sig::adam_step(y, y, y, in, two, h, y).h, sig::adam_step(y, y, y, in, two, h2, y).h);
+  EXPECT_NE(sig::gemm(false, false, 2, 2, 2, 1.f, x, 2, x, 2, 0.f, x, 2).h,
+            sig::gemm(true, false, 2, 2, 2, 1.f, x, 2, x, 2, 0.f, x, 2).h);
+}
+
 }  // namespace
 }  // namespace qkv

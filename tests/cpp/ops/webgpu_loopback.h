@@ -12,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "exec/webgpu/webgpu_backend.h"
@@ -149,10 +150,94 @@ class WebGpuLoopback {
   }
   ops::Ids ids(uint32_t off, size_t n) { return {std::span<const int32_t>(i(off), n), i(off)}; }
 
+  // The words of one command read in order, each kind as op_list.def's table writes it.
+  struct Reader {
+    WebGpuLoopback& lb;
+    const uint32_t* a;
+    size_t at = 0;
+    uint32_t next() { return a[at++]; }
+    Span span() {
+      const uint32_t o = next();
+      return lb.s(o, next());
+    }
+    std::span<int32_t> ints() {
+      const uint32_t o = next();
+      return {lb.i(o), next()};
+    }
+    // The CPU executor sizes its scratch its own way (per thread): it gets a buffer of the loopback's, not the
+    // WebGPU-sized one of the command (whose words are read past).
+    Span scratch() {
+      at += 2;
+      if (lb.cpu_scratch_.empty()) lb.cpu_scratch_.resize(size_t{1} << 22);
+      return lb.cpu_scratch_;
+    }
+    float* ptr() { return lb.f(next()); }
+    const uint8_t* bytes() { return lb.u8(next()); }
+    ops::Ids ids() {
+      const uint32_t o = next();
+      return lb.ids(o, next());
+    }
+    int count() { return static_cast<int>(next()); }
+    float f32() { return fl(next()); }
+    bool flag() { return next() != 0; }
+    ops::Act act() { return static_cast<ops::Act>(next()); }
+    uint64_t seed() {
+      at += 2;
+      return u64(a + at - 2);
+    }
+    ops::AttentionShape shape() {
+      at += 15;
+      return lb.shape(a + at - 15);
+    }
+    // Adam's ranges and factors do not come back as its arguments: AdamStep is run apart (execute()).
+    std::span<const ops::AdamRange> ranges() { throw std::runtime_error("loopback: adam_step is run apart"); }
+    ops::AdamHyper hyper() { throw std::runtime_error("loopback: adam_step is run apart"); }
+  };
+#define QKV_READ_(kind, name) QKV_READ_##kind
+#define QKV_READ_span , r.span()
+#define QKV_READ_cspan , CSpan(r.span())
+#define QKV_READ_scratch , r.scratch()
+#define QKV_READ_ints , r.ints()
+#define QKV_READ_ptr , r.ptr()
+#define QKV_READ_cptr , static_cast<const float*>(r.ptr())
+#define QKV_READ_bytes , r.bytes()
+#define QKV_READ_ids , r.ids()
+#define QKV_READ_count , r.count()
+#define QKV_READ_int , r.count()
+#define QKV_READ_f32 , r.f32()
+#define QKV_READ_stepf , r.f32()
+#define QKV_READ_flag , r.flag()
+#define QKV_READ_act , r.act()
+#define QKV_READ_seed , r.seed()
+#define QKV_READ_shape , r.shape()
+#define QKV_READ_ranges , r.ranges()
+#define QKV_READ_hyper , r.hyper()
+#define QKV_READ_wu32
+#define QKV_READ_wf32
+
   // The CPU executor runs each command, on spans over the arena sized from the command's own words.
   void execute(Op op, const uint32_t* a) {
     ops::Backend& cpu = ops::backend(Device::CPU);
-    const auto I = [&](int k) { return static_cast<int>(a[k]); };
+    if (op == Op::AdamStep) {
+      // kernels.ts's formula, as the WGSL kernel runs it, over the ranges' quads (words as op_list.def declares).
+      Reader r{*this, a};
+      float *p = r.span().data(), *m = r.span().data(), *v = r.span().data(), *g = r.span().data();
+      const uint32_t nranges = r.next();
+      r.next();  // the last range's end
+      const float b1 = r.f32(), b2 = r.f32(), eps = r.f32(), gs = r.f32(), step = r.f32(), sbc2 = r.f32();
+      const uint32_t* q = reinterpret_cast<const uint32_t*>(r.span().data());
+      for (uint32_t r = 0; r < nranges; ++r) {
+        const float l2 = fl(q[4 * r + 2]), shrink = fl(q[4 * r + 3]);
+        for (uint32_t k = q[4 * r]; k < q[4 * r + 1]; ++k) {
+          const float gi = g[k] * gs + l2 * p[k];
+          p[k] *= shrink;
+          m[k] = b1 * m[k] + (1.f - b1) * gi;
+          v[k] = b2 * v[k] + (1.f - b2) * gi * gi;
+          p[k] -= step * (m[k] / (std::sqrt(v[k]) / sbc2 + eps));
+        }
+      }
+      return;
+    }
     switch (op) {
       case Op::Wrap: break;
       case Op::Capacity:
@@ -165,121 +250,34 @@ class WebGpuLoopback {
         break;
       case Op::Download: std::memcpy(reinterpret_cast<void*>(static_cast<uintptr_t>(u64(a))), u8(a[2]), a[3]); break;
       case Op::Sync: break;
-      case Op::Copy: std::memcpy(u8(a[0]), u8(a[1]), a[2]); break;
-      case Op::Fill: cpu.fill(s(a[0], a[1]), fl(a[2])); break;
-      case Op::CopyRows: cpu.copy_rows(f(a[0]), I(1), f(a[2]), I(3), I(4), I(5)); break;
-      case Op::Gemm:
-        cpu.gemm(a[0], a[1], I(2), I(3), I(4), fl(a[5]), f(a[6]), I(7), f(a[8]), I(9), fl(a[10]), f(a[11]), I(12));
+      case Op::Copy:
+        std::memcpy(u8(a[0]), u8(a[1]), a[2]);
         break;
-      case Op::Add: cpu.add(s(a[0], a[3]), s(a[1], a[3]), s(a[2], a[3])); break;
-      case Op::LayerNormForward: {
-        const size_t n = size_t{a[6]} * a[7];
-        cpu.layernorm_forward(s(a[0], n), s(a[1], a[6]), s(a[2], a[6]), s(a[3], n), s(a[4], a[7]), s(a[5], a[7]), I(6),
-                              I(7));
-        break;
-      }
-      case Op::ResidualLayerNormForward: {
-        const size_t n = size_t{a[8]} * a[9];
-        cpu.residual_layernorm_forward(s(a[0], n), s(a[1], n), s(a[2], a[8]), s(a[3], a[8]), s(a[4], n), s(a[5], n),
-                                       s(a[6], a[9]), s(a[7], a[9]), I(8), I(9));
-        break;
-      }
-      case Op::LayerNormBackward: {
-        const size_t n = size_t{a[10]} * a[11];
-        cpu.layernorm_backward(s(a[0], n), s(a[1], a[11]), s(a[2], a[11]), s(a[3], a[4]), s(a[5], n), s(a[6], n),
-                               s(a[7], a[11]), s(a[8], a[10]), s(a[9], a[10]), I(10), I(11), s(a[12], a[13]));
-        break;
-      }
-      case Op::BiasActForward: {
-        const size_t n = size_t{a[5]} * a[6];
-        cpu.bias_act_forward(s(a[0], n), s(a[1], n), s(a[2], a[3]), static_cast<ops::Act>(a[4]), I(5), I(6));
-        break;
-      }
-      case Op::BiasActBackward: {
-        cpu.bias_act_backward(s(a[0], a[1]), s(a[2], a[3]), s(a[4], size_t{a[8]} * a[9]), s(a[5], a[6]),
-                              static_cast<ops::Act>(a[7]), I(8), I(9), s(a[10], a[11]));
-        break;
-      }
-      case Op::DropoutForward: cpu.dropout_forward(s(a[0], a[2]), s(a[1], a[2]), fl(a[3]), u64(a + 4)); break;
-      case Op::DropoutBackward: cpu.dropout_backward(s(a[0], a[2]), s(a[1], a[2]), fl(a[3]), u64(a + 4)); break;
-      case Op::AttentionForward: {
-        const ops::AttentionShape sh = shape(a + 5);
-        const size_t rows = size_t(sh.B) * sh.Tq;
-        std::vector<float> scratch(cpu.attention_scratch_size(sh, 64));  // the CPU's own size, as below
-        cpu.attention_forward(s(a[0], rows * sh.C), s(a[1], rows * sh.H), f(a[2]), f(a[3]), f(a[4]), sh, scratch);
-        break;
-      }
-      case Op::AttentionBackward: {
-        const ops::AttentionShape sh = shape(a + 9);
-        const size_t rows = size_t(sh.B) * sh.Tq;
-        // The CPU executor sizes its scratch per thread: give it its own, not the WebGPU-sized one.
-        std::vector<float> scratch(cpu.attention_scratch_size(sh, 64));
-        cpu.attention_backward(f(a[0]), f(a[1]), f(a[2]), s(a[3], rows * sh.C), f(a[4]), f(a[5]), f(a[6]),
-                               s(a[7], rows * sh.C), s(a[8], rows * sh.H), sh, scratch);
-        break;
-      }
-      case Op::AttentionWeights: {
-        const ops::AttentionShape sh = shape(a + 3);
-        cpu.attention_weights(s(a[0], size_t(sh.B) * sh.H * sh.Tq * sh.Tk), f(a[1]), f(a[2]), sh);
-        break;
-      }
-      case Op::EmbeddingForward: {
-        const size_t rows = size_t{a[6]} * a[7];
-        // wte's true size is not in the command; the CPU kernel reads only the rows the (validated) ids name.
-        cpu.embedding_forward(s(a[0], rows * a[8]), ids(a[1], rows), CSpan(f(a[2]), SIZE_MAX / 8), s(a[3], a[4]),
-                              fl(a[5]), I(6), I(7), I(8));
-        break;
-      }
-      case Op::EmbeddingBackward: {
-        const size_t rows = size_t{a[7]} * a[8];
-        std::vector<float> scratch(cpu.embedding_backward_scratch_size(I(1), static_cast<int>(rows)));
-        cpu.embedding_backward(s(a[0], size_t{a[1]} * a[9]), s(a[2], a[3]), s(a[4], rows * a[9]), ids(a[5], rows),
-                               fl(a[6]), I(7), I(8), I(9), scratch);
-        break;
-      }
-      case Op::MeanPoolForward:
-        cpu.mean_pool_forward(s(a[0], size_t{a[3]} * a[5]), s(a[1], size_t{a[3]} * a[4] * a[5]), u8(a[2]), I(3), I(4),
-                              I(5));
-        break;
-      case Op::MeanPoolBackward:
-        cpu.mean_pool_backward(s(a[0], size_t{a[3]} * a[4] * a[5]), s(a[1], size_t{a[3]} * a[5]), u8(a[2]), I(3), I(4),
-                               I(5));
-        break;
-      case Op::CrossEntropyForward:
-        cpu.crossentropy_forward(s(a[0], a[3]), s(a[1], size_t{a[3]} * a[4]), ids(a[2], a[3]), I(3), I(4), I(5),
-                                 fl(a[6]));
-        break;
-      case Op::CrossEntropyForwardBackward:
-        cpu.crossentropy_forward_backward(s(a[0], a[5]), s(a[1], size_t{a[5]} * a[6]), s(a[2], size_t{a[5]} * a[6]),
-                                          ids(a[3], a[5]), fl(a[4]), I(5), I(6), I(7), fl(a[8]));
-        break;
-      case Op::ArgmaxRows:
-        cpu.argmax_rows(std::span<int32_t>(i(a[0]), a[2]), s(a[1], size_t{a[2]} * a[3]), I(2), I(3));
-        break;
-      case Op::AdamStep: {
-        // protocol.ts's formula, as the WGSL kernel runs it, over the ranges' quads.
-        float *p = f(a[0]), *m = f(a[1]), *v = f(a[2]), *g = f(a[3]);
-        const uint32_t* q = reinterpret_cast<const uint32_t*>(u8(a[5]));
-        const float b1 = fl(a[7]), b2 = fl(a[8]), eps = fl(a[9]), gs = fl(a[10]), step = fl(a[11]), sbc2 = fl(a[12]);
-        for (uint32_t r = 0; r < a[6]; ++r) {
-          const float l2 = fl(q[4 * r + 2]), shrink = fl(q[4 * r + 3]);
-          for (uint32_t k = q[4 * r]; k < q[4 * r + 1]; ++k) {
-            const float gi = g[k] * gs + l2 * p[k];
-            p[k] *= shrink;
-            m[k] = b1 * m[k] + (1.f - b1) * gi;
-            v[k] = b2 * v[k] + (1.f - b2) * gi * gi;
-            p[k] -= step * (m[k] / (std::sqrt(v[k]) / sbc2 + eps));
-          }
-        }
-        break;
-      }
+        // Every kernel op but Adam's and the sum of squares: its words read back into its C++ arguments by kind,
+        // in declaration order (ops/op_list.def), and the CPU executor's op called with them.
+#define QKV_OP(name, Code, opcode, group, scratch)                 \
+  case Op::Code: {                                                 \
+    Reader r{*this, a};                                            \
+    std::tuple args{QKV_DROP_FIRST(_ QKV_ARGS_##name(QKV_READ_))}; \
+    std::apply([&](auto&... x) { cpu.name(x...); }, args);         \
+    break;                                                         \
+  }
+#define QKV_OP_VALUE(type, name, Code, opcode, group, scratch)
+#define QKV_SCRATCH(rule)
+#define QKV_CONST(name, value)
+#include "ops/op_list.def"
+#undef QKV_OP
+#undef QKV_OP_VALUE
+#undef QKV_SCRATCH
+#undef QKV_CONST
       case Op::SumSquares: {
-        const float* x = f(a[0]);
-        const size_t n = a[1], block = ops::webgpu::kSumSquaresBlock;
+        Reader r{*this, a};
+        const Span x = r.span(), partials = r.span();  // the partial sums come as the scratch
+        const size_t n = x.size(), block = ops::webgpu::kSumSquaresBlock;
         for (size_t j = 0; j * block < n; ++j) {
           double sum = 0;
           for (size_t k = j * block; k < std::min(n, (j + 1) * block); ++k) sum += double(x[k]) * x[k];
-          f(a[2])[j] = static_cast<float>(sum);
+          partials[j] = static_cast<float>(sum);
         }
         break;
       }
@@ -289,6 +287,7 @@ class WebGpuLoopback {
 
   int32_t* block_ = nullptr;
   std::vector<unsigned char> arena_;
+  std::vector<float> cpu_scratch_;  // 16 MiB: more than any op of the tests asks the CPU for
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> wraps_{0}, uploads_{0}, capacity_{0};

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "exec/cuda/step_graph.h"
@@ -37,6 +38,15 @@ bool replayed(const char* op, const A&... args) {
   if (!graph.active()) return false;
   // The products' and attention's arithmetic is baked into what was captured, too.
   return graph.skip(StepSignature::of(op, kc::matmul_precision(), args...));
+}
+// The same for an op of ops/op_list.def, hashed as its declaration says (ops/step_recorder.h: signature::).
+template <class... P, class... A>
+bool replayed(StepSignature (*signature_of)(P...), A&&... args) {
+  kc::StepGraph& graph = kc::step_graph();
+  if (!graph.active()) return false;
+  StepSignature s = signature_of(std::forward<A>(args)...);
+  s.add(kc::matmul_precision());
+  return graph.skip(s.h);
 }
 
 // What waits for the device has no place inside a step launched as one graph (ops.h: begin_step).
@@ -98,7 +108,7 @@ class CudaBackend final : public Backend {
   void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
     check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (cuda): rows = ", rows,
           ", cols = ", cols, ", ld_dst = ", ld_dst, ", ld_src = ", ld_src, ": expected leading dimensions >= cols");
-    if (rows == 0 || cols == 0 || replayed("copy_rows", dst, ld_dst, src, ld_src, rows, cols)) return;
+    if (rows == 0 || cols == 0 || replayed(signature::copy_rows, dst, ld_dst, src, ld_src, rows, cols)) return;
     kc::check_cuda(
         cudaMemcpy2DAsync(dst, static_cast<size_t>(ld_dst) * sizeof(float), src,
                           static_cast<size_t>(ld_src) * sizeof(float), static_cast<size_t>(cols) * sizeof(float),
@@ -106,7 +116,7 @@ class CudaBackend final : public Backend {
         "copy_rows", "cudaMemcpy2DAsync");
   }
   void fill(Span x, float value) override {
-    if (replayed("fill", x, value)) return;
+    if (replayed(signature::fill, x, value)) return;
     kc::fill(x.data(), value, x.size());
   }
   void synchronize(const char* op) override {
@@ -116,23 +126,23 @@ class CudaBackend final : public Backend {
 
   void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
             float beta, float* C, int ldc) override {
-    if (replayed("gemm", ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+    if (replayed(signature::gemm, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
     kc::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void add(Span out, CSpan a, CSpan b) override {
     check(a.size() >= out.size() && b.size() >= out.size(), "add (cuda): inputs of ", a.size(), " and ", b.size(),
           " elements for an output of ", out.size());
-    if (replayed("add", out, a, b)) return;
+    if (replayed(signature::add, out, a, b)) return;
     kc::add(out.data(), a.data(), b.data(), out.size());
   }
 
   void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
-    if (replayed("layernorm_forward", y, mean, rstd, x, w, b, rows, C)) return;
+    if (replayed(signature::layernorm_forward, y, mean, rstd, x, w, b, rows, C)) return;
     kc::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), rows, C);
   }
   void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
                                   int C) override {
-    if (replayed("residual_layernorm_forward", r, y, mean, rstd, x, f, w, b, rows, C)) return;
+    if (replayed(signature::residual_layernorm_forward, r, y, mean, rstd, x, f, w, b, rows, C)) return;
     kc::residual_layernorm_forward(r.data(), y.data(), mean.data(), rstd.data(), x.data(), f.data(), w.data(), b.data(),
                                    rows, C);
   }
@@ -143,7 +153,7 @@ class CudaBackend final : public Backend {
                           int rows, int C, Span scratch) override {
     check(scratch.size() >= kc::layernorm_backward_scratch_size(rows, C), "layernorm_backward (cuda): scratch of ",
           scratch.size(), " floats: expected layernorm_backward_scratch_size(", rows, ", ", C, ")");
-    if (replayed("layernorm_backward", dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch)) return;
+    if (replayed(signature::layernorm_backward, dx, dw, db, dr, dy, x, w, mean, rstd, rows, C, scratch)) return;
     kc::layernorm_backward(dx.data(), dw.data(), db.data(), scratch.data(), dr.empty() ? nullptr : dr.data(), dy.data(),
                            x.data(), w.data(), mean.data(), rstd.data(), rows, C);
   }
@@ -167,7 +177,7 @@ class CudaBackend final : public Backend {
       kc::bias_act_forward(a.data(), h.data(), nullptr, act, rows, out);
   }
   void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
-    if (replayed("bias_act_forward", a, h, b, act, rows, N)) return;
+    if (replayed(signature::bias_act_forward, a, h, b, act, rows, N)) return;
     kc::bias_act_forward(a.data(), h.data(), b.empty() ? nullptr : b.data(), act, rows, N);
   }
   size_t bias_act_backward_scratch_size(int rows, int N) const override {
@@ -177,7 +187,7 @@ class CudaBackend final : public Backend {
     check(db.empty() || scratch.size() >= kc::bias_act_backward_scratch_size(rows, N),
           "bias_act_backward (cuda): scratch of ", scratch.size(), " floats: expected bias_act_backward_scratch_size(",
           rows, ", ", N, ")");
-    if (replayed("bias_act_backward", dh, db, da, h, act, rows, N, scratch)) return;
+    if (replayed(signature::bias_act_backward, dh, db, da, h, act, rows, N, scratch)) return;
     kc::bias_act_backward(dh.empty() ? nullptr : dh.data(), db.empty() ? nullptr : db.data(), scratch.data(), da.data(),
                           h.empty() ? nullptr : h.data(), act, rows, N);
   }
@@ -185,12 +195,12 @@ class CudaBackend final : public Backend {
   // The seed is the step's scalar (a new one each pass): staged first, in every mode, in the same order.
   void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
     const uint64_t* seed_dev = kc::step_graph().scalar(seed);
-    if (replayed("dropout_forward", y, x, p)) return;
+    if (replayed(signature::dropout_forward, y, x, p, seed)) return;
     kc::dropout_forward(y.data(), x.data(), y.size(), p, seed, seed_dev);
   }
   void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
     const uint64_t* seed_dev = kc::step_graph().scalar(seed);
-    if (replayed("dropout_backward", dx, dy, p)) return;
+    if (replayed(signature::dropout_backward, dx, dy, p, seed)) return;
     kc::dropout_backward(dx.data(), dy.data(), dx.size(), p, seed, seed_dev);
   }
 
@@ -199,10 +209,10 @@ class CudaBackend final : public Backend {
     return kc::attention_backward_scratch_size(s);
   }
   void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
-                         Span) override {
+                         Span scratch) override {
     AttentionShape shape = s;
     shape.seed_device = kc::step_graph().scalar(s.seed);
-    if (replayed("attention_forward", out, lse, q, k, v, s)) return;
+    if (replayed(signature::attention_forward, out, lse, q, k, v, s, scratch)) return;
     kc::attention_forward(out.data(), lse.data(), q, k, v, shape);
   }
   void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
@@ -211,16 +221,16 @@ class CudaBackend final : public Backend {
           scratch.size(), " floats: expected attention_scratch_size");
     AttentionShape shape = s;
     shape.seed_device = kc::step_graph().scalar(s.seed);
-    if (replayed("attention_backward", dq, dk, dv, dout, q, k, v, out, lse, s, scratch)) return;
+    if (replayed(signature::attention_backward, dq, dk, dv, dout, q, k, v, out, lse, s, scratch)) return;
     kc::attention_backward(dq, dk, dv, scratch.data(), dout.data(), q, k, v, out.data(), lse.data(), shape);
   }
   void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
-    if (replayed("attention_weights", att, q, k, s)) return;
+    if (replayed(signature::attention_weights, att, q, k, s)) return;
     kc::attention_weights(att.data(), q, k, s);
   }
 
   void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
-    if (replayed("embedding_forward", x, tokens, wte, pos, scale, B, T, C)) return;
+    if (replayed(signature::embedding_forward, x, tokens, wte, pos, scale, B, T, C)) return;
     kc::embedding_forward(x.data(), tokens.device, wte.data(), pos.empty() ? nullptr : pos.data(), scale, B, T, C);
   }
   size_t embedding_backward_scratch_size(int V, int rows) const override {
@@ -233,36 +243,37 @@ class CudaBackend final : public Backend {
     check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0, "embedding_backward (cuda): dwte of ", dwte.size(),
           " floats is not a whole number of rows of C = ", C);
     const int V = static_cast<int>(dwte.size() / static_cast<size_t>(C));
-    if (replayed("embedding_backward", dwte, dpos, dx, tokens, scale, B, T, C, scratch)) return;
+    if (replayed(signature::embedding_backward, dwte, dpos, dx, tokens, scale, B, T, C, scratch)) return;
     kc::embedding_backward(dwte.data(), dpos.empty() ? nullptr : dpos.data(), dx.data(), tokens.device, V, scale, B, T,
                            C, scratch.data(), scratch.size_bytes());
   }
 
   void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
-    if (replayed("mean_pool_forward", out, x, key_pad, B, T, C)) return;
+    if (replayed(signature::mean_pool_forward, out, x, key_pad, B, T, C)) return;
     kc::mean_pool_forward(out.data(), x.data(), key_pad, B, T, C);
   }
   void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
-    if (replayed("mean_pool_backward", dx, dout, key_pad, B, T, C)) return;
+    if (replayed(signature::mean_pool_backward, dx, dout, key_pad, B, T, C)) return;
     kc::mean_pool_backward(dx.data(), dout.data(), key_pad, B, T, C);
   }
 
   void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
                             float smoothing) override {
-    if (replayed("crossentropy_forward", losses, logits, targets, rows, V, ignore_index, smoothing)) return;
+    if (replayed(signature::crossentropy_forward, losses, logits, targets, rows, V, ignore_index, smoothing)) return;
     kc::crossentropy_forward(losses.data(), logits.data(), targets.device, rows, V, ignore_index, smoothing);
   }
   void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
                                      int V, int ignore_index, float smoothing) override {
     // scale (weight / the rows that count) changes with the targets: the step's scalar.
     const float* scale_dev = kc::step_graph().scalar(scale);
-    if (replayed("crossentropy_forward_backward", losses, dlogits, logits, targets, rows, V, ignore_index, smoothing))
+    if (replayed(signature::crossentropy_forward_backward, losses, dlogits, logits, targets, scale, rows, V,
+                 ignore_index, smoothing))
       return;
     kc::crossentropy_forward_backward(losses.data(), dlogits.data(), logits.data(), targets.device, scale, rows, V,
                                       ignore_index, smoothing, scale_dev);
   }
   void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
-    if (replayed("argmax_rows", best, logits, rows, V)) return;
+    if (replayed(signature::argmax_rows, best, logits, rows, V)) return;
     kc::argmax_rows(best.data(), logits.data(), rows, V);
   }
 
@@ -275,8 +286,7 @@ class CudaBackend final : public Backend {
     if (ranges.empty()) return;
     AdamRange* dev = upload_ranges(p, ranges, scratch);
     // Inside a step, lr and t are baked into this launch: a replay with others goes back to op by op.
-    if (replayed("adam_step", p, m, v, g, ranges.size(), h.lr, h.beta1, h.beta2, h.eps, h.decoupled, h.t, h.grad_scale))
-      return;
+    if (replayed(signature::adam_step, p, m, v, g, ranges, h, scratch)) return;
     kc::adam_step(p.data(), m.data(), v.data(), g.data(), dev, static_cast<int>(ranges.size()), ranges.back().end, h);
   }
   size_t sum_squares_scratch_size() const override { return floats_for<double>(kc::sum_squares_scratch_size()); }

@@ -1,5 +1,5 @@
-// The WebGPU executor: every op of the contract becomes a command (webgpu_protocol.h; the words of each are
-// documented in web/src/webgpu/protocol.ts) written into a ring in shared memory, which the GPU worker encodes
+// The WebGPU executor: every op of the contract becomes a command (webgpu_protocol.h; its words follow from the
+// op's declaration in ops/op_list.def) written into a ring in shared memory, which the GPU worker encodes
 // into WebGPU dispatches. Why a ring and not calls into JS: the models are synchronous C++, WebGPU reads back
 // asynchronously (mapAsync), and a wasm thread cannot await. So the GPU lives in another worker, and this side
 // blocks (a futex wait) only where the contract waits anyway: download(), sum_squares(), synchronize(). Every
@@ -280,14 +280,6 @@ class WebGpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes) channel_.put(Op::Copy, {off(dst), off(src), static_cast<uint32_t>(bytes)});
   }
-  void copy_rows(float* dst, int ld_dst, const float* src, int ld_src, int rows, int cols) override {
-    check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (webgpu): rows = ", rows,
-          ", cols = ", cols, ", ld_dst = ", ld_dst, ", ld_src = ", ld_src, ": expected ld >= cols >= 0");
-    if (rows && cols) channel_.put(Op::CopyRows, {off(dst), u32(ld_dst), off(src), u32(ld_src), u32(rows), u32(cols)});
-  }
-  void fill(Span x, float value) override {
-    if (!x.empty()) channel_.put(Op::Fill, {off(x.data()), n32(x.size()), bits(value)});
-  }
   void synchronize(const char* op) override {
     const uint32_t t = channel_.next_ticket();
     channel_.put(Op::Sync, {t});
@@ -298,171 +290,164 @@ class WebGpuBackend final : public Backend {
     }
   }
 
-  void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-            float beta, float* C, int ldc) override {
+  // Every op of ops/op_list.def: prepare_<op> checks the arguments (and may set an absent one, or upload what the
+  // kernel reads), and returns whether there is work; the command's words then follow from the declaration
+  // (Words below), so that the GPU worker reads them by name (web/src/webgpu/ops.generated.ts).
+#define QKV_OP(name, Code, opcode, group, scratch)                                                    \
+  void name(QKV_PARAMS(QKV_ARGS_##name)) override {                                                   \
+    if (prepare_##name(QKV_NAMES(QKV_ARGS_##name))) put(Op::Code QKV_LEADING_NAMES(QKV_ARGS_##name)); \
+  }
+#define QKV_OP_VALUE(type, name, Code, opcode, group, scratch)
+#define QKV_SCRATCH(rule)
+#define QKV_CONST(name, value)
+#include "ops/op_list.def"
+#undef QKV_OP
+#undef QKV_OP_VALUE
+#undef QKV_SCRATCH
+#undef QKV_CONST
+
+  bool prepare_fill(Span x, float) { return !x.empty(); }
+  bool prepare_copy_rows(float*, int ld_dst, const float*, int ld_src, int rows, int cols) {
+    check(rows >= 0 && cols >= 0 && ld_dst >= cols && ld_src >= cols, "copy_rows (webgpu): rows = ", rows,
+          ", cols = ", cols, ", ld_dst = ", ld_dst, ", ld_src = ", ld_src, ": expected ld >= cols >= 0");
+    return rows && cols;
+  }
+  bool prepare_gemm(bool ta, bool tb, int M, int N, int K, float, const float*, int lda, const float*, int ldb, float,
+                    float*, int ldc) {
     check(M >= 0 && N >= 0 && K >= 0, "gemm (webgpu): M = ", M, ", N = ", N, ", K = ", K, ": expected sizes >= 0");
     check(lda >= std::max(1, ta ? M : K) && ldb >= std::max(1, tb ? K : N) && ldc >= std::max(1, N),
           "gemm (webgpu): lda = ", lda, ", ldb = ", ldb, ", ldc = ", ldc, " are too small for M = ", M, ", N = ", N,
           ", K = ", K);
-    if (M == 0 || N == 0) return;
-    channel_.put(Op::Gemm, {ta, tb, u32(M), u32(N), u32(K), bits(alpha), off(A), u32(lda), off(B), u32(ldb), bits(beta),
-                            off(C), u32(ldc)});
+    return M && N;
   }
-  void add(Span out, CSpan a, CSpan b) override {
+  bool prepare_add(Span out, CSpan a, CSpan b) {
     check(a.size() >= out.size() && b.size() >= out.size(), "add (webgpu): inputs of ", a.size(), " and ", b.size(),
           " floats for an output of ", out.size());
-    if (!out.empty()) channel_.put(Op::Add, {off(out.data()), off(a.data()), off(b.data()), n32(out.size())});
+    return !out.empty();
   }
 
-  void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
+  bool prepare_layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) {
     rows_check("layernorm_forward", rows, C, {y.size(), x.size()}, {mean.size(), rstd.size()}, {w.size(), b.size()});
-    channel_.put(Op::LayerNormForward, {off(y.data()), off(mean.data()), off(rstd.data()), off(x.data()), off(w.data()),
-                                        off(b.data()), u32(rows), u32(C)});
+    return true;
   }
-  void residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b, int rows,
-                                  int C) override {
+  bool prepare_residual_layernorm_forward(Span r, Span y, Span mean, Span rstd, CSpan x, CSpan f, CSpan w, CSpan b,
+                                          int rows, int C) {
     rows_check("residual_layernorm_forward", rows, C, {r.size(), y.size(), x.size(), f.size()},
                {mean.size(), rstd.size()}, {w.size(), b.size()});
-    channel_.put(Op::ResidualLayerNormForward,
-                 {off(r.data()), off(y.data()), off(mean.data()), off(rstd.data()), off(x.data()), off(f.data()),
-                  off(w.data()), off(b.data()), u32(rows), u32(C)});
+    return true;
   }
   size_t layernorm_backward_scratch_size(int rows, int C) const override {
     return 2 * static_cast<size_t>(C) * ceil_div(static_cast<size_t>(std::max(rows, 0)), kRowBlock);
   }
-  void layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean, CSpan rstd,
-                          int rows, int C, Span scratch) override {
+  bool prepare_layernorm_backward(Span dx, Span dw, Span db, CSpan dr, CSpan dy, CSpan x, CSpan w, CSpan mean,
+                                  CSpan rstd, int rows, int C, Span scratch) {
     rows_check("layernorm_backward", rows, C, {dx.size(), dy.size(), x.size()}, {mean.size(), rstd.size()},
                {dw.size(), db.size(), w.size()});
     scratch_check("layernorm_backward", scratch, layernorm_backward_scratch_size(rows, C));
     check(dr.empty() || dr.size() >= static_cast<size_t>(rows) * C, "layernorm_backward (webgpu): dr of ", dr.size(),
           " floats for rows * C = ", static_cast<size_t>(rows) * C);
-    channel_.put(Op::LayerNormBackward,
-                 {off(dx.data()), off(dw.data()), off(db.data()), off(dr.data()), n32(dr.size()), off(dy.data()),
-                  off(x.data()), off(w.data()), off(mean.data()), off(rstd.data()), u32(rows), u32(C),
-                  off(scratch.data()), n32(scratch.size())});
+    return true;
   }
 
-  void bias_act_forward(Span a, Span h, CSpan b, Act act, int rows, int N) override {
+  bool prepare_bias_act_forward(Span& a, Span h, CSpan b, Act act, int rows, int N) {
     check(rows >= 0 && N >= 0 && h.size() >= static_cast<size_t>(rows) * N &&
               (act == Act::Identity || a.size() >= static_cast<size_t>(rows) * N) &&
               (b.empty() || b.size() >= static_cast<size_t>(N)),
           "bias_act_forward (webgpu): spans too small for rows = ", rows, ", N = ", N);
-    if (rows == 0 || N == 0) return;
-    channel_.put(Op::BiasActForward,
-                 {off(a.empty() ? h.data() : a.data()),  // Identity may leave a empty: a is h then
-                  off(h.data()), off(b.data()), n32(b.size()), act_code(act), u32(rows), u32(N)});
+    if (a.empty()) a = h;  // Identity may leave a empty: a is h then
+    return rows && N;
   }
   size_t bias_act_backward_scratch_size(int rows, int N) const override {
     return static_cast<size_t>(N) * ceil_div(static_cast<size_t>(std::max(rows, 0)), kRowBlock);
   }
-  void bias_act_backward(Span dh, Span db, CSpan da, CSpan h, Act act, int rows, int N, Span scratch) override {
+  bool prepare_bias_act_backward(Span dh, Span db, CSpan da, CSpan, Act, int rows, int N, Span scratch) {
     check(rows >= 0 && N >= 0 && da.size() >= static_cast<size_t>(rows) * N &&
               (dh.empty() || dh.size() >= static_cast<size_t>(rows) * N) &&
               (db.empty() || db.size() >= static_cast<size_t>(N)),
           "bias_act_backward (webgpu): spans too small for rows = ", rows, ", N = ", N);
     if (!db.empty()) scratch_check("bias_act_backward", scratch, bias_act_backward_scratch_size(rows, N));
-    if (rows == 0 || N == 0) return;
-    channel_.put(Op::BiasActBackward,
-                 {off(dh.data()), n32(dh.size()), off(db.data()), n32(db.size()), off(da.data()), off(h.data()),
-                  n32(h.size()), act_code(act), u32(rows), u32(N), off(scratch.data()), n32(scratch.size())});
+    return rows && N;
   }
 
-  void dropout_forward(Span y, CSpan x, float p, uint64_t seed) override {
+  bool prepare_dropout_forward(Span y, CSpan x, float, uint64_t) {
     check(x.size() >= y.size(), "dropout_forward (webgpu): x of ", x.size(), " floats for y of ", y.size());
-    if (!y.empty())
-      channel_.put(Op::DropoutForward, {off(y.data()), off(x.data()), n32(y.size()), bits(p), lo(seed), hi(seed)});
+    return !y.empty();
   }
-  void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed) override {
+  bool prepare_dropout_backward(Span dx, CSpan dy, float, uint64_t) {
     check(dy.size() >= dx.size(), "dropout_backward (webgpu): dy of ", dy.size(), " floats for dx of ", dx.size());
-    if (!dx.empty())
-      channel_.put(Op::DropoutBackward, {off(dx.data()), off(dy.data()), n32(dx.size()), bits(p), lo(seed), hi(seed)});
+    return !dx.empty();
   }
 
   size_t attention_scratch_size(const AttentionShape& s, int) const override {
     // The backward's D = rowsum(dout * out) per (b, h, query).
     return static_cast<size_t>(s.B) * s.H * s.Tq;
   }
-  void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
-                         Span scratch) override {
+  bool prepare_attention_forward(Span, Span, const float*, const float*, const float*, const AttentionShape& s, Span) {
     shape_check("attention_forward", s);
-    put_words(Op::AttentionForward, with_shape({off(out.data()), off(lse.data()), off(q), off(k), off(v)}, s,
-                                               {off(scratch.data()), n32(scratch.size())}));
+    return true;
   }
-  void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
-                          CSpan out, CSpan lse, const AttentionShape& s, Span scratch) override {
+  bool prepare_attention_backward(float*, float*, float*, CSpan, const float*, const float*, const float*, CSpan, CSpan,
+                                  const AttentionShape& s, Span scratch) {
     shape_check("attention_backward", s);
     scratch_check("attention_backward", scratch, attention_scratch_size(s, 1));
-    put_words(Op::AttentionBackward, with_shape({off(dq), off(dk), off(dv), off(dout.data()), off(q), off(k), off(v),
-                                                 off(out.data()), off(lse.data())},
-                                                s, {off(scratch.data()), n32(scratch.size())}));
+    return true;
   }
-  void attention_weights(Span att, const float* q, const float* k, const AttentionShape& s) override {
+  bool prepare_attention_weights(Span att, const float*, const float*, const AttentionShape& s) {
     shape_check("attention_weights", s);
     check(att.size() >= static_cast<size_t>(s.B) * s.H * s.Tq * s.Tk, "attention_weights (webgpu): att of ", att.size(),
           " floats for B * H * Tq * Tk");
-    put_words(Op::AttentionWeights, with_shape({off(att.data()), off(q), off(k)}, s, {}));
+    return true;
   }
 
-  void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
+  bool prepare_embedding_forward(Span x, const Ids& tokens, CSpan, CSpan, float, int B, int T, int C) {
     check(B >= 0 && T >= 0 && C >= 1 && x.size() >= static_cast<size_t>(B) * T * C && tokens.device != nullptr,
           "embedding_forward (webgpu): B = ", B, ", T = ", T, ", C = ", C, ", x of ", x.size(), " floats");
-    if (B * T == 0) return;
-    channel_.put(Op::EmbeddingForward, {off(x.data()), off(tokens.device), off(wte.data()), off(pos.data()),
-                                        n32(pos.size()), bits(scale), u32(B), u32(T), u32(C)});
+    return B * T != 0;
   }
   size_t embedding_backward_scratch_size(int, int) const override { return 0; }
-  void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,
-                          Span scratch) override {
+  bool prepare_embedding_backward(Span dwte, Span, CSpan dx, const Ids&, float, int B, int T, int C, Span) {
     check(C >= 1 && dwte.size() % static_cast<size_t>(C) == 0 && dx.size() >= static_cast<size_t>(B) * T * C,
           "embedding_backward (webgpu): dwte of ", dwte.size(), " floats, dx of ", dx.size(), " for B = ", B,
           ", T = ", T, ", C = ", C);
-    if (B * T == 0) return;
-    channel_.put(Op::EmbeddingBackward, {off(dwte.data()), n32(dwte.size() / static_cast<size_t>(C)), off(dpos.data()),
-                                         n32(dpos.size()), off(dx.data()), off(tokens.device), bits(scale), u32(B),
-                                         u32(T), u32(C), off(scratch.data()), n32(scratch.size())});
+    return B * T != 0;
   }
 
-  void mean_pool_forward(Span out, CSpan x, const uint8_t* key_pad, int B, int T, int C) override {
+  bool prepare_mean_pool_forward(Span out, CSpan x, const uint8_t*, int B, int T, int C) {
     check(out.size() >= static_cast<size_t>(B) * C && x.size() >= static_cast<size_t>(B) * T * C,
           "mean_pool_forward (webgpu): spans too small for B = ", B, ", T = ", T, ", C = ", C);
-    channel_.put(Op::MeanPoolForward, {off(out.data()), off(x.data()), off(key_pad), u32(B), u32(T), u32(C)});
+    return true;
   }
-  void mean_pool_backward(Span dx, CSpan dout, const uint8_t* key_pad, int B, int T, int C) override {
+  bool prepare_mean_pool_backward(Span dx, CSpan dout, const uint8_t*, int B, int T, int C) {
     check(dout.size() >= static_cast<size_t>(B) * C && dx.size() >= static_cast<size_t>(B) * T * C,
           "mean_pool_backward (webgpu): spans too small for B = ", B, ", T = ", T, ", C = ", C);
-    channel_.put(Op::MeanPoolBackward, {off(dx.data()), off(dout.data()), off(key_pad), u32(B), u32(T), u32(C)});
+    return true;
   }
 
-  void crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int ignore_index,
-                            float smoothing) override {
+  bool prepare_crossentropy_forward(Span losses, CSpan logits, const Ids& targets, int rows, int V, int, float) {
     ce_check("crossentropy_forward", losses, logits, targets, rows, V);
-    channel_.put(Op::CrossEntropyForward, {off(losses.data()), off(logits.data()), off(targets.device), u32(rows),
-                                           u32(V), u32(ignore_index), bits(smoothing)});
+    return true;
   }
-  void crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float scale, int rows,
-                                     int V, int ignore_index, float smoothing) override {
+  bool prepare_crossentropy_forward_backward(Span losses, Span dlogits, CSpan logits, const Ids& targets, float,
+                                             int rows, int V, int, float) {
     ce_check("crossentropy_forward_backward", losses, logits, targets, rows, V);
     check(dlogits.size() >= static_cast<size_t>(rows) * V, "crossentropy_forward_backward (webgpu): dlogits of ",
           dlogits.size(), " floats for rows * V");
-    channel_.put(Op::CrossEntropyForwardBackward,
-                 {off(losses.data()), off(dlogits.data()), off(logits.data()), off(targets.device), bits(scale),
-                  u32(rows), u32(V), u32(ignore_index), bits(smoothing)});
+    return true;
   }
-  void argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) override {
+  bool prepare_argmax_rows(std::span<int32_t> best, CSpan logits, int rows, int V) {
     check(rows >= 0 && V >= 1 && best.size() >= static_cast<size_t>(rows) &&
               logits.size() >= static_cast<size_t>(rows) * V,
           "argmax_rows (webgpu): rows = ", rows, ", V = ", V, " for spans of ", best.size(), " and ", logits.size());
-    if (rows) channel_.put(Op::ArgmaxRows, {off(best.data()), off(logits.data()), u32(rows), u32(V)});
+    return rows != 0;
   }
 
-  // The ranges go to the device as quads (begin, end, l2, shrink) in scratch; the factors are computed here
-  // in double exactly as the CPU kernel computes them.
+  // The ranges go to the device as quads (begin, end, l2, shrink) in scratch; the factors are computed in double
+  // exactly as the CPU kernel computes them (Words::add(AdamHyper)).
   size_t adam_scratch_size(size_t ranges) const override { return 4 * ranges; }
-  void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,
-                 Span scratch) override {
+  bool prepare_adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> ranges, const AdamHyper& h,
+                         Span scratch) {
     scratch_check("adam_step", scratch, adam_scratch_size(ranges.size()));
-    if (ranges.empty()) return;
+    if (ranges.empty()) return false;
     check(ranges.back().end <= p.size() && m.size() >= p.size() && v.size() >= p.size() && g.size() >= p.size(),
           "adam_step (webgpu): the last range ends at ", ranges.back().end, " for buffers of ", p.size());
     std::vector<uint32_t> quads;
@@ -472,16 +457,11 @@ class WebGpuBackend final : public Backend {
       quads.insert(quads.end(), {static_cast<uint32_t>(r.begin), static_cast<uint32_t>(r.end), bits(l2), bits(shrink)});
     }
     upload(scratch.data(), quads.data(), quads.size() * 4);
-    const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
-    const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
-    const float step = static_cast<float>(h.lr / bc1), sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
-    channel_.put(Op::AdamStep, {off(p.data()), off(m.data()), off(v.data()), off(g.data()), n32(ranges.back().end),
-                                off(scratch.data()), n32(ranges.size()), bits(h.beta1), bits(h.beta2), bits(h.eps),
-                                bits(h.grad_scale), bits(step), bits(sqrt_bc2)});
+    return true;
   }
 
-  // The partial sums (one float per 4096-float block) land in a buffer this backend keeps, grown as needed;
-  // they come back to be added in double.
+  // The partial sums (one float per SUM_SQUARES_BLOCK floats) land in a buffer this backend keeps, grown as
+  // needed, passed as the command's scratch; they come back to be added in double.
   size_t sum_squares_scratch_size() const override { return 0; }
   double sum_squares(CSpan x, Span) override {
     if (x.empty()) return 0.0;
@@ -491,7 +471,7 @@ class WebGpuBackend final : public Backend {
       partials_ = allocate(blocks * sizeof(float));
       partials_capacity_ = blocks;
     }
-    channel_.put(Op::SumSquares, {off(x.data()), n32(x.size()), off(partials_)});
+    put(Op::SumSquares, x, Span(static_cast<float*>(partials_), blocks));
     host_partials_.resize(blocks);
     download(host_partials_.data(), partials_, blocks * sizeof(float));
     double sum = 0.0;
@@ -509,7 +489,6 @@ class WebGpuBackend final : public Backend {
   }
   static uint32_t lo(uint64_t x) { return static_cast<uint32_t>(x); }
   static uint32_t hi(uint64_t x) { return static_cast<uint32_t>(x >> 32); }
-  static uint32_t act_code(Act a) { return static_cast<uint32_t>(a); }
 
   static void rows_check(const char* op, int rows, int C, std::initializer_list<size_t> full,
                          std::initializer_list<size_t> per_row, std::initializer_list<size_t> per_col) {
@@ -535,16 +514,39 @@ class WebGpuBackend final : public Backend {
           op, " (webgpu): rows = ", rows, ", V = ", V, " for losses of ", losses.size(), " and logits of ",
           logits.size());
   }
-  static std::vector<uint32_t> with_shape(std::initializer_list<uint32_t> ptrs, const AttentionShape& s,
-                                          std::initializer_list<uint32_t> after) {
-    std::vector<uint32_t> w(ptrs);
-    w.insert(w.end(), {u32(s.B), u32(s.Tq), u32(s.Tk), u32(s.C), u32(s.H), u32(s.ldq), u32(s.ldkv), off(s.key_pad),
-                       s.key_pad ? 1u : 0u, s.causal ? 1u : 0u, bits(s.dropout), lo(s.seed), hi(s.seed), u32(s.q_pos),
-                       u32(s.key_rows())});
-    w.insert(w.end(), after);
-    return w;
+  // One command's words from its C++ arguments in declaration order, by type as ops/op_list.def's table gives
+  // them for each kind (the GPU worker's readers, ops.generated.ts, follow the same table).
+  struct Words {
+    std::vector<uint32_t> w;
+    void add(CSpan x) { w.insert(w.end(), {off(x.data()), n32(x.size())}); }
+    void add(std::span<int32_t> x) { w.insert(w.end(), {off(x.data()), n32(x.size())}); }
+    void add(const float* p) { w.push_back(off(p)); }
+    void add(const uint8_t* p) { w.push_back(off(p)); }
+    void add(const Ids& t) { w.insert(w.end(), {off(t.device), n32(t.host.size())}); }
+    void add(int i) { w.push_back(u32(i)); }
+    void add(float f) { w.push_back(bits(f)); }
+    void add(bool b) { w.push_back(b ? 1u : 0u); }
+    void add(Act a) { w.push_back(static_cast<uint32_t>(a)); }
+    void add(uint64_t seed) { w.insert(w.end(), {lo(seed), hi(seed)}); }
+    void add(const AttentionShape& s) {
+      w.insert(w.end(), {u32(s.B), u32(s.Tq), u32(s.Tk), u32(s.C), u32(s.H), u32(s.ldq), u32(s.ldkv), off(s.key_pad),
+                         s.key_pad ? 1u : 0u, s.causal ? 1u : 0u, bits(s.dropout), lo(s.seed), hi(s.seed), u32(s.q_pos),
+                         u32(s.key_rows())});
+    }
+    void add(std::span<const AdamRange> r) { w.insert(w.end(), {n32(r.size()), n32(r.empty() ? 0 : r.back().end)}); }
+    void add(const AdamHyper& h) {
+      const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), h.t);
+      const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), h.t);
+      w.insert(w.end(), {bits(h.beta1), bits(h.beta2), bits(h.eps), bits(h.grad_scale),
+                         bits(static_cast<float>(h.lr / bc1)), bits(static_cast<float>(std::sqrt(bc2)))});
+    }
+  };
+  template <class... A>
+  void put(Op op, const A&... args) {
+    Words words;
+    (words.add(args), ...);
+    channel_.put(op, {}, words.w.data(), words.w.size());
   }
-  void put_words(Op op, const std::vector<uint32_t>& w) { channel_.put(op, {}, w.data(), w.size()); }
 
   WebGpuLimits limits_;
   Channel channel_;

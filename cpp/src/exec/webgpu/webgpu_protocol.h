@@ -1,7 +1,8 @@
 #pragma once
 // The command stream of the WebGPU backend (exec/webgpu/webgpu_backend.cpp) to the GPU worker of the npm package: the
-// opcodes and the control block. web/src/webgpu/protocol.ts is the other half and documents every command's
-// words; the numbers here must match it (tests/web/webgpu-protocol.test.ts checks that they do).
+// opcodes and the control block. The ring's own commands (Wrap .. Copy) and the control block are written here
+// and in web/src/webgpu/protocol.ts (tests/web/webgpu-protocol.test.ts checks that they match); the kernels'
+// opcodes and words come from ops/op_list.def on both sides (ops.generated.ts is written from it).
 #include <cstdint>
 
 namespace qkv::ops::webgpu {
@@ -13,29 +14,16 @@ enum class Op : uint32_t {
   Download = 3,
   Sync = 4,
   Copy = 5,
-  Fill = 16,
-  CopyRows = 17,
-  Gemm = 18,
-  Add = 19,
-  LayerNormForward = 20,
-  ResidualLayerNormForward = 21,
-  LayerNormBackward = 22,
-  BiasActForward = 23,
-  BiasActBackward = 24,
-  DropoutForward = 25,
-  DropoutBackward = 26,
-  AttentionForward = 27,
-  AttentionBackward = 28,
-  AttentionWeights = 29,
-  EmbeddingForward = 30,
-  EmbeddingBackward = 31,
-  MeanPoolForward = 32,
-  MeanPoolBackward = 33,
-  CrossEntropyForward = 34,
-  CrossEntropyForwardBackward = 35,
-  ArgmaxRows = 36,
-  AdamStep = 37,
-  SumSquares = 38,
+// The kernels: every op of ops/op_list.def under its Code and opcode.
+#define QKV_OP(name, Code, opcode, group, scratch) Code = opcode,
+#define QKV_OP_VALUE(type, name, Code, opcode, group, scratch) Code = opcode,
+#define QKV_SCRATCH(rule)
+#define QKV_CONST(name, value)
+#include "ops/op_list.def"
+#undef QKV_OP
+#undef QKV_OP_VALUE
+#undef QKV_SCRATCH
+#undef QKV_CONST
 };
 
 // The control block's int32 words, then the ring (protocol.ts: Control).
@@ -47,6 +35,16 @@ constexpr int kMessageCapacity = (kWords - kMessage) * 4;
 
 enum Status : int32_t { kOk = 0, kFailed = 1, kLost = 2 };
 
-constexpr uint32_t kSumSquaresBlock = 4096;  // floats per partial sum of SumSquares
+// Floats per partial sum of SumSquares: op_list.def's SUM_SQUARES_BLOCK, which the WGSL kernel shares.
+#define QKV_OP(name, Code, opcode, group, scratch)
+#define QKV_OP_VALUE(type, name, Code, opcode, group, scratch)
+#define QKV_SCRATCH(rule)
+#define QKV_CONST(name, value) constexpr uint32_t k##name = value;
+#include "ops/op_list.def"
+#undef QKV_OP
+#undef QKV_OP_VALUE
+#undef QKV_SCRATCH
+#undef QKV_CONST
+constexpr uint32_t kSumSquaresBlock = kSUM_SQUARES_BLOCK;
 
 }  // namespace qkv::ops::webgpu
