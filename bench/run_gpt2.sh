@@ -91,20 +91,22 @@ for log in sorted(logs.glob("*.log")):
 if not rows:
     sys.exit("no RESULT lines")
 print("\n== GPT-2 124M, batch 1, prompt 32, 64 new tokens greedy, KV cache, best round (range over rounds)")
-print(f"| side | decode ms/token | decode tokens/s | prefill ms (with the 1st token) | load s | peak RSS MB | tokens = PyTorch's |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
+print("| side | decode ms/token | decode tokens/s | prefill ms (with the 1st token) | 1st generation's prefill ms |"
+      " load s | peak RSS MB | tokens = PyTorch's |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 best = {}
 for side in ["native", "file", "wasm", "ort-web", "ort-node"]:
     if side not in rows:
         continue
     rs = rows[side]
     col = lambda k: sorted(float(r[k]) for r in rs)
-    d, p, l, m = col("decode_ms"), col("prefill_ms"), col("load_s"), col("peak_rss_mb")
+    d, p, l, m, f = col("decode_ms"), col("prefill_ms"), col("load_s"), col("peak_rss_mb"), col("first_prefill_ms")
     same = all([int(t) for t in r["tokens"].split(",")] == expected for r in rs)
     best[side] = (d[0], p[0], l[0], m[-1])
     def rng(v, f):
         return f.format(v[0]) if len(v) == 1 else f"{f.format(v[0])} ({f.format(v[0])} to {f.format(v[-1])})"
-    print(f"| {names[side]} | {rng(d, '{:.2f}')} | {1e3 / d[0]:.1f} | {rng(p, '{:.0f}')} | {rng(l, '{:.2f}')} | "
+    print(f"| {names[side]} | {rng(d, '{:.2f}')} | {1e3 / d[0]:.1f} | {rng(p, '{:.0f}')} | {rng(f, '{:.0f}')} | "
+          f"{rng(l, '{:.2f}')} | "
           f"{m[-1]:.0f} | {'yes' if same else 'NO'} |")
     if not same:
         print(f"  {side}: tokens differ from PyTorch's: {rs[0]['tokens'][:120]}...")
