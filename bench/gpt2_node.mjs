@@ -30,8 +30,11 @@ const peers = createRequire(path.join(HERE, "web", "package.json"));
 const [side, file] = process.argv.slice(2, 4);
 const threads = option("threads", 2), promptLen = option("prompt", 32), fresh = option("new", 64);
 const runs = option("runs", 3);
-if (!["wasm", "ort-web", "ort-node"].includes(side) || !file) {
-  console.error("usage: node bench/gpt2_node.mjs wasm DIR | ort-web FILE | ort-node FILE [--threads N] [--prompt N] [--new N] [--runs N]");
+if (!["wasm", "ort-web", "ort-node", "alternate"].includes(side) || !file) {
+  console.error(
+    "usage: node bench/gpt2_node.mjs wasm DIR | ort-web FILE | ort-node FILE | alternate DIR " +
+      "[--threads N] [--prompt N] [--new N] [--runs N]",
+  );
   process.exit(2);
 }
 const VOCAB = 50257, LAYERS = 12, HEADS = 12, HEAD_DIM = 64;
@@ -39,12 +42,12 @@ const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % VOC
 const hwmMb = () => (Number(/VmHWM:\s+(\d+)/.exec(readFileSync("/proc/self/status", "utf8"))[1]) * 1024) / 1e6;
 
 /** A side: load() once, then generate(onToken) per run, calling onToken(id) as each token is chosen. */
-async function qkvSide() {
+async function qkvSide(folder) {
   const { init, LanguageModel } = await import("../web/dist/node.js");
   const info = await init({ threads });
   const lm = await LanguageModel.fromPretrained({
-    "config.json": await openAsBlob(path.join(file, "config.json")),
-    "model.safetensors": await openAsBlob(path.join(file, "model.safetensors")),
+    "config.json": await openAsBlob(path.join(folder, "config.json")),
+    "model.safetensors": await openAsBlob(path.join(folder, "model.safetensors")),
   });
   return {
     version: `qkv ${info.threaded ? "threaded" : "single-threaded"} ${info.threads} threads`,
@@ -54,19 +57,19 @@ async function qkvSide() {
   };
 }
 
-async function ortSide(web) {
+async function ortSide(web, onnx) {
   const pkg = web ? "onnxruntime-web" : "onnxruntime-node";
   const ort = await import(peers.resolve(pkg));
   const version = JSON.parse(readFileSync(path.join(HERE, "web", "node_modules", pkg, "package.json"), "utf8")).version;
   let session;
   if (web) {
     ort.env.wasm.numThreads = threads;
-    session = await ort.InferenceSession.create(readFileSync(file), {
+    session = await ort.InferenceSession.create(readFileSync(onnx), {
       executionProviders: ["wasm"],
       graphOptimizationLevel: "all",
     });
   } else {
-    session = await ort.InferenceSession.create(file, {
+    session = await ort.InferenceSession.create(onnx, {
       executionProviders: ["cpu"],
       graphOptimizationLevel: "all",
       intraOpNumThreads: threads,
@@ -107,12 +110,8 @@ async function ortSide(web) {
   };
 }
 
-const t0 = performance.now();
-const s = side === "wasm" ? await qkvSide() : await ortSide(side === "ort-web");
-const loadS = (performance.now() - t0) / 1000;
-let tokens = null, bestPrefill = Infinity, bestDecode = Infinity, firstPrefill = 0;
-const decodeRuns = [];
-for (let r = 0; r < runs; ++r) {
+/** One generation of side `s`: its tokens, the first token's ms (prefill) and the median of the others'. */
+async function measure(s) {
   const out = [], ms = [];
   let last = performance.now();
   await s.generate((t) => {
@@ -121,16 +120,67 @@ for (let r = 0; r < runs; ++r) {
     last = now;
     out.push(t);
   });
+  const steps = ms.slice(1).sort((a, b) => a - b);
+  return { tokens: out, prefill: ms[0], median: steps[steps.length >> 1] ?? 0, min: steps[0], max: steps.at(-1) };
+}
+
+if (side === "alternate") {
+  // The three JavaScript sides loaded side by side in this process, then one generation of each in turn, --runs
+  // rounds: the machine is shared, and its speed swings over minutes, so each round compares the sides within the
+  // same few seconds. An idle pause between two sides lets the one that ran stop spinning its threads.
+  const sides = {
+    wasm: await qkvSide(path.join(file, "hub")),
+    "ort-web": await ortSide(true, path.join(file, "gpt2.onnx")),
+    "ort-node": await ortSide(false, path.join(file, "gpt2.onnx")),
+  };
+  const results = Object.fromEntries(Object.keys(sides).map((k) => [k, []]));
+  for (let r = 0; r < runs; ++r) {
+    const line = [];
+    for (const [name, s] of Object.entries(sides)) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const m = await measure(s);
+      if (m.tokens.length !== fresh) throw new Error(`${name} made ${m.tokens.length} tokens`);
+      results[name].push(m);
+      line.push(`${name} ${m.prefill.toFixed(0)} / ${m.median.toFixed(2)}`);
+    }
+    const w = results.wasm.at(-1), web = results["ort-web"].at(-1);
+    console.log(
+      `round ${r} (prefill ms / decode median ms): ${line.join(", ")}; wasm vs ort-web decode ` +
+        `${(web.median / w.median).toFixed(2)}x, prefill ${(web.prefill / w.prefill).toFixed(2)}x; load ${loadAverage()}`,
+    );
+  }
+  const med = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
+  for (const [name, rs] of Object.entries(results)) {
+    console.log(
+      `RESULT side=alt-${name} threads=${threads} runs=${runs} prefill_ms=${Math.min(...rs.map((m) => m.prefill)).toFixed(1)} ` +
+        `decode_ms=${Math.min(...rs.map((m) => m.median)).toFixed(2)} decode_ms_median_of_runs=${med(rs.map((m) => m.median)).toFixed(2)} ` +
+        `tokens=${rs[0].tokens.join(",")}`,
+    );
+  }
+  const ratios = results.wasm.map((w, i) => results["ort-web"][i].median / w.median);
+  const pre = results.wasm.map((w, i) => results["ort-web"][i].prefill / w.prefill);
+  console.log(
+    `RESULT side=alt-ratio wasm_vs_ort_web_decode_median=${med(ratios).toFixed(2)} range=${Math.min(...ratios).toFixed(2)}-` +
+      `${Math.max(...ratios).toFixed(2)} wasm_vs_ort_web_prefill_median=${med(pre).toFixed(2)}`,
+  );
+  process.exit(0);
+}
+
+const t0 = performance.now();
+const s = side === "wasm" ? await qkvSide(file) : await ortSide(side === "ort-web", file);
+const loadS = (performance.now() - t0) / 1000;
+let tokens = null, bestPrefill = Infinity, bestDecode = Infinity, firstPrefill = 0;
+const decodeRuns = [];
+for (let r = 0; r < runs; ++r) {
+  const { tokens: out, prefill, median, min, max } = await measure(s);
   if (out.length !== fresh || (tokens && out.join() !== tokens.join())) {
     console.error(`gpt2_node ${side}: run ${r} made ${out.length} tokens (expected ${fresh}, the same each run)`);
     process.exit(1);
   }
   tokens = out;
-  const prefill = ms[0], steps = ms.slice(1).sort((a, b) => a - b);
-  const median = steps[steps.length >> 1] ?? 0;
   console.log(
     `run ${r}: prefill ${prefill.toFixed(1)} ms (with the first token), decode median ${median.toFixed(2)} ms/token ` +
-      `(min ${steps[0]?.toFixed(2)}, max ${steps.at(-1)?.toFixed(2)})`,
+      `(min ${min?.toFixed(2)}, max ${max?.toFixed(2)})`,
   );
   if (r === 0) firstPrefill = prefill;
   bestPrefill = Math.min(bestPrefill, prefill);
