@@ -51,17 +51,8 @@ namespace {
 
 thread_local bool t_inside_region = false;
 
-// How long a thread spins before it blocks: a few regions' worth, short enough not to matter when idle. In
-// WebAssembly a blocked thread costs far more to wake (Atomics.wait / Atomics.notify through the engine's futex
-// emulation, each notify a call out to JavaScript), and batch-1 decoding leaves gaps of a few hundred
-// microseconds between regions (the sampler, the return to JavaScript between tokens): with 200 us the worker
-// slept through most of them, and pthread_cond_broadcast took 905 ms of the calling thread's 5 s generating
-// 2 x 64 GPT-2 124M tokens (Node 20's profiler).
-#ifdef __EMSCRIPTEN__
-constexpr auto kSpin = std::chrono::microseconds(2000);
-#else
+// How long a thread spins before it blocks: a few regions' worth, short enough not to matter when idle.
 constexpr auto kSpin = std::chrono::microseconds(200);
-#endif
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
