@@ -18,11 +18,11 @@
 //   RESULT side=<wasm|ort-web|ort-node> threads=<n> version=<v> load_s=<s> prefill_ms=<best run's>
 //     first_prefill_ms=<run 0's: the first generation after the load> decode_ms=<best run's median>
 //     decode_ms_runs=<each run's> peak_rss_mb=<VmHWM> tokens=<id,id,...>
-// Run it from bench/web's folder tree or with NODE_PATH: the peers are installed under bench/web/node_modules.
+// The peers are resolved from bench/web/node_modules; the package from web/dist, or the folder QKV_BENCH_DIST names.
 import { openAsBlob, readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { loadAverage, option } from "./node_util.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -43,7 +43,9 @@ const hwmMb = () => (Number(/VmHWM:\s+(\d+)/.exec(readFileSync("/proc/self/statu
 
 /** A side: load() once, then generate(onToken) per run, calling onToken(id) as each token is chosen. */
 async function qkvSide(folder) {
-  const { init, LanguageModel } = await import("../web/dist/node.js");
+  // QKV_BENCH_DIST: another build of the package's dist folder (an A/B of two builds of the core).
+  const dist = process.env.QKV_BENCH_DIST ? path.resolve(process.env.QKV_BENCH_DIST) : path.join(HERE, "..", "web", "dist");
+  const { init, LanguageModel } = await import(pathToFileURL(path.join(dist, "node.js")).href);
   const info = await init({ threads });
   const lm = await LanguageModel.fromPretrained({
     "config.json": await openAsBlob(path.join(folder, "config.json")),
