@@ -51,7 +51,9 @@ fi
 # 2. The peers, from bench/web's own package.json and lock file (never the package's: npm test must not get them).
 if [[ ! -f bench/web/node_modules/.package-lock.json || bench/web/package-lock.json -nt bench/web/node_modules/.package-lock.json ]]; then
   echo "== installing the peers: npm ci --prefix bench/web"
-  npm ci --prefix bench/web --no-audit --no-fund --loglevel=error
+  # onnxruntime-node (bench/run_gpt2.sh's peer) would fetch CUDA binaries from api.nuget.org: its CPU binaries are
+  # in the npm package, so the install script is told to skip (also set in bench/web/.npmrc).
+  ONNXRUNTIME_NODE_INSTALL=skip npm ci --prefix bench/web --no-audit --no-fund --loglevel=error
 fi
 
 # 3. The shared weights, ONNX exports, reference logits, batches and PyTorch's losses (bench/web/export_model.py).

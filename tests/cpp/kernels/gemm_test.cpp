@@ -90,6 +90,32 @@ TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {
   set_num_threads(max_threads());
 }
 
+// The row kernel behind batch-1 decoding (M = 1, B transposed: y = x W^T) takes B's rows 8, then 4, then 1 at a
+// time, with k two vectors a step and then one: at every instruction set and K around those steps (W = 4, 8, 16
+// lanes: K = 2W - 1, 2W, 2W + 1, 3W + 3, ...) and N leaving every block size a remainder, each element matches
+// the double reference, and equals bit for bit the same row computed alone (N = 1): the block a row falls in
+// never changes its sum's order.
+TEST(Gemm, RowKernelBlocksMatchReferenceAndEachOther) {
+  set_num_threads(1);
+  test::for_each_isa([&](const std::string& isa) {
+    for (const int K : {3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 35, 51, 64, 99, 768})
+      for (const int N : {1, 4, 7, 8, 12, 13, 15, 23, 29, 64 + 15}) {
+        check_case({false, true, 1, N, K, 1.f, 0.f}, isa);
+        check_case({false, true, 1, N, K, 0.5f, -1.f}, isa);
+        const int ldb = K + 5;
+        auto a = test::randn(static_cast<size_t>(K), 11 + K), B = test::randn(static_cast<size_t>(N) * ldb, 12 + N);
+        std::vector<float> all(static_cast<size_t>(N)), one(1);
+        kernels::gemm(false, true, 1, N, K, 1.f, a.data(), K, B.data(), ldb, 0.f, all.data(), N);
+        for (int j = 0; j < N; ++j) {
+          kernels::gemm(false, true, 1, 1, K, 1.f, a.data(), K, B.data() + static_cast<size_t>(j) * ldb, ldb, 0.f,
+                        one.data(), 1);
+          ASSERT_EQ(all[static_cast<size_t>(j)], one[0]) << isa << " N " << N << " K " << K << " row " << j;
+        }
+      }
+  });
+  set_num_threads(max_threads());
+}
+
 // beta == 0 must not read C: NaN there must not leak into the result (BLAS semantics).
 TEST(Gemm, BetaZeroIgnoresGarbageInC) {
   test::for_each_isa([&](const std::string& isa) {

@@ -63,6 +63,33 @@ TEST(ThreadPool, OthersTakeOverTheChunksOfASlowThread) {
   EXPECT_GE(by_caller.load(), 700);
 }
 
+// The pool notifies only threads that sleep: regions far enough apart that the workers have stopped spinning
+// and blocked (1 ms > the 200 us spin) must still wake them, and chunks slow enough that the caller blocks
+// waiting for the last one must still wake the caller. A lost wake-up would hang here (ctest's timeout) or leave
+// the worker out of every region (checked: it runs chunks in a quarter of them at least; on the busy 2-core
+// machine it may be descheduled for some).
+TEST(ThreadPool, WakesWorkersAndCallerThatBlocked) {
+  if (max_threads() < 2) GTEST_SKIP() << "single-threaded build";
+  set_num_threads(2);
+  const auto caller = std::this_thread::get_id();
+  int regions_with_worker = 0;
+  constexpr int kRegions = 20;
+  for (int r = 0; r < kRegions; ++r) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // the worker blocks in the meantime
+    std::vector<std::atomic<int>> hits(8);
+    std::atomic<bool> worker_ran{false};
+    parallel_for(8, [&](int64_t b, int64_t e) {
+      // 0.5 ms a chunk: the caller, done with its own, outlasts its spin while the worker finishes its last one.
+      std::this_thread::sleep_for(std::chrono::microseconds(500));
+      if (std::this_thread::get_id() != caller) worker_ran = true;
+      for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+    });
+    for (int i = 0; i < 8; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "region " << r << " item " << i;
+    regions_with_worker += worker_ran ? 1 : 0;
+  }
+  EXPECT_GE(regions_with_worker, kRegions / 4) << "the sleeping worker was not woken for most regions";
+}
+
 // An exception from any chunk reaches the caller once the region is over; the pool stays usable.
 TEST(ThreadPool, AChunksExceptionReachesTheCaller) {
   set_num_threads(std::min(2, max_threads()));

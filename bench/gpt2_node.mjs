@@ -1,0 +1,198 @@
+// The JavaScript sides of the GPT-2 124M generation benchmark (bench/run_gpt2.sh; issue 35): batch 1, a prompt
+// of --prompt ids, --new greedy tokens with the KV cache, --runs generations after one load, in this fresh Node
+// process (one side per process, so that the peak resident memory is that side's alone).
+//
+//   node bench/gpt2_node.mjs wasm DIR       qkv's npm package (web/dist, wasm, init({ threads })):
+//                                            LanguageModel.fromPretrained of the Hub folder DIR (config.json and
+//                                            model.safetensors as Blobs from fs.openAsBlob, read as streams),
+//                                            then stream(prompt, { maxTokens, temperature: 0 })
+//   node bench/gpt2_node.mjs ort-web FILE   onnxruntime-web (wasm, env.wasm.numThreads = threads) on FILE, the
+//   node bench/gpt2_node.mjs ort-node FILE  ONNX export with a KV cache (bench/gpt2_export.py); onnxruntime-node
+//                                            (intraOpNumThreads = threads). Both: the loop Transformers.js runs,
+//                                            the prompt once with an empty past, then one token a step with the
+//                                            presents as the next past, the argmax of the last row of logits.
+//   options: --threads N (2) --prompt N (32) --new N (64) --runs N (3)
+//
+// prefill = the first token's time (the prompt's forward and the first argmax), decode = each later token's;
+// load = from nothing to a model ready to run (reading the files included). Prints per run, then one line:
+//   RESULT side=<wasm|ort-web|ort-node> threads=<n> version=<v> load_s=<s> prefill_ms=<best run's>
+//     first_prefill_ms=<run 0's: the first generation after the load> decode_ms=<best run's median>
+//     decode_ms_runs=<each run's> peak_rss_mb=<VmHWM> tokens=<id,id,...>
+// The peers are resolved from bench/web/node_modules; the package from web/dist, or the folder QKV_BENCH_DIST names.
+import { openAsBlob, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { loadAverage, option } from "./node_util.mjs";
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const peers = createRequire(path.join(HERE, "web", "package.json"));
+const [side, file] = process.argv.slice(2, 4);
+const threads = option("threads", 2), promptLen = option("prompt", 32), fresh = option("new", 64);
+const runs = option("runs", 3);
+if (!["wasm", "ort-web", "ort-node", "alternate"].includes(side) || !file) {
+  console.error(
+    "usage: node bench/gpt2_node.mjs wasm DIR | ort-web FILE | ort-node FILE | alternate DIR " +
+      "[--threads N] [--prompt N] [--new N] [--runs N]",
+  );
+  process.exit(2);
+}
+const VOCAB = 50257, LAYERS = 12, HEADS = 12, HEAD_DIM = 64;
+const prompt = Array.from({ length: promptLen }, (_, i) => (i * 7919 + 13) % VOCAB);
+const hwmMb = () => (Number(/VmHWM:\s+(\d+)/.exec(readFileSync("/proc/self/status", "utf8"))[1]) * 1024) / 1e6;
+
+/** A side: load() once, then generate(onToken) per run, calling onToken(id) as each token is chosen. */
+async function qkvSide(folder) {
+  // QKV_BENCH_DIST: another build of the package's dist folder (an A/B of two builds of the core).
+  const dist = process.env.QKV_BENCH_DIST ? path.resolve(process.env.QKV_BENCH_DIST) : path.join(HERE, "..", "web", "dist");
+  const { init, LanguageModel } = await import(pathToFileURL(path.join(dist, "node.js")).href);
+  const info = await init({ threads });
+  const lm = await LanguageModel.fromPretrained({
+    "config.json": await openAsBlob(path.join(folder, "config.json")),
+    "model.safetensors": await openAsBlob(path.join(folder, "model.safetensors")),
+  });
+  return {
+    version: `qkv ${info.threaded ? "threaded" : "single-threaded"} ${info.threads} threads`,
+    async generate(onToken) {
+      for await (const t of lm.stream(Int32Array.from(prompt), { maxTokens: fresh, temperature: 0 })) onToken(t);
+    },
+  };
+}
+
+async function ortSide(web, onnx) {
+  const pkg = web ? "onnxruntime-web" : "onnxruntime-node";
+  const ort = await import(peers.resolve(pkg));
+  const version = JSON.parse(readFileSync(path.join(HERE, "web", "node_modules", pkg, "package.json"), "utf8")).version;
+  let session;
+  if (web) {
+    ort.env.wasm.numThreads = threads;
+    session = await ort.InferenceSession.create(readFileSync(onnx), {
+      executionProviders: ["wasm"],
+      graphOptimizationLevel: "all",
+    });
+  } else {
+    session = await ort.InferenceSession.create(onnx, {
+      executionProviders: ["cpu"],
+      graphOptimizationLevel: "all",
+      intraOpNumThreads: threads,
+      interOpNumThreads: 1,
+      executionMode: "sequential",
+    });
+  }
+  const int64 = (values, dims) => new ort.Tensor("int64", BigInt64Array.from(values, BigInt), dims);
+  return {
+    version: `${pkg} ${version}`,
+    async generate(onToken) {
+      let past = {};
+      for (let l = 0; l < LAYERS; ++l)
+        for (const kv of ["key", "value"])
+          past[`past_key_values.${l}.${kv}`] = new ort.Tensor("float32", new Float32Array(0), [1, HEADS, 0, HEAD_DIM]);
+      let ids = prompt, length = 0;
+      for (let n = 0; n < fresh; ++n) {
+        const T = ids.length;
+        const out = await session.run({
+          input_ids: int64(ids, [1, T]),
+          attention_mask: int64(new Array(length + T).fill(1), [1, length + T]),
+          position_ids: int64(Array.from({ length: T }, (_, i) => length + i), [1, T]),
+          ...past,
+        });
+        const logits = out.logits.data, row = (T - 1) * VOCAB;
+        let best = 0;
+        for (let v = 1; v < VOCAB; ++v) if (logits[row + v] > logits[row + best]) best = v;
+        out.logits.dispose?.();
+        for (const value of Object.values(past)) value.dispose?.();
+        past = {};
+        for (let l = 0; l < LAYERS; ++l)
+          for (const kv of ["key", "value"]) past[`past_key_values.${l}.${kv}`] = out[`present.${l}.${kv}`];
+        length += T;
+        ids = [best];
+        onToken(best);
+      }
+    },
+  };
+}
+
+/** One generation of side `s`: its tokens, the first token's ms (prefill) and the median of the others'. */
+async function measure(s) {
+  const out = [], ms = [];
+  let last = performance.now();
+  await s.generate((t) => {
+    const now = performance.now();
+    ms.push(now - last);
+    last = now;
+    out.push(t);
+  });
+  const steps = ms.slice(1).sort((a, b) => a - b);
+  return { tokens: out, prefill: ms[0], median: steps[steps.length >> 1] ?? 0, min: steps[0], max: steps.at(-1) };
+}
+
+if (side === "alternate") {
+  // The three JavaScript sides loaded side by side in this process, then one generation of each in turn, --runs
+  // rounds: the machine is shared, and its speed swings over minutes, so each round compares the sides within the
+  // same few seconds. An idle pause between two sides lets the one that ran stop spinning its threads.
+  const sides = {
+    wasm: await qkvSide(path.join(file, "hub")),
+    "ort-web": await ortSide(true, path.join(file, "gpt2.onnx")),
+    "ort-node": await ortSide(false, path.join(file, "gpt2.onnx")),
+  };
+  const results = Object.fromEntries(Object.keys(sides).map((k) => [k, []]));
+  for (let r = 0; r < runs; ++r) {
+    const line = [];
+    for (const [name, s] of Object.entries(sides)) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      const m = await measure(s);
+      if (m.tokens.length !== fresh) throw new Error(`${name} made ${m.tokens.length} tokens`);
+      results[name].push(m);
+      line.push(`${name} ${m.prefill.toFixed(0)} / ${m.median.toFixed(2)}`);
+    }
+    const w = results.wasm.at(-1), web = results["ort-web"].at(-1);
+    console.log(
+      `round ${r} (prefill ms / decode median ms): ${line.join(", ")}; wasm vs ort-web decode ` +
+        `${(web.median / w.median).toFixed(2)}x, prefill ${(web.prefill / w.prefill).toFixed(2)}x; load ${loadAverage()}`,
+    );
+  }
+  const med = (v) => [...v].sort((a, b) => a - b)[v.length >> 1];
+  for (const [name, rs] of Object.entries(results)) {
+    console.log(
+      `RESULT side=alt-${name} threads=${threads} runs=${runs} prefill_ms=${Math.min(...rs.map((m) => m.prefill)).toFixed(1)} ` +
+        `decode_ms=${Math.min(...rs.map((m) => m.median)).toFixed(2)} decode_ms_median_of_runs=${med(rs.map((m) => m.median)).toFixed(2)} ` +
+        `tokens=${rs[0].tokens.join(",")}`,
+    );
+  }
+  const ratios = results.wasm.map((w, i) => results["ort-web"][i].median / w.median);
+  const pre = results.wasm.map((w, i) => results["ort-web"][i].prefill / w.prefill);
+  console.log(
+    `RESULT side=alt-ratio wasm_vs_ort_web_decode_median=${med(ratios).toFixed(2)} range=${Math.min(...ratios).toFixed(2)}-` +
+      `${Math.max(...ratios).toFixed(2)} wasm_vs_ort_web_prefill_median=${med(pre).toFixed(2)}`,
+  );
+  process.exit(0);
+}
+
+const t0 = performance.now();
+const s = side === "wasm" ? await qkvSide(file) : await ortSide(side === "ort-web", file);
+const loadS = (performance.now() - t0) / 1000;
+let tokens = null, bestPrefill = Infinity, bestDecode = Infinity, firstPrefill = 0;
+const decodeRuns = [];
+for (let r = 0; r < runs; ++r) {
+  const { tokens: out, prefill, median, min, max } = await measure(s);
+  if (out.length !== fresh || (tokens && out.join() !== tokens.join())) {
+    console.error(`gpt2_node ${side}: run ${r} made ${out.length} tokens (expected ${fresh}, the same each run)`);
+    process.exit(1);
+  }
+  tokens = out;
+  console.log(
+    `run ${r}: prefill ${prefill.toFixed(1)} ms (with the first token), decode median ${median.toFixed(2)} ms/token ` +
+      `(min ${min?.toFixed(2)}, max ${max?.toFixed(2)})`,
+  );
+  if (r === 0) firstPrefill = prefill;
+  bestPrefill = Math.min(bestPrefill, prefill);
+  bestDecode = Math.min(bestDecode, median);
+  decodeRuns.push(median.toFixed(2));
+}
+console.log(`${s.version}; load average ${loadAverage()}`);
+console.log(
+  `RESULT side=${side} threads=${threads} version="${s.version}" load_s=${loadS.toFixed(3)} ` +
+    `prefill_ms=${bestPrefill.toFixed(1)} first_prefill_ms=${firstPrefill.toFixed(1)} decode_ms=${bestDecode.toFixed(2)} decode_ms_runs=${decodeRuns.join(",")} ` +
+    `peak_rss_mb=${hwmMb().toFixed(0)} tokens=${tokens.join(",")}`,
+);
+process.exit(0);

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# GPT-2 124M generation (issue 35, "Speed and memory"): batch 1, a 32-token prompt, 64 new tokens greedy, KV
+# cache on every side, 2 threads; decode ms/token, prefill ms, load s and peak resident memory of
+#   qkv natively          load_pretrained(Hub folder), and load_file of the `qkv import`ed checkpoint (qkv_gpt2_bench)
+#   qkv in Node (wasm)    the npm package: LanguageModel.fromPretrained of the Hub folder (bench/gpt2_node.mjs wasm)
+#   onnxruntime-web       1.30, wasm backend in Node, env.wasm.numThreads 2 (bench/gpt2_node.mjs ort-web)
+#   onnxruntime-node      1.30, CPU execution provider, intraOpNumThreads 2 (bench/gpt2_node.mjs ort-node)
+# on the same random weights (bench/gpt2_export.py: the Hub folder and its ONNX export with a KV cache). Each side
+# runs in its own process, one after the other, GPT2_BENCH_ROUNDS times in turn; every side's greedy tokens are
+# checked against PyTorch's (expected.json). Prints the RESULT lines, then the table (best round of each side, and
+# the range over rounds) and each qkv side's ratio to its peer.
+#
+#   bench/run_gpt2.sh                       # builds, installs the peers, exports once (~2 min), then the rounds
+#   GPT2_BENCH_ONLY="native wasm" bench/run_gpt2.sh      # some of: native file wasm ort-web ort-node alternate
+#
+# "alternate" (last) loads the three JavaScript sides into one Node process and runs one generation of each in turn,
+# GPT2_BENCH_ALT_RUNS times: on a shared machine whose speed swings over minutes, the ratio of two sides measured in
+# the same seconds is steadier than the ratio of their separate processes' bests (the report prints both).
+#
+# Env: BUILD_DIR (build/native), GPT2_BENCH_DIR (build/gpt2: the weights, ~1.8 GB), GPT2_BENCH_THREADS (2),
+#      GPT2_BENCH_ROUNDS (3), GPT2_BENCH_RUNS (3 generations per process after one load), GPT2_BENCH_ALT_RUNS (6),
+#      GPT2_BENCH_SKIP_BUILD=1, GPT2_BENCH_REPORT_ONLY=1 (the table again from the last run's logs, $DIR/logs),
+#      PYTHON (/usr/bin/python3: Debian's python3-torch and python3-onnx, for the export only).
+# onnxruntime-node's install script fetches CUDA binaries from api.nuget.org; the CPU binaries this needs are in the
+# npm package itself, so the peers are installed with ONNXRUNTIME_NODE_INSTALL=skip (npm's registry only).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD_DIR=${BUILD_DIR:-$ROOT/build/native}
+DIR=${GPT2_BENCH_DIR:-$ROOT/build/gpt2}
+THREADS=${GPT2_BENCH_THREADS:-2}
+ROUNDS=${GPT2_BENCH_ROUNDS:-3}
+RUNS=${GPT2_BENCH_RUNS:-3}
+ONLY=${GPT2_BENCH_ONLY:-native file wasm ort-web ort-node alternate}
+ALT_RUNS=${GPT2_BENCH_ALT_RUNS:-6}
+PYTHON=${PYTHON:-/usr/bin/python3}
+LOGS=$DIR/logs
+want() { [[ " $ONLY " == *" $1 "* ]]; }
+as_root() { if [[ $(id -u) == 0 ]]; then "$@"; elif command -v sudo > /dev/null; then sudo "$@"; else return 1; fi; }
+
+report_only=${GPT2_BENCH_REPORT_ONLY:-0}
+[[ $report_only == 1 ]] && ONLY=report  # no side runs; the logs stay
+if [[ "${GPT2_BENCH_SKIP_BUILD:-0}" != 1 && $report_only != 1 ]]; then
+  cmake --preset native > /dev/null
+  cmake --build "$BUILD_DIR" -j 2 --target qkv_gpt2_bench qkv > /dev/null
+  if want wasm; then
+    [[ -x node_modules/.bin/tsc ]] || npm ci --no-audit --no-fund
+    bash scripts/build-wasm.sh > /dev/null
+    npm run --silent build:web
+  fi
+fi
+if want ort-web || want ort-node; then
+  if [[ ! -f bench/web/node_modules/.package-lock.json || bench/web/package-lock.json -nt bench/web/node_modules/.package-lock.json ]]; then
+    ONNXRUNTIME_NODE_INSTALL=skip npm ci --prefix bench/web --no-audit --no-fund --loglevel=error
+  fi
+fi
+mkdir -p "$DIR" "$LOGS"
+if [[ $report_only != 1 && ( ! -f "$DIR/gpt2.onnx" || ! -f "$DIR/hub/model.safetensors" || ! -f "$DIR/expected.json" ) ]]; then
+  if ! "$PYTHON" -c "import torch, onnx" 2> /dev/null; then
+    as_root apt-get install -y python3-torch python3-onnx > /dev/null || { echo "run_gpt2: needs python3-torch python3-onnx" >&2; exit 1; }
+  fi
+  echo "== exporting the weights (bench/gpt2_export.py $DIR)"
+  "$PYTHON" bench/gpt2_export.py "$DIR"
+fi
+if want file && [[ ! -f "$DIR/imported.safetensors" ]]; then
+  "$BUILD_DIR/cpp/tools/qkv" import "$DIR/hub" "$DIR/imported.safetensors" > /dev/null
+fi
+
+echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
+  "qkv commit $(git rev-parse --short HEAD 2> /dev/null || echo '?'); Node $(node --version); threads $THREADS"
+[[ $report_only == 1 ]] || rm -f "$LOGS"/*.log
+common=(--threads "$THREADS" --runs "$RUNS" --prompt 32 --new 64)
+for round in $(seq "$ROUNDS"); do
+  for side in $ONLY; do
+    [[ $side == alternate || $side == report ]] && continue
+    echo "== round $round: $side (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    case $side in
+      native) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" pretrained "$DIR/hub" "${common[@]}") ;;
+      file) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" file "$DIR/imported.safetensors" "${common[@]}") ;;
+      wasm) cmd=(node bench/gpt2_node.mjs wasm "$DIR/hub" "${common[@]}") ;;
+      ort-web | ort-node) cmd=(node bench/gpt2_node.mjs "$side" "$DIR/gpt2.onnx" "${common[@]}") ;;
+      *) echo "run_gpt2: unknown side $side" >&2; exit 2 ;;
+    esac
+    "${cmd[@]}" 2>&1 | tee "$LOGS/$side.$round.log" | grep -E '^(RESULT|run )' | cut -c1-200
+  done
+done
+
+if want alternate; then
+  echo "== the JavaScript sides in one process, alternated (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  node bench/gpt2_node.mjs alternate "$DIR" --threads "$THREADS" --runs "$ALT_RUNS" --prompt 32 --new 64 2>&1 |
+    tee "$LOGS/alternate.log" | grep -E '^(RESULT|round )' | cut -c1-250
+fi
+
+"$PYTHON" - "$LOGS" "$DIR/expected.json" <<'PY'
+import json, pathlib, re, sys
+logs, expected = pathlib.Path(sys.argv[1]), json.load(open(sys.argv[2]))["greedy"]
+names = {"native": "qkv natively, load_pretrained(Hub folder)", "file": "qkv natively, load_file(qkv import)",
+         "wasm": "qkv package in Node (wasm), fromPretrained", "ort-web": "onnxruntime-web in Node (wasm)",
+         "ort-node": "onnxruntime-node (CPU EP)"}
+rows = {}
+for log in sorted(logs.glob("*.log")):
+    for line in log.read_text().splitlines():
+        if line.startswith("RESULT side=") and not line.startswith(("RESULT side=alt", "RESULT side=alt-ratio")):
+            kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+            rows.setdefault({"pretrained": "native"}.get(kv["side"], kv["side"]), []).append(kv)
+if not rows:
+    sys.exit("no RESULT lines")
+print("\n== GPT-2 124M, batch 1, prompt 32, 64 new tokens greedy, KV cache: each side's best process (its worst)")
+print("| side | decode ms/token | decode tokens/s | prefill ms (with the 1st token) | 1st generation's prefill ms |"
+      " load s | peak RSS MB | tokens = PyTorch's |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+best = {}
+for side in ["native", "file", "wasm", "ort-web", "ort-node"]:
+    if side not in rows:
+        continue
+    rs = rows[side]
+    col = lambda k: sorted(float(r[k]) for r in rs)
+    d, p, l, m, f = col("decode_ms"), col("prefill_ms"), col("load_s"), col("peak_rss_mb"), col("first_prefill_ms")
+    same = all([int(t) for t in r["tokens"].split(",")] == expected for r in rs)
+    best[side] = (d[0], p[0], l[0], m[-1])
+    def rng(v, f):
+        return f.format(v[0]) if len(v) == 1 else f"{f.format(v[0])} (to {f.format(v[-1])})"
+    print(f"| {names[side]} | {rng(d, '{:.2f}')} | {1e3 / d[0]:.1f} | {rng(p, '{:.0f}')} | {rng(f, '{:.0f}')} | "
+          f"{rng(l, '{:.2f}')} | "
+          f"{m[-1]:.0f} | {'yes' if same else 'NO'} |")
+    if not same:
+        print(f"  {side}: tokens differ from PyTorch's: {rs[0]['tokens'][:120]}...")
+print("\nratios (each qkv side / its peer; decode as tokens/s, prefill and load as the peer's time / qkv's):")
+for q, peer, target in [("wasm", "ort-web", 1.5), ("native", "ort-node", 1.0), ("file", "ort-node", 1.0)]:
+    if q in best and peer in best:
+        (qd, qp, ql, qm), (pd, pp, pl, pm) = best[q], best[peer]
+        print(f"  {q} vs {peer}: decode {pd / qd:.2f}x (target >= {target}x: {'PASS' if pd / qd >= target else 'FAIL'}),"
+              f" prefill {pp / qp:.2f}x, load {pl / ql:.2f}x, peak RSS {qm / pm:.2f}x the peer's")
+for log in logs.glob("alternate.log"):
+    for line in log.read_text().splitlines():
+        if line.startswith("RESULT side=alt-ratio"):
+            kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+            r = float(kv["wasm_vs_ort_web_decode_median"])
+            print(f"  alternated in one process: wasm vs ort-web decode {r:.2f}x (median of rounds; range {kv['range']}; "
+                  f"target >= 1.5x: {'PASS' if r >= 1.5 else 'FAIL'}), prefill {kv['wasm_vs_ort_web_prefill_median']}x")
+        elif line.startswith("RESULT side=alt-"):
+            kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', line))
+            same = [int(t) for t in kv["tokens"].split(",")] == expected
+            print(f"  alternated: {kv['side'][4:]:8} decode {kv['decode_ms']} ms/token best round, "
+                  f"{kv['decode_ms_median_of_runs']} median of rounds; prefill {kv['prefill_ms']} ms;"
+                  f" tokens = PyTorch's: {'yes' if same else 'NO'}")
+if "wasm" in best and "ort-web" in best:
+    print(f"  wasm prefill no slower than ort-web: {'PASS' if best['wasm'][1] <= best['ort-web'][1] else 'FAIL'};"
+          f" wasm load no slower than ort-web: {'PASS' if best['wasm'][2] <= best['ort-web'][2] else 'FAIL'}")
+PY
