@@ -265,7 +265,12 @@ struct LanguageModel::Generation::State {
     models::check_shape(prompts, "prompts", batch, prompt_len, "batch", "prompt_len");
     models::check_ids(prompts, "prompts", m.V);
     validate(options, m.V);
-    m.ensure_capacity(batch, ctx);
+    // Without the cache every step runs the whole window, up to the context. With it, a step runs only the
+    // positions it feeds (the prompt, then one a step; the context again only when the window slides), so the
+    // arena is planned for those (step()): a 124M GPT-2 with context 1024 would otherwise plan a training
+    // forward's activations and (1024, V) logits, about 1 GB that decoding never reads, and the wasm build
+    // clears and touches all of it.
+    if (!options.use_cache) m.ensure_capacity(batch, ctx);
     const size_t rows = static_cast<size_t>(batch);
     seq.resize(rows);
     out.resize(rows);
@@ -307,6 +312,7 @@ struct LanguageModel::Generation::State {
         m.caches.clear();
       }
       const int fed = start + m.caches.length(), Tn = n - fed;
+      m.ensure_capacity(batch, Tn);
       gather(fed, Tn);
       m.forward_cached(window.data(), batch, Tn);
       // The next-token logits (B,V) come to the host, where the sampler chooses (infer/sampling.cpp).

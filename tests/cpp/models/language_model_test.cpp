@@ -172,6 +172,35 @@ TEST(LanguageModel, MemoryReportsWeightsStateAndTheActivationArena) {
   EXPECT_EQ(lm.memory().total(), 4 * weights + large);
 }
 
+// Generation with the KV cache plans the arena for the positions a step feeds (the prompt, then one), not for
+// the context: the same arena as a forward of the prompt alone, and under the no-cache arena (the context's
+// window). Past the context the window slides and the arena grows to it; the tokens match the no-cache run.
+TEST(LanguageModel, CachedGenerationPlansForThePromptNotTheContext) {
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  SamplingOptions cached;
+  cached.temperature = 0;
+  cached.max_new_tokens = 4;
+  LanguageModel a(small_config());
+  const auto tokens = a.generate(prompt, cached);
+  ASSERT_EQ(tokens.size(), 4u);
+  const size_t after_cached = a.memory().activations;
+
+  LanguageModel b(small_config());
+  b.logits(prompt, 1, static_cast<int>(prompt.size()));
+  EXPECT_EQ(after_cached, b.memory().activations);
+
+  SamplingOptions plain = cached;
+  plain.use_cache = false;
+  LanguageModel c(small_config());
+  EXPECT_EQ(c.generate(prompt, plain), tokens);
+  EXPECT_GT(c.memory().activations, after_cached);
+
+  // 20 new tokens from 3: the window (context 16) slides, the cache starts over with 16 positions.
+  cached.max_new_tokens = plain.max_new_tokens = 20;
+  EXPECT_EQ(a.generate(prompt, cached), c.generate(prompt, plain));
+  EXPECT_EQ(a.memory().activations, c.memory().activations);
+}
+
 TEST(LanguageModel, ParameterCountAndNames) {
   const auto c = small_config();
   LanguageModel lm(c);
