@@ -12,6 +12,7 @@ import type { BrowserContext } from "playwright-core";
 import { preview, type PreviewServer } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launch } from "./chromium.js";
+import { expectClose, pageResult } from "./page.js";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 const FIXTURES = path.join(root, "tests/fixtures/import");
@@ -87,30 +88,8 @@ function fixture(): { prompt: string; greedy: number[] } {
 }
 
 async function run(backend: "webgpu" | "wasm", prompt: string, tokens: number): Promise<Record<string, unknown>> {
-  const page = await context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  try {
-    const q = new URLSearchParams({ backend, prompt, tokens: String(tokens) });
-    await page.goto(`${server.resolvedUrls!.local[0]!}?${q}`);
-    await page.waitForFunction(() => "__result" in window, null, { timeout: 300_000, polling: 250 });
-    const r = (await page.evaluate(() => (window as unknown as { __result: Record<string, unknown> }).__result)) as Record<string, unknown>;
-    expect(r.error).toBeUndefined();
-    expect(errors).toEqual([]);
-    return r;
-  } finally {
-    await page.close();
-  }
-}
-
-/** |got - want| <= tol * max(1, |want|), element by element, naming the first that is not (webgpu.test.ts). */
-function expectClose(got: unknown, want: unknown, tol: number, what: string): void {
-  const g = got as number[], w = want as number[];
-  expect(g.length, what).toBe(w.length);
-  for (let i = 0; i < w.length; i++) {
-    const bound = tol * Math.max(1, Math.abs(w[i]!));
-    if (!(Math.abs(g[i]! - w[i]!) <= bound)) expect.fail(`${what}[${i}]: webgpu ${g[i]}, wasm ${w[i]} (bound ${bound})`);
-  }
+  const q = new URLSearchParams({ backend, prompt, tokens: String(tokens) });
+  return pageResult(context, `${server.resolvedUrls!.local[0]!}?${q}`, { timeout: 300_000, polling: 250 });
 }
 
 describe("an imported GPT-2 on WebGPU", () => {

@@ -14,6 +14,7 @@ import type { BrowserContext, Page } from "playwright-core";
 import { preview, type PreviewServer } from "vite";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { launch } from "./chromium.js";
+import { expectClose, pageResult } from "./page.js";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
 
@@ -144,31 +145,8 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-async function run(query: string, server = isolated, before?: (page: Page) => Promise<void>): Promise<Record<string, unknown>> {
-  const page = await context.newPage();
-  const errors: string[] = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  try {
-    if (before) await before(page);
-    await page.goto(`${server.resolvedUrls!.local[0]!}?${query}`);
-    await page.waitForFunction(() => "__result" in window, null, { timeout: 600_000, polling: 500 });
-    const r = (await page.evaluate(() => (window as unknown as { __result: Record<string, unknown> }).__result)) as Record<string, unknown>;
-    expect(r.error).toBeUndefined();
-    expect(errors).toEqual([]);
-    return r;
-  } finally {
-    await page.close();
-  }
-}
-
-/** |got - want| <= tol * max(1, |want|), element by element, naming the first that is not. */
-function expectClose(got: unknown, want: unknown, tol: number, what: string): void {
-  const g = got as number[], w = want as number[];
-  expect(g.length, what).toBe(w.length);
-  for (let i = 0; i < w.length; i++) {
-    const bound = tol * Math.max(1, Math.abs(w[i]!));
-    if (!(Math.abs(g[i]! - w[i]!) <= bound)) expect.fail(`${what}[${i}]: webgpu ${g[i]}, wasm ${w[i]} (bound ${bound})`);
-  }
+async function run(query: string, server = isolated, before?: (page: Page) => Promise<unknown>): Promise<Record<string, unknown>> {
+  return pageResult(context, `${server.resolvedUrls!.local[0]!}?${query}`, { timeout: 600_000, polling: 500, before });
 }
 
 describe("WebGPU backend", () => {

@@ -39,3 +39,30 @@ export function sampleBatch(
  */
 export const EXPECT_RELAXED_SIMD =
   Number(process.versions.node.split(".")[0]) >= 22 || process.execArgv.includes("--experimental-wasm-relaxed-simd");
+
+/**
+ * A safetensors file of `tensors` (name, shape) with `metadata`, every value F32 from a fixed-seed LCG in
+ * [-0.02, 0.02): the big synthetic models of the memory tests, written in the test so that nothing that size is
+ * committed.
+ */
+export function randomSafetensors(tensors: [string, number[]][], metadata: Record<string, string>): Uint8Array {
+  const header: Record<string, unknown> = { __metadata__: metadata };
+  let offset = 0;
+  for (const [name, shape] of tensors) {
+    const n = shape.reduce((p, d) => p * d, 1) * 4;
+    header[name] = { dtype: "F32", shape, data_offsets: [offset, offset + n] };
+    offset += n;
+  }
+  let text = JSON.stringify(header);
+  text += " ".repeat((8 - (text.length % 8)) % 8);
+  const out = new Uint8Array(8 + text.length + offset);
+  new DataView(out.buffer).setBigUint64(0, BigInt(text.length), true);
+  out.set(new TextEncoder().encode(text), 8);
+  const floats = new Float32Array(out.buffer, 8 + text.length, offset / 4);
+  let s = 12345;
+  for (let i = 0; i < floats.length; i++) {
+    s = (s * 1103515245 + 12345) >>> 0;
+    floats[i] = ((s >>> 8) / (1 << 24) - 0.5) * 0.04;
+  }
+  return out;
+}

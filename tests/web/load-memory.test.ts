@@ -3,30 +3,7 @@
 // wasm heap's growth measures the load alone. Target (issue 35): wasm + JS memory at most 1.3x the weights.
 import { describe, expect, it } from "vitest";
 import { checkpointMetadata, LanguageModel, memory } from "../../web/dist/node.js";
-
-
-/** The safetensors file of `tensors` (name, shape; random F32 values) with `metadata`. */
-function safetensors(tensors: [string, number[]][], metadata: Record<string, string>): Uint8Array {
-  const header: Record<string, unknown> = { __metadata__: metadata };
-  let offset = 0;
-  for (const [name, shape] of tensors) {
-    const n = shape.reduce((p, d) => p * d, 1) * 4;
-    header[name] = { dtype: "F32", shape, data_offsets: [offset, offset + n] };
-    offset += n;
-  }
-  let text = JSON.stringify(header);
-  text += " ".repeat((8 - (text.length % 8)) % 8);
-  const out = new Uint8Array(8 + text.length + offset);
-  new DataView(out.buffer).setBigUint64(0, BigInt(text.length), true);
-  out.set(new TextEncoder().encode(text), 8);
-  const floats = new Float32Array(out.buffer, 8 + text.length, offset / 4);
-  let s = 12345;
-  for (let i = 0; i < floats.length; i++) {
-    s = (s * 1103515245 + 12345) >>> 0;
-    floats[i] = ((s >>> 8) / (1 << 24) - 0.5) * 0.04;
-  }
-  return out;
-}
+import { randomSafetensors } from "./helpers.js";
 
 describe("LanguageModel.load memory", () => {
   it("takes about the weights: wasm heap and JS buffers grow by at most 1.3x the file while it streams in", async () => {
@@ -48,7 +25,7 @@ describe("LanguageModel.load memory", () => {
     expect(tensors.every(([, s]) => s.every((d) => d !== undefined))).toBe(true);
     const metadata = { ...meta, "qkv.config": JSON.stringify(config) };
     delete (metadata as Record<string, string>)["qkv.crc32"];
-    const file = safetensors(tensors, metadata);
+    const file = randomSafetensors(tensors, metadata);
     const weights = file.length;
     expect(weights).toBeGreaterThan(30e6);
     // The file arrives as a download does, in chunks (views of the file here, so that the source allocates

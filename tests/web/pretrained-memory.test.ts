@@ -6,6 +6,7 @@
 // into the heap beside the model (2x). Then an abort midway, which must leave nothing in the core.
 import { describe, expect, it } from "vitest";
 import { LanguageModel, memory } from "../../web/dist/node.js";
+import { randomSafetensors } from "./helpers.js";
 
 // 109 MB of weights: more than the core's initial 64 MiB heap, so that a load holding a second copy of the file
 // (importPretrained's bytes beside the model: 2x) grows the heap by more than 1.3x the weights, and this test fails.
@@ -26,25 +27,7 @@ function gpt2File(): Uint8Array {
     );
   }
   tensors.push(["ln_f.weight", [C]], ["ln_f.bias", [C]]);
-  const header: Record<string, unknown> = { __metadata__: { format: "pt" } };
-  let offset = 0;
-  for (const [name, shape] of tensors) {
-    const n = shape.reduce((p, d) => p * d, 1) * 4;
-    header[name] = { dtype: "F32", shape, data_offsets: [offset, offset + n] };
-    offset += n;
-  }
-  let text = JSON.stringify(header);
-  text += " ".repeat((8 - (text.length % 8)) % 8);
-  const out = new Uint8Array(8 + text.length + offset);
-  new DataView(out.buffer).setBigUint64(0, BigInt(text.length), true);
-  out.set(new TextEncoder().encode(text), 8);
-  const floats = new Float32Array(out.buffer, 8 + text.length, offset / 4);
-  let s = 12345;
-  for (let i = 0; i < floats.length; i++) {
-    s = (s * 1103515245 + 12345) >>> 0;
-    floats[i] = ((s >>> 8) / (1 << 24) - 0.5) * 0.04;
-  }
-  return out;
+  return randomSafetensors(tensors, { format: "pt" });
 }
 
 const config = JSON.stringify({
