@@ -2,10 +2,10 @@
 // model built from the header.
 #include "qkv/checkpoint_loader.h"
 
-#include <cstring>
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "io/push_through.h"
 #include "nn/parameters.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
@@ -104,15 +104,7 @@ void CheckpointLoader<M>::commit(size_t n) {
 
 template <class M>
 void CheckpointLoader<M>::push(std::span<const uint8_t> bytes) {
-  while (!bytes.empty()) {
-    const std::span<uint8_t> to = buffer();
-    check(!to.empty(), "safetensors: the file ends at byte ", total().value_or(received()), " but ", bytes.size(),
-          " more bytes follow, expected no bytes after the last tensor");
-    const size_t n = std::min(to.size(), bytes.size());
-    std::memcpy(to.data(), bytes.data(), n);
-    commit(n);
-    bytes = bytes.subspan(n);
-  }
+  io::push_through(*this, bytes);
 }
 
 template <class M>

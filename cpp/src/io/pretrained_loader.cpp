@@ -2,10 +2,10 @@
 // tensor into its parameter as its bytes arrive (io/import_sink.h), PretrainedLoader feeds it from chunks.
 #include "qkv/pretrained_loader.h"
 
-#include <cstring>
 #include <map>
 
 #include "io/pretrained.h"
+#include "io/push_through.h"
 #include "nn/parameters.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
@@ -66,17 +66,7 @@ void PretrainedLoader::commit(size_t n) {
   }
 }
 
-void PretrainedLoader::push(std::span<const uint8_t> bytes) {
-  while (!bytes.empty()) {
-    const std::span<uint8_t> to = buffer();
-    check(!to.empty(), "safetensors: the file ends at byte ", total().value_or(received()), " but ", bytes.size(),
-          " more bytes follow, expected no bytes after the last tensor");
-    const size_t n = std::min(to.size(), bytes.size());
-    std::memcpy(to.data(), bytes.data(), n);
-    commit(n);
-    bytes = bytes.subspan(n);
-  }
-}
+void PretrainedLoader::push(std::span<const uint8_t> bytes) { io::push_through(*this, bytes); }
 
 uint64_t PretrainedLoader::received() const { return s_->received; }
 
