@@ -1,7 +1,10 @@
 #pragma once
 // Shared helpers for the native tests: seeded random data and instruction-set sweeps.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "qkv/cpu.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
+#include "qkv/model.h"
 #include "runtime/random.h"
 
 // A test that needs a GPU starts with this: without one (no CUDA in this build, or no device) it is skipped
@@ -59,6 +63,18 @@ inline std::string message_of(const std::function<void()>& fn) {
     return e.what();
   }
   return "(no qkv::Error thrown)";
+}
+
+// Every parameter of a and b has the same name, size and bytes (a streamed load against the whole-file one).
+inline void expect_same_parameters(Model& a, Model& b, const std::string& what) {
+  const auto pa = a.parameters(), pb = b.parameters();
+  ASSERT_EQ(pa.size(), pb.size()) << what;
+  for (size_t i = 0; i < pa.size(); ++i) {
+    ASSERT_STREQ(pa[i].name, pb[i].name) << what;
+    ASSERT_EQ(pa[i].value.size(), pb[i].value.size()) << what << " " << pa[i].name;
+    EXPECT_EQ(std::memcmp(pa[i].value.data(), pb[i].value.data(), pa[i].value.size_bytes()), 0)
+        << what << ": parameter " << pa[i].name << " differs";
+  }
 }
 
 }  // namespace qkv::test

@@ -47,17 +47,6 @@ std::unique_ptr<Model> whole(const std::string& path, const ImportOptions& o, Im
   return m;
 }
 
-void expect_same_parameters(Model& a, Model& b, const std::string& what) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  ASSERT_EQ(pa.size(), pb.size()) << what;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    ASSERT_STREQ(pa[i].name, pb[i].name) << what;
-    ASSERT_EQ(pa[i].value.size(), pb[i].value.size()) << what << " " << pa[i].name;
-    EXPECT_EQ(std::memcmp(pa[i].value.data(), pb[i].value.data(), pa[i].value.size_bytes()), 0)
-        << what << ": parameter " << pa[i].name << " differs";
-  }
-}
-
 void write(const fs::path& p, const std::vector<uint8_t>& b) {
   std::ofstream(p, std::ios::binary)
       .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
@@ -81,7 +70,7 @@ TEST(ImportModel, StreamsEveryFormatBitForBitAsTheWholeFileImport) {
     ImportedWeights r, about;
     const auto reference = whole(fixture(c.name), o, r);
     const auto streamed = import_model(fixture(c.name), o, &about);
-    expect_same_parameters(*streamed, *reference, c.name);
+    test::expect_same_parameters(*streamed, *reference, c.name);
     EXPECT_EQ(about.format, r.format) << c.name;
     EXPECT_EQ(about.kind, r.kind) << c.name;
     EXPECT_EQ(about.config_json, r.config_json) << c.name;
@@ -112,7 +101,7 @@ TEST(ImportModel, ANanoGptHeadOfItsOwnIsImportedUntied) {
   fs::remove(p);
   EXPECT_NE(r.config_json.find("\"tie_head\":false"), std::string::npos) << r.config_json;
   EXPECT_EQ(about.config_json, r.config_json);
-  expect_same_parameters(*streamed, *reference, "untied nanoGPT");
+  test::expect_same_parameters(*streamed, *reference, "untied nanoGPT");
 }
 
 TEST(ImportModel, RefusesAsImportFileDoes) {

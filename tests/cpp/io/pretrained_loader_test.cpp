@@ -46,18 +46,6 @@ std::unique_ptr<LanguageModel> whole(const std::string& c, ImportedWeights& r) {
   return m;
 }
 
-// Every parameter's bytes equal.
-void expect_same_parameters(LanguageModel& a, LanguageModel& b, const std::string& what) {
-  const auto pa = a.parameters(), pb = b.parameters();
-  ASSERT_EQ(pa.size(), pb.size()) << what;
-  for (size_t i = 0; i < pa.size(); ++i) {
-    ASSERT_STREQ(pa[i].name, pb[i].name) << what;
-    ASSERT_EQ(pa[i].value.size(), pb[i].value.size()) << what << " " << pa[i].name;
-    EXPECT_EQ(std::memcmp(pa[i].value.data(), pb[i].value.data(), pa[i].value.size_bytes()), 0)
-        << what << ": parameter " << pa[i].name << " differs";
-  }
-}
-
 // The file pushed through a loader in pieces of `piece` bytes (buffer/commit, as the browser's chunks come).
 std::unique_ptr<LanguageModel> in_pieces(PretrainedLoader& loader, const std::vector<uint8_t>& file, size_t piece) {
   for (size_t at = 0; at < file.size();) {
@@ -83,19 +71,19 @@ TEST(PretrainedLoader, StreamsEveryFixtureBitForBitAsTheWholeFileImport) {
     const auto reference = whole(c, r);
     ImportedWeights about;
     const auto folder = load_pretrained(dir_of(c), {}, Device::CPU, &about);
-    expect_same_parameters(*folder, *reference, c + " (load_pretrained(dir))");
+    test::expect_same_parameters(*folder, *reference, c + " (load_pretrained(dir))");
     EXPECT_EQ(about.config_json, r.config_json) << c;
     EXPECT_EQ(about.notes, r.notes) << c;
     EXPECT_EQ(about.format, "gpt2");
     EXPECT_TRUE(about.weights.empty()) << c << ": the weights are in the model";
     const auto bytes = load_pretrained(config_of(c), weights_of(c));
-    expect_same_parameters(*bytes, *reference, c + " (load_pretrained(config, bytes))");
+    test::expect_same_parameters(*bytes, *reference, c + " (load_pretrained(config, bytes))");
     // Pieces of 1, 7 and 1000 bytes: headers, elements and Conv1D rows split anywhere; size known or not.
     const auto file = weights_of(c);
     for (const size_t piece : {size_t{1}, size_t{7}, size_t{1000}}) {
       PretrainedLoader l(config_of(c), piece == 7 ? std::nullopt : std::optional<uint64_t>(file.size()));
       const auto m = in_pieces(l, file, piece);
-      expect_same_parameters(*m, *reference, c + " in pieces of " + std::to_string(piece));
+      test::expect_same_parameters(*m, *reference, c + " in pieces of " + std::to_string(piece));
       EXPECT_EQ(l.notes(), r.notes) << c;
       EXPECT_EQ(l.config_json(), r.config_json) << c;
       EXPECT_EQ(l.received(), file.size());
@@ -194,7 +182,7 @@ TEST(PretrainedLoader, TheTiedHeadIsCheckedInEitherOrder) {
         "lmhead", [](const std::string&, std::vector<float>&, std::vector<int64_t>&) { return true; }, first);
     PretrainedLoader l(config_of("lmhead"), same.size());
     const auto m = in_pieces(l, same, 333);
-    expect_same_parameters(*m, *reference, head_first ? "head first" : "head last");
+    test::expect_same_parameters(*m, *reference, head_first ? "head first" : "head last");
     EXPECT_EQ(l.notes(), r.notes);
     for (const int at : {0, 5, 16 * 61 - 1}) {  // the first, a middle and the last value of the (61, 16) head
       const auto differs = edited(
@@ -273,7 +261,7 @@ TEST(PretrainedLoader, ShardsStreamOneAfterAnother) {
     });
     ImportedWeights about;
     const auto m = load_pretrained(d.string(), {}, Device::CPU, &about);
-    expect_same_parameters(*m, *reference, c + " sharded");
+    test::expect_same_parameters(*m, *reference, c + " sharded");
     EXPECT_EQ(about.notes, r.notes) << c;
   }
   // The head in the first shard differs from the embedding in the second.
