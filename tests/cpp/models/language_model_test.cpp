@@ -201,6 +201,40 @@ TEST(LanguageModel, CachedGenerationPlansForThePromptNotTheContext) {
   EXPECT_EQ(a.memory().activations, c.memory().activations);
 }
 
+// The KV cache holds the positions a generation feeds (prompt + max_new_tokens - 1, at most the context), not the
+// whole context: the tokens are those without the cache for every length around the context's 16, interleaved
+// Generations (each rebuilding its cache at its own size) included.
+TEST(LanguageModel, CachedGenerationSizesItsCacheForThePromptAndNewTokens) {
+  LanguageModel cached_model(small_config()), plain_model(small_config());
+  const auto run = [](LanguageModel& m, const std::vector<int32_t>& prompt, int n, bool use_cache) {
+    SamplingOptions o;
+    o.temperature = 0;
+    o.max_new_tokens = n;
+    o.use_cache = use_cache;
+    return m.generate(prompt, o);
+  };
+  const std::vector<int32_t> three = {1, 2, 3}, sixteen(16, 5);
+  for (const auto& [prompt, n] : std::vector<std::pair<std::vector<int32_t>, int>>{
+           {three, 1}, {three, 13}, {three, 14}, {three, 2}, {sixteen, 1}, {sixteen, 3}, {three, 30}, {three, 5}}) {
+    const auto want = run(plain_model, prompt, n, false);
+    ASSERT_EQ(want.size(), static_cast<size_t>(n));
+    EXPECT_EQ(run(cached_model, prompt, n, true), want) << prompt.size() << " + " << n;
+  }
+  SamplingOptions small, large;
+  small.temperature = large.temperature = 0;
+  small.max_new_tokens = 4;
+  large.max_new_tokens = 12;
+  auto a = cached_model.start_generation(three, small);
+  auto b = cached_model.start_generation(three, large);
+  std::vector<int32_t> got_a, got_b;
+  for (int i = 0; i < 12; ++i) {
+    if (auto t = a.next()) got_a.push_back(*t);
+    if (auto t = b.next()) got_b.push_back(*t);
+  }
+  EXPECT_EQ(got_a, run(plain_model, three, 4, false));
+  EXPECT_EQ(got_b, run(plain_model, three, 12, false));
+}
+
 TEST(LanguageModel, ParameterCountAndNames) {
   const auto c = small_config();
   LanguageModel lm(c);
