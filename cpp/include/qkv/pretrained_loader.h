@@ -8,6 +8,10 @@
 //   while (more) { auto to = loader.buffer(); size_t n = read_into(to); loader.commit(n); }
 //   std::unique_ptr<LanguageModel> m = loader.finish();
 //
+// Sharded weights (model.safetensors.index.json and the model-0000N-of-0000M.safetensors files it names) stream the
+// same way, the shards' files one after another, once the loader has every shard's header (its first bytes): the
+// whole plan is then checked before any tensor's bytes, as for one file.
+//
 // The checks are import_pretrained's, with its messages: config.json first (a model_type qkv does not run is
 // refused by the constructor), then, once the safetensors header has arrived and before any tensor's bytes are
 // taken, every missing, mis-shaped and left-over tensor at once; what can only be judged by value (the attn.bias
@@ -26,11 +30,24 @@
 
 namespace qkv {
 
+// One shard of sharded weights: its file name as model.safetensors.index.json gives it, and its first bytes (at
+// least 8 + its header's length; more are ignored).
+struct PretrainedShard {
+  std::string file;
+  std::vector<uint8_t> head;
+};
+
 class PretrainedLoader {
  public:
   // config_json: config.json's text. total: model.safetensors' size when known (a file's, a Content-Length).
   explicit PretrainedLoader(std::string_view config_json, std::optional<uint64_t> total = std::nullopt,
                             const OptimizerConfig& optimizer = {});
+  // Sharded: `index_json` is model.safetensors.index.json's text, `shards` every shard it names (each once) in the
+  // order their bytes will come; the bytes pushed are then those files one after another, each whole (from its
+  // header on). Refused here, at once: a shard the index names that is not given (or one it does not name), a
+  // tensor the index puts in a shard whose header lacks it, and every missing or mis-shaped tensor of the model.
+  PretrainedLoader(std::string_view config_json, std::string_view index_json, std::vector<PretrainedShard> shards,
+                   const OptimizerConfig& optimizer = {});
   ~PretrainedLoader();
   PretrainedLoader(const PretrainedLoader&) = delete;
   PretrainedLoader& operator=(const PretrainedLoader&) = delete;
@@ -42,6 +59,7 @@ class PretrainedLoader {
   // Copies `bytes` through buffer() and commit(); qkv::Error for bytes past the file's end.
   void push(std::span<const uint8_t> bytes);
   uint64_t received() const;
+  // The bytes of the file (sharded: of all the shards' files) when known.
   std::optional<uint64_t> total() const;
   // The model (on the CPU), once the whole file has arrived.
   std::unique_ptr<LanguageModel> finish();

@@ -125,33 +125,13 @@ std::vector<uint8_t> read_head(const fs::path& p, size_t n) {
   return head;
 }
 
-// model.safetensors.index.json's weight_map: each shard file (of this folder) and the tensors it must hold.
+// model.safetensors.index.json's weight_map at `index_path`: each shard file (of this folder) and its tensors.
 std::map<std::string, std::set<std::string>> shard_map(const fs::path& index_path) {
-  json index;
-  try {
-    index = json::parse(read_text(index_path));
-  } catch (const json::exception& e) {
-    throw Error(detail::cat(index_path.string(), " is not valid JSON: ", e.what()));
-  }
-  check(index.is_object() && index.contains("weight_map") && index.at("weight_map").is_object(), index_path.string(),
-        ": expected an object with a \"weight_map\" of tensor names to shard files");
-  std::map<std::string, std::set<std::string>> wanted;  // shard file -> its tensors
-  for (const auto& [name, shard] : index.at("weight_map").items()) {
-    check(shard.is_string(), index_path.string(), ": weight_map[\"", name, "\"] is not a file name");
-    const std::string f = shard.get<std::string>();
-    check(f.find('/') == std::string::npos && f.find("..") == std::string::npos, index_path.string(), ": shard \"", f,
-          "\" is not a file of this folder");
-    wanted[f].insert(name);
-  }
-  return wanted;
+  return io::shard_map(read_text(index_path), index_path.string());
 }
 
-// The index's tensors that a shard lacks, named at once (`missing`: "tensor \"n\" is not in f" per tensor).
 void check_shards(const fs::path& index_path, const std::vector<std::string>& missing) {
-  if (missing.empty()) return;
-  std::string msg = index_path.string() + ": ";
-  for (size_t i = 0; i < missing.size(); ++i) msg += (i ? "; " : "") + missing[i];
-  throw Error(msg);
+  io::check_shards(index_path.string(), missing);
 }
 
 // The shards read and joined into one file's tensors; every tensor of the index must be in the shard it names.
@@ -270,6 +250,33 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const Fold
 namespace io {
 std::string gpt2_config(std::string_view config_json, std::vector<std::string>& notes) {
   return config_of(config_json, notes);
+}
+
+std::map<std::string, std::set<std::string>> shard_map(std::string_view index_json, const std::string& where) {
+  json index;
+  try {
+    index = json::parse(index_json);
+  } catch (const json::exception& e) {
+    throw Error(detail::cat(where, " is not valid JSON: ", e.what()));
+  }
+  check(index.is_object() && index.contains("weight_map") && index.at("weight_map").is_object(), where,
+        ": expected an object with a \"weight_map\" of tensor names to shard files");
+  std::map<std::string, std::set<std::string>> wanted;  // shard file -> its tensors
+  for (const auto& [name, shard] : index.at("weight_map").items()) {
+    check(shard.is_string(), where, ": weight_map[\"", name, "\"] is not a file name");
+    const std::string f = shard.get<std::string>();
+    check(f.find('/') == std::string::npos && f.find("..") == std::string::npos, where, ": shard \"", f,
+          "\" is not a file of this folder");
+    wanted[f].insert(name);
+  }
+  return wanted;
+}
+
+void check_shards(const std::string& where, const std::vector<std::string>& missing) {
+  if (missing.empty()) return;
+  std::string msg = where + ": ";
+  for (size_t i = 0; i < missing.size(); ++i) msg += (i ? "; " : "") + missing[i];
+  throw Error(msg);
 }
 }  // namespace io
 

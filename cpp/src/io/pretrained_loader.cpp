@@ -3,7 +3,10 @@
 #include "qkv/pretrained_loader.h"
 
 #include <map>
+#include <set>
+#include <utility>
 
+#include "io/checkpoint.h"
 #include "io/pretrained.h"
 #include "io/push_through.h"
 #include "nn/parameters.h"
@@ -28,41 +31,134 @@ std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHea
 
 }  // namespace io
 
+// A shard of sharded weights: its file, the tensors the index puts in it, and its header as planned.
+struct Shard {
+  std::string file;
+  std::set<std::string> names;
+  SafetensorsHeader header;
+};
+
 struct PretrainedLoader::State {
-  explicit State(std::optional<uint64_t> total) : reader(total), total(total) {}
-  SafetensorsReader reader;
+  explicit State(std::optional<uint64_t> total) : reader(std::in_place, total), total(total) {}
+  std::optional<SafetensorsReader> reader;  // of the file (sharded: of the shard) the next bytes belong to
   std::optional<uint64_t> total;
   std::string config;
   std::vector<std::string> config_notes, notes;
   std::unique_ptr<LanguageModel> model;
   std::unique_ptr<io::ImportSink> sink;
   uint64_t received = 0;
-  std::span<uint8_t> last;  // what buffer() gave
+  std::span<uint8_t> last;    // what buffer() gave
+  std::vector<Shard> shards;  // empty for one model.safetensors
+  size_t shard = 0;           // the shard `reader` reads
+
+  void build(std::string_view config_json, const OptimizerConfig& optimizer) {
+    config = io::gpt2_config(config_json, config_notes);
+    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
+    const nn::Parameters::ForLoading loading;
+    model = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+  }
+  // Errors of the bytes of shard `shard` name its file.
+  template <class F>
+  void in_shard(F&& fn) {
+    if (shards.empty()) return fn();
+    io::with_path(shards[std::min(shard, shards.size() - 1)].file, fn);
+  }
 };
+
+namespace {
+
+bool same_tensors(const SafetensorsHeader& a, const SafetensorsHeader& b) {
+  if (a.tensors.size() != b.tensors.size() || a.file_size != b.file_size) return false;
+  for (size_t i = 0; i < a.tensors.size(); ++i) {
+    const TensorInfo &x = a.tensors[i], &y = b.tensors[i];
+    if (x.name != y.name || x.dtype != y.dtype || x.shape != y.shape || x.begin != y.begin || x.end != y.end)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 PretrainedLoader::PretrainedLoader(std::string_view config_json, std::optional<uint64_t> total,
                                    const OptimizerConfig& optimizer)
     : s_(std::make_unique<State>(total)) {
-  s_->config = io::gpt2_config(config_json, s_->config_notes);
-  // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
-  const nn::Parameters::ForLoading loading;
-  s_->model = std::make_unique<LanguageModel>(language_model_config_from_json(s_->config), optimizer, Device::CPU);
+  s_->build(config_json, optimizer);
+}
+
+PretrainedLoader::PretrainedLoader(std::string_view config_json, std::string_view index_json,
+                                   std::vector<PretrainedShard> shards, const OptimizerConfig& optimizer)
+    : s_(std::make_unique<State>(std::nullopt)) {
+  State& s = *s_;
+  s.build(config_json, optimizer);
+  const std::string index = "model.safetensors.index.json";
+  std::map<std::string, std::set<std::string>> wanted = io::shard_map(index_json, index);
+  check(!wanted.empty(), index, ": its weight_map names no tensor");
+  // Every shard the index names, given once: the plan needs every header before the first tensor's bytes.
+  std::vector<std::string> problems;
+  std::set<std::string> given;
+  for (const PretrainedShard& f : shards) {
+    check(given.insert(f.file).second, "the shard ", f.file, " is given twice");
+    check(wanted.count(f.file), "the shard ", f.file, " is not one ", index, " names");
+  }
+  for (const auto& w : wanted)
+    if (!given.count(w.first)) problems.push_back(detail::cat("the shard ", w.first, " is not given"));
+  io::check_shards(index, problems);
+  // The shards' headers joined, their tensors in the order they will stream.
+  SafetensorsHeader all;
+  std::vector<std::string> order;
+  uint64_t bytes = 0;
+  for (PretrainedShard& f : shards) {
+    Shard shard{f.file, std::move(wanted[f.file]), {}};
+    shard.header = io::with_path(f.file, [&] { return parse_safetensors_header(f.head, std::nullopt); });
+    std::set<std::string> left = shard.names;
+    for (const TensorInfo& t : shard.header.tensors)
+      if (left.erase(t.name)) all.tensors.push_back(t), order.push_back(t.name);
+    for (const auto& n : left) problems.push_back(detail::cat("tensor \"", n, "\" is not in ", f.file));
+    bytes += shard.header.file_size;
+    s.shards.push_back(std::move(shard));
+  }
+  io::check_shards(index, problems);
+  s.sink = io::gpt2_sink(*s.model, all, &order);
+  s.total = bytes;
+  // Each shard's reader knows no size: its header, compared with the one planned, gives where it ends.
+  s.reader.emplace(std::nullopt);
 }
 
 PretrainedLoader::~PretrainedLoader() = default;
 
-std::span<uint8_t> PretrainedLoader::buffer() { return s_->last = s_->reader.buffer(); }
+std::span<uint8_t> PretrainedLoader::buffer() {
+  State& s = *s_;
+  if (!s.reader) return s.last = {};  // every shard is complete
+  return s.last = s.reader->buffer();
+}
 
 void PretrainedLoader::commit(size_t n) {
   State& s = *s_;
   check(n <= s.last.size(), "PretrainedLoader::commit(", n, "): more bytes than buffer() gave (", s.last.size(), ")");
-  const bool in_header = !s.reader.has_header();
-  s.reader.commit(n);
-  s.received += n;
-  s.last = {};
-  if (in_header && s.reader.has_header()) {
-    s.sink = io::gpt2_sink(*s.model, s.reader.header());
-    s.reader.set_sink(s.sink.get());
+  s.in_shard([&] {
+    const bool in_header = !s.reader->has_header();
+    s.reader->commit(n);
+    s.received += n;
+    s.last = {};
+    if (!in_header || !s.reader->has_header()) return;
+    if (s.shards.empty()) {
+      s.sink = io::gpt2_sink(*s.model, s.reader->header());
+    } else {
+      // The plan was made from the header given first: the one that streams must be the same.
+      const Shard& shard = s.shards[s.shard];
+      check(same_tensors(s.reader->header(), shard.header),
+            "its header is not the one given before its bytes (did the file change?)");
+      s.sink->bind(s.reader->header(), &shard.names);
+    }
+    s.reader->set_sink(s.sink.get());
+  });
+  // A complete shard: the next bytes start the next one's file.
+  while (!s.shards.empty() && s.reader && s.reader->done()) {
+    if (++s.shard == s.shards.size()) {
+      s.reader.reset();
+      break;
+    }
+    s.reader.emplace(std::nullopt);
   }
 }
 
@@ -71,13 +167,17 @@ void PretrainedLoader::push(std::span<const uint8_t> bytes) { io::push_through(*
 uint64_t PretrainedLoader::received() const { return s_->received; }
 
 std::optional<uint64_t> PretrainedLoader::total() const {
-  if (s_->reader.has_header()) return s_->reader.header().file_size;
+  if (s_->shards.empty() && s_->reader->has_header()) return s_->reader->header().file_size;
   return s_->total;
 }
 
 std::unique_ptr<LanguageModel> PretrainedLoader::finish() {
   State& s = *s_;
-  s.reader.finish();
+  if (s.reader) {
+    s.in_shard([&] { s.reader->finish(); });
+    check(s.shards.empty() || s.shard == s.shards.size(), "the weights ended in ", s.shards[s.shard].file,
+          ", before the shards after it (truncated?)");
+  }
   check(s.sink != nullptr, "safetensors: the file ended after its header (truncated?)");
   s.notes = s.sink->finish();
   s.notes.insert(s.notes.end(), s.config_notes.begin(), s.config_notes.end());

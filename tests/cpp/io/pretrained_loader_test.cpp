@@ -291,5 +291,113 @@ TEST(PretrainedLoader, ShardsStreamOneAfterAnother) {
   EXPECT_HAS(e, "model.safetensors.index.json: tensor \"wte.weight\" is not in model-00002-of-00002.safetensors");
 }
 
+// The shards' files as the package streams them (PretrainedLoader's sharded constructor): each shard's first bytes
+// given first (here its header and 3 bytes beyond), then the files one after another in pieces of any size: bit for
+// bit the single file's model; the refusals name the shard or the index.
+std::vector<PretrainedShard> heads_of(const fs::path& d, const std::vector<std::string>& files) {
+  std::vector<PretrainedShard> heads;
+  for (const auto& f : files) {
+    auto bytes = io::read_file((d / f).string());
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    bytes.resize(8 + n + 3);
+    heads.push_back({f, std::move(bytes)});
+  }
+  return heads;
+}
+std::string text_of(const fs::path& p) {
+  const auto b = io::read_file(p.string());
+  return {b.begin(), b.end()};
+}
+std::vector<uint8_t> joined(const fs::path& d, const std::vector<std::string>& files) {
+  std::vector<uint8_t> all;
+  for (const auto& f : files) {
+    const auto b = io::read_file((d / f).string());
+    all.insert(all.end(), b.begin(), b.end());
+  }
+  return all;
+}
+
+TEST(PretrainedLoader, ShardsStreamThroughOneLoaderGivenTheirHeadersFirst) {
+  const fs::path d = fs::temp_directory_path() / "qkv_pretrained_loader_shard_stream";
+  const std::string one = "model-00001-of-00002.safetensors", two = "model-00002-of-00002.safetensors";
+  for (const std::string c : {"hub", "lmhead"}) {
+    ImportedWeights r;
+    const auto reference = whole(c, r);
+    write_sharded(d, c, [](const std::string& n) {
+      return n.find("h.1.") != std::string::npos || n.find("wte") != std::string::npos;
+    });
+    const std::string index = text_of(d / "model.safetensors.index.json");
+    // Either order of the shards: the plan follows the order given.
+    for (const auto& order : {std::vector<std::string>{one, two}, std::vector<std::string>{two, one}}) {
+      const std::vector<uint8_t> bytes = joined(d, order);
+      for (const size_t piece : {size_t{7}, size_t{1000}, bytes.size()}) {
+        PretrainedLoader loader(config_of(c), index, heads_of(d, order));
+        ASSERT_EQ(loader.total(), bytes.size());
+        const auto m = in_pieces(loader, bytes, piece);
+        EXPECT_EQ(loader.received(), bytes.size());
+        EXPECT_TRUE(loader.buffer().empty());
+        test::expect_same_parameters(*m, *reference, c + " sharded, pieces of " + std::to_string(piece));
+        EXPECT_EQ(loader.notes(), r.notes) << c;
+      }
+    }
+  }
+  const std::string config = config_of("hub"), index = text_of(d / "model.safetensors.index.json");
+  const std::vector<uint8_t> bytes = joined(d, {one, two});
+  // Every shard the index names must be given, once, before any bytes.
+  EXPECT_HAS(message_of([&] { PretrainedLoader(config, index, heads_of(d, {one})); }),
+             "model.safetensors.index.json: the shard " + two + " is not given");
+  EXPECT_HAS(message_of([&] {
+               auto h = heads_of(d, {one, two});
+               h.push_back(h[0]);
+               PretrainedLoader(config, index, h);
+             }),
+             "the shard " + one + " is given twice");
+  EXPECT_HAS(message_of([&] {
+               auto h = heads_of(d, {one, two});
+               h[1].file = "model.safetensors";
+               PretrainedLoader(config, index, h);
+             }),
+             "the shard model.safetensors is not one model.safetensors.index.json names");
+  EXPECT_HAS(message_of([&] { PretrainedLoader(config, "{\"weight_map\": {}}", {}); }),
+             "model.safetensors.index.json: its weight_map names no tensor");
+  EXPECT_HAS(message_of([&] {
+               auto h = heads_of(d, {one, two});
+               h[0].head.resize(20);
+               PretrainedLoader(config, index, h);
+             }),
+             one + ": ");
+  // The streamed file ends early: finish names the shard it ended in.
+  {
+    PretrainedLoader loader(config, index, heads_of(d, {one, two}));
+    std::vector<uint8_t> cut(bytes.begin(), bytes.end() - 10);
+    EXPECT_HAS(message_of([&] { in_pieces(loader, cut, 1000); }), two + ": safetensors: the file ended after");
+  }
+  {
+    PretrainedLoader loader(config, index, heads_of(d, {one, two}));
+    const size_t first = io::read_file((d / one).string()).size();
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(first));
+    EXPECT_HAS(message_of([&] { in_pieces(loader, cut, 1000); }),
+               two + ": safetensors: the file ended after 0 of the 8 bytes its header needs");
+  }
+  // A shard whose bytes do not start with the header given for it.
+  {
+    PretrainedLoader loader(config, index, heads_of(d, {one, two}));
+    EXPECT_HAS(message_of([&] {
+                 in_pieces(loader, joined(d, {two, one}), 1000);
+               }),
+               one + ": its header is not the one given before its bytes");
+  }
+  // The index places wte.weight in a shard that lacks it: refused from the headers, before any bytes.
+  write_sharded(
+      d, "hub", [](const std::string& n) { return n.find("h.1.") != std::string::npos; },
+      [](nlohmann::json& map) { map["wte.weight"] = "model-00002-of-00002.safetensors"; });
+  const std::string e = message_of([&] {
+    PretrainedLoader(config, text_of(d / "model.safetensors.index.json"), heads_of(d, {one, two}));
+  });
+  fs::remove_all(d);
+  EXPECT_HAS(e, "model.safetensors.index.json: tensor \"wte.weight\" is not in model-00002-of-00002.safetensors");
+}
+
 }  // namespace
 }  // namespace qkv
