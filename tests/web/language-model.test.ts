@@ -42,8 +42,16 @@ describe("init", () => {
     expect(VERSION).toBe(pkg.version);
   });
 
-  it("returns the first load's result when called again", async () => {
-    expect(await init({ threads: 1 })).toEqual(info);
+  it("called again, resolves to the running core, or refuses options it does not have", async () => {
+    expect(await init()).toEqual(info);
+    expect(await init({ threads: 2, threaded: true, backend: "wasm" })).toEqual(info);
+    await expect(init({ threads: 1 })).rejects.toThrow(
+      /qkv: init\(\) asked for threads 1 \(running: 2\), but the core already runs \(started by init\(\{ threads: 2 \}\)\)/,
+    );
+    await expect(init({ backend: "webgpu", threads: 1 })).rejects.toThrow(
+      /asked for threads 1 \(running: 2\), backend "webgpu" \(running: "wasm"\), but .*dispose\(\) every model and start over/,
+    );
+    expect(await init()).toEqual(info); // the refusals changed nothing
   });
 });
 

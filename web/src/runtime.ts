@@ -6,14 +6,19 @@ import type { BackendCheck, InitOptions, MemoryReport, RuntimeInfo } from "./typ
 import { describe, positiveInt } from "./validate.js";
 
 let loading: Promise<{ backend: Backend; info: RuntimeInfo }> | undefined;
+/** The options of the call that started the running core (`{}` when a model factory started it). */
+let startedWith: InitOptions = {};
 
 /**
  * Loads the core: the threaded build where the environment allows it (always in Node; in a browser when
  * the page is cross-origin isolated), the single-threaded build otherwise (with one console warning naming
- * the headers to set). Calling it again returns the first call's result; after a failed load it retries.
- * Every `create`, `load` and tokenizer factory calls it with defaults when you have not. After the core
- * crashed (a WebAssembly trap, or the browser Worker died), its models reject every call with an Error
- * saying so, and the next `init()` starts a new core.
+ * the headers to set). The core starts once per page or process: calling `init()` again with no options, or
+ * with options the running core already has, resolves to the running core's info; with an option it does not
+ * have (another `threads`, `backend`, `threaded`, `relaxedSimd` or `wasmPath`), it rejects naming each one,
+ * since the running core and its models cannot change them. After a failed load it retries.
+ * Every `create`, `load` and tokenizer factory calls it with defaults when you have not, so call `init` with
+ * your options before the first of them. After the core crashed (a WebAssembly trap, or the browser Worker
+ * died), its models reject every call with an Error saying so, and the next `init()` starts a new core.
  */
 export async function init(options: InitOptions = {}): Promise<RuntimeInfo> {
   return (await load(options)).info;
@@ -27,21 +32,11 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
     if (loaded?.backend.failed() && loading === current) loading = undefined;
   }
   if (!loading) {
+    startedWith = options;
     loading = (async () => {
-      if (typeof options !== "object" || options === null) {
-        throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd?, backend? }, got ${describe(options)}`);
-      }
+      checkOptions(options);
       const platform = getPlatform();
       const threads = options.threads === undefined ? platform.defaultThreads() : positiveInt("threads", options.threads);
-      if (options.threaded !== undefined && typeof options.threaded !== "boolean") {
-        throw new Error(`threaded must be a boolean, got ${describe(options.threaded)}`);
-      }
-      if (options.relaxedSimd !== undefined && typeof options.relaxedSimd !== "boolean") {
-        throw new Error(`relaxedSimd must be a boolean, got ${describe(options.relaxedSimd)}`);
-      }
-      if (options.backend !== undefined && !["webgpu", "wasm", "auto"].includes(options.backend)) {
-        throw new Error(`backend must be "webgpu", "wasm" or "auto", got ${describe(options.backend)}`);
-      }
       if (options.relaxedSimd === true && !hasRelaxedSimd()) {
         throw new Error(
           "qkv: init({ relaxedSimd: true }) needs a WebAssembly engine with relaxed SIMD (Chromium 114+ and " +
@@ -54,8 +49,75 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
     loading.catch(() => {
       loading = undefined;
     });
+    return loading;
   }
-  return loading;
+  checkOptions(options);
+  if (options.threads !== undefined) positiveInt("threads", options.threads);
+  const running = loading;
+  const loaded = await running;
+  const differ = differences(options, startedWith, loaded.info);
+  if (differ.length > 0) {
+    throw new Error(
+      `qkv: init() asked for ${differ.join(", ")}, but the core already runs ` +
+        `(started by ${Object.keys(startedWith).length > 0 ? `init(${show(startedWith)})` : "init() or a model's create/load with the defaults"}), ` +
+        "and a running core keeps its options. To get these, call init() with them before creating or loading " +
+        "any model (and before any tokenizer factory), or dispose() every model and start over (reload the page, " +
+        "or restart the process in Node)",
+    );
+  }
+  return loaded;
+}
+
+/** The type checks of init's options (before they are used to start a core or compared with the running one). */
+function checkOptions(options: InitOptions): void {
+  if (typeof options !== "object" || options === null) {
+    throw new Error(`options must be an object { threads?, wasmPath?, threaded?, relaxedSimd?, backend? }, got ${describe(options)}`);
+  }
+  if (options.threaded !== undefined && typeof options.threaded !== "boolean") {
+    throw new Error(`threaded must be a boolean, got ${describe(options.threaded)}`);
+  }
+  if (options.relaxedSimd !== undefined && typeof options.relaxedSimd !== "boolean") {
+    throw new Error(`relaxedSimd must be a boolean, got ${describe(options.relaxedSimd)}`);
+  }
+  if (options.backend !== undefined && !["webgpu", "wasm", "auto"].includes(options.backend)) {
+    throw new Error(`backend must be "webgpu", "wasm" or "auto", got ${describe(options.backend)}`);
+  }
+}
+
+/**
+ * Each option given to a later init() that the running core (started with `first`, answering `info`) does
+ * not have, as "name VALUE (running: VALUE)". An option left unset asks for nothing. `threads` is ignored by
+ * the single-threaded build (as when it starts); `backend: "auto"` (or unset) is what a core started with
+ * "auto" or unset has, whichever it picked, and what a core on WebGPU has.
+ */
+function differences(asked: InitOptions, first: InitOptions, info: RuntimeInfo): string[] {
+  const out: string[] = [];
+  const differs = (name: string, want: unknown, have: unknown) => out.push(`${name} ${literal(want)} (running: ${literal(have)})`);
+  if (asked.threads !== undefined && info.threaded && asked.threads !== info.threads) differs("threads", asked.threads, info.threads);
+  if (asked.threaded !== undefined && asked.threaded !== info.threaded) differs("threaded", asked.threaded, info.threaded);
+  if (asked.relaxedSimd !== undefined && asked.relaxedSimd !== info.relaxedSimd) differs("relaxedSimd", asked.relaxedSimd, info.relaxedSimd);
+  if (asked.backend !== undefined) {
+    const firstAuto = first.backend === undefined || first.backend === "auto";
+    const same = asked.backend === "auto" ? firstAuto || info.backend === "webgpu" : asked.backend === info.backend;
+    if (!same) differs("backend", asked.backend, info.backend);
+  }
+  if (asked.wasmPath !== undefined && String(asked.wasmPath) !== String(first.wasmPath)) {
+    out.push(`wasmPath ${literal(String(asked.wasmPath))} (running: ${first.wasmPath === undefined ? "the default wasm/ folder" : literal(String(first.wasmPath))})`);
+  }
+  return out;
+}
+
+/** A value as it is written in code: `2`, `true`, `"wasm"`. */
+function literal(v: unknown): string {
+  return typeof v === "string" ? JSON.stringify(v) : String(v);
+}
+
+/** `{ threads: 2, backend: "wasm" }`, as a caller wrote it. */
+function show(options: InitOptions): string {
+  const parts = Object.entries(options)
+    .filter(([, v]) => v !== undefined)
+    .map(([k, v]) => `${k}: ${literal(v instanceof URL ? v.href : v)}`);
+  return parts.length > 0 ? `{ ${parts.join(", ")} }` : "";
 }
 
 /**
