@@ -74,13 +74,29 @@ using namespace qkv::js;
 EMSCRIPTEN_BINDINGS(qkv_language_model) {
   using emscripten::allow_raw_pointers;
   // A Hugging Face GPT-2's model.safetensors streamed in chunks (qkv/pretrained_loader.h), as LanguageModelLoader
-  // streams a checkpoint: PretrainedLoader.open(configJsonText, total).
+  // streams a checkpoint: PretrainedLoader.open(configJsonText, total); sharded weights with
+  // PretrainedLoader.openSharded(configJsonText, indexJsonText, [{ file, head }, ...]) (each shard's name and first
+  // bytes, in the order their files will stream).
   using Pretrained = JsLoader<JsLanguageModel, qkv::PretrainedLoader>;
   emscripten::class_<Pretrained>("PretrainedLoader")
       // A factory rather than a constructor: config.json's refusal goes to takeError() (null), never through wasm.
       .class_function(
           "open",
           +[](std::string config, double total) { return guarded([&] { return new Pretrained(config, total); }); },
+          allow_raw_pointers())
+      .class_function(
+          "openSharded",
+          +[](std::string config, std::string index, val shards) {
+            return guarded([&] {
+              std::vector<qkv::PretrainedShard> heads;
+              const size_t n = shards["length"].as<size_t>();
+              for (size_t i = 0; i < n; ++i) {
+                const val s = shards[i];
+                heads.push_back({s["file"].as<std::string>(), uint8_array(s["head"], "head")});
+              }
+              return new Pretrained(std::in_place, config, index, std::move(heads));
+            });
+          },
           allow_raw_pointers())
       .function("buffer", &Pretrained::buffer)
       .function("commit", &Pretrained::commit)

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "config.h"
 #include "convert.h"
@@ -126,6 +127,9 @@ class JsLoader {
   // total: the file's size, or -1 when unknown.
   explicit JsLoader(double total) : l_(size_of(total)) {}
   JsLoader(const std::string& config_json, double total) : l_(config_json, size_of(total)) {}
+  // Any other constructor of L (a sharded PretrainedLoader's).
+  template <class... A>
+  explicit JsLoader(std::in_place_t, A&&... args) : l_(std::forward<A>(args)...) {}
   // A Uint8Array over the heap where up to `max` next bytes go (empty once the file is complete). Valid until the
   // next call into the core (the heap may grow).
   val buffer(double max) {

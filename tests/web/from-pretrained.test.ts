@@ -44,6 +44,10 @@ function safetensors(tensors: [string, number[], Float32Array][]): Uint8Array {
  * may change any before they are written.
  */
 function gpt2Weights(V: number, edit: (name: string, values: Float32Array) => void = () => undefined): Uint8Array {
+  return safetensors(gpt2Tensors(V, edit));
+}
+
+function gpt2Tensors(V: number, edit: (name: string, values: Float32Array) => void = () => undefined): [string, number[], Float32Array][] {
   const random = rng(35);
   const t = (shape: number[], scale: number, center = 0): Float32Array =>
     Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => center + (random() * 2 - 1) * scale);
@@ -70,7 +74,25 @@ function gpt2Weights(V: number, edit: (name: string, values: Float32Array) => vo
   }
   tensors.push(["ln_f.weight", [C], t([C], 0.1, 1)], ["ln_f.bias", [C], t([C], 0.1)]);
   for (const [name, , values] of tensors) edit(name, values);
-  return safetensors(tensors);
+  return tensors;
+}
+
+/**
+ * The same tensors as three shards, as the Hub shards a model (model.safetensors.index.json's weight_map naming
+ * model-0000N-of-00003.safetensors): the embeddings in the last, layer 0 in the first, the rest in the second.
+ */
+function shardedWeights(V: number): Record<string, Uint8Array> {
+  const parts: [string, number[], Float32Array][][] = [[], [], []];
+  const map: Record<string, string> = {};
+  const name = (i: number) => `model-0000${i + 1}-of-00003.safetensors`;
+  for (const t of gpt2Tensors(V)) {
+    const i = t[0].startsWith("wte") || t[0].startsWith("wpe") ? 2 : t[0].startsWith("h.0.") ? 0 : 1;
+    parts[i]!.push(t);
+    map[t[0]] = name(i);
+  }
+  const files: Record<string, Uint8Array> = { "model.safetensors.index.json": utf8.encode(JSON.stringify({ metadata: {}, weight_map: map })) };
+  parts.forEach((p, i) => (files[name(i)] = safetensors(p)));
+  return files;
 }
 
 const utf8 = new TextEncoder();
@@ -341,6 +363,92 @@ describe("LanguageModel.fromPretrained", () => {
     await sameLogits(m, ref);
   });
 
+  it("streams sharded weights (model.safetensors.index.json and its shards) by URL and from Files, with progress per file", async () => {
+    const shards = shardedWeights(tok.size);
+    const names = Object.keys(shards).filter((f) => f !== "model.safetensors.index.json").sort();
+    const slow: Record<string, Route> = { "config.json": utf8.encode(configText), "tokenizer.json": utf8.encode(tokenizerText) };
+    for (const [f, bytes] of Object.entries(shards)) slow[f] = f.endsWith(".index.json") ? bytes : { slow: bytes };
+    const url = folder("shards", slow);
+    const events: PretrainedProgress[] = [];
+    using m = await LanguageModel.fromPretrained(url, { onProgress: (p) => events.push({ ...p }) });
+    using ref = await reference();
+    await sameLogits(m, ref);
+    const options = { maxTokens: 10, temperature: 0 };
+    expect(await m.generate(PROMPT, options)).toBe(await tok.decode(await ref.generate(await tok.encode(PROMPT), options)));
+    // Progress: every file in order (the shards one after another, in the index's sorted order), each to its size,
+    // so that together they count every byte of the weights.
+    expect([...new Set(events.map((e) => e.file))]).toEqual(["config.json", "tokenizer.json", "model.safetensors.index.json", ...names]);
+    for (const f of names) {
+      const mine = events.filter((e) => e.file === f);
+      expect(mine.length).toBeGreaterThan(1);
+      for (let i = 1; i < mine.length; i++) expect(mine[i]!.loaded).toBeGreaterThan(mine[i - 1]!.loaded);
+      expect(mine.every((e) => e.total === shards[f]!.length)).toBe(true);
+      expect(mine.at(-1)!.loaded).toBe(shards[f]!.length);
+    }
+    // Dropped Files (in any order) and a record of Blobs.
+    const dropped = [new File([configText], "config.json"), ...Object.entries(shards).reverse().map(([f, b]) => new File([b], f))];
+    using a = await LanguageModel.fromPretrained(dropped);
+    await sameLogits(a, ref);
+    expect(a.tokenizer).toBeUndefined();
+    const record: Record<string, Blob | string> = { "config.json": configText };
+    for (const [f, b] of Object.entries(shards)) record[f] = new Blob([b]);
+    using b = await LanguageModel.fromPretrained(record);
+    await sameLogits(b, ref);
+  });
+
+  it("sharded weights: an abort mid-shard, a missing shard, a tensor not where the index says, a shard cut short", async () => {
+    const shards = shardedWeights(tok.size);
+    const slow: Record<string, Route> = { "config.json": utf8.encode(configText) };
+    for (const [f, bytes] of Object.entries(shards)) slow[f] = f.endsWith(".index.json") ? bytes : { slow: bytes };
+    const url = folder("shards-abort", slow);
+    const before = (await memory()).models.length;
+    const controller = new AbortController();
+    const reason = new Error("stopped in the second shard");
+    const err = await errorOf(
+      LanguageModel.fromPretrained(url, {
+        signal: controller.signal,
+        onProgress: ({ file, loaded }) => {
+          if (file === "model-00002-of-00003.safetensors" && loaded >= 4096) controller.abort(reason);
+        },
+      }),
+    );
+    expect(err).toBe(reason);
+    expect((await memory()).models.length).toBe(before);
+
+    // A shard the index names is not there: named, with the index that names it.
+    const { ["model-00003-of-00003.safetensors"]: _, ...lacking } = shards;
+    const noShard = folder("shards-missing", { "config.json": utf8.encode(configText), ...lacking });
+    expect((await errorOf(LanguageModel.fromPretrained(noShard))).message).toBe(
+      `qkv: model-00003-of-00003.safetensors is missing: ${noShard}model-00003-of-00003.safetensors was not found (HTTP 404) ` +
+        "(model.safetensors.index.json names it)",
+    );
+    // The index puts wte.weight in the first shard, which lacks it: the core refuses from the headers.
+    const index = JSON.parse(new TextDecoder().decode(shards["model.safetensors.index.json"])) as { weight_map: Record<string, string> };
+    index.weight_map["wte.weight"] = "model-00001-of-00003.safetensors";
+    const wrong = { ...shards, "config.json": configText, "model.safetensors.index.json": JSON.stringify(index) };
+    expect((await errorOf(LanguageModel.fromPretrained(wrong))).message).toContain(
+      'model.safetensors.index.json: tensor "wte.weight" is not in model-00001-of-00003.safetensors',
+    );
+    // The second shard ends 10 bytes early (its size given as what there is): which shard ended where, rather than
+    // the third shard's first bytes read as its end; the last shard cut short: the core says so.
+    const n = shards["model-00002-of-00003.safetensors"]!.length;
+    const cut = { ...shards, "config.json": configText, "model-00002-of-00003.safetensors": shards["model-00002-of-00003.safetensors"]!.subarray(0, -10) };
+    expect((await errorOf(LanguageModel.fromPretrained(cut))).message).toMatch(
+      new RegExp(`^qkv: model-00002-of-00003\\.safetensors among .* ended after ${n - 10} of the ${n} bytes its safetensors header gives \\(truncated\\?\\)$`),
+    );
+    const last = shards["model-00003-of-00003.safetensors"]!;
+    const cutLast = { ...shards, "config.json": configText, "model-00003-of-00003.safetensors": last.subarray(0, -10) };
+    expect((await errorOf(LanguageModel.fromPretrained(cutLast))).message).toContain(
+      `ended after ${last.length - 10} of the ${last.length} bytes its safetensors header gives`,
+    );
+    // A shard whose header is cut short, and one that is not safetensors.
+    const short = { ...shards, "config.json": configText, "model-00001-of-00003.safetensors": shards["model-00001-of-00003.safetensors"]!.subarray(0, 20) };
+    expect((await errorOf(LanguageModel.fromPretrained(short))).message).toMatch(
+      /model-00001-of-00003\.safetensors among .* ended after 20 bytes, before its safetensors header \(\d+ bytes\)/,
+    );
+    expect((await memory()).models.length).toBe(before);
+  });
+
   it("an HTTP failure names its status and URL", async () => {
     const missing = await errorOf(LanguageModel.fromPretrained(`${base}/nowhere/`));
     expect(missing.message).toContain(`${base}/nowhere/config.json`);
@@ -356,8 +464,10 @@ describe("LanguageModel.fromPretrained", () => {
     const e = await errorOf(LanguageModel.fromPretrained(noWeights));
     expect(e.message).toContain(`model.safetensors is missing: ${noWeights}model.safetensors was not found (HTTP 404)`);
 
-    const sharded = folder("sharded", { "config.json": utf8.encode(configText), "model.safetensors.index.json": utf8.encode("{}") });
-    expect((await errorOf(LanguageModel.fromPretrained(sharded))).message).toContain("sharded weights (model.safetensors.index.json)");
+    const sharded = folder("badindex", { "config.json": utf8.encode(configText), "model.safetensors.index.json": utf8.encode("{}") });
+    expect((await errorOf(LanguageModel.fromPretrained(sharded))).message).toBe(
+      `qkv: ${sharded}model.safetensors.index.json: expected an object with a "weight_map" of tensor names to shard files`,
+    );
 
     // A port nobody listens on (a server's, closed): Node's "fetch failed" with its reason.
     const closed = http.createServer();

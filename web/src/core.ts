@@ -113,7 +113,11 @@ export interface QkvCore {
   Classifier: CoreModelClass<CoreClassifier>;
   LanguageModelLoader: new (total: number) => CoreLoader<CoreLanguageModel>;
   /** A Hugging Face GPT-2's model.safetensors streamed in (qkv/pretrained_loader.h); null on error (takeError). */
-  PretrainedLoader: { open(config: string, total: number): CoreLoader<CoreLanguageModel> | null };
+  PretrainedLoader: {
+    open(config: string, total: number): CoreLoader<CoreLanguageModel> | null;
+    /** Sharded weights: the index's text and every shard's name and first bytes, in the order their files stream. */
+    openSharded(config: string, index: string, shards: { file: string; head: Uint8Array }[]): CoreLoader<CoreLanguageModel> | null;
+  };
   Seq2SeqLoader: new (total: number) => CoreLoader<CoreSeq2Seq>;
   ClassifierLoader: new (total: number) => CoreLoader<CoreClassifier>;
   Tokenizer: {
@@ -330,10 +334,15 @@ export class Engine {
         return this.add("LanguageModel", m);
       }
       case "loadBegin": {
-        const { kind, total, config } = req.in;
+        const { kind, total, config, sharded } = req.in;
         const Loader = this.core[`${kind}Loader`] as new (total: number) => CoreLoader<Entry["core"]>;
-        // A pretrained GPT-2's loader judges config.json first: a refusal is this call's error.
-        const core = config === undefined ? new Loader(total) : this.run(() => this.core.PretrainedLoader.open(config, total));
+        // A pretrained GPT-2's loader judges config.json (and a sharded one every shard's header) first: a refusal
+        // is this call's error.
+        const pretrained = this.core.PretrainedLoader;
+        const core =
+          config === undefined
+            ? new Loader(total)
+            : this.run(() => (sharded ? pretrained.openSharded(config, sharded.index, sharded.shards) : pretrained.open(config, total)));
         if (!core) throw new Error("qkv: the core returned no PretrainedLoader and no error; please report this");
         const loader = this.nextId++;
         this.loaders.set(loader, { kind, core });

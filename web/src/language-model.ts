@@ -87,13 +87,15 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * (`tokenizer.json`, else `vocab.json` + `merges.txt`, else none: `tokenizer` is then undefined), then streams
    * `model.safetensors` into the core as it arrives, each tensor written straight into its parameter (converted
    * from F16 / BF16, GPT-2's Conv1D weights transposed on the way): the file is never held whole, in JS or in the
-   * wasm heap, so loading takes about the model's float32 weights. The model is the one
+   * wasm heap, so loading takes about the model's float32 weights. Sharded weights (`model.safetensors.index.json`
+   * and the shards it names) stream the same way, one shard after another, once every shard's header has been
+   * read (the core checks every tensor against them first). The model is the one
    * {@link LanguageModel.importPretrained} builds from the same bytes.
    * `options.onProgress` reports `{ file, loaded, total }` as each file's bytes arrive; `options.signal` cancels
    * (the call rejects with the signal's reason; the download stops and nothing stays in the core).
    *
    * Rejects with an `Error` for an HTTP failure (its status and URL), a missing file (named, with where it was
-   * looked for), a `config.json` of another architecture (the core's message names its `model_type`; before the
+   * looked for; a shard the index names, before any weights are read), a `config.json` of another architecture (the core's message names its `model_type`; before the
    * weights are downloaded), a folder with only `pytorch_model.bin` (with the line that converts it), and weights
    * too big for the wasm core (the float32 weights config.json's shapes give, against its 4 GiB; checked before
    * the weights are read); the core's own refusals (a missing or mis-shaped tensor, a truncated file) as the

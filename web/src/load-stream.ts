@@ -121,10 +121,14 @@ async function* pieces(chunks: AsyncIterable<Uint8Array>, arrived?: (bytes: numb
   if (used > 0) yield piece.slice(0, used);  // a buffer of its own size: the last piece is cloned alone
 }
 
-/** What streams into the core: a checkpoint of `kind`, or (with `config`, config.json's text) a Hugging Face GPT-2. */
+/**
+ * What streams into the core: a checkpoint of `kind`, or (with `config`, config.json's text) a Hugging Face GPT-2's
+ * model.safetensors, or with `sharded` too its shards' files one after another (the index and every shard's header).
+ */
 export interface StreamTarget {
   kind: ModelKind;
   config?: string;
+  sharded?: { index: string; shards: { file: string; head: Uint8Array }[] };
 }
 
 /** How a stream reports: `taken` after each piece the core has taken, `arrived` after each chunk of the source. */
@@ -146,7 +150,12 @@ export async function streamIn(
 ): Promise<ModelOut> {
   const { signal } = options;
   throwIfAborted(signal);
-  const begin = { kind: target.kind, total: opened.total ?? -1, ...(target.config === undefined ? {} : { config: target.config }) };
+  const begin = {
+    kind: target.kind,
+    total: opened.total ?? -1,
+    ...(target.config === undefined ? {} : { config: target.config }),
+    ...(target.sharded === undefined ? {} : { sharded: target.sharded }),
+  };
   const { loader } = await be.call("loadBegin", begin);
   let taken = 0;
   let arrived = 0;

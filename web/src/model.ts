@@ -227,12 +227,12 @@ export async function pretrainedIn(
   weights: WeightsStream,
   options: PretrainedOptions,
 ): Promise<[Backend, ModelOut]> {
-  const { onProgress, signal } = options;
-  const { total } = weights;
-  const arrived = onProgress && ((loaded: number) => onProgress({ file: "model.safetensors", loaded, total }));
+  const { signal } = options;
   try {
     const be = await backend();
-    return [be, await streamIn(be, { kind: "LanguageModel", config }, weights, { signal, arrived })];
+    // The weights report their progress per file as they are read (pretrained.ts).
+    const target = { kind: "LanguageModel" as const, config, ...(weights.sharded ? { sharded: weights.sharded } : {}) };
+    return [be, await streamIn(be, target, weights, { signal })];
   } catch (e) {
     weights.close();
     throw e;

@@ -284,19 +284,25 @@ function checkSize(where: string, config: Record<string, unknown>, fileBytes: nu
   }
 }
 
-/** model.safetensors, opened: its size when known and its bytes as they arrive (to stream into the core). */
+/**
+ * The weights, opened: their size when known and their bytes as they arrive (to stream into the core), reporting
+ * progress per file (onProgress) as they are read. Sharded weights are the shards' files one after another, with
+ * the index's text and each shard's header (its first bytes), which the core plans from before any tensor's bytes.
+ */
 export interface WeightsStream {
   total: number | undefined;
   chunks: AsyncIterable<Uint8Array>;
-  /** Stops the download (when the weights are not read to their end). */
+  /** Stops the downloads (when the weights are not read to their end). */
   close(): void;
+  /** Sharded: model.safetensors.index.json's text and every shard's name and first bytes, in the order they stream. */
+  sharded?: { index: string; shards: { file: string; head: Uint8Array }[] };
 }
 
 /** What fromPretrained needs from a folder. */
 export interface PretrainedFiles {
   /** config.json's text. */
   config: string;
-  /** model.safetensors, opened, not yet read. */
+  /** model.safetensors (or its shards), opened, not yet read. */
   weights: WeightsStream;
   /** From tokenizer.json, else vocab.json + merges.txt, else undefined. */
   tokenizer: BpeTokenizer | undefined;
@@ -356,19 +362,17 @@ export async function readPretrained(
 
   const weightsFile = await folder.open("model.safetensors", signal);
   if (!weightsFile) {
+    const indexFile = await folder.open(INDEX, signal);
+    if (indexFile) {
+      const index = await readText(folder, INDEX, indexFile, options);
+      return { config, weights: await openShards(folder, index, parsed(config) ?? {}, options), tokenizer };
+    }
     if (await has(folder, "pytorch_model.bin", signal)) {
       throw new Error(
         `qkv: there is pytorch_model.bin but no model.safetensors in ${folder.where}: a PyTorch pickle, which qkv does not ` +
           "execute; convert it to safetensors: python -c \"import torch, safetensors.torch as st; " +
           "sd = torch.load('pytorch_model.bin', map_location='cpu'); " +
           "st.save_file({k: v.clone().contiguous() for k, v in sd.items()}, 'model.safetensors')\"",
-      );
-    }
-    if (await has(folder, "model.safetensors.index.json", signal)) {
-      throw new Error(
-        `qkv: ${folder.where} holds sharded weights (model.safetensors.index.json), and fromPretrained reads one ` +
-          "model.safetensors: convert the folder natively (qkv import DIR model.safetensors) and open the result " +
-          "with LanguageModel.load",
       );
     }
     throw missing("model.safetensors");
@@ -380,7 +384,178 @@ export async function readPretrained(
     throw e;
   }
   const { total, chunks, close } = weightsFile;
-  return { config, weights: { total, chunks, close }, tokenizer };
+  return { config, weights: { total, chunks: reported(chunks, "model.safetensors", total, options), close }, tokenizer };
+}
+
+const INDEX = "model.safetensors.index.json";
+/** The largest safetensors header read (as Hugging Face's reader: 100 MB); a larger length is a damaged file. */
+const MAX_HEADER = 100_000_000;
+
+/** At most this many bytes per progress report: a file given whole is reported (and can be aborted) piece by piece. */
+const REPORTED = 4 << 20;
+
+/** `chunks`, reporting `file`'s bytes so far to onProgress as each arrives (views of REPORTED bytes at most). */
+async function* reported(
+  chunks: AsyncIterable<Uint8Array>,
+  file: string,
+  total: number | undefined,
+  { onProgress }: PretrainedOptions,
+): AsyncIterable<Uint8Array> {
+  let loaded = 0;
+  for await (const chunk of chunks) {
+    for (let at = 0; at < chunk.length; at += REPORTED) {
+      const part = chunk.length <= REPORTED ? chunk : chunk.subarray(at, Math.min(chunk.length, at + REPORTED));
+      loaded += part.length;
+      onProgress?.({ file, loaded, total });
+      yield part;
+    }
+  }
+}
+
+/** The shard files model.safetensors.index.json's weight_map names, sorted (the order the native loader reads). */
+function shardNames(folder: Folder, index: string): string[] {
+  let map: unknown;
+  try {
+    map = (JSON.parse(index) as { weight_map?: unknown } | null)?.weight_map;
+  } catch (e) {
+    throw new Error(`qkv: ${folder.at(INDEX)} is not valid JSON (${e instanceof Error ? e.message : String(e)})`);
+  }
+  if (typeof map !== "object" || map === null || Array.isArray(map)) {
+    throw new Error(`qkv: ${folder.at(INDEX)}: expected an object with a "weight_map" of tensor names to shard files`);
+  }
+  const files = new Set<string>();
+  for (const [tensor, file] of Object.entries(map)) {
+    if (typeof file !== "string" || file.includes("/") || file.includes("..") || file === "") {
+      throw new Error(`qkv: ${folder.at(INDEX)}: weight_map["${tensor}"] must be a file of the same folder, got ${describe(file)}`);
+    }
+    files.add(file);
+  }
+  if (files.size === 0) throw new Error(`qkv: ${folder.at(INDEX)}: its weight_map names no tensor`);
+  return [...files].sort();
+}
+
+/** A shard, opened, with the chunks read so far (at least its header) and the iterator that gives the rest. */
+interface OpenShard {
+  file: string;
+  opened: Opened;
+  read: Uint8Array[];
+  rest: AsyncIterator<Uint8Array>;
+  head: Uint8Array;
+}
+
+/** Opens `file` and reads chunks until its 8-byte length and its header (8 + N bytes) have arrived. */
+async function openShard(folder: Folder, file: string, signal: AbortSignal | undefined): Promise<OpenShard> {
+  const opened = await folder.open(file, signal);
+  if (!opened) throw new Error(`qkv: ${file} is missing: ${folder.missing(file)} (${INDEX} names it)`);
+  const rest = opened.chunks[Symbol.asyncIterator]();
+  const read: Uint8Array[] = [];
+  let have = 0;
+  let need = 8;
+  const joined = (n: number) => {
+    const out = new Uint8Array(n);
+    let at = 0;
+    for (const c of read) {
+      if (at >= n) break;
+      const take = Math.min(c.length, n - at);
+      out.set(c.subarray(0, take), at);
+      at += take;
+    }
+    return out;
+  };
+  try {
+    for (let lengthKnown = false; ; ) {
+      while (have < need) {
+        const r = await rest.next();
+        if (signal?.aborted) throw abortError(signal);
+        if (r.done) {
+          throw new Error(
+            `qkv: ${folder.at(file)} ended after ${have} bytes, before its safetensors header (${need} bytes): the file is truncated or not safetensors`,
+          );
+        }
+        read.push(r.value);
+        have += r.value.length;
+      }
+      if (lengthKnown) return { file, opened, read, rest, head: joined(need) };
+      const n = Number(new DataView(joined(8).buffer).getBigUint64(0, true));
+      if (n > MAX_HEADER) {
+        throw new Error(`qkv: ${folder.at(file)} announces a safetensors header of ${n} bytes (at most ${MAX_HEADER}): it is not a safetensors file`);
+      }
+      need = 8 + n;
+      lengthKnown = true;
+    }
+  } catch (e) {
+    opened.close();
+    throw signal?.aborted ? abortError(signal) : e;
+  }
+}
+
+/**
+ * The file size a safetensors header gives (8 + its length + the end of its last tensor), or undefined when it does
+ * not parse (the core then refuses it, naming what is wrong).
+ */
+function headerSize(head: Uint8Array): number | undefined {
+  try {
+    const header = JSON.parse(new TextDecoder().decode(head.subarray(8))) as Record<string, { data_offsets?: unknown }>;
+    let end = 0;
+    for (const [name, t] of Object.entries(header)) {
+      if (name === "__metadata__") continue;
+      const o = t?.data_offsets;
+      if (!Array.isArray(o) || typeof o[1] !== "number") return undefined;
+      end = Math.max(end, o[1]);
+    }
+    return head.length + end;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Sharded weights: every shard the index names opened and its header read (the core plans all of them before any
+ * tensor's bytes), then one stream of the shards' files one after another, each reported as its own file.
+ */
+async function openShards(
+  folder: Folder,
+  index: string,
+  config: Record<string, unknown>,
+  options: PretrainedOptions,
+): Promise<WeightsStream> {
+  const { signal } = options;
+  const open: OpenShard[] = [];
+  const close = () => open.forEach((s) => s.opened.close());
+  try {
+    for (const file of shardNames(folder, index)) open.push(await openShard(folder, file, signal));
+    const sizes = open.map((s) => s.opened.total);
+    const total = sizes.every((t) => t !== undefined) ? sizes.reduce((a, b) => a! + b!, 0) : undefined;
+    checkSize(folder.at(INDEX), config, total);
+    // The bytes stream into the core without their boundaries: each shard must be the size its header gives, or
+    // the next shard's bytes would be read as its own.
+    async function* all(): AsyncIterable<Uint8Array> {
+      for (const s of open) {
+        const size = headerSize(s.head);
+        const chunks = (async function* () {
+          let n = 0;
+          const counted = function* (c: Uint8Array) {
+            n += c.length;
+            if (size !== undefined && n > size) {
+              throw new Error(`qkv: ${folder.at(s.file)} has more than the ${size} bytes its safetensors header gives`);
+            }
+            yield c;
+          };
+          for (const c of s.read) yield* counted(c);
+          s.read = [];
+          for (let r = await s.rest.next(); !r.done; r = await s.rest.next()) yield* counted(r.value);
+          if (size !== undefined && n < size && !signal?.aborted) {
+            throw new Error(`qkv: ${folder.at(s.file)} ended after ${n} of the ${size} bytes its safetensors header gives (truncated?)`);
+          }
+        })();
+        yield* reported(chunks, s.file, s.opened.total, options);
+      }
+    }
+    return { total, chunks: all(), close, sharded: { index, shards: open.map((s) => ({ file: s.file, head: s.head })) } };
+  } catch (e) {
+    close();
+    throw e;
+  }
 }
 
 /**

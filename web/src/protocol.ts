@@ -137,8 +137,15 @@ export interface Calls {
    * order (each written straight into the model's parameters in the core), then end, which gives the model;
    * abort drops a load midway (the partly built model with it).
    */
-  /** With `config` (config.json's text, kind "LanguageModel"): a Hugging Face GPT-2's model.safetensors instead. */
-  loadBegin: { in: { kind: ModelKind; total: number; config?: string }; out: { loader: number } };
+  /**
+   * With `config` (config.json's text, kind "LanguageModel"): a Hugging Face GPT-2's model.safetensors instead; with
+   * `sharded` too, its shards' files one after another (model.safetensors.index.json's text, each shard's name and
+   * first bytes in the order they come).
+   */
+  loadBegin: {
+    in: { kind: ModelKind; total: number; config?: string; sharded?: { index: string; shards: { file: string; head: Uint8Array }[] } };
+    out: { loader: number };
+  };
   loadChunk: { in: { loader: number; bytes: Uint8Array }; out: { received: number } };
   loadEnd: { in: { loader: number }; out: ModelOut };
   loadAbort: { in: { loader: number }; out: null };

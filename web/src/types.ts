@@ -411,7 +411,7 @@ export type PretrainedSource = string | URL | ArrayLike<File> | Readonly<Record<
 
 /** How far {@link LanguageModel.fromPretrained} has read one of the folder's files. */
 export interface PretrainedProgress extends LoadProgress {
-  /** The file's name: `"config.json"`, `"tokenizer.json"`, `"model.safetensors"`, ... */
+  /** The file's name: `"config.json"`, `"tokenizer.json"`, `"model.safetensors"`, `"model-00001-of-00002.safetensors"`, ... */
   file: string;
 }
 
@@ -420,7 +420,7 @@ export interface PretrainedOptions {
   /**
    * Called as each file's bytes arrive, with that file's bytes so far and its size (from `Content-Length` or
    * the `File`'s size; undefined while unknown). The files come one after another: config.json, the
-   * tokenizer's, then model.safetensors.
+   * tokenizer's, then model.safetensors (or model.safetensors.index.json, then each shard it names).
    */
   onProgress?: (progress: PretrainedProgress) => void;
   /**
