@@ -32,7 +32,7 @@ export async function load(options: InitOptions = {}): Promise<{ backend: Backen
     if (loaded?.backend.failed() && loading === current) loading = undefined;
   }
   if (!loading) {
-    startedWith = options;
+    startedWith = typeof options === "object" && options !== null ? { ...options } : {};  // as given, not as later changed
     loading = (async () => {
       checkOptions(options);
       const platform = getPlatform();
