@@ -135,6 +135,7 @@ std::span<uint8_t> PretrainedLoader::buffer() {
 void PretrainedLoader::commit(size_t n) {
   State& s = *s_;
   check(n <= s.last.size(), "PretrainedLoader::commit(", n, "): more bytes than buffer() gave (", s.last.size(), ")");
+  if (!s.reader) return;  // every shard is complete (n is 0: buffer() gave nothing)
   s.in_shard([&] {
     const bool in_header = !s.reader->has_header();
     s.reader->commit(n);
@@ -173,11 +174,9 @@ std::optional<uint64_t> PretrainedLoader::total() const {
 
 std::unique_ptr<LanguageModel> PretrainedLoader::finish() {
   State& s = *s_;
-  if (s.reader) {
-    s.in_shard([&] { s.reader->finish(); });
-    check(s.shards.empty() || s.shard == s.shards.size(), "the weights ended in ", s.shards[s.shard].file,
-          ", before the shards after it (truncated?)");
-  }
+  // One file: its reader says whether it is complete. Shards: a reader is left only while a shard is incomplete (a
+  // complete one gives way to the next, the last to none), and its finish() refuses naming that shard.
+  if (s.reader) s.in_shard([&] { s.reader->finish(); });
   check(s.sink != nullptr, "safetensors: the file ended after its header (truncated?)");
   s.notes = s.sink->finish();
   s.notes.insert(s.notes.end(), s.config_notes.begin(), s.config_notes.end());
