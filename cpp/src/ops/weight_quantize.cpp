@@ -59,9 +59,12 @@ void quantize_rows(WeightFormat f, const float* w, int N, int K, uint8_t* packed
   check(is_packed_format(static_cast<int>(f)), "quantize_rows: format = ", static_cast<int>(f),
         ": expected f16 (1), bf16 (2), int8 (3) or q4 (4)");
   check(N >= 0 && K >= 0, "quantize_rows: N = ", N, ", K = ", K, ": expected sizes >= 0");
-  if (N == 0) return;
-  check(w != nullptr && packed != nullptr, "quantize_rows: w and packed must not be null for ", N, " x ", K);
   const int spr = scales_per_row(f, K);
+  if (N == 0 || K == 0) {  // no bytes; an Int8 row of nothing has scale 0, as an all-zero row does
+    if (scales) std::fill(scales, scales + static_cast<size_t>(N) * spr, 0.f);
+    return;
+  }
+  check(w != nullptr && packed != nullptr, "quantize_rows: w and packed must not be null for ", N, " x ", K);
   check(spr == 0 || scales != nullptr, "quantize_rows: scales must not be null for format ", format_name(f));
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k)
