@@ -22,6 +22,7 @@
 
 #include "kernels/kernels.h"
 #include "ops/adam_plan.h"
+#include "ops/weight_format.h"
 
 namespace qkv::kernels::cuda {
 
@@ -157,6 +158,26 @@ size_t embedding_backward_scratch_bytes(int V, int rows);
 void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* tokens, int V, float scale, int B,
                         int T, int C, void* scratch, size_t scratch_bytes);
 
+// ---- Quantized weights (gemm_quant.cuh, gemm_quant.cu) ----
+
+// ops/op_list.def's quantized ops on device memory; W, wte: packed rows (ops/weight_format.h), 4-byte aligned, at
+// row 0 of the rows used; scales (rows, scales_per_row), null allowed for F16 and BF16. Every element is
+// dequantize_element's float (the decoding product factors each word's scale out of its dot product: the same math
+// up to rounding).
+// gemm_quant: C (M,N) = A (M,K) W^T, C overwritten. M <= 8 (decoding): a warp per row of W, 16-byte loads of the
+// packed row, unpacked in registers, a shuffle reduction; above: 64 x 64 tiles with W dequantized into shared
+// memory, fp32 FMA on the CUDA cores (gemm's fp32 arithmetic on the dequantized W; the tolerance of gemm's check).
+void gemm_quant(int M, int N, int K, const float* A, int lda, ops::WeightFormat format, const uint8_t* W,
+                const float* scales, float* C, int ldc);
+// out (rows, K), row r at out + r * ld_out: W's rows dequantized (exactly dequantize_element's floats).
+void dequantize_rows(float* out, int ld_out, ops::WeightFormat format, const uint8_t* W, const float* scales, int rows,
+                     int K);
+// embedding_forward with a packed table (V rows of C): x (B,T,C) = scale * deq(wte[tokens]) + pos[t] (pos null: no
+// positions), with the CPU's unfused operations: equal to kernels::embedding_forward_quant bit for bit. tokens: (B,T)
+// device ids from upload_ids.
+void embedding_forward_quant(float* x, const int32_t* tokens, ops::WeightFormat format, const uint8_t* wte,
+                             const float* wte_scales, const float* pos, float scale, int B, int T, int C);
+
 // ---- Softmax cross-entropy (crossentropy.cu) ----
 
 // kernels.h: crossentropy_forward / crossentropy_forward_backward. targets: (rows) device ids from upload_ids.
@@ -230,16 +251,5 @@ void fill(float* x, float value, size_t n);
 void argmax_rows(int32_t* best, const float* logits, int rows, int V);
 void mean_pool_forward(float* out, const float* x, const uint8_t* key_pad, int B, int T, int C);
 void mean_pool_backward(float* dx, const float* dout, const uint8_t* key_pad, int B, int T, int C);
-
-// ---- Quantized weights (gemm_quant.cu; ops/weight_format.h) ----
-
-// kernels.h: gemm_quant (C overwritten), dequantize_rows, embedding_forward_quant (pos null: no positions). The
-// arguments are the executor's to check (ops/weight_quantize.h) before these launch.
-void gemm_quant(int M, int N, int K, const float* A, int lda, ops::WeightFormat f, const uint8_t* W,
-                const float* scales, float* C, int ldc);
-void dequantize_rows(float* out, int ld_out, ops::WeightFormat f, const uint8_t* W, const float* scales, int rows,
-                     int K);
-void embedding_forward_quant(float* x, const int32_t* tokens, ops::WeightFormat f, const uint8_t* wte,
-                             const float* wte_scales, const float* pos, float scale, int B, int T, int C);
 
 }  // namespace qkv::kernels::cuda
