@@ -827,9 +827,14 @@ async function quantRefusals(): Promise<void> {
   results.push({ op: "GemmQuant refusals", shape: "format 5", err: refused(write.GemmQuant({ ...base, format: 5 })) ? 0 : Infinity, tol: 0 });
 }
 
+/** Every quantized-weight case (QKV_WEBGPU_SUITES=quant; each part also runs alone by its name). */
+async function quant(): Promise<void> {
+  for (const part of [gemmQuant, dequantizeRows, embeddingQuant, quantRefusals]) await part();
+}
+
 export const SUITES: Record<string, () => Promise<void>> = {
   fill, copyRows, add, gemm, layernorm, layernormBackward, biasAct, dropout, attention, embedding, meanPool, crossEntropy, argmax, adam, sumSquares,
-  gemmQuant, dequantizeRows, embeddingQuant, quantRefusals,
+  quant, gemmQuant, dequantizeRows, embeddingQuant, quantRefusals,
 };
 
 declare global {
