@@ -128,3 +128,70 @@ export function withFarValues(h: Float32Array, act: number): Float32Array {
   if (act === 3) [-40, 12, -12, 1e20, -1e20].forEach((v, i) => { if (i * 5 < h.length) h[i * 5] = v; });
   return h;
 }
+
+// ---- packed weights (cpp/src/ops/weight_format.h): random packed rows and their dequantization ----
+// Formats: 1 F16, 2 BF16, 3 Int8 (a scale per row), 4 Q4 (groups of 32 along K, a scale each, code - 8).
+export const FORMAT_NAMES: Record<number, string> = { 1: "f16", 2: "bf16", 3: "int8", 4: "q4" };
+export function rowBytes(format: number, K: number): number {
+  if (format === 4) return 16 * Math.ceil(K / 32);
+  return Math.ceil(((format === 3 ? 1 : 2) * K) / 4) * 4;
+}
+export function scalesPerRow(format: number, K: number): number {
+  return format === 3 ? 1 : format === 4 ? Math.ceil(K / 32) : 0;
+}
+/** IEEE binary16 bits as a number (exact). */
+export function f16Value(h: number): number {
+  const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  if (e === 0x1f) return m ? NaN : s * Infinity;
+  return e === 0 ? s * m * 2 ** -24 : s * (1 + m / 1024) * 2 ** (e - 15);
+}
+const BF = new Float32Array(1);
+const BU = new Uint32Array(BF.buffer);
+export function bf16Value(h: number): number {
+  BU[0] = (h << 16) >>> 0;
+  return BF[0]!;
+}
+/**
+ * A half-precision element's bits: a number of magnitude 2^-6 to 2^6, or for F16 one time in eight a subnormal or
+ * zero (which the kernels must convert exactly); no infinities or NaN. No bf16 subnormals: they are f32 subnormals,
+ * which WGSL lets an implementation flush in arithmetic.
+ */
+function randHalfBits(format: number): number {
+  const sign = rand() < 0.5 ? 0x8000 : 0;
+  if (format === 1 && rand() < 0.125) return sign | Math.floor(rand() * 1024);
+  if (format === 1) return sign | ((9 + Math.floor(rand() * 13)) << 10) | Math.floor(rand() * 1024);
+  return sign | ((121 + Math.floor(rand() * 13)) << 7) | Math.floor(rand() * 128);
+}
+/**
+ * N random packed rows of K elements: the bytes (every padding byte garbage, so that a kernel which reads past K
+ * shows it: 0xff is a NaN half and bf16, Q4's padding codes are 10), the f32 scales, and the dequantized matrix
+ * (N, K), each element (float)q * scale rounded once, as dequantize_element.
+ */
+export function randomPacked(format: number, N: number, K: number): { bytes: Uint8Array; scales: Float32Array; w: Float32Array } {
+  const stride = rowBytes(format, K), spr = scalesPerRow(format, K);
+  const bytes = new Uint8Array(N * stride).fill(0xff);
+  const scales = new Float32Array(Math.max(1, N * spr));
+  const w = new Float32Array(N * K);
+  for (let i = 0; i < N * spr; i++) scales[i] = Math.fround(0.001 + rand() * 0.05);
+  for (let n = 0; n < N; n++) {
+    const row = n * stride;
+    if (format === 4) bytes.fill(0xaa, row, row + stride);
+    for (let k = 0; k < K; k++) {
+      if (format === 1 || format === 2) {
+        const h = randHalfBits(format);
+        bytes[row + 2 * k] = h & 0xff;
+        bytes[row + 2 * k + 1] = h >> 8;
+        w[n * K + k] = format === 1 ? f16Value(h) : bf16Value(h);
+      } else if (format === 3) {
+        const q = Math.floor(rand() * 255) - 127;
+        bytes[row + k] = q & 0xff;
+        w[n * K + k] = Math.fround(q * scales[n]!);
+      } else {
+        const q = Math.floor(rand() * 16), at = row + Math.floor(k / 32) * 16 + Math.floor((k % 32) / 2);
+        bytes[at] = k % 2 ? (bytes[at]! & 0x0f) | (q << 4) : (bytes[at]! & 0xf0) | q;
+        w[n * K + k] = Math.fround((q - 8) * scales[n * spr + Math.floor(k / 32)]!);
+      }
+    }
+  }
+  return { bytes, scales, w };
+}

@@ -1,9 +1,9 @@
 #pragma once
 // CUDA kernels on the CPU, for the machines without a GPU that build and test qkv: the built-ins the kernels in
 // cpp/src/kernels/cuda use (threadIdx, blockIdx, blockDim, __syncthreads, __syncwarp, __shfl_xor_sync,
-// __uint_as_float, float4, dynamic shared memory) and the two PTX instructions of the tensor-core attention
-// (cvt.rna.tf32.f32 and mma.sync.m16n8k8 TF32), with a scheduler that runs a launch's blocks one after the other
-// and each block's threads as fibers (ucontext) on the calling thread.
+// __uint_as_float, float2, float4, uint4, dynamic shared memory) and the two PTX instructions of the tensor-core
+// attention (cvt.rna.tf32.f32 and mma.sync.m16n8k8 TF32), with a scheduler that runs a launch's blocks one after the
+// other and each block's threads as fibers (ucontext) on the calling thread.
 //
 // A kernel header is included after `#define QKV_WARP_EMULATION 1` (common.cuh then includes this file instead of
 // cuda_runtime.h), and launched with emu::launch(grid, threads, shared_bytes, [&] { kernel<...>(args); }).
@@ -40,6 +40,12 @@ struct alignas(16) float4 {
   float x, y, z, w;
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+struct alignas(8) float2 {
+  float x, y;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
 
 namespace qkv::emu {
 

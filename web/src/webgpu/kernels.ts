@@ -9,11 +9,13 @@
 // mem[wd(P.x)]). Some ops' structs end with words computed here (a factor, a threshold: the declaration's
 // worker words), appended after the command's. Grids past 65535 workgroups fold into y (grid()).
 // Accumulation is f32 throughout (WGSL has no f64); where the reference sums in double the difference is
-// well inside the checks' 1e-5 (sums are tree reductions, statistics two-pass).
+// well inside the checks' 1e-5 (sums are tree reductions, statistics two-pass). The quantized-weight ops' kernels
+// (gemm_quant, dequantize_rows, embedding_forward_quant: a pipeline per packed format) are kernels-quant.ts'.
 /// <reference types="@webgpu/types" />
 import { f32bits, type Dispatcher } from "./dispatch.js";
 import { KernelOp, SUM_SQUARES_BLOCK, read, wgslArgs } from "./ops.generated.js";
 import { Op } from "./protocol.js";
+import { encodeQuant } from "./kernels-quant.js";
 
 /** What every kernel starts with: the bindings, with `args` (a WGSL struct named Args) as the uniform. */
 function prelude(args: string): string {
@@ -771,6 +773,10 @@ export class GpuKernels {
         return each("AdamStep", "adam", ADAM, read.AdamStep(a).ranges_end);
       case KernelOp.SumSquares:
         return perRow("SumSquares", "sum_squares", SUM_SQUARES, Math.ceil(read.SumSquares(a).x_n / SUM_SQUARES_BLOCK));
+      case KernelOp.GemmQuant:
+      case KernelOp.DequantizeRows:
+      case KernelOp.EmbeddingForwardQuant: // kernels-quant.ts: a pipeline per packed format
+        return encodeQuant(op, a, (code, name, wgsl, p, groups) => run(code, name, wgsl, p, ...(typeof groups === "number" ? grid(groups) : groups)));
       default:
         throw new Error(`qkv webgpu: unknown op ${op}`);
     }

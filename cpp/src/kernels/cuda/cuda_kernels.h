@@ -22,6 +22,7 @@
 
 #include "kernels/kernels.h"
 #include "ops/adam_plan.h"
+#include "ops/weight_format.h"
 
 namespace qkv::kernels::cuda {
 
@@ -156,6 +157,26 @@ void embedding_forward(float* x, const int32_t* tokens, const float* wte, const 
 size_t embedding_backward_scratch_bytes(int V, int rows);
 void embedding_backward(float* dwte, float* dpos, const float* dx, const int32_t* tokens, int V, float scale, int B,
                         int T, int C, void* scratch, size_t scratch_bytes);
+
+// ---- Quantized weights (gemm_quant.cuh, gemm_quant.cu) ----
+
+// ops/op_list.def's quantized ops on device memory; W, wte: packed rows (ops/weight_format.h), 4-byte aligned, at
+// row 0 of the rows used; scales (rows, scales_per_row), null allowed for F16 and BF16. Every element is
+// dequantize_element's float (the decoding product factors each word's scale out of its dot product: the same math
+// up to rounding).
+// gemm_quant: C (M,N) = A (M,K) W^T, C overwritten. M <= 8 (decoding): a warp per row of W, 16-byte loads of the
+// packed row, unpacked in registers, a shuffle reduction; above: 64 x 64 tiles with W dequantized into shared
+// memory, fp32 FMA on the CUDA cores (gemm's fp32 arithmetic on the dequantized W; the tolerance of gemm's check).
+void gemm_quant(int M, int N, int K, const float* A, int lda, ops::WeightFormat format, const uint8_t* W,
+                const float* scales, float* C, int ldc);
+// out (rows, K), row r at out + r * ld_out: W's rows dequantized (exactly dequantize_element's floats).
+void dequantize_rows(float* out, int ld_out, ops::WeightFormat format, const uint8_t* W, const float* scales, int rows,
+                     int K);
+// embedding_forward with a packed table (V rows of C): x (B,T,C) = scale * deq(wte[tokens]) + pos[t] (pos null: no
+// positions), with the CPU's unfused operations: equal to kernels::embedding_forward_quant bit for bit. tokens: (B,T)
+// device ids from upload_ids.
+void embedding_forward_quant(float* x, const int32_t* tokens, ops::WeightFormat format, const uint8_t* wte,
+                             const float* wte_scales, const float* pos, float scale, int B, int T, int C);
 
 // ---- Softmax cross-entropy (crossentropy.cu) ----
 
