@@ -4,6 +4,7 @@
 #include "io/checkpoint.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -68,7 +69,7 @@ static_assert(static_cast<int>(WeightFormat::F16) == static_cast<int>(ops::Weigh
               "qkv::WeightFormat mirrors ops::WeightFormat");
 }  // namespace
 
-const char* to_string(WeightFormat format) { return nn::format_name(static_cast<ops::WeightFormat>(format)); }
+const char* to_string(WeightFormat format) { return ops::format_name(static_cast<ops::WeightFormat>(format)); }
 
 WeightFormat weight_format_from_string(const std::string& name, const char* argument) {
   for (WeightFormat f :
