@@ -72,6 +72,11 @@ describe("LanguageModel.quantize", () => {
     const { inputs, targets } = sampleBatch(data, 2, 8, rng(1));
     await expect(m.trainStep(inputs, targets, { batch: 2, seq: 8 })).rejects.toThrow(/quantized \(int8.*LoRA/);
     expect(Array.from(await m.predict(PROMPT, { batch: 1, seq: 5 }))).toEqual(Array.from(logits));
+    // The formats' metadata key is the checkpoint's own, on a quantized model and a float32 one alike.
+    await expect(m.save({ metadata: { "qkv.quantized": "{}" } })).rejects.toThrow(/metadata key "qkv\.quantized" is reserved/);
+    const fp32 = await LanguageModel.load(trained);
+    await expect(fp32.save({ metadata: { "qkv.quantized": "{}" } })).rejects.toThrow(/metadata key "qkv\.quantized" is reserved/);
+    fp32.dispose();
     m.dispose();
   });
 
