@@ -88,6 +88,8 @@ void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
   check(c.params.packed_count() == 0, "quantize: this model is already quantized (",
         to_string(static_cast<WeightFormat>(c.params.formats().begin()->second)),
         "); quantize its float32 model instead (load the float32 checkpoint again)");
+  check(c.sync == nullptr, "quantize: the model trains in a data-parallel group (set_gradient_sync): leave it first ",
+        "(set_gradient_sync(nullptr)); a quantized model does not train");
   const bool embedding = options.embedding.value_or(tied_head());
   std::vector<std::pair<nn::Param*, ops::WeightFormat>> which;
   for (nn::Param& p : c.params.all())
