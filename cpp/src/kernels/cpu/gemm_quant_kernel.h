@@ -9,8 +9,9 @@
 // The activations are permuted to match, once per call (M rows of K: nothing next to N rows of K): in the
 // permuted order ("block order") element R*i + t of a block sits at t*V + i. A dot product does not care about
 // the order of its terms, so a row of A in block order times a row of W in block order is the product; only the
-// order of the fp32 sum differs from the reference (the accuracy contract: ops/weight_format.h).
-// Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one.
+// rounding order of the fp32 arithmetic differs from the reference (the contract of ops/op_list.def's gemm_quant).
+// Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one. Where an
+// instruction set converts halves itself (F16C, AVX-512F), f16 blocks are in natural order (QuantKernels::order).
 #include <cstddef>
 #include <cstdint>
 #include <xsimd/config/xsimd_arch.hpp>
@@ -21,7 +22,8 @@ namespace qkv::kernels {
 
 using ops::WeightFormat;
 
-// Float vectors per word vector: the block of a format is block_factor(f) * lanes elements.
+// Float vectors per word vector: the block of a format is block_factor(f) * lanes elements. The activations' block
+// order uses the same factor, except where an instruction set converts halves in natural order (QuantKernels::order).
 constexpr int block_factor(WeightFormat f) { return f == WeightFormat::Int8 ? 4 : f == WeightFormat::Q4 ? 8 : 2; }
 
 // C[m, n] = dot(a_m, deq(W[n])) for m < M (M <= kQuantRowsMax) and n in [n0, n1): a_m = A + m * lda in block order,
@@ -44,7 +46,8 @@ using QuantRowsFn = void (*)(const QuantRows& q, int n0, int n1);
 using QuantDequantFn = void (*)(WeightFormat f, const uint8_t* row, const float* row_scales, int K, float* out);
 
 struct QuantKernels {
-  int lanes;  // V: 1 for the scalar kernels (block order is then the natural order)
+  int lanes;     // V: 1 for the scalar kernels (block order is then the natural order)
+  int order[5];  // per format (WeightFormat's value): the R of the activations' block order (1: natural order)
   QuantRowsFn rows;
   QuantDequantFn dequantize;
 };
