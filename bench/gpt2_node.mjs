@@ -30,7 +30,7 @@ const peers = createRequire(path.join(HERE, "web", "package.json"));
 const [side, file] = process.argv.slice(2, 4);
 const threads = option("threads", 2), promptLen = option("prompt", 32), fresh = option("new", 64);
 const runs = option("runs", 3);
-if (!["wasm", "ort-web", "ort-node", "alternate"].includes(side) || !file) {
+if (!["wasm", "ort-web", "ort-node", "alternate", "compare"].includes(side) || !file) {
   console.error(
     "usage: node bench/gpt2_node.mjs wasm DIR | ort-web FILE | ort-node FILE | alternate DIR " +
       "[--threads N] [--prompt N] [--new N] [--runs N]",
@@ -82,6 +82,21 @@ async function ortSide(web, onnx) {
   const int64 = (values, dims) => new ort.Tensor("int64", BigInt64Array.from(values, BigInt), dims);
   return {
     version: `${pkg} ${version}`,
+    /** The logits (T, V) of `ids` with an empty past: the prompt's forward. */
+    async logits(ids) {
+      const feeds = {
+        input_ids: int64(ids, [1, ids.length]),
+        attention_mask: int64(new Array(ids.length).fill(1), [1, ids.length]),
+        position_ids: int64(ids.map((_, i) => i), [1, ids.length]),
+      };
+      for (let l = 0; l < LAYERS; ++l)
+        for (const kv of ["key", "value"])
+          feeds[`past_key_values.${l}.${kv}`] = new ort.Tensor("float32", new Float32Array(0), [1, HEADS, 0, HEAD_DIM]);
+      const out = await session.run(feeds);
+      const logits = Float32Array.from(out.logits.data);
+      for (const value of Object.values(out)) value.dispose?.();
+      return logits;
+    },
     async generate(onToken) {
       let past = {};
       for (let l = 0; l < LAYERS; ++l)
@@ -124,6 +139,35 @@ async function measure(s) {
   });
   const steps = ms.slice(1).sort((a, b) => a - b);
   return { tokens: out, prefill: ms[0], median: steps[steps.length >> 1] ?? 0, min: steps[0], max: steps.at(-1) };
+}
+
+if (side === "compare") {
+  // node bench/gpt2_node.mjs compare FP32.onnx QUANT.onnx [ort-node|ort-web]: how far a quantized export's logits
+  // are from the fp32 export's (the prompt's forward, every position), and how many of the 64 greedy tokens agree.
+  const [quant, engine = "ort-node"] = process.argv.slice(4, 6);
+  const a = await ortSide(engine === "ort-web", file), b = await ortSide(engine === "ort-web", quant);
+  const la = await a.logits(prompt), lb = await b.logits(prompt);
+  let diff = 0, scale = 0, agree = 0;
+  for (let i = 0; i < la.length; ++i) {
+    diff = Math.max(diff, Math.abs(la[i] - lb[i]));
+    scale = Math.max(scale, Math.abs(la[i]));
+  }
+  const argmax = (l, t) => {
+    let best = t * VOCAB;
+    for (let v = t * VOCAB + 1; v < (t + 1) * VOCAB; ++v) if (l[v] > l[best]) best = v;
+    return best;
+  };
+  for (let t = 0; t < prompt.length; ++t) agree += argmax(la, t) === argmax(lb, t) ? 1 : 0;
+  const ta = (await measure(a)).tokens, tb = (await measure(b)).tokens;
+  let lead = 0;
+  while (lead < ta.length && ta[lead] === tb[lead]) ++lead;
+  console.log(
+    `RESULT side=compare engine=${engine} version="${b.version}" quant=${path.basename(quant)} ` +
+      `logits_max_abs_diff=${diff.toPrecision(3)} logits_max_abs=${scale.toPrecision(3)} ` +
+      `relative=${(diff / scale).toPrecision(3)} prompt_argmax_agree=${agree}/${prompt.length} ` +
+      `greedy_leading_agree=${lead}/${ta.length} tokens=${tb.join(",")}`,
+  );
+  process.exit(0);
 }
 
 if (side === "alternate") {
