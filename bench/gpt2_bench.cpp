@@ -4,6 +4,8 @@
 //
 //   qkv_gpt2_bench pretrained DIR [options]   load_pretrained(DIR): a Hugging Face folder (bench/gpt2_export.py)
 //   qkv_gpt2_bench file CKPT [options]        LanguageModel::load_file(CKPT): that folder after `qkv import`
+//   qkv_gpt2_bench bandwidth [--threads N]    the streaming read bandwidth at N threads (read_bandwidth.h): a
+//                                             1 GiB buffer, the best of 10 passes; RESULT side=bandwidth gbs=<GB/s>
 //   options: --threads N (2) --prompt N (32) --new N (64) --runs N (3) --isa NAME (force_isa; default the best)
 //
 // Each generation is start_generation + next() per token: the first next() runs the prompt through every layer
@@ -24,6 +26,7 @@
 #include "bench_util.h"
 #include "qkv/import.h"
 #include "qkv/qkv.h"
+#include "read_bandwidth.h"
 
 namespace {
 
@@ -45,6 +48,11 @@ struct Args {
 };
 
 int run(const Args& a) {
+  if (a.mode == "bandwidth") {
+    const double gbs = qkv::bench::read_bandwidth_gbs(double(1 << 30), a.threads, 10);
+    std::printf("RESULT side=bandwidth threads=%d bytes=%d gbs=%.2f\n", a.threads, 1 << 30, gbs);
+    return 0;
+  }
   qkv::set_num_threads(a.threads);
   if (!a.isa.empty()) qkv::force_isa(a.isa);
   const Timer load_timer;
@@ -113,13 +121,18 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  bool ok = argc >= 3;
+  bool ok = argc >= 2;
+  int first_option = 3;
   if (ok) {
     a.mode = argv[1];
-    a.path = argv[2];
-    ok = a.mode == "pretrained" || a.mode == "file";
+    if (a.mode == "bandwidth") {
+      first_option = 2;
+    } else {
+      ok = argc >= 3 && (a.mode == "pretrained" || a.mode == "file");
+      if (ok) a.path = argv[2];
+    }
   }
-  for (int i = 3; ok && i + 1 < argc; i += 2) {
+  for (int i = first_option; ok && i + 1 < argc; i += 2) {
     const std::string k = argv[i];
     if (k == "--isa") {
       a.isa = argv[i + 1];
@@ -138,10 +151,10 @@ int main(int argc, char** argv) {
       ok = false;
     ok = ok && v > 0;
   }
-  if (!ok || argc % 2 == 0) {
+  if (!ok || (argc - first_option) % 2 != 0) {
     std::fprintf(stderr,
                  "usage: qkv_gpt2_bench pretrained DIR | file CKPT [--threads N] [--prompt N] [--new N] [--runs N] "
-                 "[--isa NAME]\n");
+                 "[--isa NAME]\n       qkv_gpt2_bench bandwidth [--threads N]\n");
     return 2;
   }
   try {
