@@ -29,7 +29,7 @@ biases stay fp32. The unused fp32 initializers are dropped.
 
 Prints what it replaced and the bytes of the initializers by type; the logits are compared with the fp32 model's
 by bench/gpt2_node.mjs compare (onnxruntime-node and -web).
-usage: gpt2_quantize_onnx.py IN.onnx OUT.onnx --weights q8|q8nbits|q4
+usage: gpt2_quantize_onnx.py IN.onnx OUT.onnx --weights q8|q8nbits|q4 [--accuracy-level 0|4]
 """
 import argparse
 import collections
@@ -74,8 +74,8 @@ def quantize_q4_rows(w):
 
 
 class Rewriter:
-    def __init__(self, model, weights):
-        self.model, self.weights = model, weights
+    def __init__(self, model, weights, accuracy_level=0):
+        self.model, self.weights, self.accuracy_level = model, weights, accuracy_level
         self.graph = model.graph
         self.inits = {i.name: i for i in self.graph.initializer}
         self.new_inits, self.drop = [], set()
@@ -121,7 +121,7 @@ class Rewriter:
             bits = 4
         self.count[f"MatMulNBits bits={bits}"] += 1
         return [helper.make_node("MatMulNBits", [a, blob, scales], [out], domain="com.microsoft", K=K, N=N, bits=bits,
-                                 block_size=GROUP, accuracy_level=0, name=prefix + "/MatMulNBits")]
+                                 block_size=GROUP, accuracy_level=self.accuracy_level, name=prefix + "/MatMulNBits")]
 
     def embedding(self, node):
         """Gather(table (V, C), ids) -> int8 rows times their gathered scales (ids' shape + (C,))."""
@@ -179,10 +179,13 @@ def main():
     ap.add_argument("input")
     ap.add_argument("output")
     ap.add_argument("--weights", choices=["q8", "q8nbits", "q4"], required=True)
+    ap.add_argument("--accuracy-level", type=int, default=0, choices=[0, 1, 2, 3, 4],
+                    help="MatMulNBits' accuracy_level: 0 (unset: fp32 activations, what Transformers.js's q4 models "
+                         "carry) or 4 (int8 activations: onnxruntime's integer-dot kernels)")
     args = ap.parse_args()
     t0 = time.time()
     model = onnx.load(args.input)
-    r = Rewriter(model, args.weights)
+    r = Rewriter(model, args.weights, args.accuracy_level)
     r.run()
     onnx.checker.check_model(model)
     onnx.save(model, args.output)
