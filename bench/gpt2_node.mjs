@@ -204,7 +204,7 @@ if (side === "alternate") {
   // turn, --runs rounds: the machine is shared, and its speed swings over minutes, so each round compares the sides
   // within the same few seconds. An idle pause between two sides lets the one that ran stop spinning its threads.
   // Under DIR: wasm = hub/ (fromPretrained), wasm-<format> = gpt2_<format>.safetensors (`qkv quantize`'s
-  // checkpoint), ort-web / ort-node = gpt2.onnx, ort-web-<q> / ort-node-<q> = gpt2_<q>.onnx (gpt2_quantize_onnx.py).
+  // checkpoint; wasm-f32 = imported.safetensors, `qkv import`'s), ort-web / ort-node = gpt2.onnx, ort-web-<q> / ort-node-<q> = gpt2_<q>.onnx (gpt2_quantize_onnx.py).
   const names = optionText("sides", "wasm,ort-web,ort-node").split(",");
   const sides = {};
   for (const name of names) {
@@ -215,7 +215,8 @@ if (side === "alternate") {
     }, []);
     const format = rest.join("-");
     if (engine === "wasm") {
-      sides[name] = await qkvSide(format ? path.join(file, `gpt2_${format}.safetensors`) : path.join(file, "hub"));
+      const ckpt = format === "f32" ? "imported.safetensors" : `gpt2_${format}.safetensors`;
+      sides[name] = await qkvSide(format ? path.join(file, ckpt) : path.join(file, "hub"));
     } else if (engine === "ort-web" || engine === "ort-node") {
       sides[name] = await ortSide(engine === "ort-web", path.join(file, format ? `gpt2_${format}.onnx` : "gpt2.onnx"));
     } else {
