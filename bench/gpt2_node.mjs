@@ -17,6 +17,7 @@
 //                                            presents as the next past, the argmax of the last row of logits.
 //   node bench/gpt2_node.mjs alternate DIR --sides wasm,wasm-int8,ort-web,ort-web-q8,...
 //                                            the sides in one process, one generation of each in turn (below)
+//   node bench/gpt2_node.mjs refuse SOURCE   a model too big for the wasm core: the refusal's message, time, peak RSS
 //   node bench/gpt2_node.mjs compare FP32.onnx QUANT.onnx [ort-node|ort-web]
 //                                            a quantized export's logits against the fp32 export's
 //   options: --threads N (2) --prompt N (32) --new N (64) --runs N (3) --label SIDE (RESULT's side=)
@@ -39,7 +40,7 @@ const peers = createRequire(path.join(HERE, "web", "package.json"));
 const [side, file] = process.argv.slice(2, 4);
 const threads = option("threads", 2), promptLen = option("prompt", 32), fresh = option("new", 64);
 const runs = option("runs", 3);
-if (!["wasm", "ort-web", "ort-node", "alternate", "compare"].includes(side) || !file) {
+if (!["wasm", "ort-web", "ort-node", "alternate", "compare", "refuse"].includes(side) || !file) {
   console.error(
     "usage: node bench/gpt2_node.mjs wasm DIR | ort-web FILE | ort-node FILE | alternate DIR " +
       "[--threads N] [--prompt N] [--new N] [--runs N]",
@@ -168,6 +169,25 @@ async function measure(s) {
   });
   const steps = ms.slice(1).sort((a, b) => a - b);
   return { tokens: out, prefill: ms[0], median: steps[steps.length >> 1] ?? 0, min: steps[0], max: steps.at(-1) };
+}
+
+if (side === "refuse") {
+  // node bench/gpt2_node.mjs refuse SOURCE: a model too big for the wasm core (a Hub folder for fromPretrained, or a
+  // checkpoint for load) must be refused before its weights are allocated: prints the message, how long the refusal
+  // took and the process's peak resident memory (a refusal before allocation stays near the bare runtime's).
+  const t = performance.now();
+  let message = null;
+  try {
+    const m = await qkvSide(file, optionText("weights", ""));
+    message = `NOT REFUSED: loaded, ${m.paramsMb.toFixed(1)} MB of weights`;
+  } catch (e) {
+    message = e instanceof Error ? e.message : String(e);
+  }
+  console.log(
+    `RESULT side=refuse source=${path.basename(file)} refused=${!message.startsWith("NOT REFUSED")} ` +
+      `ms=${(performance.now() - t).toFixed(0)} peak_rss_mb=${hwmMb().toFixed(0)} message="${message.replaceAll('"', "'")}"`,
+  );
+  process.exit(0);
 }
 
 if (side === "compare") {
