@@ -3,6 +3,7 @@
 //   qkv_bench peak      [--threads N] [--quick]   peak FLOP/s of this machine per instruction set
 //   qkv_bench gemm      [--threads N] [--quick]   qkv gemm vs OpenBLAS, % of peak, 1 -> N thread scaling
 //   qkv_bench gemm-isas [--threads N] [--quick]   qkv gemm per instruction set, forced
+//   qkv_bench gemm-quant [--threads N] [--quick] [--isa I]   decode products with f16/bf16/int8/q4 weights, GB/s
 //   qkv_bench char-gpt  [--threads N] [--steps N] [--warmup N] [--batch N] [--config recipe|package] [--isa I]
 //   qkv_bench seq2seq   [--threads N] [--steps N] [--warmup N] [--batch N] [--isa I]
 //   qkv_bench generate  [--threads N] [--steps runs] [--warmup runs] [--isa I]
@@ -25,7 +26,7 @@ namespace {
 int usage(const char* argv0) {
   std::fprintf(
       stderr,
-      "usage: %s peak|gemm|gemm-isas|char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N] [--batch N]\n"
+      "usage: %s peak|gemm|gemm-isas|gemm-quant|char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N] [--batch N]\n"
       "       [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
       argv0);
   return 2;
@@ -67,6 +68,7 @@ int run(int argc, char** argv) {
   if (command == "peak") return qkv::bench::run_peak(o);
   if (command == "gemm") return qkv::bench::run_gemm(o);
   if (command == "gemm-isas") return qkv::bench::run_gemm_isas(o);
+  if (command == "gemm-quant") return qkv::bench::run_gemm_quant(o);
   if (command == "char-gpt") return qkv::bench::run_char_gpt(o);
   if (command == "seq2seq") return qkv::bench::run_seq2seq(o);
   if (command == "generate") return qkv::bench::run_generate(o);

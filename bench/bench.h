@@ -20,6 +20,8 @@ int run_peak(const Options& o);
 int run_gemm(const Options& o);
 // gemm per instruction set, forced (gemm_bench.cpp).
 int run_gemm_isas(const Options& o);
+// gemm_quant's decode products (M = 1) per format: GB/s of weights and share of streaming bandwidth (gemm_bench.cpp).
+int run_gemm_quant(const Options& o);
 // One training configuration at o.threads threads; prints a table and a RESULT line (train_bench.cpp).
 int run_char_gpt(const Options& o);
 int run_seq2seq(const Options& o);

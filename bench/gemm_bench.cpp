@@ -1,6 +1,8 @@
 // gemm GFLOP/s: qkv::kernels::gemm against OpenBLAS's cblas_sgemm in the same process, at the square and
 // char-GPT shapes and the transposed products the layers run, with the fraction of the machine's peak and
 // the 1 -> n thread scaling. Shapes are M x K x N: op(A) is (M,K), op(B) (K,N), C (M,N).
+// gemm-quant: the decode-shaped products with quantized weights (kernels::gemm_quant), GB/s of weights read
+// against the streaming read bandwidth of the same threads.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,8 +15,10 @@
 #include "bench_util.h"
 #include "kernels/kernels.h"
 #include "openblas_peer.h"
+#include "ops/weight_quantize.h"
 #include "peak.h"
 #include "qkv/qkv.h"
+#include "qkv/thread_pool.h"
 #include "runtime/random.h"
 
 namespace qkv::bench {
@@ -250,6 +254,104 @@ int run_gemm_isas(const Options& o) {
     }
   }
   qkv::force_isa(qkv::available_isas().front());
+  return 0;
+}
+
+// ---- the product with quantized weights: decode-shaped matrix-vector products ----
+
+namespace {
+
+// Bytes the product must read: W packed (or fp32) and its scales.
+size_t weight_bytes(ops::WeightFormat f, int N, int K) {
+  if (f == ops::WeightFormat::F32) return size_t(N) * K * sizeof(float);
+  return ops::packed_bytes(f, N, K) + size_t(N) * ops::scales_per_row(f, K) * sizeof(float);
+}
+
+// The streaming read bandwidth of `threads` threads over a 512 MiB buffer (an XOR of 64-bit words: the compiler
+// vectorizes it, and it does nothing else), best of a few passes, in GB/s.
+double stream_read_gbps(int threads, bool quick) {
+  const size_t words = (quick ? size_t{64} : size_t{512}) << 17;  // 64 or 512 MiB
+  std::vector<uint64_t> buf(words);
+  for (size_t i = 0; i < words; ++i) buf[i] = i * 0x9E3779B97F4A7C15ull;
+  qkv::set_num_threads(threads);
+  std::vector<uint64_t> part(size_t(threads) * 8);
+  const double s = best_seconds_per_call(
+      [&] {
+        qkv::parallel_for(threads, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const size_t a = words * size_t(t) / threads, b = words * size_t(t + 1) / threads;
+            uint64_t x = 0;
+            for (size_t i = a; i < b; ++i) x ^= buf[i];
+            part[size_t(t) * 8] = x;
+          }
+        });
+      },
+      quick ? 0.05 : 0.3, 3);
+  keep(float(part[0] & 1));
+  return double(words * sizeof(uint64_t)) / s / 1e9;
+}
+
+}  // namespace
+
+int run_gemm_quant(const Options& o) {
+  if (!o.isa.empty()) qkv::force_isa(o.isa);
+  struct Shape {
+    int N, K;
+    const char* use;
+  };
+  const Shape shapes[] = {{768, 768, "GPT-2 attn out"},
+                          {2304, 768, "GPT-2 qkv in_proj"},
+                          {3072, 768, "GPT-2 fc1"},
+                          {768, 3072, "GPT-2 fc2"},
+                          {50257, 768, "GPT-2 tied head"}};
+  const ops::WeightFormat formats[] = {ops::WeightFormat::F32, ops::WeightFormat::F16, ops::WeightFormat::BF16,
+                                       ops::WeightFormat::Int8, ops::WeightFormat::Q4};
+  const int rounds = o.quick ? 1 : 3;
+  const double min_seconds = o.quick ? 0.02 : 0.1;
+  std::printf("\n== gemm_quant: decode (M = 1) products y = x W^T, qkv (%s); load average: %s\n",
+              qkv::active_isa().c_str(), load_average().c_str());
+  std::printf(
+      "GB/s = bytes of W and its scales / seconds per call (best of %d batches >= %.2f s); %%stream = share of the\n"
+      "streaming read bandwidth of the same threads (an XOR over 512 MiB). f32 is qkv's fp32 gemm (its row kernel).\n",
+      rounds, min_seconds);
+  std::vector<double> stream(size_t(o.threads) + 1);
+  for (int t = 1; t <= o.threads; ++t) {
+    stream[size_t(t)] = stream_read_gbps(t, o.quick);
+    std::printf("streaming read, %d thread%s: %.1f GB/s\n", t, t > 1 ? "s" : "", stream[size_t(t)]);
+  }
+  std::printf("%-18s %-14s %3s %6s %10s %9s %8s %8s\n", "use", "N x K", "thr", "format", "MB read", "us/call", "GB/s",
+              "%stream");
+  qkv::Rng rng(3);
+  for (const Shape& sh : shapes) {
+    std::vector<float> w(size_t(sh.N) * sh.K), x(size_t(sh.K)), y(size_t(sh.N));
+    for (float& v : w) v = float(rng.normal() * 0.02);
+    for (float& v : x) v = float(rng.normal());
+    for (ops::WeightFormat f : formats) {
+      std::vector<uint8_t> packed;
+      std::vector<float> scales;
+      if (f != ops::WeightFormat::F32) {
+        packed.resize(ops::packed_bytes(f, sh.N, sh.K));
+        scales.resize(size_t(sh.N) * ops::scales_per_row(f, sh.K) + 1);
+        ops::quantize_rows(f, w.data(), sh.N, sh.K, packed.data(), scales.data());
+      }
+      const auto call = [&] {
+        if (f == ops::WeightFormat::F32)
+          kernels::gemm(false, true, 1, sh.N, sh.K, 1.f, x.data(), sh.K, w.data(), sh.K, 0.f, y.data(), sh.N);
+        else
+          kernels::gemm_quant(1, sh.N, sh.K, x.data(), sh.K, f, packed.data(), scales.data(), y.data(), sh.N);
+      };
+      for (int t = 1; t <= o.threads; ++t) {
+        qkv::set_num_threads(t);
+        call();
+        const double s = best_seconds_per_call(call, min_seconds, rounds);
+        const double bytes = double(weight_bytes(f, sh.N, sh.K)), gbps = bytes / s / 1e9;
+        char shape[24];
+        std::snprintf(shape, sizeof shape, "%d x %d", sh.N, sh.K);
+        std::printf("%-18s %-14s %3d %6s %10.1f %9.1f %8.1f %7.0f%%\n", sh.use, shape, t, ops::format_name(f),
+                    bytes / 1e6, s * 1e6, gbps, 100 * gbps / stream[size_t(t)]);
+      }
+    }
+  }
   return 0;
 }
 

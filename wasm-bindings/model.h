@@ -75,6 +75,22 @@ class JsModel {
   int step() const { return m_->step(); }
   val config() const { return config_to_js(m_->config(), m_->optimizer()); }
   val memory() const { return to_js(m_->memory()); }
+  // options: { weights: "int8" | "q4" | "f16" | "bf16", embedding?: boolean } (the core checks the name).
+  void quantize(val options) {
+    run([&] {
+      QuantizeOptions o;
+      const val embedding = options["embedding"];
+      if (!embedding.isUndefined()) o.embedding = embedding.as<bool>();
+      m_->quantize(weight_format_from_string(options["weights"].as<std::string>(), "options.weights"), o);
+      keep({});  // a model on the GPU falls back to its quantized state
+    });
+  }
+  // { name: "int8", ... } for each packed tensor.
+  val weight_formats() const {
+    val out = val::object();
+    for (const auto& [name, f] : m_->weight_formats()) out.set(name, std::string(to_string(f)));
+    return out;
+  }
 
  protected:
   // guarded() for calls on a model that may be on the GPU. When the GPU is lost (or its worker dies) in the
@@ -184,7 +200,11 @@ emscripten::class_<T> model_class(const char* name) {
       .function(
           "config", +[](const T& t) { return t.config(); })
       .function(
-          "memory", +[](const T& t) { return t.memory(); });
+          "memory", +[](const T& t) { return t.memory(); })
+      .function(
+          "quantize", +[](T& t, val options) { t.quantize(options); })
+      .function(
+          "weightFormats", +[](const T& t) { return t.weight_formats(); });
   return c;
 }
 

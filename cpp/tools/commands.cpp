@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "parallel/nccl.h"
 #endif
 #include "distributed.h"
+#include "io/checkpoint.h"
 #include "io/checksum.h"
 #include "kernels/kernels.h"
 #include "nn/parameters.h"
@@ -627,32 +629,70 @@ int run_info(const InfoArgs& a) {
   for (const auto& [key, value] : meta)
     if (key.rfind("qkv.", 0) != 0 && key != "format")
       row(key.c_str(), value.size() > 100 ? value.substr(0, 100) + "..." : value);
+  // A quantized checkpoint ("qkv.quantized", io/checkpoint.h): each packed tensor's format and matrix shape; its
+  // stored tensor holds the rows' bytes and "<name>.scales" their scales, neither counted as parameters.
+  std::map<std::string, std::pair<std::string, long long>> packed;  // name -> format, the matrix's numel
+  if (meta.count("qkv.quantized")) {
+    try {
+      const auto j = nlohmann::json::parse(meta.at("qkv.quantized"));
+      for (const auto& [name, v] : j.items())
+        packed[name] = {v.at("format").get<std::string>(),
+                        v.at("shape").at(0).get<long long>() * v.at("shape").at(1).get<long long>()};
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(a.ckpt + ": \"qkv.quantized\" is malformed: " + e.what());
+    }
+  }
+  const auto scales_of = [&](const std::string& n) {
+    return n.size() > 7 && n.compare(n.size() - 7, 7, ".scales") == 0 && packed.count(n.substr(0, n.size() - 7));
+  };
   long long params = 0;
-  size_t weights = 0, moments = 0, name_width = 4;
+  size_t weights = 0, moments = 0, name_width = 4, weight_bytes = 0;
+  std::map<std::string, std::pair<int, size_t>> by_format;  // format -> tensors, bytes (rows and scales)
   const auto is_moment = [](const std::string& n) { return n.rfind("optimizer.", 0) == 0; };
   for (const TensorEntry& t : f.tensors) {
     if (is_moment(t.name)) {
       ++moments;
       if (!a.all) continue;
     } else {
-      ++weights;
-      params += t.numel();
+      weight_bytes += t.bytes.size();
+      const auto p = packed.find(t.name);
+      const bool scales = scales_of(t.name);
+      const std::string format = p != packed.end()  ? p->second.first
+                                 : scales           ? packed.at(t.name.substr(0, t.name.size() - 7)).first
+                                 : t.dtype == "F32" ? "f32"
+                                                    : t.dtype;
+      by_format[format].first += !scales;
+      by_format[format].second += t.bytes.size();
+      if (!scales) {
+        ++weights;
+        params += p != packed.end() ? p->second.second : t.numel();
+      }
     }
     name_width = std::max(name_width, t.name.size());
   }
   row("parameters", std::to_string(params));
+  std::string formats;
+  for (const auto& [format, n] : by_format)
+    formats += (formats.empty() ? "" : ", ") + format + ": " + std::to_string(n.first) + " tensors, " +
+               std::to_string(n.second) + " bytes";
+  row("weights", std::to_string(weight_bytes) + " bytes (" + formats + ")");
   row("tensors", std::to_string(weights) + " weights" +
                      (moments ? " + " + std::to_string(moments) + " optimizer moments" +
                                     (a.all ? "" : " (not listed; --all lists them)")
                               : ""));
-  std::printf("\n%-*s  %-5s  %-16s  %s\n", static_cast<int>(name_width), "name", "dtype", "shape", "numel");
+  std::printf("\n%-*s  %-5s  %-16s  %-12s  %s\n", static_cast<int>(name_width), "name", "dtype", "shape", "numel",
+              "format");
   for (const TensorEntry& t : f.tensors) {
     if (is_moment(t.name) && !a.all) continue;
     std::string shape = "[";
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(t.shape[i]);
     shape += "]";
-    std::printf("%-*s  %-5s  %-16s  %lld\n", static_cast<int>(name_width), t.name.c_str(), t.dtype.c_str(),
-                shape.c_str(), static_cast<long long>(t.numel()));
+    const auto p = packed.find(t.name);
+    const std::string format = p != packed.end()   ? p->second.first + " (" + std::to_string(t.bytes.size()) + " bytes)"
+                               : scales_of(t.name) ? "scales"
+                                                   : "";
+    std::printf("%-*s  %-5s  %-16s  %-12lld  %s\n", static_cast<int>(name_width), t.name.c_str(), t.dtype.c_str(),
+                shape.c_str(), static_cast<long long>(t.numel()), format.c_str());
   }
   return 0;
 }
@@ -708,6 +748,71 @@ int run_import(const ImportArgs& a) {
   std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
               r.config_json.c_str());
   for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
+  std::printf("wrote       %s\n", a.out.c_str());
+  return 0;
+}
+
+// --- quantize --------------------------------------------------------------------------------------------
+
+int run_quantize(const QuantizeArgs& a) {
+  const WeightFormat format = weight_format_from_string(a.weights, "--weights");
+  if (format == WeightFormat::F32)
+    throw UsageError("--weights f32 is not a quantized format: expected int8, q4, f16 or bf16");
+  QuantizeOptions options;
+  if (a.embedding.given) options.embedding = a.embedding.value;
+  std::unique_ptr<Model> model;
+  std::map<std::string, std::string> meta;
+  if (std::filesystem::is_directory(a.in)) {
+    // A pretrained folder, as qkv import reads it, with its tokenizer kept so that qkv generate works on OUT.
+    ImportedWeights r;
+    model.reset(load_pretrained(a.in, {}, Device::CPU, &r).release());
+    const std::optional<Tokenizer> tok = [&] {
+      try {
+        return pretrained_tokenizer(r.tokenizer_files);
+      } catch (const Error& e) {
+        throw Error(a.in + ": " + e.what());
+      }
+    }();
+    if (tok) meta["qkv.tokenizer"] = tok->to_json();
+    meta["qkv.imported_from"] = r.format;
+  } else {
+    // A qkv checkpoint of any kind; its own metadata (tokenizers, labels, training settings, the user's keys) is
+    // kept, less what the checkpoint writes itself.
+    const std::string text = read_text(a.in);
+    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+    const SafetensorsFile file = [&] {
+      try {
+        return parse_safetensors(bytes);
+      } catch (const Error& e) {
+        throw Error(a.in + ": " + e.what());
+      }
+    }();
+    const auto kind = file.metadata.find("qkv.model");
+    check(kind != file.metadata.end(), a.in, ": not a qkv checkpoint (no \"qkv.model\" metadata): convert it with ",
+          "qkv import first, or give a pretrained model's folder");
+    const auto load = [&](auto loader) {
+      return std::unique_ptr<Model>(io::with_path(a.in, [&] { return loader(bytes); }));
+    };
+    if (kind->second == "language_model") {
+      model = load([](auto b) { return LanguageModel::load(b); });
+    } else if (kind->second == "seq2seq") {
+      model = load([](auto b) { return Seq2Seq::load(b); });
+    } else {
+      model = load([](auto b) { return Classifier::load(b); });
+    }
+    const std::set<std::string> own = {"qkv.model",         "qkv.config", "qkv.optimizer",       "qkv.step",
+                                       "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
+                                       "qkv.crc32",         "format",     "qkv.quantized"};
+    for (const auto& [key, value] : file.metadata)
+      if (!own.count(key)) meta[key] = value;
+  }
+  const size_t before = model->memory().parameters;
+  io::with_path(a.in, [&] { model->quantize(format, options); });
+  model->save_file(a.out, false, meta);
+  const size_t after = model->memory().parameters;
+  std::printf("weights     %s: %zu tensors packed\n", to_string(format), model->weight_formats().size());
+  std::printf("bytes       %zu -> %zu (%.2fx smaller)\n", before, after,
+              static_cast<double>(before) / static_cast<double>(after));
   std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }

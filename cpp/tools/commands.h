@@ -60,6 +60,11 @@ struct ImportArgs {
   Flag<bool> scale_embedding;
 };
 
+struct QuantizeArgs {
+  std::string in, out, weights;
+  Flag<bool> embedding;  // unset: the model's default (qkv/quantize.h)
+};
+
 struct BenchArgs {
   Flag<int> threads;
   int steps = 5;
@@ -71,6 +76,7 @@ int run_generate(const GenerateArgs& args);
 int run_eval(const EvalArgs& args);
 int run_info(const InfoArgs& args);
 int run_import(const ImportArgs& args);
+int run_quantize(const QuantizeArgs& args);
 int run_bench(const BenchArgs& args);
 
 }  // namespace qkv::cli

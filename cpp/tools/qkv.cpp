@@ -214,6 +214,20 @@ int main(int argc, char** argv) {
       "(for a tied nanoGPT, save_model, or clone lm_head.weight first). The checkpoint loads with\n"
       "X::load_file, the package's X.load, the demo, and, with --tokenizer, qkv generate.");
 
+  QuantizeArgs quant;
+  CLI::App* q = app.add_subcommand("quantize", "Store a model's weights in int8, q4, f16 or bf16 (inference only)");
+  q->add_option("IN", quant.in, "A qkv checkpoint (any model), or a Hugging Face GPT-2 folder")->required();
+  q->add_option("OUT", quant.out, "The quantized checkpoint to write")->required();
+  q->add_option("--weights", quant.weights, "int8, q4, f16 or bf16")
+      ->required()
+      ->check(CLI::IsMember({"int8", "q4", "f16", "bf16"}));
+  flags.add(q, "--embedding", quant.embedding,
+            "Also the token embedding (true/false; default: true when it is the tied output head)");
+  q->footer(
+      "\nEvery Linear weight (attention, feed-forward, heads) is stored packed; biases, LayerNorms and positions\n"
+      "stay float32. The checkpoint loads everywhere a checkpoint does, for inference: generate, eval, predict.\n"
+      "README \"Quantized weights\" gives each format's accuracy.");
+
   BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");
   flags.add(b, "--threads", bench.threads, "Most threads (default: all cores)")->check(CLI::PositiveNumber);
@@ -226,9 +240,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string first = argv[1];
-  const std::vector<std::string> commands = {"train", "generate", "eval", "info", "import", "bench"};
+  const std::vector<std::string> commands = {"train", "generate", "eval", "info", "import", "quantize", "bench"};
   if (first[0] != '-' && std::find(commands.begin(), commands.end(), first) == commands.end()) {
-    std::fprintf(stderr, "qkv: unknown command \"%s\": expected train, generate, eval, info, import or bench\n",
+    std::fprintf(stderr,
+                 "qkv: unknown command \"%s\": expected train, generate, eval, info, import, quantize or bench\n",
                  argv[1]);
     return 2;
   }
@@ -277,6 +292,7 @@ int main(int argc, char** argv) {
       return run_info(info);
     }
     if (command == "import") return run_import(imp);
+    if (command == "quantize") return run_quantize(quant);
     return run_bench(bench);
   } catch (const UsageError& err) {
     std::fprintf(stderr, "qkv %s%s: %s\nRun 'qkv %s --help' for usage.\n", command.c_str(), rank.c_str(), err.what(),

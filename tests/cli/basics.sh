@@ -3,10 +3,10 @@ source "$(dirname "$0")/lib.sh"
 make_text text.txt
 
 expect 0 "Subcommands" -- --help
-for command in train generate eval info import bench; do
+for command in train generate eval info import quantize bench; do
   grep -Eq "^  $command " "$OUT" || fail "qkv --help does not list $command"
 done
-for command in train generate eval info import bench; do
+for command in train generate eval info import quantize bench; do
   expect 0 "Usage|usage|Options|OPTIONS" -- "$command" --help
 done
 expect 0 "lm tiny.*batch" -- train --help        # the presets are listed

@@ -191,7 +191,7 @@ describe("WebGPU backend", () => {
     expect(check.backend).toBe("webgpu");
     expect(check.against).toBe("wasm");
     const groups = new Set(check.results.map((x) => x.name.split(" ")[0]));
-    for (const g of ["copy_rows", "gemm", "linear", "layernorm", "bias_act", "dropout", "attention", "embedding", "mean_pool", "crossentropy", "adam"])
+    for (const g of ["copy_rows", "gemm", "linear", "layernorm", "bias_act", "dropout", "attention", "embedding", "mean_pool", "crossentropy", "adam", "gemm_quant", "dequantize_rows", "embedding_forward_quant"])
       expect(groups, g).toContain(g);
     const bad = check.results.filter((x) => !x.ok).map((x) => `${x.name}${x.detail} (error ${x.error}, tol ${x.tol})`);
     expect(bad).toEqual([]);

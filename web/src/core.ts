@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import { UNKNOWN_TOKENIZER, type Calls, type ConfigIn, type ModelOut, type ModelRequest, type TokenizerIn, type TokenizerOut, type TokenizerRef } from "./protocol.js";
-import type { BackendCheck, MemoryUsage, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
+import type { BackendCheck, MemoryUsage, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -15,6 +15,8 @@ interface CoreModelBase {
   step(): number;
   config(): Record<string, number | string | boolean>;
   memory(): MemoryUsage;
+  quantize(options: QuantizeOptions): void;
+  weightFormats(): Record<string, WeightFormat>;
   delete(): void;
 }
 
@@ -432,6 +434,12 @@ export class Engine {
         const { model, lr } = req.in;
         this.run(() => this.get(model).core.setLearningRate(lr));
         return null;
+      }
+      case "quantize": {
+        const { model, options } = req.in;
+        const core = this.get(model).core;
+        this.run(() => core.quantize(options));
+        return { formats: this.run(() => core.weightFormats()) };
       }
       case "dispose": {
         const e = this.models.get(req.in.model);

@@ -16,6 +16,8 @@ export type {
   PretrainedOptions,
   PretrainedProgress,
   PretrainedSource,
+  QuantizeOptions,
+  WeightFormat,
   LayerOptions,
   MemoryReport,
   MemoryUsage,

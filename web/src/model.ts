@@ -11,8 +11,8 @@ import { backend } from "./runtime.js";
 import { tokenizerJSON, type Tokenizer } from "./tokenizer.js";
 import { loadStream, streamIn } from "./load-stream.js";
 import type { WeightsStream } from "./pretrained.js";
-import type { CheckpointSource, LoadOptions, MemoryUsage, ModelKind, PretrainedOptions } from "./types.js";
-import { boolean, bytes, describe, object, positiveFinite, stringRecord } from "./validate.js";
+import type { CheckpointSource, LoadOptions, MemoryUsage, ModelKind, PretrainedOptions, QuantizeOptions, WeightFormat } from "./types.js";
+import { boolean, bytes, describe, object, positiveFinite, string, stringRecord } from "./validate.js";
 
 /** Options for `save()`. */
 export interface SaveOptions {
@@ -157,6 +157,23 @@ export abstract class Model<C extends object> {
   /** Sets the learning rate of the following steps (for a schedule of your own: warm-up, decay). */
   async setLearningRate(lr: number): Promise<void> {
     await callModel(this, "setLearningRate", "setLearningRate", { lr: positiveFinite("lr", lr) });
+  }
+
+  /**
+   * Stores every Linear weight (and, per `options.embedding`, the token embedding) in `options.weights`' format,
+   * freeing their float32 values: `memory().parameters` falls about 4x (int8), 7x (q4) or 2x (f16, bf16). The
+   * model then generates, predicts, evaluates and saves (its checkpoints load quantized) but no longer trains:
+   * `trainStep` rejects (fine-tuning a quantized base is for LoRA adapters). Rejects, changing nothing, for an
+   * unknown format or a model already quantized. Resolves to the packed tensors' formats by name.
+   */
+  async quantize(options: QuantizeOptions): Promise<Record<string, WeightFormat>> {
+    // Only the JS types are checked here; the format's name is the core's to judge (its error names the choices).
+    const o = object("options", options, '{ weights: "int8" }');
+    const weights = string("options.weights", o["weights"]) as WeightFormat;
+    const out = await callModel(this, "quantize", "quantize", {
+      options: o["embedding"] === undefined ? { weights } : { weights, embedding: boolean("options.embedding", o["embedding"]) },
+    });
+    return out.formats;
   }
 
   /** Bytes this model holds in the wasm heap: weights, gradients, Adam moments and activations. */

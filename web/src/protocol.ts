@@ -4,7 +4,7 @@
 // A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
 // `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
-import type { BackendCheck, MemoryReport, Metrics, ModelKind, RuntimeInfo, StepResult } from "./types.js";
+import type { BackendCheck, MemoryReport, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -159,6 +159,7 @@ export interface Calls {
   save: { in: { model: number; optimizer: boolean; metadata: Record<string, string> }; out: { bytes: Uint8Array } };
   loadWeights: { in: { model: number; bytes: Uint8Array }; out: null };
   setLearningRate: { in: { model: number; lr: number }; out: null };
+  quantize: { in: { model: number; options: QuantizeOptions }; out: { formats: Record<string, WeightFormat> } };
   dispose: { in: { model: number }; out: null };
   memory: { in: null; out: MemoryReport };
   /** The runtime as init() reported it, with where models run now (after a GPU loss: the wasm core). */

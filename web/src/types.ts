@@ -322,8 +322,25 @@ export interface Seq2SeqAttentionOptions extends AttentionOptions {
 }
 
 /** Bytes a model holds in the wasm heap, by what for. */
+/** How weight matrices are stored after {@link Model.quantize} (README "Quantized weights"). */
+export type WeightFormat = "int8" | "q4" | "f16" | "bf16";
+
+/** What {@link Model.quantize} takes. */
+export interface QuantizeOptions {
+  /**
+   * `int8`: one float32 scale per output row (held-out perplexity within 0.5% of float32); `q4`: 4 bits in groups
+   * of 32 with a float32 scale per group (within 5%); `f16` / `bf16`: half-precision storage, computed in float32.
+   */
+  weights: WeightFormat;
+  /**
+   * Also store the token embedding packed. Default: `true` exactly when it is also the output head (a language
+   * model with `tieHead`, GPT-2's), whose product every generated token reads whole.
+   */
+  embedding?: boolean;
+}
+
 export interface MemoryUsage {
-  /** Weights (float32). */
+  /** Weights: float32, and quantized ones with their scales ({@link Model.quantize}). */
   parameters: number;
   /** One gradient per weight. */
   gradients: number;

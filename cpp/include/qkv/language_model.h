@@ -132,6 +132,7 @@ class LanguageModel final : public Model {
   const char* kind() const override;
   std::string config_json() const override;
   void reset(bool moved) override;
+  bool tied_head() const override;
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -10,7 +10,7 @@
 namespace qkv {
 
 struct MemoryUsage {
-  size_t parameters = 0;   // weights (float32)
+  size_t parameters = 0;   // weights: float32, and packed ones with their scales (Model::quantize)
   size_t gradients = 0;    // one gradient per weight
   size_t optimizer = 0;    // Adam's two moments per weight
   size_t activations = 0;  // the workspace arena: activations saved for the backward, and scratch

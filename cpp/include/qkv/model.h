@@ -12,6 +12,7 @@
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
 #include "qkv/parameter.h"
+#include "qkv/quantize.h"
 #include "qkv/step_loss.h"
 #include "qkv/tensor.h"
 
@@ -69,8 +70,22 @@ class Model {
   // sums overlapping the backward. nullptr: this process trains alone again. The caller keeps `sync` alive.
   void set_gradient_sync(dist::GradientSync* sync);
 
+  // Quantized weights (qkv/quantize.h): every Linear weight (attention's in_proj_weight and out_proj, the
+  // feed-forward's, the classifier's and the generator's layers, an untied lm_head) and, per options.embedding,
+  // the token embedding are stored in `format` and their float32 values released, so the weights' memory falls
+  // (memory().parameters: 4x for int8, about 7x for q4, 2x for f16 / bf16). Biases, LayerNorms and positions stay
+  // float32. The model then generates, predicts, evaluates and saves as before (its checkpoints hold the packed
+  // tensors: README "File layout"), but does not train: a training call throws qkv::Error (train LoRA adapters on
+  // the quantized base instead), the model still usable. Quantizing a quantized model, or to F32, throws
+  // qkv::Error and changes nothing. A model on another device is quantized there (the rounding is done on the
+  // host: the same bytes on every device).
+  void quantize(WeightFormat format, const QuantizeOptions& options = {});
+  // The packed tensors' formats by name (empty for a float32 model).
+  std::map<std::string, WeightFormat> weight_formats() const;
+
   // Access for tests, tools and checkpoints: parameters and gradients by (PyTorch-style) name. The spans are
-  // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first.
+  // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first. A packed tensor
+  // (quantize) has empty spans: read its values through a checkpoint (save) instead.
   std::vector<ParameterView> parameters();
 
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
@@ -79,7 +94,8 @@ class Model {
   // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
   // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
   // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-  // "qkv.crc32", "format") is refused with qkv::Error naming it.
+  // "qkv.crc32", "format", "qkv.quantized") is refused with qkv::Error naming it. A quantized model's checkpoint
+  // never holds an optimizer state (with_optimizer is ignored: it has none).
   std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
   void save_file(const std::string& path, bool with_optimizer = true,
                  const std::map<std::string, std::string>& metadata = {});
@@ -100,6 +116,8 @@ class Model {
   const models::ModelCore& core() const { return const_cast<Model*>(this)->core(); }
   virtual const char* kind() const = 0;         // "language_model", "seq2seq", "classifier"
   virtual std::string config_json() const = 0;  // the config as checkpoints store it
+  // A language model whose output projection is its token embedding: QuantizeOptions::embedding's default.
+  virtual bool tied_head() const { return false; }
   // After new weights (moved = false: KV caches) or a move to another device (moved = true: workspace plans
   // too): forget what depends on them.
   virtual void reset(bool moved) = 0;

@@ -149,6 +149,8 @@ struct TensorRef {
   TensorRef(std::string name, std::vector<int64_t> shape, std::span<const float> data);
   TensorRef(std::string name, std::vector<int64_t> shape, std::span<const int32_t> data);
   TensorRef(std::string name, std::vector<int64_t> shape, std::span<const int64_t> data);
+  // Raw little-endian bytes of any dtype (a quantized checkpoint's I8 / U8 / F16 / BF16 rows).
+  TensorRef(std::string name, std::vector<int64_t> shape, std::string dtype, std::span<const uint8_t> data);
 
   std::string name;
   std::vector<int64_t> shape;

@@ -1,6 +1,7 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -20,6 +21,74 @@ namespace {
 
 const char* const kM = "optimizer.m.";
 const char* const kV = "optimizer.v.";
+const char* const kQuantized = "qkv.quantized";
+const char* const kScales = ".scales";
+
+// How a packed parameter is stored in a file: its rows as they are on the device, under a dtype and shape a
+// safetensors reader understands (F16 / BF16 as such where the rows carry no padding), and its scales.
+struct Stored {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::vector<int64_t> scales_shape;  // empty: no scales (F16, BF16)
+};
+Stored stored_as(const nn::Param& p) {
+  const int N = p.rows(), K = p.cols();
+  const auto stride = static_cast<int64_t>(ops::row_stride(p.format, K));
+  const int per_row = ops::scales_per_row(p.format, K);
+  Stored s;
+  switch (p.format) {
+    case ops::WeightFormat::Int8: s.dtype = "I8"; break;
+    case ops::WeightFormat::F16: s.dtype = stride == 2 * K ? "F16" : "U8"; break;
+    case ops::WeightFormat::BF16: s.dtype = stride == 2 * K ? "BF16" : "U8"; break;
+    default: s.dtype = "U8"; break;
+  }
+  s.shape = s.dtype == "F16" || s.dtype == "BF16" ? std::vector<int64_t>{N, K} : std::vector<int64_t>{N, stride};
+  if (per_row > 0) s.scales_shape = {N, per_row};
+  return s;
+}
+
+// "qkv.quantized": {"name": {"format": "int8", "shape": [N, K]}, ...}: the format and the matrix's own shape
+// (the stored tensor's is the rows' bytes). qkv::Error naming an entry that is not one.
+nn::Formats formats_from_json(const std::string& text, std::map<std::string, std::vector<int64_t>>* shapes = nullptr) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(detail::cat("checkpoint: the \"", kQuantized, "\" metadata is not valid JSON (", e.what(), ")"));
+  }
+  check(j.is_object(), "checkpoint: the \"", kQuantized, "\" metadata is a JSON ", j.type_name(),
+        ", expected an object of tensor names to {\"format\", \"shape\"}");
+  nn::Formats out;
+  for (const auto& [name, value] : j.items()) {
+    const nlohmann::json format = value.is_object() && value.contains("format") ? value.at("format") : value;
+    for (ops::WeightFormat f :
+         {ops::WeightFormat::F16, ops::WeightFormat::BF16, ops::WeightFormat::Int8, ops::WeightFormat::Q4})
+      if (format.is_string() && format.get<std::string>() == nn::format_name(f)) out[name] = f;
+    check(out.count(name), "checkpoint: \"", kQuantized, "\" gives tensor \"", name, "\" the format ", format.dump(),
+          ": expected \"int8\", \"q4\", \"f16\" or \"bf16\"");
+    const nlohmann::json shape = value.is_object() ? value.value("shape", nlohmann::json()) : nlohmann::json();
+    check(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() && shape[1].is_number_integer(),
+          "checkpoint: \"", kQuantized, "\" gives tensor \"", name, "\" no \"shape\": expected [rows, columns]");
+    if (shapes) (*shapes)[name] = shape.get<std::vector<int64_t>>();
+  }
+  return out;
+}
+
+std::string formats_to_json(const nn::Parameters& params) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const nn::Param& p : params.all())
+    if (p.is_packed()) j[p.name] = {{"format", nn::format_name(p.format)}, {"shape", p.shape}};
+  return j.dump();
+}
+
+// Every scale of a packed tensor must be finite, and int8's >= 0 (max|w| / 127; q4's d = m / -8 has a sign): a
+// corrupted file is refused naming the tensor, never turned into NaNs at the first product.
+void check_scales(const std::string& name, ops::WeightFormat f, std::span<const float> scales) {
+  for (size_t i = 0; i < scales.size(); ++i)
+    check(std::isfinite(scales[i]) && (f == ops::WeightFormat::Q4 || scales[i] >= 0.f), "checkpoint: tensor \"", name,
+          "\" is corrupted: scale [", i, "] = ", scales[i], ", expected a finite number",
+          f == ops::WeightFormat::Q4 ? "" : " >= 0");
+}
 
 std::string shape_text(std::span<const int64_t> s) {
   std::string out = "(";
@@ -37,6 +106,7 @@ struct ToSave {
   std::vector<TensorRef> refs;
   std::map<std::string, std::string> meta;
   std::deque<std::vector<float>> host;
+  std::deque<std::vector<uint8_t>> host_bytes;  // packed rows of a model on another device
 };
 
 ToSave to_save(models::ModelCore& core, const char* kind, const std::string& config_json, bool with_optimizer,
@@ -53,8 +123,23 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
   };
   check(!with_optimizer || !core.params.moments_sharded(),
         "the Adam moments are sharded across ranks (ZeRO-1): gather them before saving the optimizer state");
+  // A quantized model has no optimizer state (it does not train): its checkpoints never hold one.
+  if (core.params.packed_count() > 0) with_optimizer = false;
   if (with_optimizer) core.params.ensure_training();  // a loaded model's moments: zero until it trains
+  std::deque<std::vector<uint8_t>>& host_bytes = out.host_bytes;
   for (nn::Param& p : core.params.all()) {
+    if (p.is_packed()) {
+      const Stored st = stored_as(p);
+      std::span<const uint8_t> rows = p.packed;
+      if (core.device() != Device::CPU) {
+        host_bytes.emplace_back(p.packed.size());
+        core.ops().download(host_bytes.back().data(), p.packed.data(), p.packed.size());
+        rows = host_bytes.back();
+      }
+      refs.emplace_back(p.name, st.shape, st.dtype, rows);
+      if (!st.scales_shape.empty()) refs.emplace_back(p.name + kScales, st.scales_shape, on_host(p.scales));
+      continue;
+    }
     refs.emplace_back(p.name, p.shape, on_host(p.value));
     if (with_optimizer) {
       refs.emplace_back(kM + p.name, p.shape, on_host(p.m));
@@ -75,10 +160,12 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
   };
   // The keys written above are what loading reads and verifies: letting a caller replace one would make a
   // checkpoint that lies about its config or fails its own checksums, so they are refused, not overwritten.
+  if (core.params.packed_count() > 0) meta[kQuantized] = formats_to_json(core.params);
   for (const auto& [key, value] : extra) {
-    if (!meta.count(key)) continue;
+    if (!meta.count(key) && key != kQuantized) continue;
     std::string reserved;
     for (const auto& [own, unused] : meta) reserved += (reserved.empty() ? "" : ", ") + own;
+    if (!meta.count(kQuantized)) reserved += std::string(", ") + kQuantized;
     throw Error(detail::cat("checkpoint: metadata key \"", key, "\" is reserved: the checkpoint writes it itself (",
                             reserved, "); use another key"));
   }
@@ -161,6 +248,9 @@ void read_metadata(const std::map<std::string, std::string>& meta, const char* k
           "\" is invalid: expected an integer >= 0");
   }
   c.has_optimizer_state = meta.count("qkv.optimizer_state") && meta.at("qkv.optimizer_state") == "true";
+  if (meta.count(kQuantized)) c.formats = formats_from_json(meta.at(kQuantized), &c.packed_shapes);
+  check(c.formats.empty() || !c.has_optimizer_state, "checkpoint: the file holds quantized weights (\"", kQuantized,
+        "\") and an optimizer state: a quantized model has none (it does not train)");
 }
 
 // A tensor as the checks below see it, in a whole file or in a header.
@@ -171,32 +261,67 @@ struct TensorMeta {
 };
 
 // qkv::Error naming every missing, mis-shaped and left-over tensor at once, unless `tensors` are exactly the
-// model's parameters (with_moments: and their Adam moments; without, moments in the file are ignored).
-void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tensors, bool with_moments) {
+// model's parameters (with_moments: and their Adam moments; without, moments in the file are ignored), its packed
+// ones stored as stored_as() says with their scales, and `formats` (the file's "qkv.quantized") the model's.
+void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tensors, bool with_moments,
+                   const nn::Formats& formats, const std::map<std::string, std::vector<int64_t>>& shapes) {
   check(!with_moments || !core.params.moments_sharded(),
         "the Adam moments are sharded across ranks (ZeRO-1): load the checkpoint before joining the group");
   std::map<std::string_view, const TensorMeta*> by_name;
   for (const TensorMeta& t : tensors) by_name.emplace(*t.name, &t);
   std::set<std::string> expected;
   std::vector<std::string> problems;
-  for (nn::Param& p : core.params.all()) {
-    std::vector<std::string> keys = {p.name};
-    if (with_moments) keys.insert(keys.end(), {kM + p.name, kV + p.name});
-    for (const auto& key : keys) {
-      expected.insert(key);
-      const auto it = by_name.find(key);
-      if (it == by_name.end()) {
-        problems.push_back(detail::cat("tensor \"", key, "\" is missing"));
-        continue;
-      }
-      const TensorMeta& t = *it->second;
-      if (*t.shape != p.shape)
-        problems.push_back(
-            detail::cat("tensor \"", key, "\" has shape ", shape_text(*t.shape), ", expected ", shape_text(p.shape)));
-      else if (*t.dtype != "F32" && *t.dtype != "F16" && *t.dtype != "BF16" && *t.dtype != "F64")
-        problems.push_back(detail::cat("tensor \"", key, "\" has dtype ", *t.dtype,
-                                       ", expected a floating-point dtype (F32, F16, BF16 or F64)"));
+  const auto expect = [&](const std::string& key, const std::vector<int64_t>& shape, const std::string* dtype) {
+    expected.insert(key);
+    const auto it = by_name.find(key);
+    if (it == by_name.end()) {
+      problems.push_back(detail::cat("tensor \"", key, "\" is missing"));
+      return;
     }
+    const TensorMeta& t = *it->second;
+    if (*t.shape != shape)
+      problems.push_back(
+          detail::cat("tensor \"", key, "\" has shape ", shape_text(*t.shape), ", expected ", shape_text(shape)));
+    else if (dtype && *t.dtype != *dtype)
+      problems.push_back(detail::cat("tensor \"", key, "\" has dtype ", *t.dtype, ", expected ", *dtype));
+    else if (!dtype && *t.dtype != "F32" && *t.dtype != "F16" && *t.dtype != "BF16" && *t.dtype != "F64")
+      problems.push_back(detail::cat("tensor \"", key, "\" has dtype ", *t.dtype,
+                                     ", expected a floating-point dtype (F32, F16, BF16 or F64)"));
+  };
+  const std::string f32 = "F32";
+  for (nn::Param& p : core.params.all()) {
+    const auto in_file = formats.find(p.name);
+    const ops::WeightFormat file_format = in_file == formats.end() ? ops::WeightFormat::F32 : in_file->second;
+    if (file_format != p.format) {
+      problems.push_back(detail::cat("tensor \"", p.name, "\" is ", nn::format_name(file_format), " in the file but ",
+                                     nn::format_name(p.format),
+                                     " in this model (load the file with load() or load_file(), which build the "
+                                     "model in the file's formats)"));
+      expected.insert({p.name, p.name + kScales});
+      continue;
+    }
+    if (p.is_packed()) {
+      const Stored st = stored_as(p);
+      const auto shape = shapes.find(p.name);
+      if (shape != shapes.end() && shape->second != p.shape)
+        problems.push_back(detail::cat("\"", kQuantized, "\" gives tensor \"", p.name, "\" the shape ",
+                                       shape_text(shape->second), ", expected ", shape_text(p.shape)));
+      expect(p.name, st.shape, &st.dtype);
+      if (!st.scales_shape.empty()) expect(p.name + kScales, st.scales_shape, &f32);
+      continue;
+    }
+    expect(p.name, p.shape, nullptr);
+    if (with_moments) {
+      expect(kM + p.name, p.shape, nullptr);
+      expect(kV + p.name, p.shape, nullptr);
+    }
+  }
+  for (const auto& [name, f] : formats) {
+    bool packed = false;
+    for (const nn::Param& p : core.params.all()) packed = packed || (p.name == name && p.is_packed());
+    if (!packed && !expected.count(name))
+      problems.push_back(detail::cat("\"", kQuantized, "\" names \"", name, "\" (", nn::format_name(f),
+                                     "), which is not a weight matrix of this model"));
   }
   for (const TensorMeta& t : tensors) {
     const bool moment = t.name->rfind(kM, 0) == 0 || t.name->rfind(kV, 0) == 0;
@@ -212,15 +337,29 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
 
 // Checks everything first, then copies: a bad file changes nothing. with_moments: the file must hold the Adam
 // moments too, and they are restored.
-void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_moments) {
+void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_moments, const nn::Formats& formats,
+             const std::map<std::string, std::vector<int64_t>>& shapes) {
   std::vector<TensorMeta> metas;
   for (const TensorEntry& t : file.tensors) metas.push_back({&t.name, &t.dtype, &t.shape});
-  check_matches(core, metas, with_moments);
-  if (with_moments) core.params.ensure_training();
+  check_matches(core, metas, with_moments, formats, shapes);
   std::map<std::string_view, const TensorEntry*> by_name;
   for (const TensorEntry& t : file.tensors) by_name.emplace(t.name, &t);
+  for (nn::Param& p : core.params.all()) {
+    if (!p.is_packed() || p.scales.empty()) continue;
+    const TensorEntry& t = *by_name.at(p.name + kScales);
+    std::vector<float> scales(p.scales.size());
+    std::memcpy(scales.data(), t.bytes.data(), t.bytes.size());
+    check_scales(t.name, p.format, scales);
+  }
+  if (with_moments) core.params.ensure_training();
   std::vector<float> converted;
   for (nn::Param& p : core.params.all()) {
+    if (p.is_packed()) {  // the rows and scales as the file holds them: the device's bytes
+      core.ops().upload(p.packed.data(), by_name.at(p.name)->bytes.data(), p.packed.size());
+      if (!p.scales.empty())
+        core.ops().upload(p.scales.data(), by_name.at(p.name + kScales)->bytes.data(), p.scales.size_bytes());
+      continue;
+    }
     const auto copy = [&](const std::string& key, Span dst) {
       const TensorEntry& t = *by_name.at(key);
       if (t.dtype == "F32") {  // the file's bytes are the values: no conversion, no host copy
@@ -252,9 +391,9 @@ void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
     // heads: seed 004's, which its config holds; the other formats' mappings do not use them.
     const std::vector<Target> targets = targets_of(core);
     const auto config = nlohmann::json::parse(c.config_json);
-    restore(core, map_weights(c.file, c.format, kind_of(targets), targets, config.value("heads", 0)), false);
+    restore(core, map_weights(c.file, c.format, kind_of(targets), targets, config.value("heads", 0)), false, {}, {});
   } else {
-    restore(core, c.file, c.has_optimizer_state);
+    restore(core, c.file, c.has_optimizer_state, c.formats, c.packed_shapes);
   }
   core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
   core.optimizer.set_skipped(c.has_optimizer_state ? c.skipped : 0);
@@ -273,18 +412,22 @@ void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, co
   const int heads = nlohmann::json::parse(config_json).at("heads").get<int>();
   const std::vector<Target> targets = targets_of(core);
   if (format != "qkv") {
-    restore(core, map_weights(file, format, kind_of(targets), targets, heads), false);
+    restore(core, map_weights(file, format, kind_of(targets), targets, heads), false, {}, {});
     return;
   }
+  const auto quantized = file.metadata.find(kQuantized);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  const nn::Formats formats =
+      quantized == file.metadata.end() ? nn::Formats{} : formats_from_json(quantized->second, &shapes);
   try {
-    restore(core, file, false);
+    restore(core, file, false, formats, shapes);
   } catch (const Error&) {
     // qkv's names are nn.Transformer's, so a torch state dict can look like them (a bare nn.TransformerEncoder's
     // "layers.N" under a Classifier's "encoder.layers.N"): try that before reporting the qkv names' problems.
     if (file.metadata.count("qkv.model")) throw;
     const std::exception_ptr first = std::current_exception();
     try {
-      restore(core, map_weights(file, "torch", kind_of(targets), targets, heads), false);
+      restore(core, map_weights(file, "torch", kind_of(targets), targets, heads), false, {}, {});
     } catch (const Error&) {
       std::rethrow_exception(first);
     }
@@ -305,11 +448,18 @@ CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, con
     metas.push_back({&t.name, &t.dtype, &t.shape});
     names.push_back(t.name);
   }
-  check_matches(core, metas, c.has_optimizer_state);
+  check_matches(core, metas, c.has_optimizer_state, c.formats, c.packed_shapes);
   sums_ = expected_checksums(header.metadata, names);
   if (c.has_optimizer_state) core.params.ensure_training();
   std::map<std::string, Span> dst;
+  std::map<std::string, std::pair<std::span<uint8_t>, const nn::Param*>> raw;
   for (nn::Param& p : core.params.all()) {
+    if (p.is_packed()) {
+      raw[p.name] = {p.packed, nullptr};
+      if (!p.scales.empty())
+        raw[p.name + kScales] = {{reinterpret_cast<uint8_t*>(p.scales.data()), p.scales.size_bytes()}, &p};
+      continue;
+    }
     dst[p.name] = p.value;
     if (c.has_optimizer_state) {
       dst[kM + p.name] = p.m;
@@ -319,19 +469,27 @@ CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, con
   for (const TensorInfo& t : header.tensors) {
     const auto it = dst.find(t.name);
     dst_.push_back(it == dst.end() ? Span{} : it->second);
+    const auto r = raw.find(t.name);
+    raw_.push_back(r == raw.end() ? Raw{} : Raw{r->second.first, r->second.second});
   }
   crc_.assign(header.tensors.size(), 0);
 }
 
 std::span<uint8_t> CheckpointSink::place(size_t i) {
   const TensorInfo& t = header_.tensors[i];
+  if (!raw_[i].to.empty()) return core_.device() == Device::CPU ? raw_[i].to : std::span<uint8_t>{};
   if (dst_[i].empty() || t.dtype != "F32" || core_.device() != Device::CPU) return {};
   return {reinterpret_cast<uint8_t*>(dst_[i].data()), dst_[i].size_bytes()};
 }
 
 void CheckpointSink::take(size_t i, uint64_t offset, std::span<const uint8_t> bytes) {
   crc_[i] = crc32(bytes, crc_[i]);  // while the bytes are in cache: the check costs no second pass
-  if (dst_[i].empty()) return;      // a moment of a file loaded without its optimizer state
+  if (!raw_[i].to.empty()) {        // packed rows or their scales: the file's bytes are the device's
+    if (raw_[i].to.data() + offset != bytes.data())
+      core_.ops().upload(raw_[i].to.data() + offset, bytes.data(), bytes.size());
+    return;
+  }
+  if (dst_[i].empty()) return;  // a moment of a file loaded without its optimizer state
   const TensorInfo& t = header_.tensors[i];
   auto* to = reinterpret_cast<uint8_t*>(dst_[i].data());
   if (t.dtype == "F32") {
@@ -345,7 +503,14 @@ void CheckpointSink::take(size_t i, uint64_t offset, std::span<const uint8_t> by
   core_.ops().upload(dst_[i].data() + first, floats_.data(), floats_.size() * sizeof(float));
 }
 
-void CheckpointSink::end(size_t i) { check_checksum(header_.tensors[i].name, sums_[i], crc_[i]); }
+void CheckpointSink::end(size_t i) {
+  check_checksum(header_.tensors[i].name, sums_[i], crc_[i]);
+  if (const nn::Param* p = raw_[i].scales_of) {
+    floats_.resize(p->scales.size());
+    core_.ops().download(floats_.data(), p->scales.data(), p->scales.size_bytes());
+    check_scales(header_.tensors[i].name, p->format, floats_);
+  }
+}
 
 void CheckpointSink::finish() {
   core_.optimizer.set_steps(c_.has_optimizer_state ? c_.step : 0);

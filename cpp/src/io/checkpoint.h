@@ -7,6 +7,13 @@
 // Reading ignores metadata keys it does not know: the qkv tool adds its tokenizers and training state
 // ("qkv.tokenizer", cpp/tools/task.h) through save_checkpoint's `extra`, and the npm package a tokenizer and
 // the user's own keys.
+//
+// A quantized model (Model::quantize) stores each packed tensor as its device rows, byte for byte: I8 (int8) or U8
+// (q4) of shape (N, row_stride), F16 / BF16 of shape (N, K) (U8 (N, row_stride) when 2K is not a multiple of 4:
+// the rows' padding), plus "<name>.scales", F32 (N, scales per row), for int8 and q4; the formats by name in
+// "qkv.quantized" (a JSON object: {"layers.0.self_attn.in_proj_weight": {"format": "int8", "shape": [N, K]}, ...},
+// the shape being the matrix's own, which the stored rows' cannot tell). No optimizer state: a
+// quantized model does not train.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -28,6 +35,8 @@ struct Checkpoint {
   uint64_t passes = 0;
   bool has_optimizer_state = false;
   std::string format = "qkv";  // a foreign state dict's format (io/import.h): mapped when restored
+  nn::Formats formats;         // the packed tensors ("qkv.quantized"): the model is built with them (ForLoading)
+  std::map<std::string, std::vector<int64_t>> packed_shapes;  // and their matrices' shapes, checked against the model's
 };
 
 // The checkpoint's bytes, the header written once. `extra` adds metadata keys; one that the checkpoint
@@ -77,6 +86,13 @@ class CheckpointSink : public TensorSink {
   const Checkpoint& c_;
   const SafetensorsHeader& header_;
   std::vector<Span> dst_;  // per tensor: its destination (empty: a moment not restored)
+  // Per tensor: where a packed parameter's rows or scales go as they are (empty: none); scales_of, for scales,
+  // the parameter they belong to (checked once complete).
+  struct Raw {
+    std::span<uint8_t> to;
+    const nn::Param* scales_of = nullptr;
+  };
+  std::vector<Raw> raw_;
   std::vector<std::string> sums_;
   std::vector<uint32_t> crc_;
   std::vector<float> floats_;  // conversion staging

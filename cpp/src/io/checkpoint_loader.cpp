@@ -95,7 +95,7 @@ void CheckpointLoader<M>::commit(size_t n) {
   }
   s.head = {};
   {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&s.checkpoint.formats);
     s.model = std::make_unique<M>(Kind<M>::config(s.checkpoint.config_json), s.checkpoint.optimizer);
   }
   s.sink = std::make_unique<io::CheckpointSink>(static_cast<Model&>(*s.model).core(), s.checkpoint, header);

@@ -651,6 +651,12 @@ TensorRef::TensorRef(std::string name, std::vector<int64_t> shape, std::span<con
       dtype("I64"),
       bytes(reinterpret_cast<const uint8_t*>(data.data()), data.size_bytes()),
       count(data.size()) {}
+TensorRef::TensorRef(std::string name, std::vector<int64_t> shape, std::string dtype_, std::span<const uint8_t> data)
+    : name(std::move(name)),
+      shape(std::move(shape)),
+      dtype(std::move(dtype_)),
+      bytes(data),
+      count(data.size() / dtype_size(dtype)) {}
 
 namespace {
 

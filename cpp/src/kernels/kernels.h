@@ -10,6 +10,7 @@
 #include <span>
 
 #include "ops/types.h"
+#include "ops/weight_format.h"
 #include "qkv/tensor.h"
 
 namespace qkv::kernels {
@@ -152,6 +153,24 @@ void adam_step(Span p, Span m, Span v, CSpan g, std::span<const AdamRange> range
 // sum(x^2) in double, for the global gradient norm of clipping. Summed in fixed blocks: the result does not
 // depend on the thread count.
 double sum_squares(CSpan x);
+
+// ---- Quantized weights (ops/weight_format.h; kernels/cpu/gemm_quant.cpp, embedding_quant.cpp) ----
+
+using ops::WeightFormat;
+// C (M,N) = A (M,K) W^T with W (N,K) packed in format f (not F32), scales as weight_format.h lays them out
+// (null for F16/BF16). C is overwritten. Each element of W dequantized exactly (dequantize_element) and the
+// products summed in fp32: gemm's arithmetic on the dequantized W, up to the order of the sum. Sizes are the
+// caller's to check (ops/weight_quantize.h: check_gemm_quant).
+void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
+                float* C, int ldc);
+// The naive oracle: three loops, each element dequantized where it is used, float accumulation in k order.
+void gemm_quant_reference(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W,
+                          const float* scales, float* C, int ldc);
+// out (rows, K), row r at out + r * ld_out = W's row r dequantized.
+void dequantize_rows(float* out, int ld_out, WeightFormat f, const uint8_t* W, const float* scales, int rows, int K);
+// embedding_forward with a packed table: x (B,T,C) = scale * deq(wte[tokens]) + pos[t] (pos may be empty).
+void embedding_forward_quant(Span x, const int32_t* tokens, WeightFormat f, const uint8_t* wte, const float* wte_scales,
+                             CSpan pos, float scale, int B, int T, int C);
 
 // ---- Data movement and the small ops of the model's edges (kernels/cpu/elementwise.cpp, pool.cpp) ----
 

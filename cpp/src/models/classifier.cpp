@@ -240,7 +240,7 @@ const ClassifierConfig& Classifier::config() const { return impl_->config; }
 std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
   std::unique_ptr<Classifier> m;
   const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&c.formats);  // a quantized checkpoint's tensors packed from the start
     m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
     return m->impl_->core;
   };
@@ -255,7 +255,7 @@ std::unique_ptr<Classifier> Classifier::load(std::span<const uint8_t> bytes) {
 std::unique_ptr<Classifier> Classifier::load_file(const std::string& path) {
   std::unique_ptr<Classifier> m;
   const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&c.formats);  // a quantized checkpoint's tensors packed from the start
     m = std::make_unique<Classifier>(classifier_config_from_json(c.config_json), c.optimizer);
     return m->impl_->core;
   };

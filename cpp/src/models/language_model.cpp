@@ -15,6 +15,7 @@
 #include "nn/embedding.h"
 #include "nn/parameters.h"
 #include "nn/stack.h"
+#include "nn/weight_product.h"
 #include "qkv/config.h"
 #include "runtime/random.h"
 
@@ -66,13 +67,18 @@ struct LanguageModel::Impl {
         stack(core.params, "", L,
               {C, c.heads, F, c.activation, c.norm, c.bias, 0.02f, 0.02f / std::sqrt(2.f * c.layers)}, c.final_norm,
               "norm") {
-    if (!c.tie_head) lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
+    if (!c.tie_head) {
+      lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
+      lm_head->matrix = true;
+    }
     core.params.finalize(c.seed);
   }
 
   ops::Backend& ops() { return core.ops(); }
 
-  const float* head_weight() const { return lm_head ? lm_head->value.data() : embedding.token_weight().value.data(); }
+  // The head (V, C): its own, or tied, the token embedding (packed with it when the model is quantized with it).
+  const nn::Param& head() const { return lm_head ? *lm_head : embedding.token_weight(); }
+  const float* head_weight() const { return head().value.data(); }
   float* head_grad() { return lm_head ? lm_head->grad.data() : embedding.token_weight().grad.data(); }
 
   void ensure_capacity(int B, int T) {
@@ -122,7 +128,7 @@ struct LanguageModel::Impl {
     embedding.forward(stack.input(), token_ids, B, T, drop);
     stack.forward({nullptr, true}, B, T, drop);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
-    ops().gemm(false, true, B * T, V, C, 1.f, stack.output().data(), C, head_weight(), C, 0.f, logits.data(), V);
+    nn::weight_product(ops(), head(), 0, V, stack.output().data(), C, B * T, logits.data(), V);
   }
 
   // Generation with the KV caches: tokens (B,Tn), the positions after the cached ones, through the layers;
@@ -132,8 +138,8 @@ struct LanguageModel::Impl {
     const ops::Ids ids = core.ids(tokens_dev, {toks, static_cast<size_t>(B) * Tn});
     embedding.forward(stack.input(), ids, B, Tn, drop, caches.length());
     stack.forward({nullptr, true}, B, Tn, drop, caches.layers());
-    ops().gemm(false, true, B, V, C, 1.f, stack.output().data() + static_cast<size_t>(Tn - 1) * C, Tn * C,
-               head_weight(), C, 0.f, logits.data(), V);
+    nn::weight_product(ops(), head(), 0, V, stack.output().data() + static_cast<size_t>(Tn - 1) * C, Tn * C, B,
+                       logits.data(), V);
   }
 
   models::LossSum loss(int rows) {
@@ -390,7 +396,7 @@ const LanguageModelConfig& LanguageModel::config() const { return impl_->config;
 std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> bytes) {
   std::unique_ptr<LanguageModel> m;
   const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&c.formats);  // a quantized checkpoint's tensors packed from the start
     m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
     return m->impl_->core;
   };
@@ -405,7 +411,7 @@ std::unique_ptr<LanguageModel> LanguageModel::load(std::span<const uint8_t> byte
 std::unique_ptr<LanguageModel> LanguageModel::load_file(const std::string& path) {
   std::unique_ptr<LanguageModel> m;
   const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&c.formats);  // a quantized checkpoint's tensors packed from the start
     m = std::make_unique<LanguageModel>(language_model_config_from_json(c.config_json), c.optimizer);
     return m->impl_->core;
   };
@@ -416,6 +422,7 @@ std::unique_ptr<LanguageModel> LanguageModel::load_file(const std::string& path)
 models::ModelCore& LanguageModel::core() { return impl_->core; }
 const char* LanguageModel::kind() const { return "language_model"; }
 std::string LanguageModel::config_json() const { return to_json(impl_->config); }
+bool LanguageModel::tied_head() const { return impl_->lm_head == nullptr; }
 void LanguageModel::reset(bool moved) {
   if (moved) impl_->B_cap = impl_->T_cap = 0;
   impl_->caches_owner = 0;  // keys and values of the old weights, or of the old device

@@ -60,6 +60,47 @@ void Model::zero_grad() { settled(core()).zero_grad(); }
 bool Model::apply_gradients() { return settled(core()).apply_gradients(); }
 void Model::set_gradient_sync(dist::GradientSync* sync) { settled(core()).set_sync(sync); }
 
+namespace {
+static_assert(static_cast<int>(WeightFormat::F16) == static_cast<int>(ops::WeightFormat::F16) &&
+                  static_cast<int>(WeightFormat::BF16) == static_cast<int>(ops::WeightFormat::BF16) &&
+                  static_cast<int>(WeightFormat::Int8) == static_cast<int>(ops::WeightFormat::Int8) &&
+                  static_cast<int>(WeightFormat::Q4) == static_cast<int>(ops::WeightFormat::Q4),
+              "qkv::WeightFormat mirrors ops::WeightFormat");
+}  // namespace
+
+const char* to_string(WeightFormat format) { return nn::format_name(static_cast<ops::WeightFormat>(format)); }
+
+WeightFormat weight_format_from_string(const std::string& name, const char* argument) {
+  for (WeightFormat f :
+       {WeightFormat::F32, WeightFormat::F16, WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4})
+    if (name == to_string(f)) return f;
+  throw Error(detail::cat(argument, " = \"", name, "\" is not a weight format: expected \"int8\", \"q4\", \"f16\", ",
+                          "\"bf16\" or \"f32\""));
+}
+
+void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
+  const int f = static_cast<int>(format);
+  check(f >= static_cast<int>(WeightFormat::F16) && f <= static_cast<int>(WeightFormat::Q4),
+        "quantize: format = ", f == 0 ? std::string("f32") : std::to_string(f),
+        " is not a quantized format: expected int8, q4, f16 or bf16");
+  models::ModelCore& c = settled(core());
+  check(c.params.packed_count() == 0, "quantize: this model is already quantized (",
+        to_string(static_cast<WeightFormat>(c.params.formats().begin()->second)),
+        "); quantize its float32 model instead (load the float32 checkpoint again)");
+  const bool embedding = options.embedding.value_or(tied_head());
+  std::vector<std::pair<nn::Param*, ops::WeightFormat>> which;
+  for (nn::Param& p : c.params.all())
+    if (p.matrix || (embedding && p.embedding)) which.emplace_back(&p, static_cast<ops::WeightFormat>(format));
+  c.params.quantize(which);
+  reset(false);  // KV caches hold keys of the old weights
+}
+
+std::map<std::string, WeightFormat> Model::weight_formats() const {
+  std::map<std::string, WeightFormat> out;
+  for (const auto& [name, f] : core().params.formats()) out[name] = static_cast<WeightFormat>(f);
+  return out;
+}
+
 std::vector<ParameterView> Model::parameters() { return models::views_of(settled(core()).params, kind()); }
 
 std::vector<uint8_t> Model::save(bool with_optimizer, const std::map<std::string, std::string>& metadata) {

@@ -416,10 +416,11 @@ struct ModelCore {
 
  public:
   MemoryUsage memory() const {
-    const size_t weights = params.count() * sizeof(float);
+    // The float32 weights and the packed ones (Parameters::quantize).
+    const size_t weights = params.weight_bytes();
     // The moments: this replica's part under ZeRO-1 (parallel/). A loaded model has neither gradients nor moments
-    // until it trains (nn::Parameters::ForLoading).
-    const size_t grads = params.has_training() ? weights : 0;
+    // until it trains (nn::Parameters::ForLoading); a quantized one never has.
+    const size_t grads = params.has_training() ? params.count() * sizeof(float) : 0;
     return {weights, grads, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};
   }
 

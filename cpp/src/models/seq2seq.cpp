@@ -350,7 +350,7 @@ const Seq2SeqConfig& Seq2Seq::config() const { return impl_->config; }
 std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
   std::unique_ptr<Seq2Seq> m;
   const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&c.formats);  // a quantized checkpoint's tensors packed from the start
     m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
     return m->impl_->core;
   };
@@ -364,7 +364,7 @@ std::unique_ptr<Seq2Seq> Seq2Seq::load(std::span<const uint8_t> bytes) {
 std::unique_ptr<Seq2Seq> Seq2Seq::load_file(const std::string& path) {
   std::unique_ptr<Seq2Seq> m;
   const auto make = [&](const io::Checkpoint& c) -> models::ModelCore& {
-    const nn::Parameters::ForLoading loading;
+    const nn::Parameters::ForLoading loading(&c.formats);  // a quantized checkpoint's tensors packed from the start
     m = std::make_unique<Seq2Seq>(seq2seq_config_from_json(c.config_json), c.optimizer);
     return m->impl_->core;
   };

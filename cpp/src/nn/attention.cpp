@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "nn/weight_product.h"
 #include "qkv/error.h"
 #include "qkv/thread_pool.h"
 
@@ -20,7 +21,9 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
       stream_(params.new_stream()),
       w_in_(params.add(prefix + ".in_proj_weight", {3 * C, C}, Init::Normal, init_std)),
       b_in_(bias ? &params.add(prefix + ".in_proj_bias", {3 * C}, Init::Zeros) : nullptr),
-      out_proj_(params, prefix + ".out_proj.weight", bias ? prefix + ".out_proj.bias" : "", C, C, out_init_std) {}
+      out_proj_(params, prefix + ".out_proj.weight", bias ? prefix + ".out_proj.bias" : "", C, C, out_init_std) {
+  w_in_.matrix = true;
+}
 
 void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
   const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
@@ -48,8 +51,7 @@ ops::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int B, 
 
 void MultiHeadAttention::project_kv(float* kv, const float* x, int rows) {
   const int C = C_;
-  ops().gemm(false, true, rows, 2 * C, C, 1.f, x, C, w_in_.value.data() + static_cast<size_t>(C) * C, C, 0.f, kv,
-             2 * C);
+  weight_product(ops(), w_in_, C, 2 * C, x, C, rows, kv, 2 * C);  // rows C .. 3C of in_proj_weight: W_k | W_v
   const size_t n = static_cast<size_t>(rows) * 2 * C;
   if (b_in_) ops().bias_act_forward({kv, n}, {kv, n}, b_in_->value.subspan(C), ops::Act::Identity, rows, 2 * C);
 }
@@ -58,7 +60,7 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
                                  const Dropout& drop, KvCache* cache) {
   const int rq = B * Tq, C = C_;
   const Span q = q_.first(static_cast<size_t>(rq) * C);
-  ops().gemm(false, true, rq, C, C, 1.f, xq.data(), C, w_in_.value.data(), C, 0.f, q.data(), C);
+  weight_product(ops(), w_in_, 0, C, xq.data(), C, rq, q.data(), C);  // rows 0 .. C of in_proj_weight: W_q
   if (b_in_) ops().bias_act_forward(q, q, b_in_->value.first(C), ops::Act::Identity, rq, C);
   if (cache) return forward_cached(out, xkv, mask, B, Tq, Tk, drop, *cache);
   project_kv(kv_.data(), xkv.data(), B * Tk);

@@ -1,5 +1,7 @@
 #include "nn/linear.h"
 
+#include "nn/weight_product.h"
+
 namespace qkv::nn {
 
 Linear::Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
@@ -8,18 +10,22 @@ Linear::Linear(Parameters& params, const std::string& weight_name, const std::st
       in_(in),
       out_(out),
       w_(params.add(weight_name, {out, in}, Init::Normal, init_std)),
-      b_(bias_name.empty() ? nullptr : &params.add(bias_name, {out}, Init::Zeros)) {}
+      b_(bias_name.empty() ? nullptr : &params.add(bias_name, {out}, Init::Zeros)) {
+  w_.matrix = true;
+}
 
 void Linear::plan(Workspace& ws, int rows) {
   scratch_ = ws.take_shared("bias_act.scratch", ops().bias_act_backward_scratch_size(rows, out_));
 }
 
-void Linear::forward(Span y, CSpan x, int rows) const {
-  ops().linear_forward(y, y, x, w_.value, b_ ? CSpan(b_->value) : CSpan(), ops::Act::Identity, rows, in_, out_);
-}
+void Linear::forward(Span y, CSpan x, int rows) const { forward(y, y, x, rows, ops::Act::Identity); }
 
 void Linear::forward(Span y, Span h, CSpan x, int rows, ops::Act act) const {
-  ops().linear_forward(y, h, x, w_.value, b_ ? CSpan(b_->value) : CSpan(), act, rows, in_, out_);
+  const CSpan b = b_ ? CSpan(b_->value) : CSpan();
+  if (!w_.is_packed()) return ops().linear_forward(y, h, x, w_.value, b, act, rows, in_, out_);
+  // A packed weight: its product into h, then the bias and activation as linear_forward's default does.
+  weight_product(ops(), w_, 0, out_, x.data(), in_, rows, h.data(), out_);
+  if (!b.empty() || act != ops::Act::Identity || y.data() != h.data()) ops().bias_act_forward(y, h, b, act, rows, out_);
 }
 
 void Linear::backward(Span dx, CSpan dy, CSpan x, int rows) {

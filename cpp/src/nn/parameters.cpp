@@ -9,6 +9,28 @@
 namespace qkv::nn {
 
 thread_local bool Parameters::loading_ = false;
+thread_local const Formats* Parameters::loading_formats_ = nullptr;
+
+const char* format_name(ops::WeightFormat f) {
+  switch (f) {
+    case ops::WeightFormat::F32: return "f32";
+    case ops::WeightFormat::F16: return "f16";
+    case ops::WeightFormat::BF16: return "bf16";
+    case ops::WeightFormat::Int8: return "int8";
+    case ops::WeightFormat::Q4: return "q4";
+  }
+  return "unknown";
+}
+
+namespace {
+size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
+size_t packed_bytes(const Param& p, ops::WeightFormat f) {
+  return static_cast<size_t>(p.rows()) * ops::row_stride(f, p.cols());
+}
+size_t scale_count(const Param& p, ops::WeightFormat f) {
+  return static_cast<size_t>(p.rows()) * static_cast<size_t>(ops::scales_per_row(f, p.cols()));
+}
+}  // namespace
 
 Param& Parameters::add(std::string name, std::vector<int64_t> shape, Init init, float init_std) {
   check(values_.numel() == 0, "Parameters::add(", name, ") after finalize()");
@@ -40,9 +62,43 @@ Constant& Parameters::add_constant(std::vector<float> host_values) {
   return constants_.back();
 }
 
+std::pair<size_t, size_t> Parameters::layout(const std::vector<ops::WeightFormat>& formats,
+                                             std::vector<size_t>& offsets) const {
+  size_t floats = 0, bytes = 0, i = 0;
+  offsets.clear();
+  for (const Param& p : params_) {
+    const ops::WeightFormat f = formats[i++];
+    if (f == ops::WeightFormat::F32) {
+      offsets.push_back(floats);
+      floats += (p.numel + 15) / 16 * 16;  // 64-byte aligned tensors
+    } else {
+      offsets.push_back(bytes);
+      bytes += round64(packed_bytes(p, f)) + round64(scale_count(p, f) * sizeof(float));
+    }
+  }
+  return {floats, bytes};
+}
+
+Formats Parameters::formats() const {
+  Formats out;
+  for (const Param& p : params_)
+    if (p.is_packed()) out[p.name] = p.format;
+  return out;
+}
+
 void Parameters::bind() {
   const bool whole = has_training() && !moments_sharded();
+  auto* const bytes = reinterpret_cast<uint8_t*>(packed_.data());
   for (Param& p : params_) {
+    if (p.is_packed()) {
+      const size_t n = packed_bytes(p, p.format);
+      p.value = p.grad = p.m = p.v = Span{};
+      p.packed = {bytes + p.offset, n};
+      p.scales = {reinterpret_cast<float*>(bytes + p.offset + round64(n)), scale_count(p, p.format)};
+      continue;
+    }
+    p.packed = {};
+    p.scales = {};
     p.value = {values_.data() + p.offset, p.numel};
     p.grad = has_training() ? Span{grads_.data() + p.offset, p.numel} : Span{};
     p.m = whole ? Span{m_.data() + p.offset, p.numel} : Span{};
@@ -56,8 +112,28 @@ void Parameters::bind() {
 }
 
 void Parameters::finalize(uint64_t seed) {
-  const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
   const Device d = device();
+  if (loading_ && loading_formats_ && !loading_formats_->empty()) {
+    // A quantized checkpoint's tensors are laid out packed at once: their float32 values never exist. Names the
+    // model lacks, and tensors that cannot be packed, are left to the loader's checks (they name them).
+    std::vector<ops::WeightFormat> formats;
+    for (const Param& p : params_) {
+      const auto it = loading_formats_->find(p.name);
+      formats.push_back(it != loading_formats_->end() && p.shape.size() == 2 ? it->second : ops::WeightFormat::F32);
+    }
+    std::vector<size_t> offsets;
+    const auto [floats, bytes] = layout(formats, offsets);
+    packed_ = Tensor({static_cast<int64_t>(bytes / sizeof(float))}, d);
+    size_t i = 0;
+    packed_count_ = 0;
+    for (Param& p : params_) {
+      p.format = formats[i];
+      p.offset = offsets[i++];
+      packed_count_ += p.is_packed();
+    }
+    total_ = floats;
+  }
+  const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
   values_ = Tensor(shape, d);
   size_t constant_floats = 0;
   for (const Constant& c : constants_) constant_floats += (c.host.size() + 15) / 16 * 16;
@@ -89,6 +165,16 @@ void Parameters::finalize(uint64_t seed) {
 }
 
 void Parameters::ensure_training() {
+  if (packed_count_ > 0) {
+    const Param* first = nullptr;
+    for (const Param& p : params_)
+      if (!first && p.is_packed()) first = &p;
+    throw Error(detail::cat("this model's weights are quantized (", format_name(first->format), ": ", first->name,
+                            " and ", packed_count_ - 1,
+                            " more): a quantized model is for inference only (generate, predict, evaluate, logits); "
+                            "to fine-tune it, train LoRA adapters on the frozen quantized base (issue 37), or train "
+                            "the float32 model and quantize it afterwards"));
+  }
   if (has_training() || values_.numel() == 0) return;
   const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
   // Built whole before any is kept: out of memory leaves the model as it was (weights only).
@@ -121,11 +207,77 @@ void Parameters::shard_moments(size_t begin, size_t end) {
   bind();
 }
 
+void Parameters::quantize(const std::vector<std::pair<Param*, ops::WeightFormat>>& which) {
+  check(values_.numel() > 0 || total_ == 0, "Parameters::quantize before finalize()");
+  std::map<const Param*, size_t> index;
+  for (const Param& p : params_) index.emplace(&p, index.size());
+  std::vector<ops::WeightFormat> formats;
+  for (const Param& p : params_) formats.push_back(p.format);
+  for (const auto& [param, f] : which) {
+    const auto it = index.find(param);
+    check(it != index.end(), "quantize: the parameter is not this model's");
+    const Param& p = *param;
+    check(f != ops::WeightFormat::F32, "quantize: ", p.name, ": f32 is not a packed format");
+    check(!p.is_packed(), "quantize: ", p.name, " is already stored as ", format_name(p.format),
+          ": quantize a float32 model (its float32 checkpoint) instead");
+    check(p.shape.size() == 2 && p.rows() > 0 && p.cols() > 0, "quantize: ", p.name,
+          " is not a matrix: only 2-D weights are stored packed");
+    formats[it->second] = f;
+  }
+  std::vector<size_t> offsets;
+  const auto [floats, bytes] = layout(formats, offsets);
+  const Device d = device();
+  // The new buffers are built whole before anything is swapped in: out of memory leaves the model as it was.
+  Tensor values({static_cast<int64_t>(floats)}, d), packed({static_cast<int64_t>(bytes / sizeof(float))}, d);
+  auto* const to = reinterpret_cast<uint8_t*>(packed.data());
+  std::vector<float> host, scales;
+  std::vector<uint8_t> rows;
+  size_t i = 0;
+  for (const Param& p : params_) {
+    const ops::WeightFormat f = formats[i];
+    const size_t at = offsets[i++];
+    if (f == ops::WeightFormat::F32) {
+      if (p.numel) ops_->copy(values.data() + at, p.value.data(), p.numel * sizeof(float));
+      continue;
+    }
+    const size_t n = packed_bytes(p, f);
+    auto* const scales_at = to + at + round64(n);
+    if (p.is_packed()) {  // packed before: the same rows at their new place
+      ops_->copy(to + at, p.packed.data(), n);
+      if (!p.scales.empty()) ops_->copy(scales_at, p.scales.data(), p.scales.size_bytes());
+      continue;
+    }
+    // Quantized on the host (ops/weight_format.h's rule, the same on every device), then uploaded.
+    host.resize(p.numel);
+    ops_->download(host.data(), p.value.data(), p.numel * sizeof(float));
+    rows.resize(n);
+    scales.resize(scale_count(p, f));
+    ops::quantize_rows(f, host.data(), p.rows(), p.cols(), rows.data(), scales.data());
+    ops_->upload(to + at, rows.data(), n);
+    if (!scales.empty()) ops_->upload(scales_at, scales.data(), scales.size() * sizeof(float));
+  }
+  values_ = std::move(values);
+  packed_ = std::move(packed);
+  grads_ = Tensor();  // a quantized model does not train (ensure_training)
+  m_ = Tensor();
+  v_ = Tensor();
+  m_begin_ = 0;
+  total_ = floats;
+  packed_count_ = 0;
+  i = 0;
+  for (Param& p : params_) {
+    p.format = formats[i];
+    p.offset = offsets[i++];
+    packed_count_ += p.is_packed();
+  }
+  bind();
+}
+
 void Parameters::to(ops::Backend& target) {
   if (&target == ops_) return;
   // Everything is copied to the new device first, through the host, and only then swapped in: a failure (out of
   // GPU memory) leaves the model whole where it was.
-  Tensor* const buffers[] = {&values_, &grads_, &m_, &v_, &constants_buf_};
+  Tensor* const buffers[] = {&values_, &grads_, &m_, &v_, &constants_buf_, &packed_};
   std::vector<Tensor> moved;
   std::vector<float> host;
   for (Tensor* t : buffers) {

@@ -11,13 +11,21 @@
 // (the checkpoint overwrites every one; drawing GPT-2 124M's takes seconds) and leaves the gradients and moments
 // unallocated until a call needs them (ensure_training(): the first training step, a save with the optimizer
 // state), so a model loaded to generate holds its weights and nothing else (3x less memory).
+//
+// Quantized weights (quantize(), or a loader's ForLoading with the file's formats): a matrix stored in a packed
+// format of ops/weight_format.h (rows of int8, 4-bit groups, f16 or bf16, with their scales) lives in a second
+// flat buffer, packed(), and has no float32 value: the float32 buffer is laid out again without it, so resident
+// memory falls by the format's ratio (4x int8, ~7x q4). Such a model is for inference only: it has no gradients
+// or moments, and ensure_training() refuses it (qkv::Error naming the format and pointing to LoRA adapters).
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "ops/ops.h"
+#include "ops/weight_format.h"
 #include "qkv/tensor.h"
 
 namespace qkv::nn {
@@ -30,9 +38,28 @@ struct Param {
   Init init = Init::Zeros;
   float init_std = 0.f;
   bool decay = false;  // weight decay applies (tensors with 2+ dimensions)
+  // What Model::quantize may store packed: a Linear's weight (matrix) or the token embedding (embedding).
+  bool matrix = false, embedding = false;
+  // float32: the offset in values() (floats); packed: the byte offset of its rows in packed(), its scales after
+  // them at the next 64-byte boundary.
   size_t offset = 0, numel = 0;
-  Span value, grad, m, v;  // device memory
+  Span value, grad, m, v;  // device memory; all empty when packed
+  // Packed storage (format != F32): rows() rows of ops::row_stride(format, cols()) bytes, and
+  // rows() * ops::scales_per_row(format, cols()) float32 scales (none for F16 / BF16). Device memory.
+  ops::WeightFormat format = ops::WeightFormat::F32;
+  std::span<uint8_t> packed;
+  Span scales;
+
+  bool is_packed() const { return format != ops::WeightFormat::F32; }
+  int rows() const { return shape.empty() ? 1 : static_cast<int>(shape[0]); }
+  int cols() const { return rows() > 0 ? static_cast<int>(numel / static_cast<size_t>(rows())) : 0; }
 };
+
+// The formats a loader asks for, by parameter name (absent: float32).
+using Formats = std::map<std::string, ops::WeightFormat>;
+
+// "f32", "f16", "bf16", "int8", "q4": the names files, the CLI and JavaScript use.
+const char* format_name(ops::WeightFormat f);
 
 // A fixed table computed on the host at construction (e.g. sinusoidal positions), kept on the device.
 struct Constant {
@@ -46,15 +73,24 @@ class Parameters {
 
   // While one is alive on this thread, models built finalize() as loaders need (above). Loaders only: every
   // parameter must then be written before the model is used.
+  // `formats`: the tensors finalize() lays out packed from the start (a quantized checkpoint's, so that its float32
+  // values are never allocated); the map must outlive the model's construction.
   class ForLoading {
    public:
-    ForLoading() : was_(loading_) { loading_ = true; }
-    ~ForLoading() { loading_ = was_; }
+    explicit ForLoading(const Formats* formats = nullptr) : was_(loading_), was_formats_(loading_formats_) {
+      loading_ = true;
+      loading_formats_ = formats;
+    }
+    ~ForLoading() {
+      loading_ = was_;
+      loading_formats_ = was_formats_;
+    }
     ForLoading(const ForLoading&) = delete;
     ForLoading& operator=(const ForLoading&) = delete;
 
    private:
     bool was_;
+    const Formats* was_formats_;
   };
 
   Param& add(std::string name, std::vector<int64_t> shape, Init init, float init_std = 0.f);
@@ -65,7 +101,18 @@ class Parameters {
   // Allocates the gradients (zero) and the Adam moments (zero) where finalize() left them out (ForLoading); a
   // no-op once they exist. Every call that reads or writes them calls it first (models/model_core.h).
   void ensure_training();
-  bool has_training() const { return grads_.numel() == total_; }
+  bool has_training() const { return grads_.numel() == total_ && packed_count_ == 0; }
+
+  // Stores each (parameter, format) of `which` packed (format != F32), quantized on the host from its float32 values
+  // (ops::quantize_rows), and lays the float32 buffer out again without them; gradients and moments are released.
+  // Each must be a 2-D float32 parameter of this model (qkv::Error naming it otherwise). Everything new is built
+  // before anything is swapped in: on any error the parameters are unchanged.
+  void quantize(const std::vector<std::pair<Param*, ops::WeightFormat>>& which);
+  // How many parameters are packed, and the formats by name (what a checkpoint records).
+  size_t packed_count() const { return packed_count_; }
+  Formats formats() const;
+  // Bytes of weights held on the device: the float32 buffer and the packed one.
+  size_t weight_bytes() const { return values_.numel() * sizeof(float) + packed_.numel() * sizeof(float); }
   void zero_grad();
   // A fresh dropout stream number for a module (see nn/dropout.h).
   uint64_t new_stream() { return ++streams_; }
@@ -104,15 +151,20 @@ class Parameters {
 
  private:
   void bind();  // points every Param's and Constant's spans into the buffers
+  // Gives each Param its offset for `formats` (one per Param; F32: in the float32 buffer) and returns the float32
+  // floats and the packed bytes the layout needs; touches nothing else.
+  std::pair<size_t, size_t> layout(const std::vector<ops::WeightFormat>& formats, std::vector<size_t>& offsets) const;
 
   ops::Backend* ops_;
   std::deque<Param> params_;  // a deque keeps references stable while layers register
   std::deque<Constant> constants_;
-  size_t total_ = 0, m_begin_ = 0;
+  size_t total_ = 0, m_begin_ = 0, packed_count_ = 0;
   uint64_t streams_ = 0;
   Tensor values_, grads_, m_, v_, constants_buf_;
+  Tensor packed_;  // the packed parameters' rows and scales (bytes, held as floats for 64-byte alignment)
   std::function<void(size_t)> grads_final_;
   static thread_local bool loading_;
+  static thread_local const Formats* loading_formats_;
 };
 
 }  // namespace qkv::nn

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 #include "runtime/random.h"
 
@@ -446,19 +447,95 @@ void check_adam(Runner& check_case) {
     }
 }
 
+// ---- quantized weights ----
+
+// W (rows, K) quantized on the host (ops/weight_quantize.h), with the hard rows: row 0 all zero (Int8's scale 0),
+// row 1's first group of 32 all zero (a Q4 scale 0), and a large value that sets a row's scale.
+struct Packed {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+};
+Packed packed_weights(WeightFormat f, int rows, int K, uint64_t seed) {
+  std::vector<float> w = randn(static_cast<size_t>(rows) * K, seed, 0.5f);
+  for (int k = 0; k < K; ++k) w[static_cast<size_t>(k)] = 0.f;
+  if (rows > 1)
+    for (int k = 0; k < std::min(K, group_size); ++k) w[static_cast<size_t>(K) + k] = 0.f;
+  if (rows > 2) w[static_cast<size_t>(2) * K + K / 2] = 9.f;
+  Packed p{std::vector<uint8_t>(packed_bytes(f, rows, K)),
+           std::vector<float>(static_cast<size_t>(rows) * scales_per_row(f, K))};
+  quantize_rows(f, w.data(), rows, K, p.bytes.data(), p.scales.empty() ? nullptr : p.scales.data());
+  return p;
+}
+
+void check_quant(Runner& check_case) {
+  uint64_t seed = 900;
+  for (WeightFormat f : {WeightFormat::F16, WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4}) {
+    const std::string fn = format_name(f);
+    for (int K : {1, 31, 33, 100, 768}) {
+      // The product reads rows [1, N] of a packed N + 1 rows (a caller's row offset: in_proj's k and v).
+      for (int M : {1, 3, 17})
+        for (int N : {1, 5, 67}) {
+          const Packed w = packed_weights(f, N + 1, K, seed++);
+          const int lda = K + 3, ldc = N + 2;
+          const auto A = randn(static_cast<size_t>(M) * lda, seed++);
+          check_case("gemm_quant " + fn + " " + std::to_string(M) + " " + std::to_string(N) + " " + std::to_string(K),
+                     [&](Backend& be) {
+                       Dev d(be);
+                       const Span c = d.poisoned(static_cast<size_t>(M) * ldc);
+                       const int spr = scales_per_row(f, K);
+                       const float* sc = spr ? d.up(w.scales).data() + spr : nullptr;
+                       be.gemm_quant(M, N, K, d.up(A).data(), lda, static_cast<int>(f),
+                                     d.bytes(w.bytes) + row_stride(f, K), sc, c.data(), ldc);
+                       std::vector<float> out = d.down(c);
+                       for (int i = 0; i < M; ++i)  // the columns past N are not C's
+                         for (int j = N; j < ldc; ++j) out[static_cast<size_t>(i) * ldc + j] = 0;
+                       return Outputs{{"C", out, Tol::Norm, 1e-5}};
+                     });
+        }
+      // dequantize_rows: every element exactly, into rows of ld_out = K + 1 (the gap is never written).
+      for (int rows : {1, 5}) {
+        const Packed w = packed_weights(f, rows, K, seed++);
+        check_case("dequantize_rows " + fn + " " + std::to_string(rows) + "x" + std::to_string(K), [&](Backend& be) {
+          Dev d(be);
+          const Span out = d.poisoned(static_cast<size_t>(rows) * (K + 1));
+          be.dequantize_rows(out.data(), K + 1, static_cast<int>(f), d.bytes(w.bytes),
+                             w.scales.empty() ? nullptr : d.up(w.scales).data(), rows, K);
+          std::vector<float> o = d.down(out);
+          for (int r = 0; r < rows; ++r) o[static_cast<size_t>(r) * (K + 1) + K] = 0;
+          return Outputs{{"out", o, Tol::Exact, 0}};
+        });
+      }
+    }
+    // The embedding from a packed table: V = 7 rows, each token present; with and without positions.
+    for (int C : {1, 31, 33, 100}) {
+      const int V = 7, B = 2, T = 5;
+      const Packed wte = packed_weights(f, V, C, seed++);
+      const auto pos = randn(static_cast<size_t>(T + 2) * C, seed++);  // more rows than T: rows [0, T) used
+      std::vector<int32_t> tok(static_cast<size_t>(B) * T);
+      for (size_t i = 0; i < tok.size(); ++i) tok[i] = static_cast<int32_t>((i * 3 + 1) % V);
+      check_case("embedding_forward_quant " + fn + " C " + std::to_string(C), [&](Backend& be) {
+        Dev d(be);
+        const Ids ids = d.ids(tok);
+        const Span x = d.poisoned(static_cast<size_t>(B) * T * C), x0 = d.poisoned(x.size());
+        const uint8_t* table = d.bytes(wte.bytes);
+        const float* sc = wte.scales.empty() ? nullptr : d.up(wte.scales).data();
+        be.embedding_forward_quant(x, ids, static_cast<int>(f), table, sc, d.up(pos), 1.7f, B, T, C);
+        be.embedding_forward_quant(x0, ids, static_cast<int>(f), table, sc, {}, 0.5f, B, T, C);
+        return Outputs{{"x", d.down(x), Tol::Exact, 0}, {"x (no positions)", d.down(x0), Tol::Exact, 0}};
+      });
+    }
+  }
+}
+
 // The groups, and every op of ops/op_list.def in one of them: an op declared with a group that is not here fails
 // to build, so that no op reaches the executors unchecked.
-constexpr std::pair<std::string_view, void (*)(Runner&)> kGroups[] = {{"copies", check_copies},
-                                                                      {"gemm", check_gemm},
-                                                                      {"linear", check_linear},
-                                                                      {"layernorm", check_layernorm},
-                                                                      {"bias_act", check_bias_act},
-                                                                      {"dropout", check_dropout},
-                                                                      {"attention", check_attention},
-                                                                      {"embedding", check_embedding},
-                                                                      {"mean_pool", check_mean_pool},
-                                                                      {"crossentropy", check_crossentropy},
-                                                                      {"adam", check_adam}};
+constexpr std::pair<std::string_view, void (*)(Runner&)> kGroups[] = {
+    {"copies", check_copies},       {"gemm", check_gemm},
+    {"linear", check_linear},       {"layernorm", check_layernorm},
+    {"bias_act", check_bias_act},   {"dropout", check_dropout},
+    {"attention", check_attention}, {"embedding", check_embedding},
+    {"mean_pool", check_mean_pool}, {"crossentropy", check_crossentropy},
+    {"adam", check_adam},           {"quant", check_quant}};
 constexpr bool has_group(std::string_view g) {
   for (const auto& [name, fn] : kGroups)
     if (name == g) return true;

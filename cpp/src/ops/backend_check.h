@@ -20,8 +20,8 @@ struct OpCheck {
 };
 
 // Runs the cases of `group` ("" = all: copies, gemm, linear, layernorm, bias_act, dropout, attention, embedding,
-// mean_pool, crossentropy, adam) on `be` and on `oracle` with the same inputs. Throws qkv::Error for an unknown
-// group, and whatever an executor throws.
+// mean_pool, crossentropy, adam, quant) on `be` and on `oracle` with the same inputs. Throws qkv::Error for an
+// unknown group, and whatever an executor throws.
 std::vector<OpCheck> check_backend(Backend& be, Backend& oracle, std::string_view group = "");
 
 }  // namespace qkv::ops

@@ -170,6 +170,22 @@ class DeferringBackend final : public ops::Backend {
     op(signature::embedding_forward(x, tokens, wte, pos, scale, B, T, C).h,
        [=, this] { cpu_.embedding_forward(x, tokens, wte, pos, scale, B, T, C); });
   }
+  // The quantized ops: Ids holds a span, captured by value like the others' (the host ids outlive the step).
+  void embedding_forward_quant(Span x, const Ids& tokens, int format, const uint8_t* wte, const float* wte_scales,
+                               CSpan pos, float scale, int B, int T, int C) override {
+    op(signature::embedding_forward_quant(x, tokens, format, wte, wte_scales, pos, scale, B, T, C).h,
+       [=, this] { cpu_.embedding_forward_quant(x, tokens, format, wte, wte_scales, pos, scale, B, T, C); });
+  }
+  void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
+                  float* C, int ldc) override {
+    op(signature::gemm_quant(M, N, K, A, lda, format, W, scales, C, ldc).h,
+       [=, this] { cpu_.gemm_quant(M, N, K, A, lda, format, W, scales, C, ldc); });
+  }
+  void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
+                       int K) override {
+    op(signature::dequantize_rows(out, ld_out, format, W, scales, rows, K).h,
+       [=, this] { cpu_.dequantize_rows(out, ld_out, format, W, scales, rows, K); });
+  }
   size_t embedding_backward_scratch_size(int V, int rows) const override {
     return cpu_.embedding_backward_scratch_size(V, rows);
   }

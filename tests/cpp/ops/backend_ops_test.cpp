@@ -55,6 +55,7 @@ TEST(BackendOps, EmbeddingForwardBackward) { check_group("embedding"); }
 TEST(BackendOps, MeanPoolingOverNonPadPositions) { check_group("mean_pool"); }
 TEST(BackendOps, CrossEntropyAndArgmax) { check_group("crossentropy"); }
 TEST(BackendOps, AdamStepOverRangesWithGapsAndTheSumOfSquares) { check_group("adam"); }
+TEST(BackendOps, QuantizedProductDequantizationAndEmbedding) { check_group("quant"); }
 
 // A wrong element is found and named: the check compares, it does not just run.
 TEST(BackendOps, TheCheckFindsAWrongElement) {
@@ -126,6 +127,16 @@ TEST(BackendOps, TheCheckFindsAWrongElement) {
     QKV_FORWARD(void, adam_step,
                 (Span p, Span m, Span v, CSpan g, std::span<const ops::AdamRange> r, const ops::AdamHyper& h, Span s),
                 (p, m, v, g, r, h, s))
+    QKV_FORWARD(void, gemm_quant,
+                (int M, int N, int K, const float* A, int lda, int f, const uint8_t* W, const float* s, float* C,
+                 int ldc),
+                (M, N, K, A, lda, f, W, s, C, ldc))
+    QKV_FORWARD(void, dequantize_rows, (float* o, int ld, int f, const uint8_t* W, const float* s, int rows, int K),
+                (o, ld, f, W, s, rows, K))
+    QKV_FORWARD(void, embedding_forward_quant,
+                (Span x, const ops::Ids& t, int f, const uint8_t* w, const float* ws, CSpan p, float s, int B, int T,
+                 int C),
+                (x, t, f, w, ws, p, s, B, T, C))
     QKV_FORWARD(size_t, sum_squares_scratch_size, () const, ())
     QKV_FORWARD(double, sum_squares, (CSpan x, Span s), (x, s))
 #undef QKV_FORWARD

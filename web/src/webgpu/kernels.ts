@@ -527,6 +527,74 @@ const MEAN_POOL_BACKWARD = `${EACH} {
   st(wd(P.dx) + i, select(0.0, ld(wd(P.dout) + b * C + c) * (1.0 / f32(cnt)), keep));
 }`;
 
+// ---- quantized weights (cpp/src/ops/weight_format.h) ----
+// deq(format, row, sc, k): element k of the packed row at byte offset row (4-aligned), its scales from word
+// sc: the same float as the core's dequantize_element (a half converted exactly, subnormals included; (float)q *
+// scale rounded once). Plain kernels, an invocation per output; the products sum in f32 over k in order.
+const DEQ = /* wgsl */ `
+fn row_stride(f: i32, K: u32) -> u32 {
+  if (f == 1 || f == 2) { return (2u * K + 3u) / 4u * 4u; }
+  if (f == 3) { return (K + 3u) / 4u * 4u; }
+  return 16u * ((K + 31u) / 32u);
+}
+fn scales_per_row(f: i32, K: u32) -> u32 {
+  if (f == 3) { return 1u; }
+  if (f == 4) { return (K + 31u) / 32u; }
+  return 0u;
+}
+fn half_to_f32(h: u32) -> f32 {
+  let s = (h & 0x8000u) << 16u; let e = (h >> 10u) & 0x1fu; let m = h & 0x3ffu;
+  if (e == 0x1fu) { return bitcast<f32>(s | 0x7f800000u | (m << 13u)); }
+  if (e == 0u) { let v = f32(m) * 5.9604644775390625e-8; return select(v, -v, s != 0u); }
+  return bitcast<f32>(s | ((e + 112u) << 23u) | (m << 13u));
+}
+fn deq(f: i32, row: u32, sc: u32, k: u32) -> f32 {
+  if (f == 1 || f == 2) {
+    let h = (mem[row / 4u + k / 2u] >> (16u * (k & 1u))) & 0xffffu;
+    if (f == 1) { return half_to_f32(h); }
+    return bitcast<f32>(h << 16u);
+  }
+  if (f == 3) {
+    let b = byte_at(row + k);
+    return f32(i32(b) - select(0, 256, b >= 128u)) * ld(sc);
+  }
+  let j = k % 32u;
+  let q = (byte_at(row + (k / 32u) * 16u + j / 2u) >> (4u * (j & 1u))) & 0xfu;
+  return f32(i32(q) - 8) * ld(sc + k / 32u);
+}
+`;
+// C (M,N) = A (M,K) deq(W)^T: an invocation per element of C.
+const GEMM_QUANT = `${DEQ}${EACH} {
+  let i = lin(g, n, l, 256u); let N = P.N; let K = P.K;
+  if (i >= P.M * N) { return; }
+  let m = i / N; let j = i % N;
+  let row = P.W + j * row_stride(P.format, K);
+  let sc = wd(P.scales) + j * scales_per_row(P.format, K);
+  let a = wd(P.A) + m * P.lda;
+  var acc = 0.0;
+  for (var k = 0u; k < K; k++) { acc = acc + ld(a + k) * deq(P.format, row, sc, k); }
+  st(wd(P.C) + m * P.ldc + j, acc);
+}`;
+// out[r, k] (stride ld_out) = deq(W[r, k]).
+const DEQUANTIZE_ROWS = `${DEQ}${EACH} {
+  let i = lin(g, n, l, 256u); let K = P.K;
+  if (i >= P.rows * K) { return; }
+  let r = i / K; let k = i % K;
+  let v = deq(P.format, P.W + r * row_stride(P.format, K), wd(P.scales) + r * scales_per_row(P.format, K), k);
+  st(wd(P.out) + r * P.ld_out + k, v);
+}`;
+// x[r] = scale deq(wte[id]) + pos[r % T] (pos may be empty).
+const EMBEDDING_FORWARD_QUANT = `${DEQ}${EACH} {
+  let i = lin(g, n, l, 256u); let C = P.C;
+  if (i >= P.B * P.T * C) { return; }
+  let r = i / C; let c = i % C;
+  let id = mem[wd(P.tokens) + r];
+  let w = deq(P.format, P.wte + id * row_stride(P.format, C), wd(P.wte_scales) + id * scales_per_row(P.format, C), c);
+  var x = P.scale * w;
+  if (P.pos_n > 0u) { x = x + ld(wd(P.pos) + (r % P.T) * C + c); }
+  st(wd(P.x) + i, x);
+}`;
+
 // ---- loss ----
 /**
  * Softmax cross-entropy per row (a workgroup per row): loss = (1-e)(lse - z_t) + e/V sum_i (lse - z_i), an
@@ -767,6 +835,18 @@ export class GpuKernels {
         return perRow("CrossEntropyForwardBackward", "crossentropy_backward", crossEntropy(true), read.CrossEntropyForwardBackward(a).rows);
       case KernelOp.ArgmaxRows:
         return perRow("ArgmaxRows", "argmax", ARGMAX, read.ArgmaxRows(a).rows);
+      case KernelOp.GemmQuant: {
+        const x = read.GemmQuant(a);
+        return each("GemmQuant", "gemm_quant", GEMM_QUANT, x.M * x.N);
+      }
+      case KernelOp.DequantizeRows: {
+        const x = read.DequantizeRows(a);
+        return each("DequantizeRows", "dequantize_rows", DEQUANTIZE_ROWS, x.rows * x.K);
+      }
+      case KernelOp.EmbeddingForwardQuant: {
+        const x = read.EmbeddingForwardQuant(a);
+        return each("EmbeddingForwardQuant", "embedding_forward_quant", EMBEDDING_FORWARD_QUANT, x.B * x.T * x.C);
+      }
       case KernelOp.AdamStep:
         return each("AdamStep", "adam", ADAM, read.AdamStep(a).ranges_end);
       case KernelOp.SumSquares:

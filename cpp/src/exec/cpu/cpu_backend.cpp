@@ -8,6 +8,7 @@
 
 #include "kernels/kernels.h"
 #include "ops/backends.h"
+#include "ops/weight_quantize.h"
 #include "qkv/cpu.h"
 #include "qkv/error.h"
 #include "qkv/thread_pool.h"
@@ -44,6 +45,16 @@ class CpuBackend final : public Backend {
     kernels::gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
   void add(Span out, CSpan a, CSpan b) override { kernels::add(out, a, b); }
+  void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
+                  float* C, int ldc) override {
+    check_gemm_quant("gemm_quant (cpu)", M, N, K, A, lda, format, W, scales, C, ldc);
+    kernels::gemm_quant(M, N, K, A, lda, static_cast<WeightFormat>(format), W, scales, C, ldc);
+  }
+  void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
+                       int K) override {
+    check_dequantize_rows("dequantize_rows (cpu)", out, ld_out, format, W, scales, rows, K);
+    kernels::dequantize_rows(out, ld_out, static_cast<WeightFormat>(format), W, scales, rows, K);
+  }
 
   void layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) override {
     kernels::layernorm_forward(y, mean, rstd, x, w, b, rows, C);
@@ -88,6 +99,13 @@ class CpuBackend final : public Backend {
 
   void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
     kernels::embedding_forward(x, tokens.device, wte, pos, scale, B, T, C);
+  }
+  void embedding_forward_quant(Span x, const Ids& tokens, int format, const uint8_t* wte, const float* wte_scales,
+                               CSpan pos, float scale, int B, int T, int C) override {
+    check_embedding_forward_quant("embedding_forward_quant (cpu)", x.size(), tokens.device, format, wte, wte_scales,
+                                  pos.size(), B, T, C);
+    kernels::embedding_forward_quant(x, tokens.device, static_cast<WeightFormat>(format), wte, wte_scales, pos, scale,
+                                     B, T, C);
   }
   size_t embedding_backward_scratch_size(int, int) const override { return 0; }
   void embedding_backward(Span dwte, Span dpos, CSpan dx, const Ids& tokens, float scale, int B, int T, int C,

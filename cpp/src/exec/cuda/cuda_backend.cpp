@@ -17,6 +17,7 @@
 #include "kernels/cuda/stream.h"
 #include "ops/backends.h"
 #include "ops/step_recorder.h"
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 
 namespace qkv::ops {
@@ -232,6 +233,26 @@ class CudaBackend final : public Backend {
   void embedding_forward(Span x, const Ids& tokens, CSpan wte, CSpan pos, float scale, int B, int T, int C) override {
     if (replayed(signature::embedding_forward, x, tokens, wte, pos, scale, B, T, C)) return;
     kc::embedding_forward(x.data(), tokens.device, wte.data(), pos.empty() ? nullptr : pos.data(), scale, B, T, C);
+  }
+  void embedding_forward_quant(Span x, const Ids& tokens, int format, const uint8_t* wte, const float* wte_scales,
+                               CSpan pos, float scale, int B, int T, int C) override {
+    check_embedding_forward_quant("embedding_forward_quant (cuda)", x.size(), tokens.device, format, wte, wte_scales,
+                                  pos.size(), B, T, C);
+    if (replayed(signature::embedding_forward_quant, x, tokens, format, wte, wte_scales, pos, scale, B, T, C)) return;
+    kc::embedding_forward_quant(x.data(), tokens.device, static_cast<WeightFormat>(format), wte, wte_scales,
+                                pos.empty() ? nullptr : pos.data(), scale, B, T, C);
+  }
+  void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
+                  float* C, int ldc) override {
+    check_gemm_quant("gemm_quant (cuda)", M, N, K, A, lda, format, W, scales, C, ldc);
+    if (replayed(signature::gemm_quant, M, N, K, A, lda, format, W, scales, C, ldc)) return;
+    kc::gemm_quant(M, N, K, A, lda, static_cast<WeightFormat>(format), W, scales, C, ldc);
+  }
+  void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
+                       int K) override {
+    check_dequantize_rows("dequantize_rows (cuda)", out, ld_out, format, W, scales, rows, K);
+    if (replayed(signature::dequantize_rows, out, ld_out, format, W, scales, rows, K)) return;
+    kc::dequantize_rows(out, ld_out, static_cast<WeightFormat>(format), W, scales, rows, K);
   }
   size_t embedding_backward_scratch_size(int V, int rows) const override {
     return (kc::embedding_backward_scratch_bytes(V, rows) + sizeof(float) - 1) / sizeof(float);

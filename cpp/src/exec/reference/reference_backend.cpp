@@ -13,6 +13,7 @@
 #include "kernels/kernels.h"
 #include "ops/backends.h"
 #include "ops/dropout_hash.h"
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 
 namespace qkv::ops {
@@ -95,6 +96,32 @@ class ReferenceBackend final : public Backend {
 
   void add(Span out, CSpan a, CSpan b) override {
     for (size_t i = 0; i < out.size(); ++i) out[i] = a[i] + b[i];
+  }
+
+  // C (M,N) = A (M,K) deq(W)^T: gemm_reference's loops (float accumulation over k in order) on the dequantized W.
+  void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
+                  float* C, int ldc) override {
+    check_gemm_quant("gemm_quant (reference)", M, N, K, A, lda, format, W, scales, C, ldc);
+    const WeightFormat f = static_cast<WeightFormat>(format);
+    const int spr = scales_per_row(f, K);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        const uint8_t* row = W + static_cast<size_t>(j) * row_stride(f, K);
+        const float* s = spr ? scales + static_cast<size_t>(j) * spr : nullptr;
+        float acc = 0.f;
+        for (int k = 0; k < K; ++k) acc += A[static_cast<size_t>(i) * lda + k] * dequantize_element(f, row, s, k);
+        C[static_cast<size_t>(i) * ldc + j] = acc;
+      }
+  }
+  void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
+                       int K) override {
+    check_dequantize_rows("dequantize_rows (reference)", out, ld_out, format, W, scales, rows, K);
+    const WeightFormat f = static_cast<WeightFormat>(format);
+    const int spr = scales_per_row(f, K);
+    for (int r = 0; r < rows; ++r)
+      for (int k = 0; k < K; ++k)
+        out[static_cast<size_t>(r) * ld_out + k] = dequantize_element(
+            f, W + static_cast<size_t>(r) * row_stride(f, K), spr ? scales + static_cast<size_t>(r) * spr : nullptr, k);
   }
 
   // y = (x - mean) * rstd * w + b per row, mean and biased variance in double.
@@ -246,6 +273,21 @@ class ReferenceBackend final : public Backend {
       const size_t e = static_cast<size_t>(tokens.host[static_cast<size_t>(r)]) * C, p = static_cast<size_t>(r % T) * C;
       for (int i = 0; i < C; ++i)
         x[static_cast<size_t>(r) * C + i] = scale * wte[e + i] + (pos.empty() ? 0.f : pos[p + i]);
+    }
+  }
+  // x[b,t] = scale * deq(wte[token]) + pos[t] (pos empty: 0), each element dequantize_element's float.
+  void embedding_forward_quant(Span x, const Ids& tokens, int format, const uint8_t* wte, const float* wte_scales,
+                               CSpan pos, float scale, int B, int T, int C) override {
+    check_embedding_forward_quant("embedding_forward_quant (reference)", x.size(), tokens.host.data(), format, wte,
+                                  wte_scales, pos.size(), B, T, C);
+    const WeightFormat f = static_cast<WeightFormat>(format);
+    const int spr = scales_per_row(f, C);
+    for (int r = 0; r < B * T; ++r) {
+      const size_t e = static_cast<size_t>(tokens.host[static_cast<size_t>(r)]), p = static_cast<size_t>(r % T) * C;
+      const uint8_t* row = wte + e * row_stride(f, C);
+      const float* s = spr ? wte_scales + e * spr : nullptr;
+      for (int i = 0; i < C; ++i)
+        x[static_cast<size_t>(r) * C + i] = scale * dequantize_element(f, row, s, i) + (pos.empty() ? 0.f : pos[p + i]);
     }
   }
   size_t embedding_backward_scratch_size(int, int) const override { return 0; }

@@ -26,6 +26,7 @@
 #include "exec/webgpu/webgpu_protocol.h"
 #include "ops/backends.h"
 #include "ops/ops.h"
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 
 #if defined(__EMSCRIPTEN__)
@@ -326,6 +327,21 @@ class WebGpuBackend final : public Backend {
     return !out.empty();
   }
 
+  // The quantized ops read packed rows as u32 words (web/src/webgpu/kernels.ts): W and wte must be 4-byte aligned,
+  // which every row of a packed matrix is (ops/weight_format.h) in an arena block (256-byte aligned).
+  bool prepare_gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W,
+                          const float* scales, float* C, int ldc) {
+    check_gemm_quant("gemm_quant (webgpu)", M, N, K, A, lda, format, W, scales, C, ldc);
+    aligned_check("gemm_quant", W);
+    return M && N;
+  }
+  bool prepare_dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
+                               int K) {
+    check_dequantize_rows("dequantize_rows (webgpu)", out, ld_out, format, W, scales, rows, K);
+    aligned_check("dequantize_rows", W);
+    return rows && K;
+  }
+
   bool prepare_layernorm_forward(Span y, Span mean, Span rstd, CSpan x, CSpan w, CSpan b, int rows, int C) {
     rows_check("layernorm_forward", rows, C, {y.size(), x.size()}, {mean.size(), rstd.size()}, {w.size(), b.size()});
     return true;
@@ -402,6 +418,13 @@ class WebGpuBackend final : public Backend {
   bool prepare_embedding_forward(Span x, const Ids& tokens, CSpan, CSpan, float, int B, int T, int C) {
     check(B >= 0 && T >= 0 && C >= 1 && x.size() >= static_cast<size_t>(B) * T * C && tokens.device != nullptr,
           "embedding_forward (webgpu): B = ", B, ", T = ", T, ", C = ", C, ", x of ", x.size(), " floats");
+    return B * T != 0;
+  }
+  bool prepare_embedding_forward_quant(Span x, const Ids& tokens, int format, const uint8_t* wte,
+                                       const float* wte_scales, CSpan pos, float, int B, int T, int C) {
+    check_embedding_forward_quant("embedding_forward_quant (webgpu)", x.size(), tokens.device, format, wte, wte_scales,
+                                  pos.size(), B, T, C);
+    aligned_check("embedding_forward_quant", wte);
     return B * T != 0;
   }
   size_t embedding_backward_scratch_size(int, int) const override { return 0; }
@@ -498,6 +521,10 @@ class WebGpuBackend final : public Backend {
     for (size_t s : per_row)
       check(s >= static_cast<size_t>(rows), op, " (webgpu): a span of ", s, " for ", rows, " rows");
     for (size_t s : per_col) check(s >= static_cast<size_t>(C), op, " (webgpu): a span of ", s, " for C = ", C);
+  }
+  static void aligned_check(const char* op, const uint8_t* p) {
+    check(off(p) % 4 == 0, op, " (webgpu): packed weights at byte offset ", off(p),
+          ": expected a multiple of 4 (a row start)");
   }
   static void scratch_check(const char* op, Span scratch, size_t need) {
     check(scratch.size() >= need, op, " (webgpu): scratch of ", scratch.size(), " floats: expected ", need);

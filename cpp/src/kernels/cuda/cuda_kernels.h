@@ -231,4 +231,15 @@ void argmax_rows(int32_t* best, const float* logits, int rows, int V);
 void mean_pool_forward(float* out, const float* x, const uint8_t* key_pad, int B, int T, int C);
 void mean_pool_backward(float* dx, const float* dout, const uint8_t* key_pad, int B, int T, int C);
 
+// ---- Quantized weights (gemm_quant.cu; ops/weight_format.h) ----
+
+// kernels.h: gemm_quant (C overwritten), dequantize_rows, embedding_forward_quant (pos null: no positions). The
+// arguments are the executor's to check (ops/weight_quantize.h) before these launch.
+void gemm_quant(int M, int N, int K, const float* A, int lda, ops::WeightFormat f, const uint8_t* W,
+                const float* scales, float* C, int ldc);
+void dequantize_rows(float* out, int ld_out, ops::WeightFormat f, const uint8_t* W, const float* scales, int rows,
+                     int K);
+void embedding_forward_quant(float* x, const int32_t* tokens, ops::WeightFormat f, const uint8_t* wte,
+                             const float* wte_scales, const float* pos, float scale, int B, int T, int C);
+
 }  // namespace qkv::kernels::cuda

@@ -24,3 +24,9 @@ template void attention_delta_rows<xsimd::avx512f>(float*, const float*, const f
 namespace qkv::kernels {
 template const RowwiseKernels& rowwise_kernels_for<xsimd::avx512f>();
 }  // namespace qkv::kernels
+
+// The product with quantized weights (gemm_quant): its row kernels and dequantization for this set.
+#include "kernels/cpu/gemm_quant_simd.h"
+namespace qkv::kernels {
+template QuantKernels quant_kernels<xsimd::avx512f>();
+}  // namespace qkv::kernels

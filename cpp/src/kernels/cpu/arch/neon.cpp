@@ -17,3 +17,9 @@ template void attention_delta_rows<xsimd::neon64>(float*, const float*, const fl
 namespace qkv::kernels {
 template const RowwiseKernels& rowwise_kernels_for<xsimd::neon64>();
 }  // namespace qkv::kernels
+
+// The product with quantized weights (gemm_quant): its row kernels and dequantization for this set.
+#include "kernels/cpu/gemm_quant_simd.h"
+namespace qkv::kernels {
+template QuantKernels quant_kernels<xsimd::neon64>();
+}  // namespace qkv::kernels

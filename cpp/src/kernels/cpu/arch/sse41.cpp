@@ -20,3 +20,9 @@ template void attention_delta_rows<xsimd::sse4_1>(float*, const float*, const fl
 namespace qkv::kernels {
 template const RowwiseKernels& rowwise_kernels_for<xsimd::sse4_1>();
 }  // namespace qkv::kernels
+
+// The product with quantized weights (gemm_quant): its row kernels and dequantization for this set.
+#include "kernels/cpu/gemm_quant_simd.h"
+namespace qkv::kernels {
+template QuantKernels quant_kernels<xsimd::sse4_1>();
+}  // namespace qkv::kernels

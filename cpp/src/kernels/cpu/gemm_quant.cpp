@@ -1,0 +1,151 @@
+// The product with quantized weights, C (M,N) = A (M,K) W^T (kernels.h: gemm_quant), its naive oracle, and
+// dequantize_rows.
+//
+// Two paths, by the rows of A:
+//   M <= kRowPathMax (decoding: one token, or a few beams or batch rows): the row kernels of the active instruction
+//     set (gemm_quant_kernel.h) dequantize W in registers and take its dot products with up to kQuantRowsMax rows
+//     of A at once. Rows of W are split over the thread pool and each byte of W is read from memory once per
+//     call: the product is bound by the bandwidth of reading W, which the packed formats cut 2x (f16, bf16), 4x
+//     (int8) or ~7x (q4) against fp32.
+//   more rows (a prompt's prefill, training-free scoring): W is dequantized a panel of rows at a time into a
+//     per-thread buffer (in block order, the vector kernel's) and multiplied by the fp32 gemm (its packed,
+//     register-tiled micro-kernel) against A in the same order; each panel is used by all M rows.
+// Both sum in fp32; they differ from the reference in the order of the sum only.
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/gemm_quant_kernel.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/kernels.h"
+#include "qkv/thread_pool.h"
+
+namespace qkv::kernels {
+namespace {
+
+// Up to this many rows of A take the row kernels (each W byte read once); past it the panels and the fp32 gemm.
+constexpr int kRowPathMax = 8;
+// Rows of W per task of the row path, and per panel of the gemm path (its fp32 copy kept near 1 MiB).
+constexpr int kRowChunk = 16;
+int panel_rows(int K) { return std::clamp((1 << 18) / std::max(K, 1) / 16 * 16, 16, 1024); }
+
+void rows_scalar(const QuantRows& q, int n0, int n1) {
+  const int spr = q.spr;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
+    const float* s = spr ? q.scales + static_cast<size_t>(n) * spr : nullptr;
+    float acc[kQuantRowsMax] = {};
+    for (int k = 0; k < q.K; ++k) {
+      const float w = ops::dequantize_element(q.f, row, s, k);
+      for (int m = 0; m < q.M; ++m) acc[m] += q.A[static_cast<size_t>(m) * q.lda + k] * w;
+    }
+    for (int m = 0; m < q.M; ++m) q.C[static_cast<size_t>(m) * q.ldc + n] = acc[m];
+  }
+}
+
+void dequantize_scalar(WeightFormat f, const uint8_t* row, const float* s, int K, float* out) {
+  for (int k = 0; k < K; ++k) out[k] = ops::dequantize_element(f, row, s, k);
+}
+
+// A (M,K) -> dst (M,K) in block order for V lanes and factor R: element R*i + t of each whole block of R*V at
+// t*V + i; the elements past the last whole block copied as they are.
+void to_block_order(float* dst, const float* A, int lda, int M, int K, int V, int R) {
+  const int B = R * V, whole = K / B * B;
+  for (int m = 0; m < M; ++m) {
+    const float* a = A + static_cast<size_t>(m) * lda;
+    float* d = dst + static_cast<size_t>(m) * K;
+    for (int b = 0; b < whole; b += B)
+      for (int t = 0; t < R; ++t)
+        for (int i = 0; i < V; ++i) d[b + t * V + i] = a[b + R * i + t];
+    std::copy(a + whole, a + K, d + whole);
+  }
+}
+
+}  // namespace
+
+QuantKernels select_quant_kernels() {
+  switch (active_isa()) {
+#if QKV_ISA_AVX512
+    case Isa::AVX512: return quant_kernels<xsimd::avx512f>();
+#endif
+#if QKV_ISA_AVX2
+    case Isa::AVX2: return quant_kernels<xsimd::fma3<xsimd::avx2>>();
+#endif
+#if QKV_ISA_SSE41
+    case Isa::SSE41: return quant_kernels<xsimd::sse4_1>();
+#endif
+#if QKV_ISA_NEON
+    case Isa::NEON: return quant_kernels<xsimd::neon64>();
+#endif
+    default: return {1, &rows_scalar, &dequantize_scalar};
+  }
+}
+
+void dequantize_rows(float* out, int ld_out, WeightFormat f, const uint8_t* W, const float* scales, int rows, int K) {
+  const size_t stride = ops::row_stride(f, K);
+  const int spr = ops::scales_per_row(f, K);
+  parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      dequantize_scalar(f, W + static_cast<size_t>(r) * stride, spr ? scales + static_cast<size_t>(r) * spr : nullptr,
+                        K, out + static_cast<size_t>(r) * ld_out);
+  });
+}
+
+void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
+                float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  const QuantKernels qk = select_quant_kernels();
+  const size_t stride = ops::row_stride(f, K);
+  const int spr = ops::scales_per_row(f, K);
+  // A in the kernels' block order, on this thread (the workers read it).
+  thread_local std::vector<float> a_blocked;
+  a_blocked.resize(static_cast<size_t>(M) * std::max(K, 1));
+  to_block_order(a_blocked.data(), A, lda, M, K, qk.lanes, block_factor(f));
+  const float* Ab = a_blocked.data();
+
+  if (M <= kRowPathMax) {
+    const int chunks = (N + kRowChunk - 1) / kRowChunk;
+    parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        const int n0 = static_cast<int>(c) * kRowChunk, n1 = std::min(N, n0 + kRowChunk);
+        for (int m0 = 0; m0 < M; m0 += kQuantRowsMax) {
+          const QuantRows q{
+              f,   std::min(kQuantRowsMax, M - m0),   K,  Ab + static_cast<size_t>(m0) * K, K, W, stride, scales,
+              spr, C + static_cast<size_t>(m0) * ldc, ldc};
+          qk.rows(q, n0, n1);
+        }
+      }
+    });
+    return;
+  }
+
+  const int nb_max = panel_rows(K);
+  thread_local std::vector<float> panel;
+  panel.resize(static_cast<size_t>(std::min(N, nb_max)) * std::max(K, 1));
+  for (int n0 = 0; n0 < N; n0 += nb_max) {
+    const int nb = std::min(nb_max, N - n0);
+    float* p = panel.data();
+    parallel_for(nb, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const size_t n = static_cast<size_t>(n0 + r);
+        qk.dequantize(f, W + n * stride, spr ? scales + n * spr : nullptr, K, p + static_cast<size_t>(r) * K);
+      }
+    });
+    gemm(false, true, M, nb, K, 1.f, Ab, std::max(K, 1), p, std::max(K, 1), 0.f, C + n0, ldc);
+  }
+}
+
+void gemm_quant_reference(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W,
+                          const float* scales, float* C, int ldc) {
+  const size_t stride = ops::row_stride(f, K);
+  const int spr = ops::scales_per_row(f, K);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      const uint8_t* row = W + static_cast<size_t>(j) * stride;
+      const float* s = spr ? scales + static_cast<size_t>(j) * spr : nullptr;
+      float acc = 0.f;
+      for (int k = 0; k < K; ++k) acc += A[static_cast<size_t>(i) * lda + k] * ops::dequantize_element(f, row, s, k);
+      C[static_cast<size_t>(i) * ldc + j] = acc;
+    }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,62 @@
+#pragma once
+// What gemm_quant.cpp and the per-instruction-set files share: the kernels of the product with quantized weights
+// (kernels.h: gemm_quant), declared here and instantiated in kernels/cpu/arch/<isa>.cpp.
+//
+// Dequantizing in registers. A vector load of 4V bytes of a packed row (V float lanes) gives V 32-bit words; lane i
+// holds 4 int8 codes (elements 4i .. 4i+3), 8 Q4 codes (elements 8i .. 8i+7, nibble t = element 8i + t) or 2
+// halves (elements 2i, 2i+1). Shifts and masks turn the word vector into R float vectors (R = 4, 8 or 2), vector t
+// holding the elements R*i + t of the block of R*V elements, with no shuffle (wasm's SIMD128 has few cheap ones).
+// The activations are permuted to match, once per call (M rows of K: nothing next to N rows of K): in the
+// permuted order ("block order") element R*i + t of a block sits at t*V + i. A dot product does not care about
+// the order of its terms, so a row of A in block order times a row of W in block order is the product; only the
+// order of the fp32 sum differs from the reference (the accuracy contract: ops/weight_format.h).
+// Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one.
+#include <cstddef>
+#include <cstdint>
+#include <xsimd/config/xsimd_arch.hpp>
+
+#include "ops/weight_format.h"
+
+namespace qkv::kernels {
+
+using ops::WeightFormat;
+
+// Float vectors per word vector: the block of a format is block_factor(f) * lanes elements.
+constexpr int block_factor(WeightFormat f) { return f == WeightFormat::Int8 ? 4 : f == WeightFormat::Q4 ? 8 : 2; }
+
+// C[m, n] = dot(a_m, deq(W[n])) for m < M (M <= kQuantRowsMax) and n in [n0, n1): a_m = A + m * lda in block order,
+// W's row n at W + n * stride with its scales at scales + n * spr.
+struct QuantRows {
+  WeightFormat f;
+  int M, K;
+  const float* A;
+  int lda;
+  const uint8_t* W;
+  size_t stride;
+  const float* scales;
+  int spr;
+  float* C;
+  int ldc;
+};
+constexpr int kQuantRowsMax = 4;
+using QuantRowsFn = void (*)(const QuantRows& q, int n0, int n1);
+// out (K floats) = W's row dequantized, in block order.
+using QuantDequantFn = void (*)(WeightFormat f, const uint8_t* row, const float* row_scales, int K, float* out);
+
+struct QuantKernels {
+  int lanes;  // V: 1 for the scalar kernels (block order is then the natural order)
+  QuantRowsFn rows;
+  QuantDequantFn dequantize;
+};
+
+template <class Arch>
+QuantKernels quant_kernels();
+// The active instruction set's kernels (the scalar ones last): gemm_quant's table.
+QuantKernels select_quant_kernels();
+
+extern template QuantKernels quant_kernels<xsimd::avx512f>();
+extern template QuantKernels quant_kernels<xsimd::fma3<xsimd::avx2>>();
+extern template QuantKernels quant_kernels<xsimd::sse4_1>();
+extern template QuantKernels quant_kernels<xsimd::neon64>();
+
+}  // namespace qkv::kernels

@@ -1,0 +1,173 @@
+#pragma once
+// The SIMD bodies of the product with quantized weights (gemm_quant_kernel.h has the scheme), one template per
+// instruction set: included only by kernels/cpu/arch/<isa>.cpp, which instantiate quant_kernels<Arch>.
+#include <xsimd/xsimd.hpp>
+
+#include "kernels/cpu/gemm_quant_kernel.h"
+#include "kernels/cpu/gemm_simd.h"  // gemm_madd: FMA, or relaxed SIMD's madd in that wasm build
+
+namespace qkv::kernels {
+namespace quant_detail {
+
+template <class Arch>
+struct Simd {
+  using F = xsimd::batch<float, Arch>;
+  using I = xsimd::batch<int32_t, Arch>;
+  static constexpr int V = static_cast<int>(F::size);
+
+  // 4V bytes as V words, one unaligned vector load (the intrinsics' vector types may alias any memory; a memcpy into
+  // an int array here compiled to two 16-byte stores and a 32-byte reload: a failed store forwarding per block).
+  static I words(const uint8_t* p) { return I::load_unaligned(reinterpret_cast<const int32_t*>(p)); }
+
+  // The lanes' scales of a Q4 block: lane i of every vector holds an element of group i / 4 of the block, so the
+  // vector is s[0] broadcast, then s[g] put in the lanes of group g (broadcasts and blends: building it in memory
+  // and loading it back stalled on store forwarding, 2x slower).
+  struct GroupLanes {
+    xsimd::batch_bool<float, Arch> of[V / 4 > 1 ? V / 4 : 1];
+    GroupLanes() {
+      alignas(64) float lane[V];
+      for (int i = 0; i < V; ++i) lane[i] = static_cast<float>(i / 4);
+      const F group = F::load_aligned(lane);
+      for (int g = 0; g < V / 4; ++g) of[g] = group == F(static_cast<float>(g));
+    }
+  };
+  static F group_scales(const float* s, const GroupLanes& lanes) {
+    F scale(s[0]);
+    for (int g = 1; g < V / 4; ++g) scale = xsimd::select(lanes.of[g], F(s[g]), scale);
+    return scale;
+  }
+
+  // The R vectors of one block, each element dequantize_element's float (int8 left unscaled: its one scale per row
+  // is applied to the row's sum).
+  template <WeightFormat f>
+  static void block(const uint8_t* p, const float* s, const GroupLanes& lanes, F* w) {
+    const I x = words(p);
+    if constexpr (f == WeightFormat::Int8) {
+      w[0] = xsimd::to_float((x << 24) >> 24);
+      w[1] = xsimd::to_float((x << 16) >> 24);
+      w[2] = xsimd::to_float((x << 8) >> 24);
+      w[3] = xsimd::to_float(x >> 24);
+    } else if constexpr (f == WeightFormat::Q4) {
+      const F scale = group_scales(s, lanes);
+      const I mask(0xf), eight(8);
+      w[0] = xsimd::to_float((x & mask) - eight) * scale;
+      w[1] = xsimd::to_float(((x >> 4) & mask) - eight) * scale;
+      w[2] = xsimd::to_float(((x >> 8) & mask) - eight) * scale;
+      w[3] = xsimd::to_float(((x >> 12) & mask) - eight) * scale;
+      w[4] = xsimd::to_float(((x >> 16) & mask) - eight) * scale;
+      w[5] = xsimd::to_float(((x >> 20) & mask) - eight) * scale;
+      w[6] = xsimd::to_float(((x >> 24) & mask) - eight) * scale;
+      w[7] = xsimd::to_float(((x >> 28) & mask) - eight) * scale;
+    } else if constexpr (f == WeightFormat::BF16) {
+      w[0] = xsimd::bitwise_cast<F>(x << 16);
+      w[1] = xsimd::bitwise_cast<F>(x & I(static_cast<int32_t>(0xffff0000u)));
+    } else {
+      w[0] = half(x & I(0xffff));
+      w[1] = half((x >> 16) & I(0xffff));
+    }
+  }
+
+  // IEEE halves (in the low 16 bits of each lane) to floats, exactly: a normal half's exponent rebiased by adding
+  // 112 << 23; a subnormal m * 2^-24 as the normal float 2^-14 (1 + m/1024) less 2^-14 (exact: Sterbenz), so that
+  // no float subnormal is ever an operand (x86 would take a slow assist on one); inf and NaN keep all-ones exponents.
+  static F half(I h) {
+    const I a = h & I(0x7fff), sign = (h & I(0x8000)) << 16, m = a << 13, e = a & I(0x7c00);
+    const I normal = m + I(112 << 23);
+    const I sub = xsimd::bitwise_cast<I>(xsimd::bitwise_cast<F>(m + I(113 << 23)) - F(6.103515625e-05f));  // 2^-14
+    const I special = m | I(0x7f800000);
+    const I v = xsimd::select(e == I(0x7c00), special, xsimd::select(e == I(0), sub, normal));
+    return xsimd::bitwise_cast<F>(v | sign);
+  }
+
+  template <WeightFormat f>
+  static constexpr int R = block_factor(f);
+  // Rows n0 .. n1 of C for MR rows of A. U accumulators per row of A keep the FMA chains short when MR is small.
+  template <WeightFormat f, int MR>
+  static void rows(const QuantRows& q, int n0, int n1) {
+    constexpr int Rf = R<f>, U = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+    constexpr int B = Rf * V;  // elements per block
+    const int blocks = q.K / B;
+    const GroupLanes lanes;
+    for (int n = n0; n < n1; ++n) {
+      const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
+      const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;
+      F acc[MR][U];
+      for (int m = 0; m < MR; ++m)
+        for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
+      for (int b = 0; b < blocks; ++b) {
+        F w[Rf];
+        block<f>(row + static_cast<size_t>(b) * 4 * V, f == WeightFormat::Q4 ? s + b * (B / 32) : s, lanes, w);
+        const float* a = q.A + static_cast<size_t>(b) * B;
+        for (int t = 0; t < Rf; ++t)
+          for (int m = 0; m < MR; ++m)
+            acc[m][t % U] =
+                gemm_madd(F::load_unaligned(a + static_cast<size_t>(m) * q.lda + t * V), w[t], acc[m][t % U]);
+      }
+      for (int m = 0; m < MR; ++m) {
+        F sum = acc[m][0];
+        for (int u = 1; u < U; ++u) sum += acc[m][u];
+        float c = xsimd::hadd(sum);
+        if constexpr (f == WeightFormat::Int8) {
+          if (blocks) c *= s[0];  // K = 0 comes with no scales
+        }
+        const float* a = q.A + static_cast<size_t>(m) * q.lda;
+        for (int k = blocks * B; k < q.K; ++k) c += a[k] * ops::dequantize_element(f, row, s, k);
+        q.C[static_cast<size_t>(m) * q.ldc + n] = c;
+      }
+    }
+  }
+
+  template <WeightFormat f>
+  static void rows_any(const QuantRows& q, int n0, int n1) {
+    switch (q.M) {
+      case 1: return rows<f, 1>(q, n0, n1);
+      case 2: return rows<f, 2>(q, n0, n1);
+      case 3: return rows<f, 3>(q, n0, n1);
+      default: return rows<f, 4>(q, n0, n1);
+    }
+  }
+  static void rows_fn(const QuantRows& q, int n0, int n1) {
+    switch (q.f) {
+      case WeightFormat::F16: return rows_any<WeightFormat::F16>(q, n0, n1);
+      case WeightFormat::BF16: return rows_any<WeightFormat::BF16>(q, n0, n1);
+      case WeightFormat::Int8: return rows_any<WeightFormat::Int8>(q, n0, n1);
+      case WeightFormat::Q4: return rows_any<WeightFormat::Q4>(q, n0, n1);
+      case WeightFormat::F32: return;
+    }
+  }
+
+  template <WeightFormat f>
+  static void dequantize(const uint8_t* row, const float* s, int K, float* out) {
+    constexpr int Rf = R<f>, B = Rf * V;
+    const int blocks = K / B;
+    const GroupLanes lanes;
+    for (int b = 0; b < blocks; ++b) {
+      F w[Rf];
+      block<f>(row + static_cast<size_t>(b) * 4 * V, f == WeightFormat::Q4 ? s + b * (B / 32) : s, lanes, w);
+      for (int t = 0; t < Rf; ++t) {
+        if constexpr (f == WeightFormat::Int8) w[t] *= F(s[0]);
+        w[t].store_unaligned(out + static_cast<size_t>(b) * B + t * V);
+      }
+    }
+    for (int k = blocks * B; k < K; ++k) out[k] = ops::dequantize_element(f, row, s, k);
+  }
+  static void dequantize_fn(WeightFormat f, const uint8_t* row, const float* s, int K, float* out) {
+    switch (f) {
+      case WeightFormat::F16: return dequantize<WeightFormat::F16>(row, s, K, out);
+      case WeightFormat::BF16: return dequantize<WeightFormat::BF16>(row, s, K, out);
+      case WeightFormat::Int8: return dequantize<WeightFormat::Int8>(row, s, K, out);
+      case WeightFormat::Q4: return dequantize<WeightFormat::Q4>(row, s, K, out);
+      case WeightFormat::F32: return;
+    }
+  }
+};
+
+}  // namespace quant_detail
+
+template <class Arch>
+QuantKernels quant_kernels() {
+  using S = quant_detail::Simd<Arch>;
+  return {S::V, &S::rows_fn, &S::dequantize_fn};
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,142 @@
+#pragma once
+// The storage formats of quantized weights, one definition for the host and every device (the CPU kernels, the
+// CUDA kernels, the quantizer, the files), so that an element dequantizes to the same float everywhere: every
+// executor's quantized product is then the fp32 product of the same dequantized matrix, up to summation order.
+// Only <cstdint>/<cstddef>: nvcc compiles it into device code.
+//
+// A weight matrix W is (N rows, K columns) as torch.nn.Linear stores it (out, in). Its packed storage: row n starts
+// at byte n * row_stride(format, K), rows padded to a multiple of 4 bytes, so that every row (and so any row
+// offset: attention's k/v rows of in_proj, the embedding's gathered rows) is u32-aligned for WGSL and CUDA.
+//
+//   format  row_stride(K)        element k of row n                                     f32 scales per row
+//   F16     round_up(2K, 4)      IEEE half at byte 2k, little-endian                    0
+//   BF16    round_up(2K, 4)      bfloat16 (the high half of the fp32) at byte 2k        0
+//   Int8    round_up(K, 4)       int8 q at byte k: w = q * scale[n]                     1
+//   Q4      16 * G, G=ceil(K/32) group g = k/32: byte g*16 + (k%32)/2, the low nibble    G
+//                                for even k%32, the high one for odd: w = (q - 8) * scale[n*G + g]
+//
+// Q4 is ONNX Runtime MatMulNBits' 4-bit layout (nibble order, groups of 32 along K, symmetric with the implicit
+// zero point 8) with llama.cpp's Q4_0 scale rule and fp32 scales: ORT's layout because it is the one the web
+// peers' int4 models ship in, Q4_0's rule because its scale maps the group's largest magnitude to -8 exactly,
+// using the one code the symmetric range has past -7 (ops/weight_quantize.h has the quantizer's rules).
+// Padding bytes are 0 (F16, BF16, Int8) or code 8, i.e. 0 (Q4), so a padded element dequantizes to 0.
+#include <cstddef>
+#include <cstdint>
+
+#if !defined(QKV_HOST_DEVICE)
+#if defined(__CUDACC__)
+#define QKV_HOST_DEVICE __host__ __device__
+#else
+#define QKV_HOST_DEVICE
+#endif
+#endif
+
+namespace qkv::ops {
+
+enum class WeightFormat : int { F32 = 0, F16 = 1, BF16 = 2, Int8 = 3, Q4 = 4 };
+
+// Elements per Q4 group (along K), each with its own scale.
+constexpr int group_size = 32;
+
+// Bytes from one row's start to the next's.
+QKV_HOST_DEVICE constexpr size_t row_stride(WeightFormat f, int K) {
+  const size_t k = K > 0 ? static_cast<size_t>(K) : 0;
+  switch (f) {
+    case WeightFormat::F32: return 4 * k;
+    case WeightFormat::F16:
+    case WeightFormat::BF16: return (2 * k + 3) / 4 * 4;
+    case WeightFormat::Int8: return (k + 3) / 4 * 4;
+    case WeightFormat::Q4: return 16 * ((k + group_size - 1) / group_size);
+  }
+  return 0;
+}
+
+// f32 scales per row (scales[n * scales_per_row + i]).
+QKV_HOST_DEVICE constexpr int scales_per_row(WeightFormat f, int K) {
+  if (f == WeightFormat::Int8) return 1;
+  if (f == WeightFormat::Q4) return K > 0 ? (K + group_size - 1) / group_size : 0;
+  return 0;
+}
+
+// Whether an op's `int format` argument names a packed format (F32 is gemm's, not a quantized op's).
+QKV_HOST_DEVICE constexpr bool is_packed_format(int f) { return f >= 1 && f <= 4; }
+
+QKV_HOST_DEVICE inline uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+QKV_HOST_DEVICE inline float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// IEEE binary16 -> binary32 (exact: every half is a float). Subnormal halves m * 2^-24 are normal floats.
+QKV_HOST_DEVICE inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return bits_float(sign | 0x7f800000u | m << 13);  // inf, NaN (payload kept)
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
+    return sign ? -v : v;
+  }
+  return bits_float(sign | (e + 112) << 23 | m << 13);  // rebias 15 -> 127
+}
+
+// binary32 -> binary16, round to nearest even; past the largest half (65504, and from 65520 on) it is inf, below
+// 2^-14 a subnormal (or 0), NaN a quiet NaN.
+QKV_HOST_DEVICE inline uint16_t f32_to_f16(float f) {
+  const uint32_t x = float_bits(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | (a >> 13 & 0x3ffu));
+  if (a >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65536 (and inf)
+  // Below 2^-14: a subnormal half q * 2^-24 with q = round(|f| * 2^24), |f| = m * 2^(e - 150); below 2^-25 it is 0.
+  if (a < 0x38800000u) {
+    const uint32_t e = a >> 23;
+    if (e < 102) return static_cast<uint16_t>(sign);
+    const uint32_t m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;
+    const uint32_t q = m >> shift, rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return static_cast<uint16_t>(sign | (q + (rest > half || (rest == half && (q & 1u)))));
+  }
+  // Normal: rebias 127 -> 15 and drop 13 mantissa bits, ties to even (a carry into the exponent is right, and
+  // into 0x7c00 gives inf for 65520 <= |f| < 65536).
+  const uint32_t r = a - 0x38000000u;
+  return static_cast<uint16_t>(sign | (r + 0xfffu + (r >> 13 & 1u)) >> 13);
+}
+
+QKV_HOST_DEVICE inline float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+// binary32 -> bfloat16, round to nearest even (overflow to inf as RNE gives it); NaN a quiet NaN.
+QKV_HOST_DEVICE inline uint16_t f32_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(x >> 16 | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + (x >> 16 & 1u)) >> 16);
+}
+
+// Element k of a packed row: `row` points at its first byte, `row_scales` at its scales_per_row scales (may be
+// null for F32, F16 and BF16). The one formula of every dequantization: (float)q * scale, one rounding.
+QKV_HOST_DEVICE inline float dequantize_element(WeightFormat f, const uint8_t* row, const float* row_scales, int k) {
+  switch (f) {
+    case WeightFormat::F32:
+      return bits_float(row[4 * k] | row[4 * k + 1] << 8 | row[4 * k + 2] << 16 |
+                        static_cast<uint32_t>(row[4 * k + 3]) << 24);
+    case WeightFormat::F16: return f16_to_f32(static_cast<uint16_t>(row[2 * k] | row[2 * k + 1] << 8));
+    case WeightFormat::BF16: return bf16_to_f32(static_cast<uint16_t>(row[2 * k] | row[2 * k + 1] << 8));
+    case WeightFormat::Int8: return static_cast<float>(static_cast<int8_t>(row[k])) * row_scales[0];
+    case WeightFormat::Q4: {
+      const int g = k / group_size, j = k % group_size;
+      const uint8_t b = row[g * 16 + j / 2];
+      const int q = (j & 1) ? b >> 4 : b & 0xf;
+      return static_cast<float>(q - 8) * row_scales[g];
+    }
+  }
+  return 0.f;
+}
+
+}  // namespace qkv::ops

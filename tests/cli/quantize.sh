@@ -1,0 +1,39 @@
+# qkv quantize: a trained checkpoint and a Hugging Face folder become quantized checkpoints that info describes,
+# generate and eval run, and train refuses; half-precision storage of an F16 / BF16 folder keeps its values, so
+# generate gives PyTorch's greedy tokens exactly; bad formats and inputs are refused.
+FIX=$(realpath "$(dirname "$0")/../fixtures/import")
+source "$(dirname "$0")/lib.sh"
+make_text text.txt
+
+"$QKV" train --data text.txt --config tiny.json --steps 20 --eval-every 20 --out lm.safetensors --threads 1 \
+  >"$OUT" 2>&1 || fail "train"
+for w in int8 q4 f16 bf16; do
+  expect 0 "^weights +$w: 5 tensors packed" -- quantize --weights "$w" lm.safetensors "lm_$w.safetensors"
+  grep -Eq '^bytes +[0-9]+ -> [0-9]+ \([0-9.]+x smaller\)' "$OUT" || fail "quantize does not report the bytes"
+  expect 0 "^weights +[0-9]+ bytes \(.*$w: 5 tensors" -- info "lm_$w.safetensors"
+  expect 0 "^the" -- generate --ckpt "lm_$w.safetensors" --prompt "the" --max-tokens 5 --temperature 0
+  expect 0 "perplexity" -- eval --ckpt "lm_$w.safetensors" --data text.txt --threads 1
+done
+expect 0 "layers.0.self_attn.in_proj_weight +I8 .* int8 \(" -- info lm_int8.safetensors
+grep -Eq "layers.0.self_attn.in_proj_weight.scales +F32 +\[96, 1\] .* scales" "$OUT" || fail "info lists no scales"
+# The tied embedding is packed by default; --embedding false keeps it float32.
+expect 0 "tok_emb.weight +U8 .* q4" -- info lm_q4.safetensors
+expect 0 "^weights +q4: 4 tensors packed" -- quantize --weights q4 --embedding false lm.safetensors nq.safetensors
+expect 0 "tok_emb.weight +F32" -- info nq.safetensors
+
+# A Hugging Face folder in half precision, stored as such: PyTorch's greedy tokens, bit-exact weights.
+for c in f16 bf16; do
+  { read -r prompt; read -r greedy; } <"$FIX/gpt2_$c.greedy.txt"
+  expect 0 "wrote" -- quantize --weights "$c" "$FIX/gpt2_$c" "g_$c.safetensors"
+  expect 0 "^$greedy\$" -- generate --ckpt "g_$c.safetensors" --prompt-ids "${prompt// /,}" --max-tokens 8 \
+    --temperature 0 --seed 1
+done
+
+# Refusals: an unknown format, a checkpoint already quantized, training a quantized model, not a checkpoint.
+expect 2 "--weights: int3 not in" -- quantize --weights int3 lm.safetensors x.safetensors
+expect 2 "--weights" -- quantize lm.safetensors x.safetensors
+expect 1 "already quantized \(int8\)" -- quantize --weights q4 lm_int8.safetensors x.safetensors
+expect 1 "quantized \(int8.*LoRA" -- train --data text.txt --resume lm_int8.safetensors --steps 30 --threads 1
+expect 1 "not a qkv checkpoint" -- quantize --weights int8 "$FIX/nanogpt_bias.safetensors" x.safetensors
+[ ! -e x.safetensors ] || fail "a refused quantize wrote its output"
+echo "ok"

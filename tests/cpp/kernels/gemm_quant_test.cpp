@@ -1,0 +1,142 @@
+// gemm_quant (kernels/cpu/gemm_quant.cpp) against a double-precision product of the dequantized weights, over ragged
+// shapes around the kernels' blocks (R * V elements: 8 .. 128 along K, the Q4 groups of 32), both paths (the row
+// kernels up to 8 rows of A, the dequantized panels and the fp32 gemm past them), every format, every instruction
+// set this machine has (forced) and 1..2 threads; and the instruction sets' dequantization, element for element.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/gemm_quant_kernel.h"
+#include "kernels/kernels.h"
+#include "ops/weight_quantize.h"
+#include "qkv/thread_pool.h"
+#include "test_util.h"
+
+namespace qkv {
+namespace {
+
+using ops::WeightFormat;
+constexpr WeightFormat kFormats[] = {WeightFormat::F16, WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4};
+
+struct Packed {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales, values;  // values: the dequantized (rows, K)
+};
+// rows of K quantized from N(0, 1) with an all-zero row 0 and an all-zero first group in row 1.
+Packed pack(WeightFormat f, int rows, int K, uint64_t seed) {
+  auto w = test::randn(static_cast<size_t>(rows) * K, seed);
+  for (int k = 0; k < K; ++k) w[static_cast<size_t>(k)] = 0.f;
+  if (rows > 1)
+    for (int k = 0; k < std::min(K, 32); ++k) w[static_cast<size_t>(K) + k] = 0.f;
+  Packed p{std::vector<uint8_t>(ops::packed_bytes(f, rows, K)),
+           std::vector<float>(static_cast<size_t>(rows) * ops::scales_per_row(f, K) + 1),
+           {}};
+  ops::quantize_rows(f, w.data(), rows, K, p.bytes.data(), p.scales.data());
+  p.values.resize(w.size());
+  ops::dequantize_rows_host(f, p.bytes.data(), p.scales.data(), rows, K, p.values.data());
+  return p;
+}
+
+// C against sum_k a deq(w) in double, with the classic bound |err| <= gamma_K * sum |a||w|; W is read from its row 1
+// (a caller's row offset) and the padding columns of C stay as they were.
+void check_case(WeightFormat f, int M, int N, int K, const std::string& isa) {
+  const Packed w = pack(f, N + 1, K, 10 + static_cast<uint64_t>(M * 1000 + N * 10 + K));
+  const int lda = K + 3, ldc = N + 1;
+  const auto A = test::randn(static_cast<size_t>(M) * lda, 20 + static_cast<uint64_t>(K));
+  auto C = test::randn(static_cast<size_t>(M) * ldc, 30);
+  const auto C0 = C;
+  const int spr = ops::scales_per_row(f, K);
+  kernels::gemm_quant(M, N, K, A.data(), lda, f, w.bytes.data() + ops::row_stride(f, K), w.scales.data() + spr,
+                      C.data(), ldc);
+  for (int i = 0; i < M; ++i) {
+    for (int j = 0; j < N; ++j) {
+      double ref = 0, mag = 0;
+      for (int k = 0; k < K; ++k) {
+        const double t =
+            static_cast<double>(A[static_cast<size_t>(i) * lda + k]) * w.values[static_cast<size_t>(j + 1) * K + k];
+        ref += t;
+        mag += std::abs(t);
+      }
+      const double tol = 2.0 * (K + 2) * 1.2e-7 * mag + 1e-30;
+      const double got = C[static_cast<size_t>(i) * ldc + j];
+      ASSERT_LE(std::abs(got - ref), tol)
+          << "isa=" << isa << " " << ops::format_name(f) << " M=" << M << " N=" << N << " K=" << K << " at (" << i
+          << "," << j << ") got " << got << " expected " << ref;
+    }
+    ASSERT_EQ(C[static_cast<size_t>(i) * ldc + N], C0[static_cast<size_t>(i) * ldc + N]);
+  }
+}
+
+TEST(GemmQuant, MatchesDoubleReferenceOverRaggedShapesOnEveryIsa) {
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (WeightFormat f : kFormats)
+        for (int M : {1, 2, 3, 4, 5, 8, 9, 17})
+          for (int N : {1, 3, 17, 33})
+            for (int K : {0, 1, 7, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 256, 257, 768})
+              check_case(f, M, N, K, isa);
+    });
+  }
+  set_num_threads(max_threads());
+}
+
+TEST(GemmQuant, TheNaiveOracleIsTheDequantizedProduct) {
+  for (WeightFormat f : kFormats) {
+    const int M = 3, N = 5, K = 70;
+    const Packed w = pack(f, N, K, 7);
+    const auto A = test::randn(static_cast<size_t>(M) * K, 8);
+    std::vector<float> C(static_cast<size_t>(M) * N);
+    kernels::gemm_quant_reference(M, N, K, A.data(), K, f, w.bytes.data(), w.scales.data(), C.data(), N);
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < N; ++j) {
+        float acc = 0.f;  // the same float operations in the same order
+        for (int k = 0; k < K; ++k) acc += A[static_cast<size_t>(i) * K + k] * w.values[static_cast<size_t>(j) * K + k];
+        EXPECT_EQ(C[static_cast<size_t>(i) * N + j], acc) << ops::format_name(f);
+      }
+  }
+}
+
+// Each instruction set's dequantization (the panels of the gemm path) gives dequantize_element's float for every
+// element, in block order: every half and bfloat16 code (subnormals, infinities, NaN), every int8 and Q4 code.
+TEST(GemmQuant, EveryIsaDequantizesEveryCodeExactly) {
+  // One row of K = 65536 halves: element k is code k.
+  const int K = 65536;
+  std::vector<uint8_t> halves(2 * K);
+  for (int k = 0; k < K; ++k)
+    halves[2 * static_cast<size_t>(k)] = static_cast<uint8_t>(k),
+               halves[2 * static_cast<size_t>(k) + 1] = static_cast<uint8_t>(k >> 8);
+  // An int8 row of every byte with scale 0.37, a Q4 row of every code in every position with its groups' scales.
+  std::vector<uint8_t> bytes(1024);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 7 + i / 256);
+  std::vector<float> scales(64);
+  for (size_t g = 0; g < scales.size(); ++g) scales[g] = 0.37f * static_cast<float>(g + 1) * (g % 2 ? -1.f : 1.f);
+  test::for_each_isa([&](const std::string& isa) {
+    const kernels::QuantKernels qk = kernels::select_quant_kernels();
+    const auto check = [&](WeightFormat f, const uint8_t* row, int k_count) {
+      std::vector<float> out(static_cast<size_t>(k_count));
+      qk.dequantize(f, row, scales.data(), k_count, out.data());
+      const int V = qk.lanes, R = kernels::block_factor(f), B = R * V, whole = k_count / B * B;
+      for (int k = 0; k < k_count; ++k) {
+        // Element k's place in block order.
+        const int at = k < whole ? k / B * B + (k % B) % R * V + (k % B) / R : k;
+        const float want = ops::dequantize_element(f, row, scales.data(), k), got = out[static_cast<size_t>(at)];
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(got)) << isa << " " << ops::format_name(f) << " k " << k;
+        } else {
+          ASSERT_EQ(ops::float_bits(got), ops::float_bits(want)) << isa << " " << ops::format_name(f) << " k " << k;
+        }
+      }
+    };
+    check(WeightFormat::F16, halves.data(), K);
+    check(WeightFormat::BF16, halves.data(), K);
+    check(WeightFormat::Int8, bytes.data(), 1024);
+    check(WeightFormat::Q4, bytes.data(), 2048);
+    check(WeightFormat::Q4, bytes.data(), 2047);  // a ragged tail
+  });
+}
+
+}  // namespace
+}  // namespace qkv

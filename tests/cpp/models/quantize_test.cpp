@@ -1,0 +1,361 @@
+// Model::quantize: which tensors are packed, the memory they free, the forward through the packed products against
+// a float32 model holding the same (dequantized) weights, generation, checkpoints (round trips, streaming, bad
+// files) and the errors (training, quantizing twice, unknown formats).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "io/checksum.h"
+#include "ops/weight_format.h"
+#include "qkv/checkpoint_loader.h"
+#include "qkv/classifier.h"
+#include "qkv/error.h"
+#include "qkv/language_model.h"
+#include "qkv/safetensors.h"
+#include "qkv/seq2seq.h"
+#include "runtime/random.h"
+
+namespace qkv {
+namespace {
+
+using ops::row_stride;
+using ops::scales_per_row;
+
+const WeightFormat kFormats[] = {WeightFormat::F16, WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4};
+
+// Ragged shapes: K = 36 (d_model) and 38 (d_ff, linear2's input) are not multiples of q4's group of 32; V = 23 and
+// 3C = 108 rows.
+LanguageModelConfig lm_config(bool tied) {
+  LanguageModelConfig c{.vocab_size = 23, .context = 12, .d_model = 36, .heads = 3, .layers = 2, .d_ff = 38, .seed = 4};
+  c.tie_head = tied;
+  return c;
+}
+
+std::vector<int32_t> ids(int n, int V, uint64_t seed) {
+  Rng rng(seed);
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (auto& x : out) x = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(V));
+  return out;
+}
+
+// Gives every weight of `m` (trained or not, the init's values are small) a spread of magnitudes per row, so that
+// int8's and q4's scales differ between rows and groups.
+void scramble(Model& m, uint64_t seed) {
+  Rng rng(seed);
+  for (ParameterView& p : m.parameters())
+    for (size_t i = 0; i < p.value.size(); ++i)
+      p.value[i] = static_cast<float>(rng.normal() * (0.05 + 0.2 * static_cast<double>(i % 7) / 7.0));
+}
+
+// The float32 model's weights replaced by what `format` stores: dequantize(quantize(w)) for each tensor the
+// quantized model packs (the names in `formats`).
+void dequantize_in_place(Model& m, const std::map<std::string, WeightFormat>& formats) {
+  for (ParameterView& p : m.parameters()) {
+    const auto it = formats.find(p.name);
+    if (it == formats.end()) continue;
+    const auto f = static_cast<ops::WeightFormat>(it->second);
+    const int N = static_cast<int>(p.shape[0]), K = static_cast<int>(p.shape[1]);
+    std::vector<uint8_t> packed(static_cast<size_t>(N) * row_stride(f, K));
+    std::vector<float> scales(static_cast<size_t>(N) * scales_per_row(f, K));
+    ops::quantize_rows(f, p.value.data(), N, K, packed.data(), scales.data());
+    ops::dequantize_rows_host(f, packed.data(), scales.data(), N, K, p.value.data());
+  }
+}
+
+double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0, scale = 0;
+  for (float w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
+  for (size_t i = 0; i < got.size(); ++i)
+    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / scale);
+  return worst;
+}
+
+std::set<std::string> names_of(const std::map<std::string, WeightFormat>& formats) {
+  std::set<std::string> out;
+  for (const auto& [name, f] : formats) out.insert(name);
+  return out;
+}
+
+// The weights every Linear of a 2-layer LanguageModel has (qkv's names), and the head / embedding.
+std::set<std::string> lm_matrices(bool tied, bool embedding) {
+  std::set<std::string> out;
+  for (int l = 0; l < 2; ++l)
+    for (const char* w :
+         {".self_attn.in_proj_weight", ".self_attn.out_proj.weight", ".linear1.weight", ".linear2.weight"})
+      out.insert("layers." + std::to_string(l) + w);
+  if (!tied) out.insert("lm_head.weight");
+  if (embedding) out.insert("tok_emb.weight");
+  return out;
+}
+
+TEST(Quantize, PacksEveryLinearAndTheTiedEmbeddingByDefault) {
+  for (bool tied : {true, false}) {
+    LanguageModel lm(lm_config(tied), {});
+    lm.quantize(WeightFormat::Int8);
+    EXPECT_EQ(names_of(lm.weight_formats()), lm_matrices(tied, tied)) << "tied " << tied;
+    for (const auto& [name, f] : lm.weight_formats()) EXPECT_EQ(f, WeightFormat::Int8) << name;
+  }
+  LanguageModel with(lm_config(false), {}), without(lm_config(true), {});
+  with.quantize(WeightFormat::Q4, {.embedding = true});
+  without.quantize(WeightFormat::Q4, {.embedding = false});
+  EXPECT_EQ(names_of(with.weight_formats()), lm_matrices(false, true));
+  EXPECT_EQ(names_of(without.weight_formats()), lm_matrices(true, false));
+}
+
+// memory().parameters is the float32 buffer (every tensor padded to 16 floats) plus, per packed tensor, its rows
+// and scales each padded to 64 bytes; the gradients and moments are released.
+TEST(Quantize, MemoryFallsToThePackedBytes) {
+  for (WeightFormat f : kFormats) {
+    LanguageModel lm(lm_config(true), {});
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const ParameterView& p : lm.parameters()) shapes[p.name] = {p.shape.begin(), p.shape.end()};
+    const size_t before = lm.memory().parameters;
+    lm.quantize(f);
+    const auto packed = lm.weight_formats();
+    size_t want = 0;
+    for (const auto& [name, shape] : shapes) {
+      size_t numel = 1;
+      for (int64_t d : shape) numel *= static_cast<size_t>(d);
+      if (!packed.count(name)) {
+        want += (numel + 15) / 16 * 16 * sizeof(float);
+        continue;
+      }
+      const auto of = static_cast<ops::WeightFormat>(f);
+      const int N = static_cast<int>(shape[0]), K = static_cast<int>(shape[1]);
+      want += (static_cast<size_t>(N) * row_stride(of, K) + 63) / 64 * 64 +
+              (static_cast<size_t>(N) * scales_per_row(of, K) * sizeof(float) + 63) / 64 * 64;
+    }
+    const MemoryUsage m = lm.memory();
+    EXPECT_EQ(m.parameters, want) << to_string(f);
+    EXPECT_LT(m.parameters, before) << to_string(f);
+    EXPECT_EQ(m.gradients, 0u);
+    EXPECT_EQ(m.optimizer, 0u);
+    EXPECT_EQ(lm.num_parameters(), [&] {
+      size_t n = 0;
+      for (const auto& [name, shape] : shapes) n += static_cast<size_t>(shape[0]) * (shape.size() > 1 ? shape[1] : 1);
+      return n;
+    }());
+  }
+}
+
+// The quantized model's logits are those of a float32 model holding the dequantized weights: the packed product
+// is the same math (gemm_quant's contract), so they agree to float32 summation order.
+TEST(Quantize, LanguageModelLogitsMatchTheDequantizedWeights) {
+  for (WeightFormat f : kFormats)
+    for (bool tied : {true, false}) {
+      LanguageModel lm(lm_config(tied), {}), ref(lm_config(tied), {});
+      scramble(lm, 7);
+      scramble(ref, 7);
+      lm.quantize(f, {.embedding = true});
+      dequantize_in_place(ref, lm.weight_formats());
+      const int B = 2, T = 9;
+      const auto x = ids(B * T, 23, 3);
+      EXPECT_LT(max_rel(lm.logits(x, B, T), ref.logits(x, B, T)), 1e-5) << to_string(f) << " tied " << tied;
+      // Generation through the KV cache, greedy: the same tokens.
+      SamplingOptions greedy;
+      greedy.temperature = 0.f;
+      greedy.max_new_tokens = 8;
+      const std::vector<int32_t> prompt = {1, 5, 7};
+      EXPECT_EQ(lm.generate(prompt, greedy), ref.generate(prompt, greedy)) << to_string(f);
+    }
+}
+
+TEST(Quantize, Seq2SeqAndClassifierMatchTheDequantizedWeights) {
+  const Seq2SeqConfig sc{.src_vocab = 17,
+                         .tgt_vocab = 19,
+                         .context = 10,
+                         .d_model = 36,
+                         .heads = 3,
+                         .encoder_layers = 1,
+                         .decoder_layers = 2,
+                         .d_ff = 40,
+                         .seed = 2};
+  const ClassifierConfig cc{
+      .vocab_size = 21, .context = 10, .d_model = 36, .heads = 3, .layers = 2, .d_ff = 40, .classes = 5, .seed = 6};
+  for (WeightFormat f : {WeightFormat::Int8, WeightFormat::Q4}) {
+    Seq2Seq s(sc, {}), sr(sc, {});
+    scramble(s, 1);
+    scramble(sr, 1);
+    s.quantize(f, {.embedding = true});
+    dequantize_in_place(sr, s.weight_formats());
+    EXPECT_TRUE(s.weight_formats().count("generator.weight"));
+    EXPECT_TRUE(s.weight_formats().count("decoder.layers.1.multihead_attn.in_proj_weight"));
+    EXPECT_TRUE(s.weight_formats().count("src_tok_emb.weight"));
+    const auto src = ids(2 * 7, 17, 4), tgt = ids(2 * 6, 19, 5);
+    EXPECT_LT(max_rel(s.logits(src, tgt, 2, 7, 6), sr.logits(src, tgt, 2, 7, 6)), 1e-5) << to_string(f);
+    EXPECT_EQ(s.greedy(src, 2, 7, 1, 2, 6), sr.greedy(src, 2, 7, 1, 2, 6)) << to_string(f);
+
+    Classifier c(cc, {}), cr(cc, {});
+    scramble(c, 8);
+    scramble(cr, 8);
+    c.quantize(f);
+    dequantize_in_place(cr, c.weight_formats());
+    EXPECT_FALSE(c.weight_formats().count("tok_emb.weight"));  // not a head: float32 by default
+    const auto x = ids(3 * 8, 21, 9);
+    EXPECT_LT(max_rel(c.logits(x, 3, 8), cr.logits(x, 3, 8)), 1e-5) << to_string(f);
+  }
+}
+
+TEST(Quantize, TrainingIsRefusedAndTheModelStaysUsable) {
+  LanguageModel lm(lm_config(true), {});
+  lm.quantize(WeightFormat::Int8);
+  const auto x = ids(2 * 6, 23, 1), y = ids(2 * 6, 23, 2);
+  const auto before = lm.logits(x, 2, 6);
+  for (int call = 0; call < 3; ++call) {
+    try {
+      if (call == 0) lm.train_step(x, y, 2, 6);
+      if (call == 1) lm.accumulate(x, y, 2, 6, 1.f);
+      if (call == 2) lm.zero_grad();
+      ADD_FAILURE() << "call " << call << " did not throw";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("quantized (int8"), std::string::npos) << what;
+      EXPECT_NE(what.find("LoRA"), std::string::npos) << what;
+    }
+  }
+  EXPECT_EQ(lm.logits(x, 2, 6), before);
+  EXPECT_EQ(lm.step(), 0);
+}
+
+TEST(Quantize, TwiceOrToAnUnknownFormatIsRefusedAndChangesNothing) {
+  LanguageModel lm(lm_config(true), {});
+  const auto x = ids(6, 23, 1);
+  EXPECT_THROW(lm.quantize(WeightFormat::F32), Error);
+  EXPECT_THROW(lm.quantize(static_cast<WeightFormat>(9)), Error);
+  EXPECT_TRUE(lm.weight_formats().empty());
+  lm.quantize(WeightFormat::Q4);
+  const auto before = lm.logits(x, 1, 6);
+  const size_t bytes = lm.memory().parameters;
+  try {
+    lm.quantize(WeightFormat::Int8);
+    ADD_FAILURE() << "quantized twice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already quantized (q4)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(lm.logits(x, 1, 6), before);
+  EXPECT_EQ(lm.memory().parameters, bytes);
+  try {
+    weight_format_from_string("int3");
+    ADD_FAILURE() << "int3 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weights = \"int3\""), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(weight_format_from_string("bf16"), WeightFormat::BF16);
+}
+
+// Saved, loaded (whole, from a file, through the streaming loader): the same bytes when saved again, the same
+// logits bit for bit, the same formats, and the memory of a packed model from the start.
+TEST(Quantize, CheckpointsRoundTrip) {
+  for (WeightFormat f : kFormats) {
+    LanguageModel lm(lm_config(false), {});
+    scramble(lm, 5);
+    lm.quantize(f, {.embedding = true});
+    const auto bytes = lm.save();
+    const SafetensorsFile file = parse_safetensors(bytes);
+    EXPECT_EQ(file.metadata.at("qkv.optimizer_state"), "false");
+    const TensorEntry& in_proj = file.at("layers.0.self_attn.in_proj_weight");
+    const auto of = static_cast<ops::WeightFormat>(f);
+    const bool half = f == WeightFormat::F16 || f == WeightFormat::BF16;
+    EXPECT_EQ(in_proj.dtype, f == WeightFormat::Int8              ? "I8"
+                             : f == WeightFormat::Q4              ? "U8"
+                             : to_string(f) == std::string("f16") ? "F16"
+                                                                  : "BF16");
+    EXPECT_EQ(in_proj.shape, (half ? std::vector<int64_t>{108, 36}
+                                   : std::vector<int64_t>{108, static_cast<int64_t>(row_stride(of, 36))}));
+    EXPECT_EQ(file.contains("layers.0.self_attn.in_proj_weight.scales"), !half);
+    // linear2: K = d_ff = 38, 2K = 76 bytes is a multiple of 4: F16 / BF16 as such.
+    const std::string path = ::testing::TempDir() + "/quantized_" + to_string(f) + ".safetensors";
+    lm.save_file(path);
+    const auto x = ids(2 * 7, 23, 6);
+    const auto want = lm.logits(x, 2, 7);
+    std::vector<std::unique_ptr<LanguageModel>> loaded;
+    loaded.push_back(LanguageModel::load(bytes));
+    loaded.push_back(LanguageModel::load_file(path));
+    CheckpointLoader<LanguageModel> stream(bytes.size());
+    for (size_t at = 0; at < bytes.size(); at += 1000)
+      stream.push(std::span<const uint8_t>(bytes).subspan(at, std::min<size_t>(1000, bytes.size() - at)));
+    loaded.push_back(stream.finish());
+    for (auto& m : loaded) {
+      EXPECT_EQ(m->weight_formats(), lm.weight_formats()) << to_string(f);
+      const auto again = m->save();  // before any forward pass: the pass count is saved too
+      EXPECT_EQ(again, bytes) << to_string(f) << " loaded #" << (&m - loaded.data()) << " differs at byte "
+                              << (std::mismatch(again.begin(), again.end(), bytes.begin()).first - again.begin());
+      EXPECT_EQ(m->logits(x, 2, 7), want) << to_string(f);
+      EXPECT_EQ(m->memory().parameters, lm.memory().parameters) << to_string(f);
+    }
+    // load_state into a model of the same formats works; into a float32 model it names the difference.
+    LanguageModel same(lm_config(false), {});
+    same.quantize(f, {.embedding = true});
+    same.load_state(bytes);
+    EXPECT_EQ(same.logits(x, 2, 7), want);
+    LanguageModel fp32(lm_config(false), {});
+    try {
+      fp32.load_state(bytes);
+      ADD_FAILURE() << "a quantized checkpoint loaded into a float32 model";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("is ") + to_string(f) + " in the file but f32 in this model"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// A file rewritten with one tensor changed and its checksums made to match (what a buggy writer would produce).
+std::vector<uint8_t> rewritten(const std::vector<uint8_t>& bytes, const std::string& name,
+                               const std::function<void(TensorEntry&)>& change) {
+  SafetensorsFile file = parse_safetensors(bytes);
+  for (TensorEntry& t : file.tensors)
+    if (t.name == name) change(t);
+  std::vector<TensorRef> refs;
+  for (const TensorEntry& t : file.tensors) refs.emplace_back(t.name, t.shape, t.dtype, t.bytes);
+  std::map<std::string, std::string> meta = file.metadata;
+  meta["qkv.crc32"] = io::checksum_metadata(refs);
+  return serialize_safetensors(refs, meta);
+}
+
+void expect_refused(const std::vector<uint8_t>& bytes, const std::string& needle) {
+  try {
+    LanguageModel::load(bytes);
+    ADD_FAILURE() << "loaded; expected an error with: " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Quantize, CorruptedOrMisShapedScalesAreRefusedNamingTheTensor) {
+  LanguageModel lm(lm_config(true), {});
+  lm.quantize(WeightFormat::Q4);
+  const auto bytes = lm.save();
+  const std::string scales = "layers.1.linear1.weight.scales";
+  expect_refused(rewritten(bytes, scales,
+                           [](TensorEntry& t) {
+                             const float nan = std::nanf("");
+                             std::memcpy(t.bytes.data() + 8, &nan, 4);
+                           }),
+                 "tensor \"" + scales + "\" is corrupted: scale [2] = nan");
+  expect_refused(rewritten(bytes, scales,
+                           [](TensorEntry& t) {
+                             t.shape = {t.shape[1], t.shape[0]};
+                           }),
+                 "tensor \"" + scales + "\" has shape");
+  expect_refused(rewritten(bytes, "layers.0.linear2.weight", [](TensorEntry& t) { t.dtype = "I8"; }),
+                 "tensor \"layers.0.linear2.weight\" has dtype I8, expected U8");
+  // An int8 scale must be >= 0.
+  LanguageModel i8(lm_config(true), {});
+  i8.quantize(WeightFormat::Int8);
+  expect_refused(rewritten(i8.save(), "tok_emb.weight.scales",
+                           [](TensorEntry& t) {
+                             const float negative = -1.f;
+                             std::memcpy(t.bytes.data(), &negative, 4);
+                           }),
+                 "tensor \"tok_emb.weight.scales\" is corrupted: scale [0] = -1, expected a finite number >= 0");
+}
+
+}  // namespace
+}  // namespace qkv
