@@ -118,7 +118,7 @@ TEST(GemmQuant, EveryIsaDequantizesEveryCodeExactly) {
     const auto check = [&](WeightFormat f, const uint8_t* row, int k_count) {
       std::vector<float> out(static_cast<size_t>(k_count));
       qk.dequantize(f, row, scales.data(), k_count, out.data());
-      const int V = qk.lanes, R = kernels::block_factor(f), B = R * V, whole = k_count / B * B;
+      const int V = qk.lanes, R = qk.order[static_cast<int>(f)], B = R * V, whole = k_count / B * B;
       for (int k = 0; k < k_count; ++k) {
         // Element k's place in block order.
         const int at = k < whole ? k / B * B + (k % B) % R * V + (k % B) / R : k;

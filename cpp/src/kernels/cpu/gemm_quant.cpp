@@ -76,7 +76,7 @@ QuantKernels select_quant_kernels() {
 #if QKV_ISA_NEON
     case Isa::NEON: return quant_kernels<xsimd::neon64>();
 #endif
-    default: return {1, &rows_scalar, &dequantize_scalar};
+    default: return {1, {1, 1, 1, 1, 1}, &rows_scalar, &dequantize_scalar};
   }
 }
 
@@ -99,7 +99,7 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
   // A in the kernels' block order, on this thread (the workers read it).
   thread_local std::vector<float> a_blocked;
   a_blocked.resize(static_cast<size_t>(M) * std::max(K, 1));
-  to_block_order(a_blocked.data(), A, lda, M, K, qk.lanes, block_factor(f));
+  to_block_order(a_blocked.data(), A, lda, M, K, qk.lanes, qk.order[static_cast<int>(f)]);
   const float* Ab = a_blocked.data();
 
   if (M <= kRowPathMax) {

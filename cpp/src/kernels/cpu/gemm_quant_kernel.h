@@ -21,7 +21,8 @@ namespace qkv::kernels {
 
 using ops::WeightFormat;
 
-// Float vectors per word vector: the block of a format is block_factor(f) * lanes elements.
+// Float vectors per word vector: the block of a format is block_factor(f) * lanes elements. The activations' block
+// order uses the same factor, except where an instruction set converts halves in natural order (QuantKernels::order).
 constexpr int block_factor(WeightFormat f) { return f == WeightFormat::Int8 ? 4 : f == WeightFormat::Q4 ? 8 : 2; }
 
 // C[m, n] = dot(a_m, deq(W[n])) for m < M (M <= kQuantRowsMax) and n in [n0, n1): a_m = A + m * lda in block order,
@@ -44,7 +45,8 @@ using QuantRowsFn = void (*)(const QuantRows& q, int n0, int n1);
 using QuantDequantFn = void (*)(WeightFormat f, const uint8_t* row, const float* row_scales, int K, float* out);
 
 struct QuantKernels {
-  int lanes;  // V: 1 for the scalar kernels (block order is then the natural order)
+  int lanes;     // V: 1 for the scalar kernels (block order is then the natural order)
+  int order[5];  // per format (WeightFormat's value): the R of the activations' block order (1: natural order)
   QuantRowsFn rows;
   QuantDequantFn dequantize;
 };

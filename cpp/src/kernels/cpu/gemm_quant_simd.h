@@ -9,6 +9,15 @@
 namespace qkv::kernels {
 namespace quant_detail {
 
+// How a block of 2V halves (4V bytes) becomes two float vectors. The generic way splits each word into its low
+// and high half (block order 2); an instruction set that converts halves itself (F16C's vcvtph2ps under AVX2,
+// AVX-512F's own) specializes this in its arch file, converting 8 or 16 consecutive halves at a time (natural
+// order: order 1). Either way exact, subnormals included.
+template <class Arch>
+struct HalfLoader {
+  static constexpr int order = 2;
+};
+
 template <class Arch>
 struct Simd {
   using F = xsimd::batch<float, Arch>;
@@ -61,6 +70,8 @@ struct Simd {
     } else if constexpr (f == WeightFormat::BF16) {
       w[0] = xsimd::bitwise_cast<F>(x << 16);
       w[1] = xsimd::bitwise_cast<F>(x & I(static_cast<int32_t>(0xffff0000u)));
+    } else if constexpr (HalfLoader<Arch>::order == 1) {
+      HalfLoader<Arch>::load(p, w);
     } else {
       w[0] = half(x & I(0xffff));
       w[1] = half((x >> 16) & I(0xffff));
@@ -167,7 +178,7 @@ struct Simd {
 template <class Arch>
 QuantKernels quant_kernels() {
   using S = quant_detail::Simd<Arch>;
-  return {S::V, &S::rows_fn, &S::dequantize_fn};
+  return {S::V, {1, quant_detail::HalfLoader<Arch>::order, 2, 4, 8}, &S::rows_fn, &S::dequantize_fn};
 }
 
 }  // namespace qkv::kernels

@@ -21,5 +21,17 @@ template const RowwiseKernels& rowwise_kernels_for<xsimd::fma3<xsimd::avx2>>();
 // The product with quantized weights (gemm_quant): its row kernels and dequantization for this set.
 #include "kernels/cpu/gemm_quant_simd.h"
 namespace qkv::kernels {
+// F16C (vcvtph2ps): every CPU with AVX2 and FMA3 has it (it came before both), so the AVX2 unit is built with
+// -mf16c (cpp/CMakeLists.txt) and picked by the same check.
+namespace quant_detail {
+template <>
+struct HalfLoader<xsimd::fma3<xsimd::avx2>> {
+  static constexpr int order = 1;
+  static void load(const uint8_t* p, xsimd::batch<float, xsimd::fma3<xsimd::avx2>>* w) {
+    w[0] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    w[1] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  }
+};
+}  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::fma3<xsimd::avx2>>();
 }  // namespace qkv::kernels

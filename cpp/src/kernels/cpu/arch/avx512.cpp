@@ -28,5 +28,16 @@ template const RowwiseKernels& rowwise_kernels_for<xsimd::avx512f>();
 // The product with quantized weights (gemm_quant): its row kernels and dequantization for this set.
 #include "kernels/cpu/gemm_quant_simd.h"
 namespace qkv::kernels {
+// AVX-512F converts halves itself (vcvtph2ps zmm).
+namespace quant_detail {
+template <>
+struct HalfLoader<xsimd::avx512f> {
+  static constexpr int order = 1;
+  static void load(const uint8_t* p, xsimd::batch<float, xsimd::avx512f>* w) {
+    w[0] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    w[1] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+  }
+};
+}  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::avx512f>();
 }  // namespace qkv::kernels
