@@ -244,8 +244,9 @@ if (side === "alternate") {
     }
   }
   const PAIRS = [
-    ["wasm", "ort-web"], ["wasm-int8", "ort-web-q8"], ["wasm-int8", "ort-web-q8nbits"], ["wasm-q4", "ort-web-q4"],
-    ["wasm-int8", "wasm"], ["wasm-q4", "wasm"], ["wasm-f16", "wasm"], ["wasm-bf16", "wasm"],
+    ["wasm", "ort-web"], ["wasm-f32", "ort-web"], ["wasm-int8", "ort-web-q8"], ["wasm-int8", "ort-web-q8nbits"],
+    ["wasm-q4", "ort-web-q4"], ["wasm-int8", "wasm-f32"], ["wasm-q4", "wasm-f32"], ["wasm-f16", "wasm-f32"],
+    ["wasm-bf16", "wasm-f32"],
   ].filter(([a, b]) => a in sides && b in sides);
   const results = Object.fromEntries(Object.keys(sides).map((k) => [k, []]));
   for (let r = 0; r < runs; ++r) {

@@ -77,9 +77,14 @@ def main():
     print("| side | weights | decode ms/token | decode tokens/s | prefill ms | load s | resident weights MB |"
           " RSS after load MB | peak RSS MB | leading tokens = PyTorch fp32's |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    order = sorted(rows, key=lambda s: (["native", "wasm", "ort-web", "ort-node"].index(engine_of(s))
-                                        if engine_of(s) in ["native", "wasm", "ort-web", "ort-node"] else 9,
-                                        FORMATS.index(what(s)) if what(s) in FORMATS else 9, s))
+    engines, peer_order = ["native", "wasm", "ort-web", "ort-node"], list(PEER_FORMATS)
+
+    def rank(side):
+        e = engine_of(side)
+        suffix = side[len(e) + 1:]
+        sub = FORMATS.index(suffix) if suffix in FORMATS else peer_order.index(suffix) if suffix in peer_order else 99
+        return (engines.index(e) if e in engines else 9, sub, side)
+    order = sorted(rows, key=rank)
     for side in order:
         rs = rows[side]
         col = lambda k: sorted(float(r[k]) for r in rs if r.get(k, "-") != "-")
