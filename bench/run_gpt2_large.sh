@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # gpt2-large's shape in 4-bit in the browser build (issue 36, "Speed and memory"): 36 layers, 1280 wide, 20 heads,
 # 774M parameters (3.1 GB in fp32, against the wasm core's 4 GiB), random weights.
-#   1. bench/gpt2_export.py --shape large --hub-only writes the Hub folder (3.25 GB; /usr/bin/python3, torch);
+#   1. bench/gpt2_export.py --shape large --hub-only writes the Hub folder (3.35 GB; /usr/bin/python3, torch);
 #   2. natively: `qkv import` (the fp32 checkpoint, 3.1 GB), then `qkv quantize --weights q4` (and int8), and the
 #      fp32 files are deleted;
 #   3. the package in Node (bench/gpt2_node.mjs wasm FILE): LanguageModel.load of the q4 checkpoint, a 32-token
 #      prompt and GPT2_LARGE_NEW greedy tokens, 2 threads: load s, prefill and decode ms, resident weights
 #      (memory().parameters), RSS after the load and the peak; natively the same with qkv_gpt2_bench file;
-#   4. the refusals before allocation (bench/gpt2_node.mjs refuse): gpt2-xl's shape in fp32 through fromPretrained
-#      (config.json and a sparse model.safetensors of its size: nothing is read when it is refused) and, when
-#      GPT2_LARGE_REFUSE_CKPT names one, a checkpoint too big for the core: the message (bytes needed vs
-#      available), the time it took and the process's peak RSS.
+#   4. what the package does with models at or past the wasm core's 4 GiB (bench/gpt2_node.mjs refuse: the
+#      message, how long it took, the process's peak RSS): gpt2-xl's shape in fp32 through fromPretrained
+#      (config.json and a sparse model.safetensors of its size: nothing is read when it is refused), and, while the
+#      fp32 files exist, gpt2-large in fp32 through fromPretrained (the Hub folder) and LanguageModel.load (the
+#      imported checkpoint): a model that does not fit must be refused before allocation with the bytes needed
+#      against those available; one that fits loads ("NOT REFUSED").
 #
 #   bench/run_gpt2_large.sh            # needs ~7 GB free under GPT2_LARGE_DIR at its peak, ~0.7 GB after
 # Env: BUILD_DIR (build/native), GPT2_LARGE_DIR (build/gpt2-large), GPT2_LARGE_NEW (16), GPT2_BENCH_THREADS (2),
@@ -36,8 +38,11 @@ if [[ $need_f32 == 1 ]]; then
   if [[ ! -f "$DIR/large_f32.safetensors" ]]; then
     [[ -f "$DIR/hub/model.safetensors" ]] || "$PYTHON" bench/gpt2_export.py "$DIR" --shape large --hub-only
     /usr/bin/time -f "qkv import: %e s, peak RSS %M kB" "$QKV" import "$DIR/hub" "$DIR/large_f32.safetensors" > /dev/null
-    [[ ${GPT2_LARGE_KEEP:-0} == 1 ]] || rm -rf "$DIR/hub"
   fi
+  echo "== gpt2-large in fp32 in the package (fromPretrained of the Hub folder, load of the checkpoint)"
+  [[ -d "$DIR/hub" ]] && node bench/gpt2_node.mjs refuse "$DIR/hub" 2>&1 | grep -E '^RESULT' | cut -c1-600
+  node bench/gpt2_node.mjs refuse "$DIR/large_f32.safetensors" 2>&1 | grep -E '^RESULT' | cut -c1-600
+  [[ ${GPT2_LARGE_KEEP:-0} == 1 ]] || rm -rf "$DIR/hub"
   for f in $FORMATS; do
     [[ -f "$DIR/large_$f.safetensors" ]] && continue
     /usr/bin/time -f "qkv quantize --weights $f: %e s, peak RSS %M kB" \
@@ -73,9 +78,6 @@ with open(os.path.join(sys.argv[1], "model.safetensors"), "wb") as f:
     f.truncate(8 + 4 * params)
 print(f"gpt2-xl shape: {params} parameters, a sparse model.safetensors of {4 * params / 1e9:.2f} GB")
 PY
-echo "== refusals before allocation"
+echo "== gpt2-xl's shape in fp32 in the package (fromPretrained)"
 node bench/gpt2_node.mjs refuse "$XL" 2>&1 | grep -E '^RESULT' | cut -c1-600
-if [[ -n "${GPT2_LARGE_REFUSE_CKPT:-}" ]]; then
-  node bench/gpt2_node.mjs refuse "$GPT2_LARGE_REFUSE_CKPT" 2>&1 | grep -E '^RESULT' | cut -c1-600
-fi
 rm -rf "$XL"
