@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 #include "runtime/random.h"
 
@@ -169,7 +170,7 @@ void Parameters::ensure_training() {
     const Param* first = nullptr;
     for (const Param& p : params_)
       if (!first && p.is_packed()) first = &p;
-    throw Error(detail::cat("this model's weights are quantized (", format_name(first->format), ": ", first->name,
+    throw Error(detail::cat("this model's weights are quantized (", nn::format_name(first->format), ": ", first->name,
                             " and ", packed_count_ - 1,
                             " more): a quantized model is for inference only (generate, predict, evaluate, logits); "
                             "to fine-tune it, train LoRA adapters on the frozen quantized base (issue 37), or train "
@@ -218,7 +219,7 @@ void Parameters::quantize(const std::vector<std::pair<Param*, ops::WeightFormat>
     check(it != index.end(), "quantize: the parameter is not this model's");
     const Param& p = *param;
     check(f != ops::WeightFormat::F32, "quantize: ", p.name, ": f32 is not a packed format");
-    check(!p.is_packed(), "quantize: ", p.name, " is already stored as ", format_name(p.format),
+    check(!p.is_packed(), "quantize: ", p.name, " is already stored as ", nn::format_name(p.format),
           ": quantize a float32 model (its float32 checkpoint) instead");
     check(p.shape.size() == 2 && p.rows() > 0 && p.cols() > 0, "quantize: ", p.name,
           " is not a matrix: only 2-D weights are stored packed");
