@@ -20,6 +20,7 @@
 # Quantized weights (issue 36): GPT2_BENCH_QUANT=1 runs the quantized sides instead (the same loop, the same 64
 # tokens; bench/README.md "Quantized GPT-2 decoding"):
 #   bandwidth             qkv_gpt2_bench bandwidth: the streaming read bandwidth at the same threads, each round
+#                         (and each native-<f> process measures it again right after its generations: its floor)
 #   native-<f>            qkv_gpt2_bench file gpt2_<f>.safetensors: `qkv quantize --weights <f>` of the imported
 #                         checkpoint (native-f32 = the imported checkpoint itself), f in f32 f16 bf16 int8 q4
 #   wasm-<f>              the package's LanguageModel.load of the same file (bench/gpt2_node.mjs wasm FILE)
@@ -122,7 +123,8 @@ for round in $(seq "$ROUNDS"); do
       native) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" pretrained "$DIR/hub" "${common[@]}") ;;
       file) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" file "$DIR/imported.safetensors" "${common[@]}") ;;
       bandwidth) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" bandwidth --threads "$THREADS") ;;
-      native-*) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" file "$(ckpt "${side#native-}")" "${common[@]}" --label "$side") ;;
+      native-*) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" file "$(ckpt "${side#native-}")" "${common[@]}" --label "$side"
+        --bandwidth-mb 512) ;;
       wasm) cmd=(node bench/gpt2_node.mjs wasm "$DIR/hub" "${common[@]}") ;;
       wasm-*) cmd=(node bench/gpt2_node.mjs wasm "$(ckpt "${side#wasm-}")" "${common[@]}" --label "$side") ;;
       ort-web | ort-node) cmd=(node bench/gpt2_node.mjs "$side" "$DIR/gpt2.onnx" "${common[@]}") ;;
