@@ -4,14 +4,21 @@
 //
 //   qkv_gpt2_bench pretrained DIR [options]   load_pretrained(DIR): a Hugging Face folder (bench/gpt2_export.py)
 //   qkv_gpt2_bench file CKPT [options]        LanguageModel::load_file(CKPT): that folder after `qkv import`
+//   qkv_gpt2_bench bandwidth [--threads N]    the streaming read bandwidth at N threads (read_bandwidth.h): a
+//                                             1 GiB buffer, the best of 10 passes; RESULT side=bandwidth gbs=<GB/s>
 //   options: --threads N (2) --prompt N (32) --new N (64) --runs N (3) --isa NAME (force_isa; default the best)
+//            --label SIDE (RESULT's side=, default the mode)
+//            --bandwidth-mb N: after the generations (and the peak RSS read), the streaming read bandwidth over N MiB
+//            at the same threads (read_bandwidth.h), RESULT's gbs= (0 without it): the floor of this process
 //
 // Each generation is start_generation + next() per token: the first next() runs the prompt through every layer
 // and picks the first token ("prefill", with that first token as every side counts it), each later next() is one
 // decode step (one position against the cache, the logits, the argmax). Prints per run, then one line:
 //   RESULT side=<pretrained|file> threads=<n> load_s=<s> prefill_ms=<best run's> first_prefill_ms=<run 0's>
 //     decode_ms=<best run's median>
-//     decode_ms_runs=<each run's median> peak_rss_mb=<VmHWM> tokens=<id,id,...>
+//     decode_ms_runs=<each run's median> params_mb=<memory().parameters> rss_load_mb=<VmRSS after the load>
+//     peak_rss_mb=<VmHWM> gbs=<--bandwidth-mb's GB/s> tokens=<id,id,...>
+// A quantized checkpoint (`qkv quantize --weights int8|q4|f16|bf16`) runs through `file` like any other.
 // The prompt is (i * 7919 + 13) mod 50257 for i < N: bench/gpt2_export.py's prompt_ids.
 #include <algorithm>
 #include <cstdio>
@@ -24,6 +31,7 @@
 #include "bench_util.h"
 #include "qkv/import.h"
 #include "qkv/qkv.h"
+#include "read_bandwidth.h"
 
 namespace {
 
@@ -41,10 +49,17 @@ double status_mb(const char* key) {
 struct Args {
   std::string mode, path;
   int threads = 2, prompt = 32, fresh = 64, runs = 3;
-  std::string isa;  // force_isa's name ("sse4.1": the 4-lane kernels the wasm build compiles); empty: the best
+  int bandwidth_mb = 0;  // > 0: after the generations, the read bandwidth over a buffer of this many MiB
+  std::string label;     // RESULT's side= (default: the mode): run_gpt2.sh names each format's run
+  std::string isa;       // force_isa's name ("sse4.1": the 4-lane kernels the wasm build compiles); empty: the best
 };
 
 int run(const Args& a) {
+  if (a.mode == "bandwidth") {
+    const double gbs = qkv::bench::read_bandwidth_gbs(double(1 << 30), a.threads, 10);
+    std::printf("RESULT side=bandwidth threads=%d bytes=%d gbs=%.2f\n", a.threads, 1 << 30, gbs);
+    return 0;
+  }
   qkv::set_num_threads(a.threads);
   if (!a.isa.empty()) qkv::force_isa(a.isa);
   const Timer load_timer;
@@ -52,6 +67,9 @@ int run(const Args& a) {
       a.mode == "pretrained" ? qkv::load_pretrained(a.path) : qkv::LanguageModel::load_file(a.path);
   const double load_s = load_timer.seconds();
   lm->set_training(false);
+  // The weights' bytes as the model holds them (packed + scales for a quantized checkpoint) and the resident set
+  // right after loading, before the generation plans its arena.
+  const double params_mb = double(lm->memory().parameters) / 1e6, rss_load_mb = status_mb("VmRSS:");
   const int vocab = lm->config().vocab_size;
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt));
   for (int i = 0; i < a.prompt; ++i) prompt[size_t(i)] = static_cast<int32_t>((int64_t(i) * 7919 + 13) % vocab);
@@ -100,12 +118,16 @@ int run(const Args& a) {
     if (i) ids += ',';
     ids += std::to_string(tokens[i]);
   }
+  // The peak is read before the bandwidth's buffer exists; the bandwidth is measured seconds after the decode
+  // steps, by the same process on the same threads, so the floor and the time it bounds share their conditions.
+  const double peak_rss_mb = status_mb("VmHWM:");
+  const double gbs =
+      a.bandwidth_mb > 0 ? qkv::bench::read_bandwidth_gbs(double(a.bandwidth_mb) * (1 << 20), a.threads, 10) : 0.0;
   std::printf(
       "RESULT side=%s threads=%d isa=%s load_s=%.3f prefill_ms=%.1f first_prefill_ms=%.1f decode_ms=%.2f "
-      "decode_ms_runs=%s "
-      "peak_rss_mb=%.0f tokens=%s\n",
-      a.mode.c_str(), qkv::num_threads(), qkv::active_isa().c_str(), load_s, best_prefill, first_prefill, best_decode,
-      decode_runs.c_str(), status_mb("VmHWM:"), ids.c_str());
+      "decode_ms_runs=%s params_mb=%.1f rss_load_mb=%.0f peak_rss_mb=%.0f gbs=%.2f tokens=%s\n",
+      (a.label.empty() ? a.mode : a.label).c_str(), qkv::num_threads(), qkv::active_isa().c_str(), load_s, best_prefill,
+      first_prefill, best_decode, decode_runs.c_str(), params_mb, rss_load_mb, peak_rss_mb, gbs, ids.c_str());
   return 0;
 }
 
@@ -113,16 +135,21 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   Args a;
-  bool ok = argc >= 3;
+  bool ok = argc >= 2;
+  int first_option = 3;
   if (ok) {
     a.mode = argv[1];
-    a.path = argv[2];
-    ok = a.mode == "pretrained" || a.mode == "file";
+    if (a.mode == "bandwidth") {
+      first_option = 2;
+    } else {
+      ok = argc >= 3 && (a.mode == "pretrained" || a.mode == "file");
+      if (ok) a.path = argv[2];
+    }
   }
-  for (int i = 3; ok && i + 1 < argc; i += 2) {
+  for (int i = first_option; ok && i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--isa") {
-      a.isa = argv[i + 1];
+    if (k == "--isa" || k == "--label") {
+      (k == "--isa" ? a.isa : a.label) = argv[i + 1];
       continue;
     }
     const int v = std::atoi(argv[i + 1]);
@@ -132,16 +159,18 @@ int main(int argc, char** argv) {
       a.prompt = v;
     else if (k == "--new")
       a.fresh = v;
+    else if (k == "--bandwidth-mb")
+      a.bandwidth_mb = v;
     else if (k == "--runs")
       a.runs = v;
     else
       ok = false;
     ok = ok && v > 0;
   }
-  if (!ok || argc % 2 == 0) {
+  if (!ok || (argc - first_option) % 2 != 0) {
     std::fprintf(stderr,
                  "usage: qkv_gpt2_bench pretrained DIR | file CKPT [--threads N] [--prompt N] [--new N] [--runs N] "
-                 "[--isa NAME]\n");
+                 "[--isa NAME] [--label SIDE] [--bandwidth-mb N]\n       qkv_gpt2_bench bandwidth [--threads N]\n");
     return 2;
   }
   try {

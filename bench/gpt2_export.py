@@ -23,7 +23,12 @@ attention over past keys and values. Random weights, seed 1337: GPT-2's initiali
 except the embeddings (wte N(0, 0.1), wpe N(0, 0.3)): with every block near the identity at random weights, the
 next token would otherwise be the current one forever; larger position rows make the continuation move.
 
+With --shape large (36 layers, 20 heads, 1280 wide: gpt2-large, 774M parameters, a 3.25 GB folder) or xl (48, 25,
+1600: gpt2-xl) and --hub-only, only OUT/hub is written (the quantized benchmark's "gpt2-large in the browser build"
+step: bench/run_gpt2_large.sh), with the same initialisation.
+
 usage: gpt2_export.py OUT [--prompt 32] [--new 64] [--threads 2]      (/usr/bin/python3; needs python3-onnx)
+       gpt2_export.py OUT --shape large|xl --hub-only
 """
 import argparse
 import json
@@ -40,6 +45,7 @@ import torch.nn.functional as F  # noqa: E402
 import make_gpt2_fixtures as hf  # noqa: E402  (GPT2LMHeadModel, hub_config, write_safetensors)
 
 LAYERS, HEADS, WIDTH, VOCAB, POSITIONS = 12, 12, 768, 50257, 1024
+SHAPES = {"124m": (LAYERS, HEADS, WIDTH), "large": (36, 20, 1280), "xl": (48, 25, 1600)}  # layers, heads, width
 
 
 def prompt_ids(n):
@@ -105,22 +111,42 @@ def greedy_cached(cached, prompt, n):
     return out, min(gaps)
 
 
+def write_hub(out, model, cfg):
+    """OUT/hub/model.safetensors (save_pretrained's names, no mask buffers) and OUT/hub/config.json."""
+    state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
+    hf.write_safetensors(os.path.join(out, "hub", "model.safetensors"), state, {"format": "pt"})
+    with open(os.path.join(out, "hub", "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--prompt", type=int, default=32)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="124m")
+    ap.add_argument("--hub-only", action="store_true", help="write OUT/hub only (no ONNX export, no expected.json)")
     args = ap.parse_args()
+    if args.shape != "124m" and not args.hub_only:
+        ap.error("--shape large|xl writes the Hub folder only: add --hub-only")
     torch.set_num_threads(args.threads)  # make_gpt2_fixtures sets 1 for its deterministic fixtures
     os.makedirs(os.path.join(args.out, "hub"), exist_ok=True)
 
     torch.manual_seed(1337)
-    cfg = hf.hub_config(n_layer=LAYERS, n_head=HEADS, n_embd=WIDTH, n_positions=POSITIONS, vocab_size=VOCAB)
+    layers, heads, width = SHAPES[args.shape]
+    cfg = hf.hub_config(n_layer=layers, n_head=heads, n_embd=width, n_positions=POSITIONS, vocab_size=VOCAB)
     model = hf.GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():
         model.transformer.wte.weight.normal_(0.0, 0.1)
         model.transformer.wpe.weight.normal_(0.0, 0.3)
+    if args.hub_only:
+        write_hub(args.out, model, cfg)
+        size = os.path.getsize(os.path.join(args.out, "hub", "model.safetensors"))
+        print(f"wrote {args.out}/hub: {args.shape} ({layers} layers, {heads} heads, {width} wide), "
+              f"model.safetensors {size / 1e6:.1f} MB")
+        return
     cached = CachedGPT2(model).eval()
 
     # The cached forward agrees with the plain one (positions 0..T-1 at once, and the last position alone).
@@ -143,11 +169,7 @@ def main():
         json.dump({"prompt": prompt, "greedy": tokens, "min_gap": gap}, f)
         f.write("\n")
 
-    state = {k: v for k, v in model.state_dict().items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
-    hf.write_safetensors(os.path.join(args.out, "hub", "model.safetensors"), state, {"format": "pt"})
-    with open(os.path.join(args.out, "hub", "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2, sort_keys=True)
-        f.write("\n")
+    write_hub(args.out, model, cfg)
 
     names_in = ["input_ids", "attention_mask", "position_ids"]
     names_out = ["logits"]

@@ -17,6 +17,20 @@
 # GPT2_BENCH_ALT_RUNS times: on a shared machine whose speed swings over minutes, the ratio of two sides measured in
 # the same seconds is steadier than the ratio of their separate processes' bests (the report prints both).
 #
+# Quantized weights (issue 36): GPT2_BENCH_QUANT=1 runs the quantized sides instead (the same loop, the same 64
+# tokens; bench/README.md "Quantized GPT-2 decoding"):
+#   bandwidth             qkv_gpt2_bench bandwidth: the streaming read bandwidth at the same threads, each round
+#                         (and each native-<f> process measures it again right after its generations: its floor)
+#   native-<f>            qkv_gpt2_bench file gpt2_<f>.safetensors: `qkv quantize --weights <f>` of the imported
+#                         checkpoint (native-f32 = the imported checkpoint itself), f in f32 f16 bf16 int8 q4
+#   wasm-<f>              the package's LanguageModel.load of the same file (bench/gpt2_node.mjs wasm FILE)
+#   ort-web-<q>, ort-node-<q>   the peers on gpt2_<q>.onnx (bench/gpt2_quantize_onnx.py: q8 = MatMulInteger, as
+#                         Transformers.js's q8 models; q4 = MatMulNBits 4-bit, block 32; q8nbits = MatMulNBits 8-bit)
+#   alternate             GPT2_BENCH_ALT_SIDES (wasm-f32,wasm-int8,wasm-q4,ort-web,ort-web-q8) in one process
+# and prints the format table: decode per format, its ratio to fp32 in the same engine, each native format against
+# its bandwidth floor (weight bytes + the KV cache read per step / the measured read bandwidth), the resident weights
+# and peak RSS, the package's 8-bit decode against onnxruntime-web's.
+#
 # Env: BUILD_DIR (build/native), GPT2_BENCH_DIR (build/gpt2: the weights, ~1.8 GB), GPT2_BENCH_THREADS (2),
 #      GPT2_BENCH_ROUNDS (3), GPT2_BENCH_RUNS (3 generations per process after one load), GPT2_BENCH_ALT_RUNS (6),
 #      GPT2_BENCH_SKIP_BUILD=1, GPT2_BENCH_REPORT_ONLY=1 (the table again from the last run's logs, $DIR/logs),
@@ -31,7 +45,14 @@ DIR=${GPT2_BENCH_DIR:-$ROOT/build/gpt2}
 THREADS=${GPT2_BENCH_THREADS:-2}
 ROUNDS=${GPT2_BENCH_ROUNDS:-3}
 RUNS=${GPT2_BENCH_RUNS:-3}
-ONLY=${GPT2_BENCH_ONLY:-native file wasm ort-web ort-node alternate}
+QUANT=${GPT2_BENCH_QUANT:-0}
+if [[ $QUANT == 1 ]]; then
+  ONLY=${GPT2_BENCH_ONLY:-bandwidth native-f32 native-f16 native-int8 native-q4 wasm-f32 wasm-f16 wasm-int8 wasm-q4 ort-web ort-web-q8 ort-web-q4 ort-node ort-node-q8 ort-node-q4 alternate}
+  ALT_SIDES=${GPT2_BENCH_ALT_SIDES:-wasm-f32,wasm-int8,wasm-q4,ort-web,ort-web-q8}
+else
+  ONLY=${GPT2_BENCH_ONLY:-native file wasm ort-web ort-node alternate}
+  ALT_SIDES=${GPT2_BENCH_ALT_SIDES:-wasm,ort-web,ort-node}
+fi
 ALT_RUNS=${GPT2_BENCH_ALT_RUNS:-6}
 PYTHON=${PYTHON:-/usr/bin/python3}
 LOGS=$DIR/logs
@@ -43,13 +64,13 @@ report_only=${GPT2_BENCH_REPORT_ONLY:-0}
 if [[ "${GPT2_BENCH_SKIP_BUILD:-0}" != 1 && $report_only != 1 ]]; then
   cmake --preset native > /dev/null
   cmake --build "$BUILD_DIR" -j 2 --target qkv_gpt2_bench qkv > /dev/null
-  if want wasm; then
+  if want wasm || [[ "$ONLY $ALT_SIDES" == *wasm-* ]]; then
     [[ -x node_modules/.bin/tsc ]] || npm ci --no-audit --no-fund
     bash scripts/build-wasm.sh > /dev/null
     npm run --silent build:web
   fi
 fi
-if want ort-web || want ort-node; then
+if [[ "$ONLY $ALT_SIDES" == *ort-* ]]; then
   if [[ ! -f bench/web/node_modules/.package-lock.json || bench/web/package-lock.json -nt bench/web/node_modules/.package-lock.json ]]; then
     ONNXRUNTIME_NODE_INSTALL=skip npm ci --prefix bench/web --no-audit --no-fund --loglevel=error
   fi
@@ -62,8 +83,31 @@ if [[ $report_only != 1 && ( ! -f "$DIR/gpt2.onnx" || ! -f "$DIR/hub/model.safet
   echo "== exporting the weights (bench/gpt2_export.py $DIR)"
   "$PYTHON" bench/gpt2_export.py "$DIR"
 fi
-if want file && [[ ! -f "$DIR/imported.safetensors" ]]; then
+if [[ "$ONLY $ALT_SIDES" =~ (file|native-|wasm-) && ! -f "$DIR/imported.safetensors" ]]; then
   "$BUILD_DIR/cpp/tools/qkv" import "$DIR/hub" "$DIR/imported.safetensors" > /dev/null
+fi
+# The quantized files the chosen sides read, made once: qkv's checkpoints by `qkv quantize`, the peers' exports
+# by bench/gpt2_quantize_onnx.py (each format's name is the side's suffix).
+if [[ $report_only != 1 ]]; then
+  for side in $ONLY ${ALT_SIDES//,/ }; do
+    case $side in
+      native-f32 | wasm-f32) ;;
+      native-* | wasm-*)
+        f=${side#*-}
+        if [[ ! -f "$DIR/gpt2_$f.safetensors" ]]; then
+          echo "== qkv quantize --weights $f (gpt2_$f.safetensors)"
+          "$BUILD_DIR/cpp/tools/qkv" quantize --weights "$f" "$DIR/imported.safetensors" "$DIR/gpt2_$f.safetensors" ||
+            echo "run_gpt2: qkv quantize --weights $f failed: the $side side will fail"
+        fi ;;
+      ort-web-* | ort-node-*)
+        q=${side#ort-*-}
+        if [[ ! -f "$DIR/gpt2_$q.onnx" ]]; then
+          echo "== bench/gpt2_quantize_onnx.py --weights $q (gpt2_$q.onnx)"
+          "$PYTHON" bench/gpt2_quantize_onnx.py "$DIR/gpt2.onnx" "$DIR/gpt2_$q.onnx" --weights "${q%a4}" \
+            $([[ $q == *a4 ]] && echo --accuracy-level 4)
+        fi ;;
+    esac
+  done
 fi
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
@@ -74,23 +118,39 @@ for round in $(seq "$ROUNDS"); do
   for side in $ONLY; do
     [[ $side == alternate || $side == report ]] && continue
     echo "== round $round: $side (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+    ckpt() { [[ $1 == f32 ]] && echo "$DIR/imported.safetensors" || echo "$DIR/gpt2_$1.safetensors"; }
     case $side in
       native) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" pretrained "$DIR/hub" "${common[@]}") ;;
       file) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" file "$DIR/imported.safetensors" "${common[@]}") ;;
+      bandwidth) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" bandwidth --threads "$THREADS") ;;
+      native-*) cmd=("$BUILD_DIR/bench/qkv_gpt2_bench" file "$(ckpt "${side#native-}")" "${common[@]}" --label "$side"
+        --bandwidth-mb 512) ;;
       wasm) cmd=(node bench/gpt2_node.mjs wasm "$DIR/hub" "${common[@]}") ;;
+      wasm-*) cmd=(node bench/gpt2_node.mjs wasm "$(ckpt "${side#wasm-}")" "${common[@]}" --label "$side") ;;
       ort-web | ort-node) cmd=(node bench/gpt2_node.mjs "$side" "$DIR/gpt2.onnx" "${common[@]}") ;;
+      # onnxruntime-web's MatMulNBits decodes at about 1 s/token here: one generation per process.
+      ort-web-q4* | ort-node-q4* | ort-web-q8nbits* | ort-node-q8nbits*)
+        cmd=(node bench/gpt2_node.mjs "${side%-*}" "$DIR/gpt2_${side#ort-*-}.onnx" --threads "$THREADS" --runs 1
+          --prompt 32 --new 64 --label "$side") ;;
+      ort-web-* | ort-node-*)
+        cmd=(node bench/gpt2_node.mjs "${side%-*}" "$DIR/gpt2_${side#ort-*-}.onnx" "${common[@]}" --label "$side") ;;
       *) echo "run_gpt2: unknown side $side" >&2; exit 2 ;;
     esac
-    "${cmd[@]}" 2>&1 | tee "$LOGS/$side.$round.log" | grep -E '^(RESULT|run )' | cut -c1-200
+    "${cmd[@]}" 2>&1 | tee "$LOGS/$side.$round.log" | grep -E '^(RESULT|run |qkv_gpt2_bench|gpt2_node)' | cut -c1-200 ||
+      echo "run_gpt2: $side failed (its log: $LOGS/$side.$round.log)"
   done
 done
 
 if want alternate; then
   echo "== the JavaScript sides in one process, alternated (load average $(cut -d' ' -f1-3 /proc/loadavg))"
-  node bench/gpt2_node.mjs alternate "$DIR" --threads "$THREADS" --runs "$ALT_RUNS" --prompt 32 --new 64 2>&1 |
-    tee "$LOGS/alternate.log" | grep -E '^(RESULT|round )' | cut -c1-250
+  node bench/gpt2_node.mjs alternate "$DIR" --sides "$ALT_SIDES" --threads "$THREADS" --runs "$ALT_RUNS" --prompt 32 --new 64 2>&1 |
+    tee "$LOGS/alternate.log" | grep -E '^(RESULT|round )' | cut -c1-250 ||
+    echo "run_gpt2: the alternated process failed (its log: $LOGS/alternate.log)"
 fi
 
+if [[ $QUANT == 1 ]]; then
+  exec "$PYTHON" bench/gpt2_quant_report.py "$LOGS" "$DIR/expected.json"
+fi
 "$PYTHON" - "$LOGS" "$DIR/expected.json" <<'PY'
 import json, pathlib, re, sys
 logs, expected = pathlib.Path(sys.argv[1]), json.load(open(sys.argv[2]))["greedy"]
