@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <span>
 #include <string>
 #include <thread>
@@ -261,6 +262,21 @@ int run_gemm_isas(const Options& o) {
 
 namespace {
 
+// 64-byte aligned storage, as the models' tensors are (host_allocate): W's rows then start on cache lines (every
+// row stride of the GPT-2 shapes is a multiple of 64 bytes), where an unaligned 64-byte load would split two.
+template <class T>
+struct Align64 {
+  using value_type = T;
+  Align64() = default;
+  template <class U>
+  Align64(const Align64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const Align64&) const { return true; }
+};
+template <class T>
+using Aligned = std::vector<T, Align64<T>>;
+
 // Bytes the product must read: W packed (or fp32) and its scales.
 size_t weight_bytes(ops::WeightFormat f, int N, int K) {
   if (f == ops::WeightFormat::F32) return size_t(N) * K * sizeof(float);
@@ -323,12 +339,12 @@ int run_gemm_quant(const Options& o) {
               "%stream");
   qkv::Rng rng(3);
   for (const Shape& sh : shapes) {
-    std::vector<float> w(size_t(sh.N) * sh.K), x(size_t(sh.K)), y(size_t(sh.N));
+    Aligned<float> w(size_t(sh.N) * sh.K), x(size_t(sh.K)), y(size_t(sh.N));
     for (float& v : w) v = float(rng.normal() * 0.02);
     for (float& v : x) v = float(rng.normal());
     for (ops::WeightFormat f : formats) {
-      std::vector<uint8_t> packed;
-      std::vector<float> scales;
+      Aligned<uint8_t> packed;
+      Aligned<float> scales;
       if (f != ops::WeightFormat::F32) {
         packed.resize(ops::packed_bytes(f, sh.N, sh.K));
         scales.resize(size_t(sh.N) * ops::scales_per_row(f, sh.K) + 1);
@@ -357,12 +373,12 @@ int run_gemm_quant(const Options& o) {
   const int M = 32, N = 3072, K = 768;
   std::printf("\nprefill, M = %d rows, fc1's %d x %d (GFLOP/s = 2 M N K / seconds)\n", M, N, K);
   std::printf("%3s %6s %9s %9s\n", "thr", "format", "us/call", "GFLOP/s");
-  std::vector<float> w(size_t(N) * K), x(size_t(M) * K), y(size_t(M) * N);
+  Aligned<float> w(size_t(N) * K), x(size_t(M) * K), y(size_t(M) * N);
   for (float& v : w) v = float(rng.normal() * 0.02);
   for (float& v : x) v = float(rng.normal());
   for (ops::WeightFormat f : formats) {
-    std::vector<uint8_t> packed;
-    std::vector<float> scales;
+    Aligned<uint8_t> packed;
+    Aligned<float> scales;
     if (f != ops::WeightFormat::F32) {
       packed.resize(ops::packed_bytes(f, N, K));
       scales.resize(size_t(N) * ops::scales_per_row(f, K) + 1);
