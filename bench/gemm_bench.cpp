@@ -307,6 +307,29 @@ double stream_read_gbps(int threads, bool quick) {
   return double(words * sizeof(uint64_t)) / s / 1e9;
 }
 
+// W (N, K) in format f as the product reads it: packed with its scales (nothing for F32, which reads W itself).
+struct PackedWeight {
+  Aligned<uint8_t> bytes;
+  Aligned<float> scales;
+};
+PackedWeight pack(ops::WeightFormat f, const Aligned<float>& w, int N, int K) {
+  PackedWeight p;
+  if (f == ops::WeightFormat::F32) return p;
+  p.bytes.resize(ops::packed_bytes(f, N, K));
+  p.scales.resize(size_t(N) * ops::scales_per_row(f, K) + 1);
+  ops::quantize_rows(f, w.data(), N, K, p.bytes.data(), p.scales.data());
+  return p;
+}
+
+// y (M, N) = x (M, K) W^T, by the fp32 gemm or the quantized product.
+void product(ops::WeightFormat f, int M, int N, int K, const float* x, const Aligned<float>& w, const PackedWeight& p,
+             float* y) {
+  if (f == ops::WeightFormat::F32)
+    kernels::gemm(false, true, M, N, K, 1.f, x, K, w.data(), K, 0.f, y, N);
+  else
+    kernels::gemm_quant(M, N, K, x, K, f, p.bytes.data(), p.scales.data(), y, N);
+}
+
 }  // namespace
 
 int run_gemm_quant(const Options& o) {
@@ -343,19 +366,8 @@ int run_gemm_quant(const Options& o) {
     for (float& v : w) v = float(rng.normal() * 0.02);
     for (float& v : x) v = float(rng.normal());
     for (ops::WeightFormat f : formats) {
-      Aligned<uint8_t> packed;
-      Aligned<float> scales;
-      if (f != ops::WeightFormat::F32) {
-        packed.resize(ops::packed_bytes(f, sh.N, sh.K));
-        scales.resize(size_t(sh.N) * ops::scales_per_row(f, sh.K) + 1);
-        ops::quantize_rows(f, w.data(), sh.N, sh.K, packed.data(), scales.data());
-      }
-      const auto call = [&] {
-        if (f == ops::WeightFormat::F32)
-          kernels::gemm(false, true, 1, sh.N, sh.K, 1.f, x.data(), sh.K, w.data(), sh.K, 0.f, y.data(), sh.N);
-        else
-          kernels::gemm_quant(1, sh.N, sh.K, x.data(), sh.K, f, packed.data(), scales.data(), y.data(), sh.N);
-      };
+      const PackedWeight packed = pack(f, w, sh.N, sh.K);
+      const auto call = [&] { product(f, 1, sh.N, sh.K, x.data(), w, packed, y.data()); };
       for (int t = 1; t <= o.threads; ++t) {
         qkv::set_num_threads(t);
         call();
@@ -377,19 +389,8 @@ int run_gemm_quant(const Options& o) {
   for (float& v : w) v = float(rng.normal() * 0.02);
   for (float& v : x) v = float(rng.normal());
   for (ops::WeightFormat f : formats) {
-    Aligned<uint8_t> packed;
-    Aligned<float> scales;
-    if (f != ops::WeightFormat::F32) {
-      packed.resize(ops::packed_bytes(f, N, K));
-      scales.resize(size_t(N) * ops::scales_per_row(f, K) + 1);
-      ops::quantize_rows(f, w.data(), N, K, packed.data(), scales.data());
-    }
-    const auto call = [&] {
-      if (f == ops::WeightFormat::F32)
-        kernels::gemm(false, true, M, N, K, 1.f, x.data(), K, w.data(), K, 0.f, y.data(), N);
-      else
-        kernels::gemm_quant(M, N, K, x.data(), K, f, packed.data(), scales.data(), y.data(), N);
-    };
+    const PackedWeight packed = pack(f, w, N, K);
+    const auto call = [&] { product(f, M, N, K, x.data(), w, packed, y.data()); };
     for (int t = 1; t <= o.threads; ++t) {
       qkv::set_num_threads(t);
       call();
