@@ -26,8 +26,8 @@ namespace {
 int usage(const char* argv0) {
   std::fprintf(
       stderr,
-      "usage: %s peak|gemm|gemm-isas|gemm-quant|char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N] [--batch N]\n"
-      "       [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
+      "usage: %s peak|gemm|gemm-isas|gemm-quant|char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N]\n"
+      "       [--batch N] [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
       argv0);
   return 2;
 }

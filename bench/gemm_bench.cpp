@@ -2,7 +2,7 @@
 // char-GPT shapes and the transposed products the layers run, with the fraction of the machine's peak and
 // the 1 -> n thread scaling. Shapes are M x K x N: op(A) is (M,K), op(B) (K,N), C (M,N).
 // gemm-quant: the decode-shaped products with quantized weights (kernels::gemm_quant), GB/s of weights read
-// against the streaming read bandwidth of the same threads.
+// against the streaming read bandwidth of the same threads; and one prefill product (32 rows) per format.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -350,6 +350,35 @@ int run_gemm_quant(const Options& o) {
         std::printf("%-18s %-14s %3d %6s %10.1f %9.1f %8.1f %7.0f%%\n", sh.use, shape, t, ops::format_name(f),
                     bytes / 1e6, s * 1e6, gbps, 100 * gbps / stream[size_t(t)]);
       }
+    }
+  }
+
+  // Prefill: a prompt's 32 rows at once go through the dequantized panels and the fp32 gemm (GFLOP/s).
+  const int M = 32, N = 3072, K = 768;
+  std::printf("\nprefill, M = %d rows, fc1's %d x %d (GFLOP/s = 2 M N K / seconds)\n", M, N, K);
+  std::printf("%3s %6s %9s %9s\n", "thr", "format", "us/call", "GFLOP/s");
+  std::vector<float> w(size_t(N) * K), x(size_t(M) * K), y(size_t(M) * N);
+  for (float& v : w) v = float(rng.normal() * 0.02);
+  for (float& v : x) v = float(rng.normal());
+  for (ops::WeightFormat f : formats) {
+    std::vector<uint8_t> packed;
+    std::vector<float> scales;
+    if (f != ops::WeightFormat::F32) {
+      packed.resize(ops::packed_bytes(f, N, K));
+      scales.resize(size_t(N) * ops::scales_per_row(f, K) + 1);
+      ops::quantize_rows(f, w.data(), N, K, packed.data(), scales.data());
+    }
+    const auto call = [&] {
+      if (f == ops::WeightFormat::F32)
+        kernels::gemm(false, true, M, N, K, 1.f, x.data(), K, w.data(), K, 0.f, y.data(), N);
+      else
+        kernels::gemm_quant(M, N, K, x.data(), K, f, packed.data(), scales.data(), y.data(), N);
+    };
+    for (int t = 1; t <= o.threads; ++t) {
+      qkv::set_num_threads(t);
+      call();
+      const double s = best_seconds_per_call(call, min_seconds, rounds);
+      std::printf("%3d %6s %9.1f %9.1f\n", t, ops::format_name(f), s * 1e6, 2.0 * M * N * K / s / 1e9);
     }
   }
   return 0;

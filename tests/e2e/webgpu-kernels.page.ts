@@ -724,8 +724,82 @@ async function sumSquares(): Promise<void> {
   }
 }
 
+// ---- quantized weights (cpp/src/ops/weight_format.h): random packed rows (every byte a valid code; halves and
+// bfloat16 without inf or NaN), dequantized here by the format's definition ----
+const rowStride = (f: number, K: number): number => (f <= 2 ? Math.ceil((2 * K) / 4) * 4 : f === 3 ? Math.ceil(K / 4) * 4 : 16 * Math.ceil(K / 32));
+const scalesPerRow = (f: number, K: number): number => (f === 3 ? 1 : f === 4 ? Math.ceil(K / 32) : 0);
+function packedRows(f: number, rows: number, K: number): { bytes: Uint8Array; scales: Float32Array } {
+  const bytes = new Uint8Array(rows * rowStride(f, K));
+  for (let i = 0; i < bytes.length; i++) bytes[i] = Math.floor(rand() * 256);
+  // Halves and bfloat16 from random floats in [-1, 1) (random codes' exponents would make sums that cancel
+  // beyond f32), truncated; every 7th half a random subnormal (the kernel converts those exactly too).
+  if (f <= 2) {
+    const x = randn(bytes.length / 2), u = new Uint32Array(x.buffer);
+    for (let i = 0; i < x.length; i++) {
+      let h = u[i]! >>> 16;
+      if (f === 1) {
+        const a = Math.abs(x[i]!), e = (u[i]! >>> 23) & 0xff;
+        h = ((u[i]! >>> 16) & 0x8000) | (a < 2 ** -14 ? Math.floor(a * 2 ** 24) : ((e - 112) << 10) | ((u[i]! >>> 13) & 0x3ff));
+        if (i % 7 === 3) h = (h & 0x8000) | (1 + Math.floor(rand() * 1023));
+      }
+      bytes[2 * i] = h & 0xff;
+      bytes[2 * i + 1] = h >>> 8;
+    }
+  }
+  return { bytes, scales: randn(rows * scalesPerRow(f, K) + 1, 0.1) };
+}
+function deq(f: number, p: { bytes: Uint8Array; scales: Float32Array }, K: number, n: number, k: number): number {
+  const row = n * rowStride(f, K), b = p.bytes;
+  if (f === 1 || f === 2) {
+    const h = b[row + 2 * k]! | (b[row + 2 * k + 1]! << 8);
+    if (f === 2) return new Float32Array(new Uint32Array([(h << 16) >>> 0]).buffer)[0]!;
+    const e = (h >> 10) & 31, m = h & 1023, v = e === 0 ? m * 2 ** -24 : (1 + m / 1024) * 2 ** (e - 15);
+    return h & 0x8000 ? -v : v;
+  }
+  if (f === 3) return Math.fround(((b[row + k]! << 24) >> 24) * p.scales[n]!);
+  const byte = b[row + (k >> 5) * 16 + ((k & 31) >> 1)]!, q = k & 1 ? byte >> 4 : byte & 15;
+  return Math.fround((q - 8) * p.scales[n * scalesPerRow(f, K) + (k >> 5)]!);
+}
+const bytesRegion = (L: Layout, a: Uint8Array): Region => L.i32(new Int32Array(a.buffer, a.byteOffset, a.byteLength / 4));
+async function quant(): Promise<void> {
+  for (const f of [1, 2, 3, 4]) {
+    for (const K of [1, 31, 33, 100])
+      for (const [M, N] of [[1, 1], [1, 17], [3, 5]] as const) {
+        const w = packedRows(f, N, K), A = randn(M * K);
+        const L = new Layout();
+        const rc = L.f32(new Float32Array(M * N)), ra = L.f32(A), rw = bytesRegion(L, w.bytes), rs = L.f32(w.scales);
+        const mem = await run(Op.GemmQuant, write.GemmQuant({ M, N, K, A: B(ra), lda: K, format: f, W: B(rw), scales: B(rs), C: B(rc), ldc: N }), L.host());
+        const ref = new Float64Array(M * N);
+        for (let i = 0; i < M; i++) for (let j = 0; j < N; j++) for (let k = 0; k < K; k++) ref[i * N + j] = ref[i * N + j]! + A[i * K + k]! * deq(f, w, K, j, k);
+        record("GemmQuant", `f${f} ${M}x${N}x${K}`, [relErr(f32At(mem, rc), ref)]);
+      }
+    for (const K of [1, 33, 100]) {
+      const rows = 3, w = packedRows(f, rows, K);
+      const L = new Layout();
+      const ro = L.f32(new Float32Array(rows * (K + 1))), rw = bytesRegion(L, w.bytes), rs = L.f32(w.scales);
+      const mem = await run(Op.DequantizeRows, write.DequantizeRows({ out: B(ro), ld_out: K + 1, format: f, W: B(rw), scales: B(rs), rows, K }), L.host());
+      const ref = new Float64Array(rows * (K + 1));
+      for (let r = 0; r < rows; r++) for (let k = 0; k < K; k++) ref[r * (K + 1) + k] = deq(f, w, K, r, k);
+      record("DequantizeRows", `f${f} ${rows}x${K}`, [relErr(f32At(mem, ro), ref)], 0);
+    }
+    for (const [V, Bn, T, C, withPos] of [[7, 2, 3, 33, true], [5, 1, 4, 100, false]] as const) {
+      const rows = Bn * T, ids = randint(rows, V), w = packedRows(f, V, C), pos = randn((T + 2) * C), scale = 1.5;
+      const L = new Layout();
+      const rx = L.f32(new Float32Array(rows * C)), ri = L.i32(ids), rw = bytesRegion(L, w.bytes), rs = L.f32(w.scales), rp = L.f32(pos);
+      const mem = await run(
+        Op.EmbeddingForwardQuant,
+        write.EmbeddingForwardQuant({ x: B(rx), x_n: rows * C, tokens: B(ri), tokens_n: rows, format: f, wte: B(rw), wte_scales: B(rs), pos: B(rp), pos_n: withPos ? pos.length : 0, scale, B: Bn, T, C }),
+        L.host(),
+      );
+      const ref = new Float64Array(rows * C);
+      for (let r = 0; r < rows; r++) for (let i = 0; i < C; i++) ref[r * C + i] = scale * deq(f, w, C, ids[r]!, i) + (withPos ? pos[(r % T) * C + i]! : 0);
+      record("EmbeddingForwardQuant", `f${f} V${V} B${Bn} T${T} C${C}${withPos ? "" : " no pos"}`, [relErr(f32At(mem, rx), ref)]);
+    }
+  }
+}
+
 export const SUITES: Record<string, () => Promise<void>> = {
-  fill, copyRows, add, gemm, layernorm, layernormBackward, biasAct, dropout, attention, embedding, meanPool, crossEntropy, argmax, adam, sumSquares,
+  fill, copyRows, add, gemm, layernorm, layernormBackward, biasAct, dropout, attention, embedding, meanPool, crossEntropy, argmax, adam, sumSquares, quant,
 };
 
 declare global {

@@ -57,7 +57,7 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
-const SUITES = (process.env.QKV_WEBGPU_SUITES ?? "fill,copyRows,add,gemm,layernorm,layernormBackward,biasAct,dropout,attention,embedding,meanPool,crossEntropy,argmax,adam,sumSquares").split(",");
+const SUITES = (process.env.QKV_WEBGPU_SUITES ?? "fill,copyRows,add,gemm,layernorm,layernormBackward,biasAct,dropout,attention,embedding,meanPool,crossEntropy,argmax,adam,sumSquares,quant").split(",");
 
 describe("WebGPU kernels against the reference executor's loops", () => {
   it("every kernel, ragged shapes", async () => {
@@ -68,6 +68,6 @@ describe("WebGPU kernels against the reference executor's loops", () => {
     const failed = out.results.filter((r: CaseResult) => !(r.err <= r.tol));
     expect(failed).toEqual([]);
     const ops = new Set(out.results.map((r: CaseResult) => r.op));
-    if (!process.env.QKV_WEBGPU_SUITES) expect(ops.size).toBe(24); // 23 kernel ops + the unknown-op check
+    if (!process.env.QKV_WEBGPU_SUITES) expect(ops.size).toBe(27); // 26 kernel ops + the unknown-op check
   });
 });

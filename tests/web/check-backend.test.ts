@@ -17,6 +17,15 @@ describe("checkBackend", () => {
     expect(check.results.some((r) => r.tol > 0 && r.error > 0)).toBe(true);
   }, 300_000);
 
+  it("checks the quantized-weight ops: the wasm SIMD128 kernels of gemm_quant, dequantize_rows and the embedding", async () => {
+    const quant = await checkBackend({ group: "quant" });
+    for (const op of ["gemm_quant", "dequantize_rows", "embedding_forward_quant"])
+      expect(quant.results.some((r) => r.name.startsWith(`${op} `)), op).toBe(true);
+    for (const f of ["f16", "bf16", "int8", "q4"]) expect(quant.results.some((r) => r.name.startsWith(`gemm_quant ${f} `)), f).toBe(true);
+    const bad = quant.results.filter((r) => !r.ok).map((r) => `${r.name}${r.detail} (error ${r.error}, tol ${r.tol})`);
+    expect(bad).toEqual([]);
+  }, 300_000);
+
   it("runs one group, and names an unknown one", async () => {
     const gemm = await checkBackend({ group: "gemm" });
     expect(gemm.results.every((r) => r.name.startsWith("gemm "))).toBe(true);

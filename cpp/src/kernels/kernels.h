@@ -158,9 +158,10 @@ double sum_squares(CSpan x);
 
 using ops::WeightFormat;
 // C (M,N) = A (M,K) W^T with W (N,K) packed in format f (not F32), scales as weight_format.h lays them out
-// (null for F16/BF16). C is overwritten. Each element of W dequantized exactly (dequantize_element) and the
-// products summed in fp32: gemm's arithmetic on the dequantized W, up to the order of the sum. Sizes are the
-// caller's to check (ops/weight_quantize.h: check_gemm_quant).
+// (null for F16/BF16). C is overwritten. fp32 arithmetic throughout: the dequantized W's product up to rounding
+// order (the row kernels apply int8's row scale to a row's sum and q4's group scales to each block's sum; the
+// panels hold dequantize_element's floats exactly). Sizes are the caller's to check (ops/weight_quantize.h:
+// check_gemm_quant).
 void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
                 float* C, int ldc);
 // The naive oracle: three loops, each element dequantized where it is used, float accumulation in k order.

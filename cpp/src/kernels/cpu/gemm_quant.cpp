@@ -10,7 +10,8 @@
 //   more rows (a prompt's prefill, training-free scoring): W is dequantized a panel of rows at a time into a
 //     per-thread buffer (in block order, the vector kernel's) and multiplied by the fp32 gemm (its packed,
 //     register-tiled micro-kernel) against A in the same order; each panel is used by all M rows.
-// Both sum in fp32; they differ from the reference in the order of the sum only.
+// Both compute in fp32; they differ from the reference in rounding order only (the row kernels scale int8 rows' and
+// q4 blocks' partial sums rather than each element).
 #include <algorithm>
 #include <vector>
 

@@ -9,8 +9,9 @@
 // The activations are permuted to match, once per call (M rows of K: nothing next to N rows of K): in the
 // permuted order ("block order") element R*i + t of a block sits at t*V + i. A dot product does not care about
 // the order of its terms, so a row of A in block order times a row of W in block order is the product; only the
-// order of the fp32 sum differs from the reference (the accuracy contract: ops/weight_format.h).
-// Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one.
+// rounding order of the fp32 arithmetic differs from the reference (the contract of ops/op_list.def's gemm_quant).
+// Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one. Where an
+// instruction set converts halves itself (F16C, AVX-512F), f16 blocks are in natural order (QuantKernels::order).
 #include <cstddef>
 #include <cstdint>
 #include <xsimd/config/xsimd_arch.hpp>
