@@ -13,6 +13,7 @@
 
 #include "io/checksum.h"
 #include "io/import.h"
+#include "ops/weight_quantize.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
 
@@ -63,7 +64,7 @@ nn::Formats formats_from_json(const std::string& text, std::map<std::string, std
     const nlohmann::json format = value.is_object() && value.contains("format") ? value.at("format") : value;
     for (ops::WeightFormat f :
          {ops::WeightFormat::F16, ops::WeightFormat::BF16, ops::WeightFormat::Int8, ops::WeightFormat::Q4})
-      if (format.is_string() && format.get<std::string>() == nn::format_name(f)) out[name] = f;
+      if (format.is_string() && format.get<std::string>() == ops::format_name(f)) out[name] = f;
     check(out.count(name), "checkpoint: \"", kQuantized, "\" gives tensor \"", name, "\" the format ", format.dump(),
           ": expected \"int8\", \"q4\", \"f16\" or \"bf16\"");
     const nlohmann::json shape = value.is_object() ? value.value("shape", nlohmann::json()) : nlohmann::json();
@@ -77,7 +78,7 @@ nn::Formats formats_from_json(const std::string& text, std::map<std::string, std
 std::string formats_to_json(const nn::Parameters& params) {
   nlohmann::json j = nlohmann::json::object();
   for (const nn::Param& p : params.all())
-    if (p.is_packed()) j[p.name] = {{"format", nn::format_name(p.format)}, {"shape", p.shape}};
+    if (p.is_packed()) j[p.name] = {{"format", ops::format_name(p.format)}, {"shape", p.shape}};
   return j.dump();
 }
 
@@ -293,8 +294,8 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
     const auto in_file = formats.find(p.name);
     const ops::WeightFormat file_format = in_file == formats.end() ? ops::WeightFormat::F32 : in_file->second;
     if (file_format != p.format) {
-      problems.push_back(detail::cat("tensor \"", p.name, "\" is ", nn::format_name(file_format), " in the file but ",
-                                     nn::format_name(p.format),
+      problems.push_back(detail::cat("tensor \"", p.name, "\" is ", ops::format_name(file_format), " in the file but ",
+                                     ops::format_name(p.format),
                                      " in this model (load the file with load() or load_file(), which build the "
                                      "model in the file's formats)"));
       expected.insert({p.name, p.name + kScales});
@@ -320,7 +321,7 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
     bool packed = false;
     for (const nn::Param& p : core.params.all()) packed = packed || (p.name == name && p.is_packed());
     if (!packed && !expected.count(name))
-      problems.push_back(detail::cat("\"", kQuantized, "\" names \"", name, "\" (", nn::format_name(f),
+      problems.push_back(detail::cat("\"", kQuantized, "\" names \"", name, "\" (", ops::format_name(f),
                                      "), which is not a weight matrix of this model"));
   }
   for (const TensorMeta& t : tensors) {

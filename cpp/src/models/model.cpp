@@ -4,6 +4,7 @@
 #include "io/checkpoint.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
+#include "ops/weight_quantize.h"
 #include "qkv/error.h"
 
 namespace qkv {
@@ -68,7 +69,7 @@ static_assert(static_cast<int>(WeightFormat::F16) == static_cast<int>(ops::Weigh
               "qkv::WeightFormat mirrors ops::WeightFormat");
 }  // namespace
 
-const char* to_string(WeightFormat format) { return nn::format_name(static_cast<ops::WeightFormat>(format)); }
+const char* to_string(WeightFormat format) { return ops::format_name(static_cast<ops::WeightFormat>(format)); }
 
 WeightFormat weight_format_from_string(const std::string& name, const char* argument) {
   for (WeightFormat f :
@@ -87,6 +88,8 @@ void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
   check(c.params.packed_count() == 0, "quantize: this model is already quantized (",
         to_string(static_cast<WeightFormat>(c.params.formats().begin()->second)),
         "); quantize its float32 model instead (load the float32 checkpoint again)");
+  check(c.sync == nullptr, "quantize: the model trains in a data-parallel group (set_gradient_sync): leave it first ",
+        "(set_gradient_sync(nullptr)); a quantized model does not train");
   const bool embedding = options.embedding.value_or(tied_head());
   std::vector<std::pair<nn::Param*, ops::WeightFormat>> which;
   for (nn::Param& p : c.params.all())

@@ -12,17 +12,6 @@ namespace qkv::nn {
 thread_local bool Parameters::loading_ = false;
 thread_local const Formats* Parameters::loading_formats_ = nullptr;
 
-const char* format_name(ops::WeightFormat f) {
-  switch (f) {
-    case ops::WeightFormat::F32: return "f32";
-    case ops::WeightFormat::F16: return "f16";
-    case ops::WeightFormat::BF16: return "bf16";
-    case ops::WeightFormat::Int8: return "int8";
-    case ops::WeightFormat::Q4: return "q4";
-  }
-  return "unknown";
-}
-
 namespace {
 size_t round64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 size_t packed_bytes(const Param& p, ops::WeightFormat f) {
@@ -170,7 +159,7 @@ void Parameters::ensure_training() {
     const Param* first = nullptr;
     for (const Param& p : params_)
       if (!first && p.is_packed()) first = &p;
-    throw Error(detail::cat("this model's weights are quantized (", nn::format_name(first->format), ": ", first->name,
+    throw Error(detail::cat("this model's weights are quantized (", ops::format_name(first->format), ": ", first->name,
                             " and ", packed_count_ - 1,
                             " more): a quantized model is for inference only (generate, predict, evaluate, logits); "
                             "to fine-tune it, train LoRA adapters on the frozen quantized base (issue 37), or train "
@@ -219,7 +208,7 @@ void Parameters::quantize(const std::vector<std::pair<Param*, ops::WeightFormat>
     check(it != index.end(), "quantize: the parameter is not this model's");
     const Param& p = *param;
     check(f != ops::WeightFormat::F32, "quantize: ", p.name, ": f32 is not a packed format");
-    check(!p.is_packed(), "quantize: ", p.name, " is already stored as ", nn::format_name(p.format),
+    check(!p.is_packed(), "quantize: ", p.name, " is already stored as ", ops::format_name(p.format),
           ": quantize a float32 model (its float32 checkpoint) instead");
     check(p.shape.size() == 2 && p.rows() > 0 && p.cols() > 0, "quantize: ", p.name,
           " is not a matrix: only 2-D weights are stored packed");

@@ -58,9 +58,6 @@ struct Param {
 // The formats a loader asks for, by parameter name (absent: float32).
 using Formats = std::map<std::string, ops::WeightFormat>;
 
-// "f32", "f16", "bf16", "int8", "q4": the names files, the CLI and JavaScript use.
-const char* format_name(ops::WeightFormat f);
-
 // A fixed table computed on the host at construction (e.g. sinusoidal positions), kept on the device.
 struct Constant {
   std::vector<float> host;

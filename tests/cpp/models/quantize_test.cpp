@@ -12,9 +12,12 @@
 #include <vector>
 
 #include "io/checksum.h"
+#include "ops/webgpu_loopback.h"
 #include "ops/weight_format.h"
+#include "ops/weight_quantize.h"
 #include "qkv/checkpoint_loader.h"
 #include "qkv/classifier.h"
+#include "qkv/device.h"
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
@@ -355,6 +358,49 @@ TEST(Quantize, CorruptedOrMisShapedScalesAreRefusedNamingTheTensor) {
                              std::memcpy(t.bytes.data(), &negative, 4);
                            }),
                  "tensor \"tok_emb.weight.scales\" is corrupted: scale [0] = -1, expected a finite number >= 0");
+}
+
+// On another device the packed rows move with the model (Parameters::to), load there packed, and are quantized there
+// to the same bytes (the rounding is the host's): the WebGPU executor through the loopback (ops/webgpu_loopback.h:
+// its commands run on the CPU executor, so the logits agree to the last bit), and CUDA where there is a GPU.
+void expect_same_on(Device device, WeightFormat f) {
+  LanguageModel cpu(lm_config(false), {});
+  scramble(cpu, 12);
+  const auto fp32 = cpu.save(false);
+  cpu.quantize(f, {.embedding = true});
+  const auto bytes = cpu.save();
+  auto loaded = LanguageModel::load(bytes);
+  loaded->to(device);
+  auto made_there = LanguageModel::load(fp32);
+  made_there->to(device);
+  made_there->quantize(f, {.embedding = true});
+  const int B = 2, T = 9;
+  const auto x = ids(B * T, 23, 8);
+  SamplingOptions greedy;
+  greedy.temperature = 0.f;
+  greedy.max_new_tokens = 6;
+  const std::vector<int32_t> prompt = {3, 1, 4};
+  for (LanguageModel* m : {loaded.get(), made_there.get()}) {
+    EXPECT_EQ(m->device(), device);
+    EXPECT_EQ(m->save(), bytes) << to_string(f);
+    const double tol = device == Device::WebGPU ? 0.0 : 1e-5;
+    EXPECT_LE(max_rel(m->logits(x, B, T), cpu.logits(x, B, T)), tol) << to_string(f);
+    EXPECT_EQ(m->generate(prompt, greedy), cpu.generate(prompt, greedy)) << to_string(f);
+    EXPECT_EQ(m->memory().parameters, cpu.memory().parameters);
+  }
+  loaded->to(Device::CPU);  // and back
+  EXPECT_EQ(loaded->logits(x, B, T), cpu.logits(x, B, T));
+}
+
+TEST(Quantize, OnWebGpuThePackedWeightsMoveLoadAndQuantizeThere) {
+  test::webgpu_loopback();
+  for (WeightFormat f : kFormats) expect_same_on(Device::WebGPU, f);
+}
+
+// GPU test: skipped where there is none (list it as unrun).
+TEST(Quantize, OnCudaThePackedWeightsMoveLoadAndQuantizeThere) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+  for (WeightFormat f : kFormats) expect_same_on(Device::CUDA, f);
 }
 
 }  // namespace
