@@ -79,7 +79,9 @@ TEST(WeightFormat, HalfToFloatIsExactForEveryHalf) {
         e == 0 ? std::ldexp(static_cast<double>(m), -24) : std::ldexp(1.0 + m / 1024.0, static_cast<int>(e) - 15);
     if (e == 0x1f) {
       EXPECT_EQ(std::isnan(f), m != 0) << h;
-      if (m == 0) EXPECT_TRUE(std::isinf(f)) << h;
+      if (m == 0) {
+        EXPECT_TRUE(std::isinf(f)) << h;
+      }
       continue;
     }
     ASSERT_EQ(static_cast<double>(f), (h & 0x8000) ? -want : want) << "half " << h;
