@@ -133,7 +133,16 @@ void* host_allocate(size_t bytes) {
         " bytes do not fit in this build's address space (", sizeof(size_t) * 8, "-bit)");
   const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* base = std::calloc(1, rounded + kAlign);
+#if defined(__EMSCRIPTEN__)
+  // In the wasm core the limit is the module's address space, not the machine: say how far the heap has grown
+  // and what would fit, so a model too big for the browser is told apart from a machine short of memory.
+  const uint64_t heap = static_cast<uint64_t>(__builtin_wasm_memory_size(0)) * 65536;
+  check(base != nullptr, "out of memory: could not allocate ", rounded, " bytes (the wasm core's heap holds ", heap,
+        " bytes and can grow to at most 4 GiB, 4294967296 bytes, what a wasm32 module addresses; a model quantized "
+        "to int8 or q4 needs 4 to 6 times less: qkv quantize, model.quantize)");
+#else
   check(base != nullptr, "out of memory: could not allocate ", rounded, " bytes");
+#endif
   // The first 64-byte boundary past base + sizeof(void*): room for the stored pointer, and within the padding.
   const auto at = (reinterpret_cast<uintptr_t>(base) + sizeof(void*) + kAlign - 1) / kAlign * kAlign;
   void* p = reinterpret_cast<void*>(at);
