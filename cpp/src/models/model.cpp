@@ -85,9 +85,11 @@ void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
         "quantize: format = ", f == 0 ? std::string("f32") : std::to_string(f),
         " is not a quantized format: expected int8, q4, f16 or bf16");
   models::ModelCore& c = settled(core());
-  check(c.params.packed_count() == 0, "quantize: this model is already quantized (",
-        to_string(static_cast<WeightFormat>(c.params.formats().begin()->second)),
-        "); quantize its float32 model instead (load the float32 checkpoint again)");
+  // An if, not check(): check's arguments are all evaluated, and an unquantized model's formats() is empty.
+  if (c.params.packed_count() != 0)
+    throw Error(detail::cat("quantize: this model is already quantized (",
+                            to_string(static_cast<WeightFormat>(c.params.formats().begin()->second)),
+                            "); quantize its float32 model instead (load the float32 checkpoint again)"));
   check(c.sync == nullptr, "quantize: the model trains in a data-parallel group (set_gradient_sync): leave it first ",
         "(set_gradient_sync(nullptr)); a quantized model does not train");
   const bool embedding = options.embedding.value_or(tied_head());
