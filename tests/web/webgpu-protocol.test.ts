@@ -23,7 +23,7 @@ describe("WebGPU protocol", () => {
     expect(cpp).toEqual({ Wrap: 0, Capacity: 1, Upload: 2, Download: 3, Sync: 4, Copy: 5 });
     expect(body).toContain('#include "ops/op_list.def"');
     const { ops } = parse(def);
-    expect(ops.length).toBe(23);
+    expect(ops.length).toBe(26);
     expect(Object.fromEntries(ops.map((o) => [o.code, o.opcode]))).toEqual({ ...KernelOp });
     expect(Op).toEqual({ ...cpp, ...KernelOp });
     // no opcode twice, and none among the ring's own
