@@ -2,6 +2,7 @@
 #include "qkv/model.h"
 
 #include "io/checkpoint.h"
+#include "models/lora_set.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "ops/weight_quantize.h"
@@ -105,6 +106,16 @@ std::map<std::string, WeightFormat> Model::weight_formats() const {
   for (const auto& [name, f] : core().params.formats()) out[name] = static_cast<WeightFormat>(f);
   return out;
 }
+
+void Model::add_lora(const LoraOptions& options) {
+  models::check_lora_options(options);
+  throw Error("add_lora: not implemented yet");
+}
+bool Model::has_lora() const { return false; }
+const LoraOptions& Model::lora_options() const { throw Error("lora_options: this model has no LoRA adapters"); }
+void Model::merge_lora() { throw Error("merge_lora: this model has no LoRA adapters"); }
+void Model::remove_lora() { throw Error("remove_lora: this model has no LoRA adapters"); }
+std::vector<ParameterView> Model::lora_parameters() { return {}; }
 
 std::vector<ParameterView> Model::parameters() { return models::views_of(settled(core()).params, kind()); }
 
