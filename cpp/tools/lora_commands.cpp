@@ -37,9 +37,15 @@ std::unique_ptr<Task> lora_task(const TrainArgs& a) {
     try {
       return lora_options_from_string(a.lora);
     } catch (const Error& e) {
-      throw UsageError(std::string("--lora ") + a.lora + ": " + e.what());
+      const std::string m = e.what();  // the parser names --lora itself, the validation the option
+      throw UsageError(m.rfind("--lora", 0) == 0 ? m : "--lora " + a.lora + ": " + m);
     }
   }();
+  if (a.adapter_names == "gpt2")
+    for (const std::string& t : options.targets)
+      if (t == "q" || t == "k" || t == "v")
+        throw UsageError("--adapter-names gpt2: GPT-2 has no separate " + t +
+                         " module (its c_attn projects q, k and v together): use the target qkv, or --adapter-names qkv");
   const std::string text = read_text(a.data);
   std::unique_ptr<Task> task =
       std::filesystem::is_directory(a.init) ? Task::load_pretrained(a.init) : Task::load(a.init);
