@@ -133,7 +133,8 @@ TEST(LoraCheckpoint, WithoutOptimizerStateTheAdaptersLoadAndTheStepsRestart) {
   for (const ParameterView& p : m->lora_parameters())
     for (const ParameterView& q : a.lora_parameters())
       if (std::string(p.name) == q.name)
-        EXPECT_EQ(std::vector<float>(p.value.begin(), p.value.end()), std::vector<float>(q.value.begin(), q.value.end()))
+        EXPECT_EQ(std::vector<float>(p.value.begin(), p.value.end()),
+                  std::vector<float>(q.value.begin(), q.value.end()))
             << p.name;
 }
 
@@ -175,7 +176,9 @@ TEST(LoraCheckpoint, Refusals) {
   const std::string reserved = test::message_of([&] { a.save(true, {{"qkv.lora", "rank=1"}}); });
   EXPECT_NE(reserved.find("metadata key \"qkv.lora\" is reserved"), std::string::npos) << reserved;
   LanguageModel plain(tiny_lm());
-  EXPECT_NE(test::message_of([&] { plain.save(true, {{"qkv.lora", "x"}}); }).find("\"qkv.lora\" is reserved"),
+  EXPECT_NE(test::message_of([&] {
+              plain.save(true, {{"qkv.lora", "x"}});
+            }).find("\"qkv.lora\" is reserved"),
             std::string::npos);
   const std::vector<uint8_t> with = a.save(), without = plain.save();
   // A model with other adapters, or with adapters the file lacks, is refused and keeps its own.

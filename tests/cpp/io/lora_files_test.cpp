@@ -2,6 +2,8 @@
 // fixture written by tests/fixtures/make_peft_fixtures.py from PEFT's rules), round trips in both namings for the
 // three model kinds, a PEFT adapter on a model imported from a GPT-2 folder against PyTorch's logits, and every
 // refusal.
+#include "qkv/lora_files.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -14,7 +16,6 @@
 #include "qkv/classifier.h"
 #include "qkv/import.h"
 #include "qkv/language_model.h"
-#include "qkv/lora_files.h"
 #include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"
 #include "test_util.h"
@@ -292,8 +293,9 @@ TEST(LoraFiles, NamesEveryMissingMisShapedAndUnexpectedTensorAtOnce) {
   target.add_lora(lora({"up"}));
   randomize_adapters(target, 1);
   const auto before = adapters_of(target);
-  const std::string msg = test::message_of(
-      [&] { load_adapter(target, {f.config_json, serialize_safetensors(refs, {{"format", "pt"}})}); });
+  const std::string msg = test::message_of([&] {
+    load_adapter(target, {f.config_json, serialize_safetensors(refs, {{"format", "pt"}})});
+  });
   for (const char* part :
        {"tensor \"base_model.model.transformer.h.1.attn.c_proj.lora_B.weight\" is missing",
         "tensor \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\" has shape (3, 8), expected (2, 8)",
