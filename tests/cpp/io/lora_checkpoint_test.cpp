@@ -132,10 +132,11 @@ TEST(LoraCheckpoint, WithoutOptimizerStateTheAdaptersLoadAndTheStepsRestart) {
   EXPECT_EQ(m->step(), 0);
   for (const ParameterView& p : m->lora_parameters())
     for (const ParameterView& q : a.lora_parameters())
-      if (std::string(p.name) == q.name)
+      if (std::string(p.name) == q.name) {  // braces: gtest's EXPECT inside an if (-Wdangling-else)
         EXPECT_EQ(std::vector<float>(p.value.begin(), p.value.end()),
                   std::vector<float>(q.value.begin(), q.value.end()))
             << p.name;
+      }
 }
 
 TEST(LoraCheckpoint, Seq2SeqAndClassifierRoundTrip) {
