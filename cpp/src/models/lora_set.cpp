@@ -99,7 +99,8 @@ void remove_lora(ModelCore& core) {
   ++core.lora_changes;
   // The base trains whole again, from a fresh optimizer (its moments were released with the gradients).
   core.optimizer.restart();
-  if (core.sync) {
+  // The group follows back to the base, unless it is quantized (it does not train: its training calls refuse).
+  if (core.sync && core.params.packed_count() == 0) {
     core.params.ensure_training();
     core.sync->attach(core.params);
   }
@@ -115,6 +116,11 @@ void merge_lora(ModelCore& core) {
                               "): folding the adapters into it would quantize them again and lose most of what "
                               "they learned; keep the adapters beside the quantized base (save the adapter), or "
                               "merge them into the float32 model (load it, add the adapter, merge, then quantize)"));
+  for (const nn::LoraSite* s : set.sites)
+    if (s->weight->embedding)
+      throw Error(detail::cat("merge_lora: the \"head\" adapter sits on a tied head (", s->weight->name,
+                              " is the token embedding too): folding it in would change the embedding lookup as well "
+                              "as the head; keep the adapter (save it), or add the adapters without \"head\""));
   // W[row0 : row0 + out] (out, in) += s B (out, r) A (r, in), on the model's device.
   for (size_t i = 0; i < set.sites.size(); ++i) {
     const nn::LoraSite& s = *set.sites[i];
