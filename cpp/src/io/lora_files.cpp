@@ -11,7 +11,9 @@
 #include "qkv/lora_files.h"
 
 #include <algorithm>
-#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -119,10 +121,15 @@ const char* task_type(Model& model) {
 // A float as JSON in its shortest round-tripping decimal form (0.05f is 0.05, not 0.05000000074505806); whole
 // numbers as integers (PEFT's lora_alpha is an int).
 json number(float x) {
-  if (x == static_cast<float>(static_cast<int64_t>(x)) && std::abs(x) < 1e15f) return json(static_cast<int64_t>(x));
+  if (std::abs(x) < 1e15f && x == std::trunc(x)) return json(static_cast<int64_t>(x));  // range first: no UB cast
+  // The fewest significant digits that read back as x (std::to_chars for floats is missing from the wasm build's
+  // libc++).
   char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return json::parse(std::string(buf, r.ptr));
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  return json::parse(buf);
 }
 
 void check_cpu(Model& model, const char* call) {
