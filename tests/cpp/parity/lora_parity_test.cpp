@@ -96,6 +96,14 @@ Kind seq2seq() {
   return k;
 }
 
+// The fused in-projection adapter ("qkv") on every attention, seq2seq's cross-attention included: B's rows 0..C on
+// the decoder's queries, C..3C on the memory, each input with its own mask from the adapter's stream.
+Kind seq2seq_fused() {
+  Kind k = seq2seq();
+  k.lora_fixture = "lora_seq2seq_fused";
+  return k;
+}
+
 Kind classifier() {
   Kind k{"lora_classifier", "classifier_mean_linear", {}, {}, {}, {}};
   k.make = [](const OptimizerConfig& o) -> std::unique_ptr<Model> {
@@ -283,6 +291,12 @@ QKV_LORA_CASE(Seq2SeqInt8BaseForward, [](Device d) { check_forward(d, seq2seq(),
 QKV_LORA_CASE(Seq2SeqInt8BaseTrajectory, [](Device d) { check_trajectory(d, seq2seq(), "int8."); })
 // ReLU: a smaller step straddles fewer kinks (nn/gradcheck_test.cpp).
 TEST(LoraParity, Seq2SeqFiniteDifferences) { check_finite_differences(seq2seq(), 1e-3f); }
+
+QKV_LORA_CASE(Seq2SeqFusedForward, [](Device d) { check_forward(d, seq2seq_fused(), ""); })
+QKV_LORA_CASE(Seq2SeqFusedForwardDropout, [](Device d) { check_forward(d, seq2seq_fused(), "dropout."); })
+QKV_LORA_CASE(Seq2SeqFusedTrajectory, [](Device d) { check_trajectory(d, seq2seq_fused(), ""); })
+QKV_LORA_CASE(Seq2SeqFusedTrajectoryDropout, [](Device d) { check_trajectory(d, seq2seq_fused(), "dropout."); })
+TEST(LoraParity, Seq2SeqFusedFiniteDifferences) { check_finite_differences(seq2seq_fused(), 1e-3f); }
 
 QKV_LORA_CASE(ClassifierForward, [](Device d) { check_forward(d, classifier(), ""); })
 QKV_LORA_CASE(ClassifierForwardDropout, [](Device d) { check_forward(d, classifier(), "dropout."); })
