@@ -6,7 +6,8 @@
 //   reference drew qkv's masks (qkv/lora.h: adapter i's stream in the pass's seed).
 // - FiniteDifferences: the same gradients against central differences of qkv's own loss.
 // - Trajectory: from the real init (A as stored in init.*, B = 0) the 50 AdamW losses within 1e-4 relative at every
-//   step (base frozen, clipping over the adapters alone), and the adapters after them (final.*) within 1e-4.
+//   step (base frozen, clipping over the adapters alone), and the adapters after them (final.*) within 1e-4, read
+//   from the model and from the adapter file save_adapter writes (names, shapes, values).
 // - Int8Base*: Forward and Trajectory on a base quantized to int8 (Model::quantize), against the reference on the
 //   dequantized weights (the script reproduces qkv's int8 rounding).
 // Each runs on the CPU (LoraParity) and, with the same tolerances, on CUDA (LoraParityCuda: skipped without a GPU).
@@ -16,6 +17,7 @@
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
 #include "qkv/lora.h"
+#include "qkv/lora_files.h"
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
@@ -237,6 +239,27 @@ void check_finite_differences(const Kind& kind, float h) {
   }
 }
 
+// The adapter file after the steps (qkv/lora_files.h, PEFT's layout in qkv's module names) holds the reference's
+// adapters: every name "base_model.model.<fixture name>", nothing else, the same shapes, the values of final.*; its
+// config the options' rank, alpha and dropout.
+void check_saved_adapter(Model& m, const Case& c, const std::string& tag) {
+  const AdapterFiles files = save_adapter(m, AdapterNames::Qkv);
+  const SafetensorsFile saved = parse_safetensors(files.safetensors);
+  const auto names = c.names();
+  ASSERT_EQ(saved.tensors.size(), names.size()) << "adapter_model.safetensors: tensor count";
+  for (const auto& name : names) {
+    const std::string key = "base_model.model." + name;
+    ASSERT_TRUE(saved.contains(key)) << "adapter_model.safetensors has no " << key;
+    EXPECT_EQ(saved.at(key).shape, c.lora.at(tag + "final." + name).shape) << key;
+    test::expect_close("saved " + key, saved.floats(key), c.lora.floats(tag + "final." + name), kFinalTol);
+  }
+  const auto config = nlohmann::json::parse(files.config_json);
+  const LoraOptions o = c.options(tag);
+  EXPECT_EQ(config.at("r").get<int>(), o.rank);
+  EXPECT_EQ(config.at("lora_alpha").get<float>(), o.alpha);
+  EXPECT_EQ(config.at("lora_dropout").get<float>(), o.dropout);
+}
+
 // 50 steps from the real init: add_lora gives B = 0 and A within PEFT's bound; A is then set to the reference's draw.
 void check_trajectory(Device device, const Kind& kind, const std::string& tag) {
   SCOPED_TRACE(kind.lora_fixture + " " + tag + (device == Device::CUDA ? " on cuda" : " on cpu"));
@@ -265,6 +288,7 @@ void check_trajectory(Device device, const Kind& kind, const std::string& tag) {
   for (auto& p : m->lora_parameters())
     test::expect_close(tag + "final." + p.name, {p.value.begin(), p.value.end()},
                        c.lora.floats(tag + "final." + p.name), kFinalTol);
+  check_saved_adapter(*m, c, tag);
 }
 
 // Each check as a CPU test (LoraParity) and a CUDA one (LoraParityCuda: skipped without a GPU).
