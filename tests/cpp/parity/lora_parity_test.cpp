@@ -8,6 +8,8 @@
 // - Trajectory: from the real init (A as stored in init.*, B = 0) the 50 AdamW losses within 1e-4 relative at every
 //   step (base frozen, clipping over the adapters alone), and the adapters after them (final.*) within 1e-4, read
 //   from the model and from the adapter file save_adapter writes (names, shapes, values).
+// - Merged: merge_lora's model against the same logits (not the language model: its head adapter sits on the tied
+//   embedding, which merge_lora refuses).
 // - Int8Base*: Forward and Trajectory on a base quantized to int8 (Model::quantize), against the reference on the
 //   dequantized weights (the script reproduces qkv's int8 rounding).
 // Each runs on the CPU (LoraParity) and, with the same tolerances, on CUDA (LoraParityCuda: skipped without a GPU).
@@ -208,6 +210,18 @@ void check_forward(Device device, const Kind& kind, const std::string& tag) {
                        kGradTol);
 }
 
+// merge_lora folds scale B A into the base weights: the merged model (no adapters left) gives the adapters' logits,
+// which the script checked against the base's torch.nn model with the folded weights (1e-9).
+void check_merged(const Kind& kind) {
+  SCOPED_TRACE(kind.lora_fixture + " merged");
+  const Case c(kind);
+  auto m = c.model("");
+  ASSERT_NO_FATAL_FAILURE(c.set_adapters(*m, "lora."));
+  m->merge_lora();
+  EXPECT_FALSE(m->has_lora());
+  test::expect_close("output.logits", kind.logits(*m, c.base), c.lora.floats("output.logits"), kOutputTol);
+}
+
 // qkv's adapter gradients against central differences of its own loss (float32, as nn/gradcheck_test.cpp: the
 // tolerance is far below what a wrong term gives), at a few spread coordinates of every adapter tensor.
 void check_finite_differences(const Kind& kind, float h) {
@@ -315,12 +329,14 @@ QKV_LORA_CASE(Seq2SeqInt8BaseForward, [](Device d) { check_forward(d, seq2seq(),
 QKV_LORA_CASE(Seq2SeqInt8BaseTrajectory, [](Device d) { check_trajectory(d, seq2seq(), "int8."); })
 // ReLU: a smaller step straddles fewer kinks (nn/gradcheck_test.cpp).
 TEST(LoraParity, Seq2SeqFiniteDifferences) { check_finite_differences(seq2seq(), 1e-3f); }
+TEST(LoraParity, Seq2SeqMerged) { check_merged(seq2seq()); }
 
 QKV_LORA_CASE(Seq2SeqFusedForward, [](Device d) { check_forward(d, seq2seq_fused(), ""); })
 QKV_LORA_CASE(Seq2SeqFusedForwardDropout, [](Device d) { check_forward(d, seq2seq_fused(), "dropout."); })
 QKV_LORA_CASE(Seq2SeqFusedTrajectory, [](Device d) { check_trajectory(d, seq2seq_fused(), ""); })
 QKV_LORA_CASE(Seq2SeqFusedTrajectoryDropout, [](Device d) { check_trajectory(d, seq2seq_fused(), "dropout."); })
 TEST(LoraParity, Seq2SeqFusedFiniteDifferences) { check_finite_differences(seq2seq_fused(), 1e-3f); }
+TEST(LoraParity, Seq2SeqFusedMerged) { check_merged(seq2seq_fused()); }
 
 QKV_LORA_CASE(ClassifierForward, [](Device d) { check_forward(d, classifier(), ""); })
 QKV_LORA_CASE(ClassifierForwardDropout, [](Device d) { check_forward(d, classifier(), "dropout."); })
@@ -329,6 +345,7 @@ QKV_LORA_CASE(ClassifierTrajectoryDropout, [](Device d) { check_trajectory(d, cl
 QKV_LORA_CASE(ClassifierInt8BaseForward, [](Device d) { check_forward(d, classifier(), "int8."); })
 QKV_LORA_CASE(ClassifierInt8BaseTrajectory, [](Device d) { check_trajectory(d, classifier(), "int8."); })
 TEST(LoraParity, ClassifierFiniteDifferences) { check_finite_differences(classifier(), 1e-2f); }
+TEST(LoraParity, ClassifierMerged) { check_merged(classifier()); }
 
 }  // namespace
 }  // namespace qkv
