@@ -42,6 +42,7 @@ export function setupLora(tab: LanguageModelTab): void {
   const stopButton = $<HTMLButtonElement>("#lora-stop");
   const removeButton = $<HTMLButtonElement>("#lora-remove");
   const downloadButton = $<HTMLButtonElement>("#lora-download");
+  const loadInput = $<HTMLInputElement>("#lora-load");
   const errorEl = $("#lora-error");
   const beforeEl = $("#lora-before");
   const afterEl = $("#lora-after");
@@ -71,6 +72,7 @@ export function setupLora(tab: LanguageModelTab): void {
     stopButton.disabled = !training;
     removeButton.disabled = busy || training || !model?.lora;
     downloadButton.disabled = busy || training || !model?.lora;
+    loadInput.disabled = busy || training || !model;
   };
 
   const fail = (e: unknown) => {
@@ -214,6 +216,36 @@ export function setupLora(tab: LanguageModelTab): void {
       s.downloads++;
     } catch (e) {
       errorEl.textContent = `Download failed: ${errorText(e)}`;
+    } finally {
+      busy = false;
+      buttons();
+    }
+  };
+
+  loadInput.onchange = async () => {
+    const model = tab.current();
+    const files = [...(loadInput.files ?? [])];
+    loadInput.value = "";
+    if (!model || files.length === 0) return;
+    busy = true;
+    errorEl.textContent = "";
+    buttons();
+    try {
+      const weights = files.find((f) => f.name.endsWith(".safetensors"));
+      const config = files.find((f) => f.name.endsWith(".json"));
+      if (!weights || !config) {
+        throw new Error(`pick both files of the adapter, adapter_model.safetensors and adapter_config.json; got ${files.map((f) => f.name).join(", ")}`);
+      }
+      await tab.pause();
+      await model.loadAdapter({ config: await config.text(), safetensors: new Uint8Array(await weights.arrayBuffer()) });
+      // The adapter's text after the same prompt and seed as the last before/after pair (or the text's start).
+      s.prompt ||= promptEl.value || textEl.value.slice(0, 16) || "\n";
+      s.after = await sample(model, s.prompt);
+      afterEl.textContent = s.after;
+      s.state = "done";
+      s.loads++;
+    } catch (e) {
+      fail(e);
     } finally {
       busy = false;
       buttons();

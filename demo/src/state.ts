@@ -84,6 +84,8 @@ export interface LoraState {
   names: "qkv" | "gpt2";
   /** Incremented each time an adapter is downloaded (both files). */
   downloads: number;
+  /** Incremented each time an adapter is loaded from files (its sample is then `after`). */
+  loads: number;
   error: string | null;
 }
 
@@ -143,7 +145,7 @@ export const state: DemoState = {
   pretrained: { state: "idle", files: [], error: null, loads: 0, source: "", output: "", tokens: 0, tokensPerSecond: 0, generations: 0 },
   lora: {
     state: "idle", step: 0, steps: 0, firstLoss: null, lastLoss: null, tokensPerSecond: 0, adapterParameters: 0, baseParameters: 0,
-    trainingBytes: 0, fullTrainingBytes: 0, prompt: "", before: "", after: "", names: "qkv", downloads: 0, error: null,
+    trainingBytes: 0, fullTrainingBytes: 0, prompt: "", before: "", after: "", names: "qkv", downloads: 0, loads: 0, error: null,
   },
   seq2seq: { ...training(), task: "", accuracy: null, secondsTo99: null, input: "", output: "", heatmaps: 0 },
   classifier: { ...training(), accuracy: null, confusion: null },
