@@ -14,6 +14,7 @@
 #include "qkv/checkpoint_loader.h"
 #include "qkv/error.h"
 #include "qkv/lora.h"
+#include "qkv/lora_files.h"
 
 namespace qkv::js {
 
@@ -116,6 +117,25 @@ class JsModel {
   void remove_lora() {
     run([&] {
       m_->remove_lora();
+      keep({});
+    });
+  }
+  // names: "qkv" or "gpt2" (web/src/model.ts checks it). { config: adapter_config.json's text, safetensors: bytes }.
+  val save_adapter(const std::string& names) {
+    return run([&] {
+      if (names != "qkv" && names != "gpt2") {
+        throw qkv::Error("options.names = \"" + names + "\" is not an adapter naming: expected \"qkv\" or \"gpt2\"");
+      }
+      AdapterFiles f = qkv::save_adapter(*m_, names == "gpt2" ? AdapterNames::Gpt2 : AdapterNames::Qkv);
+      val out = val::object();
+      out.set("config", f.config_json);
+      out.set("safetensors", to_js(f.safetensors));
+      return out;
+    });
+  }
+  void load_adapter(std::string config, val safetensors) {
+    run([&] {
+      qkv::load_adapter(*m_, AdapterFiles{std::move(config), uint8_array(safetensors, "files.safetensors")});
       keep({});
     });
   }
@@ -257,7 +277,12 @@ emscripten::class_<T> model_class(const char* name) {
       .function(
           "removeLora", +[](T& t) { t.remove_lora(); })
       .function(
-          "loraOptions", +[](const T& t) { return t.lora_options(); });
+          "loraOptions", +[](const T& t) { return t.lora_options(); })
+      .function(
+          "saveAdapter", +[](T& t, std::string names) { return t.save_adapter(names); })
+      .function(
+          "loadAdapter",
+          +[](T& t, std::string config, val safetensors) { t.load_adapter(std::move(config), safetensors); });
   return c;
 }
 
