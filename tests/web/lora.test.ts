@@ -1,9 +1,10 @@
 // LoRA in the npm package (the wasm core): adapters on a trained char language model fine-tune it on another text
 // while the base stays bit for bit what it was, merging gives the adapters' outputs, a quantized (int8) base trains
 // its adapters, an adapter saved alone loads onto a fresh model and gives the same outputs, memory() counts gradients
-// and Adam moments for the adapters only, and every refusal is an Error naming what is wrong.
+// and Adam moments for the adapters only, Seq2Seq and Classifier take adapters too, and every refusal is an Error
+// naming what is wrong.
 import { beforeAll, describe, expect, it } from "vitest";
-import { CharTokenizer, init, LanguageModel, type LoraOptions } from "../../web/dist/node.js";
+import { CharTokenizer, Classifier, init, LanguageModel, Seq2Seq, type LoraOptions } from "../../web/dist/node.js";
 import { PATTERN_TEXT, rng, sampleBatch } from "./helpers.js";
 
 await init({ threads: 2 });
@@ -135,6 +136,57 @@ describe("LanguageModel LoRA", () => {
     m.dispose();
   });
 
+  it("saves the adapter alone as PEFT does, and it loads onto a fresh base with the same outputs (qkv and GPT-2 names)", async () => {
+    const m = await LanguageModel.load(trained);
+    await m.addLora({ rank: 4, alpha: 8, dropout: 0.1, targets: ["qkv", "out", "up", "down"], seed: 9 });
+    await fineTune(m, 20);
+    const adapted = await m.predict(PROMPT, SHAPE);
+    for (const names of ["qkv", "gpt2"] as const) {
+      const files = await m.saveAdapter({ names });
+      const config = JSON.parse(files.config) as { peft_type: string; r: number; lora_alpha: number; lora_dropout: number; fan_in_fan_out: boolean };
+      expect(config).toMatchObject({ peft_type: "LORA", r: 4, lora_alpha: 8, fan_in_fan_out: names === "gpt2" });
+      expect(config.lora_dropout).toBeCloseTo(0.1, 6);
+      const t = tensors(files.safetensors);
+      const stem = names === "gpt2" ? "base_model.model.transformer.h.1.attn.c_attn" : "base_model.model.layers.1.self_attn.in_proj";
+      expect(t.get(`${stem}.lora_A.weight`)?.length, `${stem}.lora_A.weight`).toBe(4 * C);
+      expect(t.get(`${stem}.lora_B.weight`)?.length).toBe(3 * C * 4);
+      expect(t.size).toBe(LAYERS * 4 * 2);
+      const fresh = await LanguageModel.load(trained);
+      await fresh.loadAdapter(files);
+      expect(fresh.lora).toMatchObject({ rank: 4, alpha: 8, dropout: 0.1, targets: ["qkv", "out", "up", "down"] });
+      expect(Array.from(await fresh.predict(PROMPT, SHAPE)), names).toEqual(Array.from(adapted));
+      fresh.dispose();
+    }
+    // Replacing: an adapter loaded over another one is the file's.
+    const files = await m.saveAdapter();
+    const other = await LanguageModel.load(trained);
+    await other.addLora({ rank: 2, targets: ["q"] });
+    await other.loadAdapter(files);
+    expect(other.lora?.rank).toBe(4);
+    expect(Array.from(await other.predict(PROMPT, SHAPE))).toEqual(Array.from(adapted));
+    other.dispose();
+    m.dispose();
+  });
+
+  it("refuses adapter files that do not fit, and saveAdapter without adapters, the model unchanged", async () => {
+    const m = await LanguageModel.load(trained);
+    await expect(m.saveAdapter()).rejects.toThrow(/no (LoRA )?adapters|add_lora/i);
+    await expect(m.saveAdapter({ names: "hf" as "qkv" })).rejects.toThrow(/options\.names must be "qkv" or "gpt2", got "hf"/);
+    await expect(m.loadAdapter({ config: 1 as unknown as string, safetensors: new Uint8Array(8) })).rejects.toThrow(/files\.config must be a string/);
+    await expect(m.loadAdapter({ config: "{}", safetensors: [1, 2] as unknown as Uint8Array })).rejects.toThrow(/files\.safetensors must be a Uint8Array/);
+    // An adapter of a wider model: every tensor is mis-shaped, and named.
+    const wide = await LanguageModel.create({ ...CONFIG, dModel: 48 });
+    await wide.addLora({ rank: 4 });
+    const files = await wide.saveAdapter();
+    wide.dispose();
+    const base = await m.predict(PROMPT, SHAPE);
+    await expect(m.loadAdapter(files)).rejects.toThrow(/layers\.0\.self_attn\.in_proj\.lora_A\.weight/);
+    expect(m.lora).toBeNull();
+    await expect(m.loadAdapter({ config: "not json", safetensors: files.safetensors })).rejects.toThrow(/adapter_config|JSON/i);
+    expect(Array.from(await m.predict(PROMPT, SHAPE))).toEqual(Array.from(base));
+    m.dispose();
+  });
+
   it("counts gradients and Adam moments for the adapters only", async () => {
     const full = await LanguageModel.load(trained);
     await fineTune(full, 1);
@@ -152,6 +204,40 @@ describe("LanguageModel LoRA", () => {
     expect(mem.parameters).toBe(fullMemory.parameters + 4 * n);
     expect(mem.gradients).toBeLessThan(fullMemory.gradients / 10);
     m.dispose();
+  });
+
+  it("trains adapters on a Seq2Seq (encoder, decoder and cross attention, generator) and a Classifier (its head)", async () => {
+    const ids = (n: number, lo: number, hi: number, seed: number) => {
+      const r = rng(seed);
+      return Int32Array.from({ length: n }, () => lo + Math.floor(r() * (hi - lo)));
+    };
+    const s2s = await Seq2Seq.create({ srcVocab: 13, tgtVocab: 13, context: 8, dModel: 16, heads: 2, encoderLayers: 1, decoderLayers: 1, dFF: 32, seed: 2, lr: 1e-2, dropout: 0 });
+    const src = ids(4 * 6, 3, 13, 1), tgtIn = ids(4 * 5, 3, 13, 2), tgtOut = ids(4 * 5, 3, 13, 3);
+    const s2sBase = await s2s.predict(src, tgtIn, { batch: 4 });
+    await s2s.addLora({ rank: 2, targets: ["q", "k", "v", "out", "up", "down", "head"] });
+    const s2sLosses: number[] = [];
+    for (let i = 0; i < 40; i++) s2sLosses.push((await s2s.trainStep(src, tgtIn, tgtOut, { batch: 4 })).loss);
+    expect(s2sLosses.at(-1)!).toBeLessThan(0.5 * s2sLosses[0]!);
+    // Attention adapters in every attention module: 3 (q, k, v) + 1 (out) per module, 3 modules; up, down; the generator.
+    const r = 2, d = 16, f = 32;
+    const n = 3 * (3 * 2 * r * d + 2 * r * d) + 2 * (r * d + f * r + r * f + d * r) + (r * d + 13 * r);
+    expect((await s2s.memory()).gradients).toBe(4 * n);
+    await s2s.removeLora();
+    expect(Array.from(await s2s.predict(src, tgtIn, { batch: 4 }))).toEqual(Array.from(s2sBase));
+    s2s.dispose();
+
+    const cls = await Classifier.create({ vocabSize: 20, context: 8, dModel: 16, heads: 2, layers: 1, dFF: 32, classes: 3, seed: 4, lr: 1e-2, dropout: 0 });
+    const tokens = ids(6 * 8, 1, 20, 5);
+    const labels = Int32Array.of(0, 1, 2, 0, 1, 2);
+    const clsBase = await cls.predict(tokens, { batch: 6 });
+    await cls.addLora({ rank: 4, targets: ["qkv", "head"] });
+    const clsLosses: number[] = [];
+    for (let i = 0; i < 40; i++) clsLosses.push((await cls.trainStep(tokens, labels, { batch: 6 })).loss);
+    expect(clsLosses.at(-1)!).toBeLessThan(0.5 * clsLosses[0]!);
+    await cls.mergeLora();
+    expect(cls.lora).toBeNull();
+    expect(maxRelDiff(await cls.predict(tokens, { batch: 6 }), clsBase)).toBeGreaterThan(1e-3);
+    cls.dispose();
   });
 
   it("refuses bad options, a second addLora, and merge or remove without adapters, naming the argument", async () => {
