@@ -199,7 +199,7 @@ export abstract class Model<C extends object> {
   }
 
   /**
-   * Adds LoRA adapters (README "LoRA adapters"): each Linear the targets name then computes
+   * Adds LoRA adapters (README "Fine-tuning with LoRA"): each Linear the targets name then computes
    * `y = x W^T + b + (alpha / rank) · dropout(x) A^T B^T`, with A (rank, in) drawn as PEFT does and B (out, rank)
    * zero, so outputs are unchanged until it trains. From then on `trainStep` (and the {@link Trainer}) trains only the
    * adapters: the base is frozen, with no gradients and no Adam moments (`memory().gradients` and `.optimizer` count
