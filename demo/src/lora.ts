@@ -116,13 +116,17 @@ export function setupLora(tab: LanguageModelTab): void {
       if (running) return;
       if (s.state === "training") void finish();
     },
-    fail,
+    // An error after the tab's model changed is the old model's (disposed mid-step): the panel has started over.
+    (e) => {
+      if (run) fail(e);
+    },
   );
 
   /** After the last step (or Stop, or another training taking over): the sample after, the model's own lr back. */
   async function finish(): Promise<void> {
     const r = run;
     if (!r) return;
+    s.state = "idle";
     busy = true;
     buttons();
     try {
@@ -131,7 +135,7 @@ export function setupLora(tab: LanguageModelTab): void {
       afterEl.textContent = s.after;
       s.state = "done";
     } catch (e) {
-      fail(e);
+      if (run === r) fail(e);
     } finally {
       busy = false;
       buttons();
@@ -253,9 +257,10 @@ export function setupLora(tab: LanguageModelTab): void {
   };
 
   tab.onModel(() => {
-    // Another model: the panel starts over (its adapters, if any, went with the old model).
-    void loop.stop();
+    // Another model: the panel starts over (its adapters, if any, went with the old model). The state first, so
+    // that the loop's stop does not write the "after" sample of a disposed model.
     run = undefined;
+    void loop.stop();
     Object.assign(s, { state: "idle", step: 0, steps: 0, firstLoss: null, lastLoss: null, tokensPerSecond: 0, adapterParameters: 0, trainingBytes: 0 });
     chart.clear();
     beforeEl.textContent = "";
