@@ -168,6 +168,19 @@ describe("LanguageModel LoRA", () => {
     m.dispose();
   });
 
+  it("saves a checkpoint with its adapters and their Adam state: it loads with them and trains on exactly", async () => {
+    const m = await LanguageModel.load(trained);
+    await m.addLora({ rank: 4, targets: ["qkv", "up"], seed: 4 });
+    await fineTune(m, 10);
+    const bytes = await m.save();
+    const back = await LanguageModel.load(bytes);
+    expect(back.lora).toEqual(m.lora);
+    expect(Array.from(await back.predict(PROMPT, SHAPE))).toEqual(Array.from(await m.predict(PROMPT, SHAPE)));
+    expect(await fineTune(back, 3, 11)).toEqual(await fineTune(m, 3, 11));
+    back.dispose();
+    m.dispose();
+  });
+
   it("refuses adapter files that do not fit, and saveAdapter without adapters, the model unchanged", async () => {
     const m = await LanguageModel.load(trained);
     await expect(m.saveAdapter()).rejects.toThrow(/no (LoRA )?adapters|add_lora/i);
