@@ -18,17 +18,24 @@
 // the generator nn::Parameters uses for the base) seeded with LoraOptions::seed, the adapters in the order
 // Model::lora_parameters() lists them, each A's rank * in values row-major, each
 // U(-1/sqrt(in), 1/sqrt(in)) = kaiming_uniform_(A, a = sqrt(5)) as torch.nn.Linear and PEFT initialise lora_A:
-// value = (2 u - 1) / sqrt(in) with u = Rng::uniform() in [0, 1). (A reference reads A from the model rather than
-// drawing it: the exact draws are qkv's own, not torch's.)
+// value = float((2 u - 1) * (1 / sqrt(in))) computed in double, u = Rng::uniform() in [0, 1). (A reference reads A
+// from the model rather than drawing it: the exact draws are qkv's own, not torch's.) The model's optimizer settings
+// apply to the adapters; AdamW's weight decay applies to A and B (2-D tensors, as to every 2-D weight).
 //
-// Dropout on the adapter's input (PEFT's lora_dropout), in training passes only (Model::set_training(false) turns it
-// off): inverted dropout with the counter-based mask every executor draws the same (kernels.h: dropout), the mask
-// of the adapter `i` (its index in lora_parameters() order, A and B counted as one adapter, from 0) in a forward
-// pass with seed `s` (nn::Dropout::seed of that pass, ModelCore::next_dropout) is the one ops::dropout_forward draws
-// over the adapter's input x (rows, in), row-major, with p = dropout and seed nn::Dropout{p, s}.seed_for(stream),
-// stream = 0x4C6F5241'00000000 + i ("LoRA" in the high word: apart from every base module's stream, which count
-// from 1). The backward recomputes the same mask. A language model's or classifier's training call runs one
-// forward pass per call; seq2seq's the encoder and decoder in one pass (the same s).
+// Dropout on the adapter's input (PEFT's lora_dropout), in training passes only (the training calls in training
+// mode; Model::set_training(false), evaluate, logits and generation draw none), whatever the model's own dropout:
+// inverted dropout with the counter-based mask every executor draws alike (ops/dropout_hash.h, kernels.h):
+//   element e (row-major over the adapter's input x (rows, in)) is kept iff dropout_hash(S, e) >= p * 2^32
+//   (ops::dropout_threshold), kept elements scaled by 1 / (1 - p), p = LoraOptions::dropout;
+//   S = nn::Dropout::seed_for(stream) = (uint64(dropout_hash(s, stream)) << 32) ^ (s + stream);
+//   s = the pass's seed, model_seed * 0x9E3779B97F4A7C15 + passes (ModelCore::next_dropout; passes counts the
+//       model's forward passes, training or not, from 1; the config's seed is model_seed);
+//   stream = 0x4C6F524100000000 + i ("LoRA" in the high word, apart from every base module's stream, which count
+//       from 1), i the adapter's index in lora_parameters() order (A and B one adapter, from 0).
+// The backward recomputes the same mask. A training call runs one forward pass (seq2seq: encoder and decoder in
+// one pass, the same s). The "qkv" adapter is applied to attention's query input (B rows 0..C) and to its
+// key/value input (B rows C..3C), each with its own mask drawn as above over that input (the same S): in
+// self-attention the two inputs are the same rows, so the two masks are the same.
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -104,7 +104,8 @@ class Model {
   const LoraOptions& lora_options() const;  // qkv::Error when the model has no adapters
   // Folds scale * B A into the float32 base weights and removes the adapters; the model then trains whole again
   // (its optimizer restarts: step() 0). Refused on a quantized base (qkv::Error saying why: the fold would be
-  // re-quantized, losing it), and without adapters; nothing changes on error.
+  // re-quantized, losing it), with a "head" adapter on a tied head (the fold would change the embedding lookup too),
+  // and without adapters; nothing changes on error.
   void merge_lora();
   // Drops the adapters; the base weights are bit for bit what they were before add_lora. The model then trains
   // whole again (its optimizer restarts: step() 0). qkv::Error without adapters.

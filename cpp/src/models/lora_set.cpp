@@ -115,6 +115,11 @@ void merge_lora(ModelCore& core) {
                               "): folding the adapters into it would quantize them again and lose most of what "
                               "they learned; keep the adapters beside the quantized base (save the adapter), or "
                               "merge them into the float32 model (load it, add the adapter, merge, then quantize)"));
+  for (const nn::LoraSite* s : set.sites)
+    if (s->weight->embedding)
+      throw Error(detail::cat("merge_lora: the \"head\" adapter sits on a tied head (", s->weight->name,
+                              " is the token embedding too): folding it in would change the embedding lookup as well "
+                              "as the head; keep the adapter (save it), or add the adapters without \"head\""));
   // W[row0 : row0 + out] (out, in) += s B (out, r) A (r, in), on the model's device.
   for (size_t i = 0; i < set.sites.size(); ++i) {
     const nn::LoraSite& s = *set.sites[i];

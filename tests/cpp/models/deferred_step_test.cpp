@@ -419,6 +419,53 @@ TEST(DeferredStep, Seq2SeqWithMovingPaddingAndClassifiers) {
         test::classifier_steps());
 }
 
+// LoRA adapters (Model::add_lora) train through the same step: on a float32 base with the adapters' dropout and on
+// a frozen int8 base (its backward through dequantized rows), the deferred steps' losses and the adapters' values
+// and moments are the op-by-op ones, bit for bit, and the base does not move.
+TEST(DeferredStep, LoraAdaptersOnAFloatAndAQuantizedBase) {
+  for (bool quantized : {false, true}) {
+    const auto make = [quantized] {
+      auto m = std::make_unique<LanguageModel>(test::lm_config_with_dropout(), test::changing_optimizer());
+      if (quantized) m->quantize(WeightFormat::Int8);
+      LoraOptions o;
+      o.rank = 2;
+      o.dropout = 0.1f;
+      o.targets = {"q", "v", "out", "up", "down", "head"};
+      m->add_lora(o);
+      return m;
+    };
+    const test::StepCase<LanguageModel> c = test::lm_shape_steps();
+    Deferring d;
+    std::unique_ptr<LanguageModel> deferred = make();
+    std::vector<std::vector<float>> base;  // the float32 tensors (a packed one has no host values)
+    for (const auto& p : deferred->parameters()) base.emplace_back(p.value.begin(), p.value.end());
+    const std::vector<float> got = test::run_steps(*deferred, c);
+    const StepRecorder::Counts counts = d.backend.recorder().counts();
+    ops::set_cpu_backend_for_tests(nullptr);
+    const std::unique_ptr<LanguageModel> plain = make();
+    ops::set_cpu_backend_for_tests(&d.backend);
+    const std::vector<float> want = test::run_steps(*plain, c);
+    EXPECT_GE(counts.replayed, c.min_replays) << "the steps were not replayed";
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(test::same_bits(got[i], want[i]))
+          << "step " << i << ": deferred " << got[i] << ", op by op " << want[i];
+    EXPECT_EQ(deferred->step(), plain->step());
+    const auto a = deferred->lora_parameters(), b = plain->lora_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(0, std::memcmp(a[i].value.data(), b[i].value.data(), a[i].value.size_bytes())) << a[i].name;
+      EXPECT_EQ(0, std::memcmp(a[i].m.data(), b[i].m.data(), a[i].m.size_bytes())) << a[i].name;
+      EXPECT_EQ(0, std::memcmp(a[i].v.data(), b[i].v.data(), a[i].v.size_bytes())) << a[i].name;
+    }
+    const auto after = deferred->parameters();
+    for (size_t i = 0; i < after.size(); ++i)
+      EXPECT_EQ(std::vector<float>(after[i].value.begin(), after[i].value.end()), base[i])
+          << "the frozen base moved: " << after[i].name;
+    deferred.reset();  // before the executor it runs on goes
+  }
+}
+
 // An evaluation of a larger batch between steps moves the workspace: the next step's replay meets other
 // pointers under the same shape, and is run again op by op (then captured anew), with the same bits.
 TEST(DeferredStep, AWorkspaceThatMovesUnderTheSameShapeRunsTheStepAgain) {

@@ -182,5 +182,75 @@ TEST(DataParallel, OneRankTrainsAsAlone) {
   replica.set_gradient_sync(nullptr);
 }
 
+// With LoRA adapters only the adapters' gradients are summed (the frozen base has none): every sum started lies in
+// the adapters' gradient buffer and together they cover it once; the replica trains as a model alone does, bit for
+// bit, and its base does not move.
+TEST(DataParallel, LoraReducesOnlyTheAdaptersGradients) {
+  LanguageModelConfig c;
+  c.vocab_size = 23;
+  c.context = 8;
+  c.d_model = 16;
+  c.heads = 2;
+  c.layers = 2;
+  c.dropout = 0.1f;
+  LoraOptions o;
+  o.rank = 4;
+  o.dropout = 0.1f;
+  o.targets = {"qkv", "out", "up", "down", "head"};
+  LanguageModel alone(c), replica(c);
+  alone.add_lora(o);
+  Loopback comm;
+  dist::DataParallelOptions options;
+  options.bucket_bytes = 1024;  // several buckets
+  dist::DataParallel dp(comm, options);
+  replica.set_gradient_sync(&dp);
+  replica.add_lora(o);  // the group moves to the adapters
+  const auto base = replica.parameters();
+  std::vector<std::vector<float>> base_values;
+  for (const auto& p : base) base_values.emplace_back(p.value.begin(), p.value.end());
+  for (int step = 0; step < 3; ++step) {
+    const auto x = random_ids(2 * 8, 23, 10 + step), y = random_ids(2 * 8, 23, 20 + step);
+    const float a = alone.train_step(x, y, 2, 8);
+    comm.started.clear();
+    replica.zero_grad();
+    const float b = replica.accumulate(x, y, 2, 8);
+    replica.apply_gradients();
+    EXPECT_EQ(a, b);
+    // The adapters' gradients are one flat buffer: from the first adapter's gradient to the end of the last.
+    const auto views = replica.lora_parameters();
+    const float* begin = views.front().grad.data();
+    const float* end = views.back().grad.data() + views.back().grad.size();
+    size_t floats = 0;
+    for (const auto& [at, n] : comm.started) {
+      EXPECT_GE(at, begin);
+      EXPECT_LE(at + n, end + 15);  // the last tensor's 64-byte padding
+      floats += n;
+    }
+    EXPECT_GE(floats, static_cast<size_t>(end - begin));
+    EXPECT_LE(floats, static_cast<size_t>(end - begin) + 15);
+  }
+  const auto va = alone.lora_parameters(), vb = replica.lora_parameters();
+  ASSERT_EQ(va.size(), vb.size());
+  for (size_t i = 0; i < va.size(); ++i) {
+    EXPECT_EQ(0, std::memcmp(va[i].value.data(), vb[i].value.data(), va[i].value.size_bytes())) << va[i].name;
+    EXPECT_EQ(0, std::memcmp(va[i].m.data(), vb[i].m.data(), va[i].m.size_bytes())) << va[i].name;
+  }
+  for (size_t i = 0; i < base.size(); ++i)
+    EXPECT_EQ(0, std::memcmp(base[i].value.data(), base_values[i].data(), base[i].value.size_bytes())) << base[i].name;
+  // Back to training the base whole: the group follows.
+  replica.remove_lora();
+  comm.started.clear();
+  const auto x = random_ids(2 * 8, 23, 30), y = random_ids(2 * 8, 23, 31);
+  replica.zero_grad();
+  replica.accumulate(x, y, 2, 8);
+  replica.apply_gradients();
+  size_t floats = 0;
+  for (const auto& [at, n] : comm.started) floats += n;
+  size_t base_floats = 0;
+  for (const auto& p : replica.parameters()) base_floats += (p.value.size() + 15) / 16 * 16;
+  EXPECT_EQ(floats, base_floats);
+  replica.set_gradient_sync(nullptr);
+}
+
 }  // namespace
 }  // namespace qkv
