@@ -25,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/checksum.h"
 #include "kernels/kernels.h"
+#include "lora_commands.h"
 #include "nn/parameters.h"
 #include "qkv/classifier.h"
 #include "qkv/config.h"
@@ -191,7 +192,9 @@ int run_train(const TrainArgs& a) {
   if (a.steps.given && a.steps.value < 1)
     throw UsageError("--steps " + std::to_string(a.steps.value) + ": expected >= 1");
   std::unique_ptr<Task> task;
-  if (!a.resume.empty()) {
+  if (!a.init.empty() || !a.lora.empty()) {
+    task = lora_task(a);
+  } else if (!a.resume.empty()) {
     const auto fixed = [&](bool given, const char* flag, const char* what) {
       if (given)
         throw UsageError(std::string(flag) + " cannot be combined with --resume: the checkpoint fixes " + what);
@@ -323,6 +326,7 @@ int run_train(const TrainArgs& a) {
   const auto save = [&] {
     if (dist) dist->gather_moments();
     if (lead) task->save(out);
+    if (lead) write_adapter(a, *task);
     if (dist) dist->shard_moments();
   };
   const auto evaluate = [&](int step) {
@@ -441,6 +445,7 @@ int generate_ids(const GenerateArgs& a, const SamplingOptions& o, Device device)
   const std::unique_ptr<LanguageModel> m =
       a.model.empty() ? LanguageModel::load_file(a.ckpt) : load_pretrained(a.model, {}, device);
   if (a.model.empty()) m->to(device);
+  load_generate_adapter(a.adapter, *m);
   const int V = m->config().vocab_size;
   for (int32_t id : prompt)
     if (id >= V)
@@ -508,6 +513,7 @@ int run_generate(const GenerateArgs& a) {
                      " has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
                      "(--prompt-ids)");
   const auto task = a.model.empty() ? Task::load(a.ckpt) : Task::load_pretrained(a.model, a.ignore_eos);
+  load_generate_adapter(a.adapter, task->model());
   task->to(device);
   std::fputs(a.prompt.c_str(), stdout);
   std::fflush(stdout);
@@ -626,6 +632,7 @@ int run_info(const InfoArgs& a) {
   }
   if (meta.count("qkv.labels")) row("labels", get("qkv.labels"));
   if (meta.count("qkv.train")) row("train", get("qkv.train"));
+  info_lora(f);
   for (const auto& [key, value] : meta)
     if (key.rfind("qkv.", 0) != 0 && key != "format")
       row(key.c_str(), value.size() > 100 ? value.substr(0, 100) + "..." : value);

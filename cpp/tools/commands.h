@@ -26,6 +26,9 @@ struct TrainArgs {
   bool check_replicas = false;
   int zero = 0;      // 1: ZeRO-1, the Adam moments sharded across the ranks
   bool mpi = false;  // an MPI session is active (set by main, not a flag)
+  // LoRA (lora_commands.h): --lora SPEC on the model of --init MODEL, the adapter written to --adapter-out DIR in
+  // --adapter-names (qkv | gpt2; "" = the model's origin decides).
+  std::string lora, init, adapter_out, adapter_names;
 };
 
 struct GenerateArgs {
@@ -39,6 +42,7 @@ struct GenerateArgs {
   int beam = 1;
   double length_penalty = 0.6;
   bool ignore_eos = false;  // --model: go on past the end-of-text token (which otherwise ends generation)
+  std::string adapter;      // a PEFT adapter folder loaded onto the model (lora_commands.h)
   Flag<uint64_t> seed;
   Flag<int> threads;
 };

@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "distributed.h"
+#include "lora_commands.h"
 #include "parallel/mpi.h"
 #include "qkv/device.h"
 #include "qkv/error.h"
@@ -126,6 +127,15 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({0, 1}));
   t->add_flag("--check-replicas", train.check_replicas,
               "mpirun: compare every rank's parameters (a hash) after every step; stop if they differ");
+  t->add_option("--lora", train.lora,
+                "LoRA adapters on --init's frozen model: rank=8,alpha=16,dropout=0.05,targets=qkv+out+up+down,seed=0");
+  t->add_option("--init", train.init,
+                "With --lora: the model to adapt, a checkpoint (qkv train / qkv import) or a GPT-2 folder");
+  t->add_option("--adapter-out", train.adapter_out,
+                "Also write the adapter alone, as PEFT saves it (adapter_config.json + adapter_model.safetensors)");
+  t->add_option("--adapter-names", train.adapter_names,
+                "--adapter-out's module names: gpt2 (default for a GPT-2 model) or qkv")
+      ->check(CLI::IsMember({"qkv", "gpt2"}));
   t->footer([] {
     std::string text = kTrainFooter;
     const std::string mark = "{presets}\n";
@@ -150,6 +160,8 @@ int main(int argc, char** argv) {
   g->add_flag("--ignore-eos", gen.ignore_eos,
               "--model: go on past the end-of-text token (config.json's eos_token_id), which otherwise ends "
               "generation unprinted");
+  g->add_option("--adapter", gen.adapter,
+                "A LoRA adapter folder (adapter_config.json + adapter_model.safetensors, PEFT's or qkv's) on the model");
   g->add_option("--beam", gen.beam, "seq2seq: beam search width; 1 = greedy (default)")->check(CLI::Range(1, 64));
   g->add_option("--length-penalty", gen.length_penalty, "seq2seq beams: GNMT's alpha (default 0.6; 0 = none)")
       ->check(CLI::NonNegativeNumber);
@@ -228,6 +240,17 @@ int main(int argc, char** argv) {
       "stay float32. The checkpoint loads everywhere a checkpoint does, for inference: generate, eval, predict.\n"
       "README \"Quantized weights\" gives each format's accuracy.");
 
+  MergeArgs merge;
+  CLI::App* mg = app.add_subcommand("merge", "Fold a LoRA adapter into its base model's weights");
+  mg->add_option("MODEL", merge.model, "The base: a qkv checkpoint (float32) or a Hugging Face GPT-2 folder")
+      ->required();
+  mg->add_option("ADAPTER_DIR", merge.adapter, "The adapter folder (adapter_config.json + adapter_model.safetensors)")
+      ->required();
+  mg->add_option("OUT", merge.out, "The merged checkpoint to write (no adapters: W + alpha / r * B A)")->required();
+  mg->footer(
+      "\nA quantized base is refused: the fold would be rounded away when stored quantized again. Merge into the\n"
+      "float32 model, then qkv quantize OUT. The checkpoint keeps MODEL's tokenizer, so qkv generate --ckpt OUT works.");
+
   BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");
   flags.add(b, "--threads", bench.threads, "Most threads (default: all cores)")->check(CLI::PositiveNumber);
@@ -240,10 +263,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string first = argv[1];
-  const std::vector<std::string> commands = {"train", "generate", "eval", "info", "import", "quantize", "bench"};
+  const std::vector<std::string> commands = {"train",  "generate", "eval", "info",
+                                             "import", "quantize", "merge", "bench"};
   if (first[0] != '-' && std::find(commands.begin(), commands.end(), first) == commands.end()) {
     std::fprintf(stderr,
-                 "qkv: unknown command \"%s\": expected train, generate, eval, info, import, quantize or bench\n",
+                 "qkv: unknown command \"%s\": expected train, generate, eval, info, import, quantize, merge or bench\n",
                  argv[1]);
     return 2;
   }
@@ -293,6 +317,7 @@ int main(int argc, char** argv) {
     }
     if (command == "import") return run_import(imp);
     if (command == "quantize") return run_quantize(quant);
+    if (command == "merge") return run_merge(merge);
     return run_bench(bench);
   } catch (const UsageError& err) {
     std::fprintf(stderr, "qkv %s%s: %s\nRun 'qkv %s --help' for usage.\n", command.c_str(), rank.c_str(), err.what(),

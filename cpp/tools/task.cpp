@@ -669,7 +669,11 @@ std::unique_ptr<Task> Task::load_pretrained(const std::string& dir, bool ignore_
   check(tok->size() <= model->config().vocab_size, dir, ": the tokenizer has ", tok->size(),
         " tokens, more than the model's vocabulary of ", model->config().vocab_size);
   std::vector<int32_t> eos = ignore_eos ? std::vector<int32_t>{} : pretrained_eos_ids(dir, tok->eos_id());
-  return std::make_unique<LmTask>(std::move(*tok), std::move(model), std::move(eos));
+  auto task = std::make_unique<LmTask>(std::move(*tok), std::move(model), std::move(eos));
+  task->imported_from = "gpt2";
+  task->base_model = dir;
+  task->checkpoint_path = dir;
+  return task;
 }
 
 std::unique_ptr<Task> Task::load(const std::string& path) {
@@ -718,6 +722,7 @@ std::unique_ptr<Task> Task::load(const std::string& path) {
       throw Error(path + ": \"qkv.train\" metadata is malformed: " + e.what());
     }
   }
+  if (meta.count("qkv.imported_from")) task->imported_from = meta.at("qkv.imported_from");
   task->checkpoint_path = path;
   return task;
 }
@@ -750,6 +755,7 @@ void Task::save(const std::string& path) {
   meta["qkv.train"] =
       json{{"seed", train.seed}, {"batch", train.batch}, {"steps", train.steps}, {"eval_every", train.eval_every}}
           .dump();
+  if (!imported_from.empty()) meta["qkv.imported_from"] = imported_from;
   write_safetensors_atomic(path, model().save(true, meta));
 }
 

@@ -8,6 +8,9 @@
 //   "qkv.tokenizer.target"  seq2seq: the target tokenizer's JSON
 //   "qkv.labels"            classifier: the class names in class-id order, a JSON array of strings
 //   "qkv.train"             {"seed", "batch", "steps", "eval_every"}: what `train --resume` continues with
+//   "qkv.imported_from"     the format of the file `qkv import` read ("gpt2" for a Hugging Face GPT-2 folder), kept
+//                           through `qkv train --init/--resume`: a LoRA adapter of such a model is saved in GPT-2's
+//                           module names by default (lora_commands.h)
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -142,6 +145,8 @@ class Task {
 
   TrainState train;
   std::string checkpoint_path;  // where the task was loaded from ("" for a new one), for messages
+  std::string imported_from;    // "qkv.imported_from" (above): "gpt2" for a GPT-2 folder's model, "" for qkv's own
+  std::string base_model;       // the GPT-2 folder a task was loaded from (load_pretrained), "" otherwise
 
  protected:
   virtual std::map<std::string, std::string> metadata() const = 0;

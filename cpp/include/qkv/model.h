@@ -124,13 +124,16 @@ class Model {
   // `metadata` adds string keys to the file's "__metadata__" (e.g. "qkv.tokenizer", which `qkv generate`
   // reads); loading ignores them. A key the checkpoint writes itself ("qkv.model", "qkv.config",
   // "qkv.optimizer", "qkv.step", "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-  // "qkv.crc32", "format", "qkv.quantized") is refused with qkv::Error naming it. A quantized model's checkpoint
-  // never holds an optimizer state (with_optimizer is ignored: it has none).
+  // "qkv.crc32", "format", "qkv.quantized", "qkv.lora") is refused with qkv::Error naming it. With LoRA adapters the
+  // checkpoint holds base + adapters, "qkv.lora" = to_string(lora_options()), and, with_optimizer, the adapters'
+  // moments and steps (the frozen base has none). A quantized model's checkpoint holds an optimizer state only with
+  // adapters (with_optimizer is ignored without: it has none).
   std::vector<uint8_t> save(bool with_optimizer = true, const std::map<std::string, std::string>& metadata = {});
   void save_file(const std::string& path, bool with_optimizer = true,
                  const std::map<std::string, std::string>& metadata = {});
   // Loads a checkpoint's state into this model; its config must match this model's (else qkv::Error
-  // naming the field) and nothing changes on error.
+  // naming the field) and nothing changes on error. The file's adapters are added to a model that has none; a model
+  // with other adapters (or adapters the file lacks) is refused: remove_lora() first.
   void load_state(std::span<const uint8_t> bytes);
   // Loads only the weights, by name, from any safetensors file: a qkv checkpoint or a PyTorch state dict
   // saved with qkv's names (README). Every parameter must be present with its shape; nothing changes on error.

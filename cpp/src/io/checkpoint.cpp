@@ -13,6 +13,7 @@
 
 #include "io/checksum.h"
 #include "io/import.h"
+#include "models/lora_set.h"
 #include "ops/weight_quantize.h"
 #include "qkv/config.h"
 #include "qkv/error.h"
@@ -23,6 +24,7 @@ namespace {
 const char* const kM = "optimizer.m.";
 const char* const kV = "optimizer.v.";
 const char* const kQuantized = "qkv.quantized";
+const char* const kLora = "qkv.lora";
 const char* const kScales = ".scales";
 
 // How a packed parameter is stored in a file: its rows as they are on the device, under a dtype and shape a
@@ -122,11 +124,13 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
     core.ops().download(host.back().data(), x.data(), x.size_bytes());
     return host.back();
   };
-  check(!with_optimizer || !core.params.moments_sharded(),
+  check(!with_optimizer || !core.trained().moments_sharded(),
         "the Adam moments are sharded across ranks (ZeRO-1): gather them before saving the optimizer state");
-  // A quantized model has no optimizer state (it does not train): its checkpoints never hold one.
-  if (core.params.packed_count() > 0) with_optimizer = false;
-  if (with_optimizer) core.params.ensure_training();  // a loaded model's moments: zero until it trains
+  // The optimizer state is what trains: the adapters' when the model has them (the base is frozen: no moments), else
+  // the weights'. A quantized model without adapters has none (it does not train): its checkpoints never hold one.
+  const bool lora = core.lora != nullptr;
+  if (core.params.packed_count() > 0 && !lora) with_optimizer = false;
+  if (with_optimizer) core.trained().ensure_training();  // a loaded model's moments: zero until it trains
   std::deque<std::vector<uint8_t>>& host_bytes = out.host_bytes;
   for (nn::Param& p : core.params.all()) {
     if (p.is_packed()) {
@@ -142,17 +146,26 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
       continue;
     }
     refs.emplace_back(p.name, p.shape, on_host(p.value));
-    if (with_optimizer) {
+    if (with_optimizer && !lora) {
       refs.emplace_back(kM + p.name, p.shape, on_host(p.m));
       refs.emplace_back(kV + p.name, p.shape, on_host(p.v));
     }
   }
+  // The adapters (models/lora_set.h) under their own names ("<stem>.lora_A.weight"), with their moments.
+  if (lora)
+    for (nn::Param& p : core.lora->params.all()) {
+      refs.emplace_back(p.name, p.shape, on_host(p.value));
+      if (with_optimizer) {
+        refs.emplace_back(kM + p.name, p.shape, on_host(p.m));
+        refs.emplace_back(kV + p.name, p.shape, on_host(p.v));
+      }
+    }
   std::map<std::string, std::string> meta = {
       {"qkv.model", kind},
       {"qkv.config", config_json},
-      {"qkv.optimizer", to_json(core.optimizer.config())},
-      {"qkv.step", std::to_string(core.optimizer.steps())},
-      {"qkv.skipped_steps", std::to_string(core.optimizer.skipped())},
+      {"qkv.optimizer", to_json(core.opt().config())},
+      {"qkv.step", std::to_string(core.opt().steps())},
+      {"qkv.skipped_steps", std::to_string(core.opt().skipped())},
       {"qkv.passes", std::to_string(core.passes)},
       {"qkv.optimizer_state", with_optimizer ? "true" : "false"},
       {"qkv.version", QKV_VERSION},
@@ -162,11 +175,13 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
   // The keys written above are what loading reads and verifies: letting a caller replace one would make a
   // checkpoint that lies about its config or fails its own checksums, so they are refused, not overwritten.
   if (core.params.packed_count() > 0) meta[kQuantized] = formats_to_json(core.params);
+  if (lora) meta[kLora] = to_string(core.lora->options);
   for (const auto& [key, value] : extra) {
-    if (!meta.count(key) && key != kQuantized) continue;
+    if (!meta.count(key) && key != kQuantized && key != kLora) continue;
     std::string reserved;
     for (const auto& [own, unused] : meta) reserved += (reserved.empty() ? "" : ", ") + own;
-    if (!meta.count(kQuantized)) reserved += std::string(", ") + kQuantized;
+    for (const char* k : {kQuantized, kLora})
+      if (!meta.count(k)) reserved += std::string(", ") + k;
     throw Error(detail::cat("checkpoint: metadata key \"", key, "\" is reserved: the checkpoint writes it itself (",
                             reserved, "); use another key"));
   }
@@ -250,8 +265,16 @@ void read_metadata(const std::map<std::string, std::string>& meta, const char* k
   }
   c.has_optimizer_state = meta.count("qkv.optimizer_state") && meta.at("qkv.optimizer_state") == "true";
   if (meta.count(kQuantized)) c.formats = formats_from_json(meta.at(kQuantized), &c.packed_shapes);
-  check(c.formats.empty() || !c.has_optimizer_state, "checkpoint: the file holds quantized weights (\"", kQuantized,
-        "\") and an optimizer state: a quantized model has none (it does not train)");
+  if (meta.count(kLora)) {
+    try {
+      c.lora = lora_options_from_string(meta.at(kLora));
+    } catch (const Error& e) {
+      throw Error(detail::cat("checkpoint: \"", kLora, "\" = \"", meta.at(kLora), "\" is invalid: ", e.what()));
+    }
+  }
+  check(c.formats.empty() || !c.has_optimizer_state || c.lora, "checkpoint: the file holds quantized weights (\"",
+        kQuantized, "\") and an optimizer state but no LoRA adapters (\"", kLora,
+        "\"): a quantized model without adapters has none (it does not train)");
 }
 
 // A tensor as the checks below see it, in a whole file or in a header.
@@ -266,7 +289,7 @@ struct TensorMeta {
 // ones stored as stored_as() says with their scales, and `formats` (the file's "qkv.quantized") the model's.
 void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tensors, bool with_moments,
                    const nn::Formats& formats, const std::map<std::string, std::vector<int64_t>>& shapes) {
-  check(!with_moments || !core.params.moments_sharded(),
+  check(!with_moments || !core.trained().moments_sharded(),
         "the Adam moments are sharded across ranks (ZeRO-1): load the checkpoint before joining the group");
   std::map<std::string_view, const TensorMeta*> by_name;
   for (const TensorMeta& t : tensors) by_name.emplace(*t.name, &t);
@@ -312,11 +335,19 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
       continue;
     }
     expect(p.name, p.shape, nullptr);
-    if (with_moments) {
+    if (with_moments && !core.lora) {
       expect(kM + p.name, p.shape, nullptr);
       expect(kV + p.name, p.shape, nullptr);
     }
   }
+  if (core.lora)
+    for (nn::Param& p : core.lora->params.all()) {
+      expect(p.name, p.shape, nullptr);
+      if (with_moments) {
+        expect(kM + p.name, p.shape, nullptr);
+        expect(kV + p.name, p.shape, nullptr);
+      }
+    }
   for (const auto& [name, f] : formats) {
     bool packed = false;
     for (const nn::Param& p : core.params.all()) packed = packed || (p.name == name && p.is_packed());
@@ -352,7 +383,7 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
     std::memcpy(scales.data(), t.bytes.data(), t.bytes.size());
     check_scales(t.name, p.format, scales);
   }
-  if (with_moments) core.params.ensure_training();
+  if (with_moments) core.trained().ensure_training();
   std::vector<float> converted;
   for (nn::Param& p : core.params.all()) {
     if (p.is_packed()) {  // the rows and scales as the file holds them: the device's bytes
@@ -372,11 +403,19 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
       core.ops().upload(dst.data(), converted.data(), converted.size() * sizeof(float));
     };
     copy(p.name, p.value);
-    if (with_moments) {
+    if (with_moments && !core.lora) {
       copy(kM + p.name, p.m);
       copy(kV + p.name, p.v);
     }
   }
+  if (core.lora)
+    for (nn::Param& p : core.lora->params.all()) {
+      copy(p.name, p.value);
+      if (with_moments) {
+        copy(kM + p.name, p.m);
+        copy(kV + p.name, p.v);
+      }
+    }
 }
 
 std::vector<Target> targets_of(models::ModelCore& core) {
@@ -387,7 +426,44 @@ std::vector<Target> targets_of(models::ModelCore& core) {
 
 }  // namespace
 
-void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
+namespace {
+
+// The model gets the checkpoint's adapters ("qkv.lora") before its tensors are checked: added when it has none (true:
+// the caller removes them again if the load fails), kept when it has the same ones. qkv::Error when they differ, or
+// when the model has adapters the file lacks.
+bool attach_lora(models::ModelCore& core, const Checkpoint& c) {
+  if (c.format != "qkv") return false;
+  if (!c.lora) {
+    check(!core.lora, "checkpoint: this model has LoRA adapters (", core.lora ? to_string(core.lora->options) : "",
+          ") and the file none (no \"", kLora, "\" metadata): remove_lora() first, or load the file into a new model");
+    return false;
+  }
+  if (!core.lora) {
+    models::add_lora(core, *c.lora);
+    return true;
+  }
+  const LoraOptions& a = core.lora->options;
+  const LoraOptions& b = *c.lora;
+  check(a.rank == b.rank && a.alpha == b.alpha && a.dropout == b.dropout && a.targets == b.targets,
+        "checkpoint: the file's LoRA adapters (\"", kLora, "\" = \"", to_string(b), "\") are not this model's (",
+        to_string(a), "): remove_lora() first, or load the file into a new model");
+  return false;
+}
+
+}  // namespace
+
+bool restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
+  const bool added = attach_lora(core, c);
+  try {
+    restore_checkpoint_tensors(core, c);
+  } catch (...) {
+    if (added) models::remove_lora(core);  // the base was not touched: checked before any copy
+    throw;
+  }
+  return added;
+}
+
+void restore_checkpoint_tensors(models::ModelCore& core, const Checkpoint& c) {
   if (c.format != "qkv") {
     // heads: seed 004's, which its config holds; the other formats' mappings do not use them.
     const std::vector<Target> targets = targets_of(core);
@@ -396,8 +472,8 @@ void restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
   } else {
     restore(core, c.file, c.has_optimizer_state, c.formats, c.packed_shapes);
   }
-  core.optimizer.set_steps(c.has_optimizer_state ? c.step : 0);
-  core.optimizer.set_skipped(c.has_optimizer_state ? c.skipped : 0);
+  core.opt().set_steps(c.has_optimizer_state ? c.step : 0);
+  core.opt().set_skipped(c.has_optimizer_state ? c.skipped : 0);
   core.passes = c.passes;
 }
 
@@ -443,6 +519,7 @@ bool checkpoint_from_header(const SafetensorsHeader& header, const char* kind, C
 
 CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, const SafetensorsHeader& header)
     : core_(core), c_(c), header_(header) {
+  attach_lora(core, c);  // a new model (load, load_file): an error discards it
   std::vector<TensorMeta> metas;
   std::vector<std::string> names;
   for (const TensorInfo& t : header.tensors) {
@@ -451,7 +528,7 @@ CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, con
   }
   check_matches(core, metas, c.has_optimizer_state, c.formats, c.packed_shapes);
   sums_ = expected_checksums(header.metadata, names);
-  if (c.has_optimizer_state) core.params.ensure_training();
+  if (c.has_optimizer_state) core.trained().ensure_training();
   std::map<std::string, Span> dst;
   std::map<std::string, std::pair<std::span<uint8_t>, const nn::Param*>> raw;
   for (nn::Param& p : core.params.all()) {
@@ -462,11 +539,19 @@ CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, con
       continue;
     }
     dst[p.name] = p.value;
-    if (c.has_optimizer_state) {
+    if (c.has_optimizer_state && !core.lora) {
       dst[kM + p.name] = p.m;
       dst[kV + p.name] = p.v;
     }
   }
+  if (core.lora)
+    for (nn::Param& p : core.lora->params.all()) {
+      dst[p.name] = p.value;
+      if (c.has_optimizer_state) {
+        dst[kM + p.name] = p.m;
+        dst[kV + p.name] = p.v;
+      }
+    }
   for (const TensorInfo& t : header.tensors) {
     const auto it = dst.find(t.name);
     dst_.push_back(it == dst.end() ? Span{} : it->second);
@@ -514,8 +599,8 @@ void CheckpointSink::end(size_t i) {
 }
 
 void CheckpointSink::finish() {
-  core_.optimizer.set_steps(c_.has_optimizer_state ? c_.step : 0);
-  core_.optimizer.set_skipped(c_.has_optimizer_state ? c_.skipped : 0);
+  core_.opt().set_steps(c_.has_optimizer_state ? c_.step : 0);
+  core_.opt().set_skipped(c_.has_optimizer_state ? c_.skipped : 0);
   core_.passes = c_.passes;
 }
 

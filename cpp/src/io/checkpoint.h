@@ -14,9 +14,15 @@
 // "qkv.quantized" (a JSON object: {"layers.0.self_attn.in_proj_weight": {"format": "int8", "shape": [N, K]}, ...},
 // the shape being the matrix's own, which the stored rows' cannot tell). No optimizer state: a
 // quantized model does not train.
+//
+// A model with LoRA adapters (models/lora_set.h) also holds them, under their names ("layers.0.self_attn.in_proj.
+// lora_A.weight", ...), and its options in "qkv.lora" (to_string(LoraOptions): "rank=8,alpha=16,..."); the optimizer
+// state is then the adapters' (their moments, their optimizer's steps in "qkv.step"), the frozen base having none, so
+// a quantized base with adapters has one. Loading builds the adapters from "qkv.lora" before the tensors arrive.
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -37,6 +43,7 @@ struct Checkpoint {
   std::string format = "qkv";  // a foreign state dict's format (io/import.h): mapped when restored
   nn::Formats formats;         // the packed tensors ("qkv.quantized"): the model is built with them (ForLoading)
   std::map<std::string, std::vector<int64_t>> packed_shapes;  // and their matrices' shapes, checked against the model's
+  std::optional<LoraOptions> lora;  // the adapters ("qkv.lora"): added to the model before its tensors are restored
 };
 
 // The checkpoint's bytes, the header written once. `extra` adds metadata keys; one that the checkpoint
@@ -52,8 +59,12 @@ void save_checkpoint_file(const std::string& path, models::ModelCore& core, cons
 // its config then holds what the file fixes, and no "seed"). qkv::Error otherwise (naming what it is).
 Checkpoint read_checkpoint(std::span<const uint8_t> bytes, const char* kind);
 // Copies the weights (and, when present, the moments and step counts) into the model. Every parameter
-// must be present with its shape and no unknown tensor may be left over; on any error nothing is changed.
-void restore_checkpoint(models::ModelCore& core, const Checkpoint& checkpoint);
+// must be present with its shape and no unknown tensor may be left over; on any error nothing is changed. The file's
+// adapters ("qkv.lora") are added to a model that has none (true is returned: the caller forgets its workspace plans,
+// as after add_lora); a model with other adapters, or with adapters the file lacks, is refused.
+bool restore_checkpoint(models::ModelCore& core, const Checkpoint& checkpoint);
+// restore_checkpoint's copy, the model's adapters already the file's.
+void restore_checkpoint_tensors(models::ModelCore& core, const Checkpoint& checkpoint);
 
 // Copies weights from any safetensors file: a qkv checkpoint, a state dict in qkv's names, or one in the
 // names of the PyTorch code that trained it (io/import.h maps them; `config_json` is the model's config,

@@ -152,8 +152,8 @@ void Model::save_file(const std::string& path, bool with_optimizer,
 void Model::load_state(std::span<const uint8_t> bytes) {
   const io::Checkpoint c = io::read_checkpoint(bytes, kind());
   io::check_same_config(config_json(), c.config_json);
-  io::restore_checkpoint(settled(core()), c);
-  reset(false);
+  // The file's adapters, added to a model that had none, plan their buffers at the next call (as after add_lora).
+  reset(io::restore_checkpoint(settled(core()), c));
 }
 void Model::load_weights(std::span<const uint8_t> bytes) {
   io::restore_weights(settled(core()), bytes, config_json());
