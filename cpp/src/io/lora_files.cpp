@@ -11,7 +11,8 @@
 #include "qkv/lora_files.h"
 
 #include <algorithm>
-#include <charconv>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -121,9 +122,13 @@ const char* task_type(Model& model) {
 // numbers as integers (PEFT's lora_alpha is an int).
 json number(float x) {
   if (x == static_cast<float>(static_cast<int64_t>(x)) && std::abs(x) < 1e15f) return json(static_cast<int64_t>(x));
+  // The %g loop rather than std::to_chars: Emscripten 3.1.6's libc++ has no floating-point to_chars.
   char buf[32];
-  const auto r = std::to_chars(buf, buf + sizeof buf, x);
-  return json::parse(std::string(buf, r.ptr));
+  for (int digits = 1; digits <= 9; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(x));
+    if (std::strtof(buf, nullptr) == x) break;
+  }
+  return json::parse(std::string(buf));
 }
 
 void check_cpu(Model& model, const char* call) {
