@@ -103,7 +103,6 @@ describe("LanguageModel LoRA", () => {
 
   it("merges the adapters into the base: the outputs are the adapters' within float32 rounding", async () => {
     const m = await LanguageModel.load(trained);
-    // The head too: on an untied head (lm_head) it folds like the others (a tied one is refused: below).
     await m.addLora({ rank: 4, alpha: 8, targets: ["qkv", "out", "up", "down"], seed: 3 });
     await fineTune(m, 30);
     const adapted = await m.predict(PROMPT, SHAPE);

@@ -216,8 +216,8 @@ export abstract class Model<C extends object> {
   /**
    * Folds the adapters into the float32 base weights (W += (alpha / rank) · B A) and removes them: the model then
    * computes what it computed with them, and trains whole again. Rejects on a quantized base (the folded weights
-   * would be quantized again, losing what the adapters learnt: `removeLora()`, or keep the adapters) and on a model
-   * without adapters.
+   * would be quantized again, losing what the adapters learnt: `removeLora()`, or keep the adapters), for a `"head"`
+   * adapter on a tied head (the fold would change the embedding lookup too), and on a model without adapters.
    */
   async mergeLora(): Promise<void> {
     this.#adapters(await callModel(this, "mergeLora", "mergeLora", {}));
