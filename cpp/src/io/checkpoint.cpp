@@ -385,6 +385,17 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
   }
   if (with_moments) core.trained().ensure_training();
   std::vector<float> converted;
+  // The base's and the adapters' tensors alike.
+  const auto copy = [&](const std::string& key, Span dst) {
+    const TensorEntry& t = *by_name.at(key);
+    if (t.dtype == "F32") {  // the file's bytes are the values: no conversion, no host copy
+      core.ops().upload(dst.data(), t.bytes.data(), t.bytes.size());
+      return;
+    }
+    converted.resize(dst.size());
+    to_floats(t.dtype, t.bytes, converted);
+    core.ops().upload(dst.data(), converted.data(), converted.size() * sizeof(float));
+  };
   for (nn::Param& p : core.params.all()) {
     if (p.is_packed()) {  // the rows and scales as the file holds them: the device's bytes
       core.ops().upload(p.packed.data(), by_name.at(p.name)->bytes.data(), p.packed.size());
@@ -392,16 +403,6 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
         core.ops().upload(p.scales.data(), by_name.at(p.name + kScales)->bytes.data(), p.scales.size_bytes());
       continue;
     }
-    const auto copy = [&](const std::string& key, Span dst) {
-      const TensorEntry& t = *by_name.at(key);
-      if (t.dtype == "F32") {  // the file's bytes are the values: no conversion, no host copy
-        core.ops().upload(dst.data(), t.bytes.data(), t.bytes.size());
-        return;
-      }
-      converted.resize(dst.size());
-      to_floats(t.dtype, t.bytes, converted);
-      core.ops().upload(dst.data(), converted.data(), converted.size() * sizeof(float));
-    };
     copy(p.name, p.value);
     if (with_moments && !core.lora) {
       copy(kM + p.name, p.m);
