@@ -78,7 +78,8 @@ const PAGE = `<!doctype html>
       for (let i = 0; i < 50; i++) result.clsLosses.push((await cls.trainStep(toks, labels, { batch: 4 })).loss);
       cls.dispose();
     } else if (mode === "lora") {
-      // LoRA adapters on the models' ops: a float32 base and an int8 one, adapters on every target of a language model.
+      // LoRA adapters on the models' ops: a float32 base with adapters on every target but q/k/v, and an int8 base (its tied
+      // embedding packed too) with q, v, up and the head.
       result.info = await init({ backend: q.get("backend"), relaxedSimd: false });
       const config = { vocabSize: 23, context: 17, dModel: 32, heads: 4, layers: 2, dFF: 48, seed: 3, lr: 3e-3, dropout: 0 };
       const B = 3, x = ids(B * 17, 0, 23, 1), y = ids(B * 17, 0, 23, 2);
@@ -92,9 +93,9 @@ const PAGE = `<!doctype html>
       await lm.removeLora();
       result.loraRemoved = arr(await lm.predict(x, { batch: B }));
       lm.dispose();
-      const lq = await LanguageModel.create(config);
+      const lq = await LanguageModel.create({ ...config, lr: 2e-2 });
       await lq.quantize({ weights: "int8" });
-      await lq.addLora({ rank: 4, targets: ["q", "v", "up"], seed: 2 });
+      await lq.addLora({ rank: 4, targets: ["q", "v", "up", "head"], seed: 2 });
       result.qloraLosses = [];
       for (let i = 0; i < 30; i++) result.qloraLosses.push((await lq.trainStep(x, y, { batch: B })).loss);
       lq.dispose();
