@@ -99,7 +99,8 @@ void remove_lora(ModelCore& core) {
   ++core.lora_changes;
   // The base trains whole again, from a fresh optimizer (its moments were released with the gradients).
   core.optimizer.restart();
-  if (core.sync) {
+  // The group follows back to the base, unless it is quantized (it does not train: its training calls refuse).
+  if (core.sync && core.params.packed_count() == 0) {
     core.params.ensure_training();
     core.sync->attach(core.params);
   }

@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "models/device_fixtures.h"
 #include "nn/attention.h"
 #include "nn/linear.h"
+#include "ops/webgpu_loopback.h"
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
 #include "qkv/lora.h"
@@ -502,6 +504,75 @@ TEST(Lora, LearningFineTunesATinyLanguageModel) {
   float loss = 0.f;
   for (int i = 0; i < 150; ++i) loss = m.train_step(in, tg, B, T);
   EXPECT_LT(m.evaluate(in, tg, B, T).loss, 0.3) << "last training loss " << loss;
+}
+
+// The adapters on the WebGPU executor through the loopback (ops/webgpu_loopback.h: its commands run on the CPU
+// executor): training with adapter dropout on a float32 base (adapters added there) and on an int8 base (adapters
+// added on the CPU and moved with the model) follows the CPU: the forward bit for bit, the steps within
+// WebGpuStream's bounds for whole models (the update's arithmetic is the worker's: 1e-6 on losses, 1e-5 after).
+TEST(Lora, OnWebGpuTrainingFollowsTheCpu) {
+  test::webgpu_loopback();
+  for (bool quantized : {false, true}) {
+    Case cpu = language_model(!quantized, 0.1f), gpu = language_model(!quantized, 0.1f);
+    const LoraOptions o = options({"qkv", "out", "up", "down", "head"}, 2, 4.f, 0.2f);
+    for (Case* k : {&cpu, &gpu}) {
+      k->model->set_learning_rate(1e-2f);
+      if (quantized) k->model->quantize(WeightFormat::Int8);
+    }
+    cpu.model->add_lora(o);
+    if (quantized) gpu.model->add_lora(o);
+    gpu.model->to(Device::WebGPU);
+    if (!quantized) gpu.model->add_lora(o);
+    EXPECT_NE(test::message_of([&] { gpu.model->lora_parameters(); }).find("to(Device::CPU)"), std::string::npos);
+    EXPECT_TRUE(bit_equal(gpu.logits(), cpu.logits()));
+    const double first = cpu.loss();  // each model runs the same passes: the same dropout seeds
+    EXPECT_EQ(gpu.loss(), first);
+    for (int i = 0; i < 5; ++i) {
+      const float a = cpu.train_step(), b = gpu.train_step();
+      EXPECT_NEAR(b, a, 1e-6 * a) << "step " << i;
+    }
+    EXPECT_LT(cpu.loss(), first);
+    test::expect_near_all(gpu.logits(), cpu.logits(), 1e-5, "logits after training", "webgpu");
+    gpu.model->to(Device::CPU);
+    EXPECT_EQ(gpu.model->step(), 5);
+    const auto a = cpu.model->lora_parameters(), b = gpu.model->lora_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      test::expect_near_all(std::vector<float>(b[i].value.begin(), b[i].value.end()),
+                            std::vector<float>(a[i].value.begin(), a[i].value.end()), 1e-5, a[i].name, "webgpu");
+  }
+}
+
+// GPU test (skipped without one: list it as unrun). On CUDA, where a training step is queued whole and launched as
+// one graph, the adapters train as on the CPU (device_test.cpp's bounds: logits 1e-5, losses 1e-4 relative) on a
+// float32 base (adapters added there) and a q4 base (adapters moved with the model), with adapter dropout.
+TEST(Lora, OnCudaTrainingFollowsTheCpu) {
+  QKV_SKIP_WITHOUT_CUDA();
+  for (bool quantized : {false, true}) {
+    Case cpu = language_model(!quantized, 0.1f), gpu = language_model(!quantized, 0.1f);
+    const LoraOptions o = options({"qkv", "out", "up", "down", "head"}, 2, 4.f, 0.2f);
+    for (Case* k : {&cpu, &gpu}) {
+      k->model->set_learning_rate(1e-2f);
+      if (quantized) k->model->quantize(WeightFormat::Q4);
+    }
+    cpu.model->add_lora(o);
+    if (quantized) gpu.model->add_lora(o);
+    gpu.model->to(Device::CUDA);
+    if (!quantized) gpu.model->add_lora(o);
+    test::expect_near_all(gpu.logits(), cpu.logits(), test::kLogitTol, "logits");
+    for (int i = 0; i < 10; ++i) {
+      const float a = cpu.train_step(), b = gpu.train_step();
+      EXPECT_LE(std::abs(b - a) / std::abs(a), test::kLossTol) << "step " << i << ": cuda " << b << ", cpu " << a;
+    }
+    test::expect_near_all(gpu.logits(), cpu.logits(), 1e-4, "logits after training");
+    gpu.model->to(Device::CPU);
+    EXPECT_EQ(gpu.model->step(), 10);
+    const auto a = cpu.model->lora_parameters(), b = gpu.model->lora_parameters();
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      test::expect_near_all(std::vector<float>(b[i].value.begin(), b[i].value.end()),
+                            std::vector<float>(a[i].value.begin(), a[i].value.end()), 1e-4, a[i].name);
+  }
 }
 
 TEST(Lora, OptionsStringRoundTrips) {
