@@ -25,8 +25,9 @@ namespace qkv::cli {
 std::unique_ptr<Task> lora_task(const TrainArgs& a) {
   if (a.init.empty()) throw UsageError("--lora needs --init MODEL: the pretrained model whose adapters train");
   if (a.lora.empty())
-    throw UsageError("--init MODEL starts LoRA fine-tuning: give --lora (e.g. rank=8,alpha=16,targets=qkv+out); "
-                     "a checkpoint trains on whole with --resume");
+    throw UsageError(
+        "--init MODEL starts LoRA fine-tuning: give --lora (e.g. rank=8,alpha=16,targets=qkv+out); "
+        "a checkpoint trains on whole with --resume");
   const auto fixed = [&](bool given, const char* flag, const char* what) {
     if (given) throw UsageError(std::string(flag) + " cannot be combined with --init: " + what);
   };
@@ -44,17 +45,19 @@ std::unique_ptr<Task> lora_task(const TrainArgs& a) {
   if (a.adapter_names == "gpt2")
     for (const std::string& t : options.targets)
       if (t == "q" || t == "k" || t == "v")
-        throw UsageError("--adapter-names gpt2: GPT-2 has no separate " + t +
-                         " module (its c_attn projects q, k and v together): use the target qkv, or --adapter-names qkv");
+        throw UsageError(
+            "--adapter-names gpt2: GPT-2 has no separate " + t +
+            " module (its c_attn projects q, k and v together): use the target qkv, or --adapter-names qkv");
   const std::string text = read_text(a.data);
   std::unique_ptr<Task> task =
       std::filesystem::is_directory(a.init) ? Task::load_pretrained(a.init) : Task::load(a.init);
   if (a.model.given && parse_kind(a.model.value) != task->kind())
     throw Error(a.init + ": holds a " + kind_name(task->kind()) + " model, but --model " + a.model.value +
                 " was given");
-  check(!task->model().has_lora(), a.init, ": the model already has LoRA adapters (",
-        to_string(task->model().lora_options()), "): continue training them with --resume ", a.init,
-        ", or fold them into the base first with qkv merge");
+  if (task->model().has_lora())  // not check(): its arguments are all evaluated, lora_options() throws without
+    throw Error(a.init + ": the model already has LoRA adapters (" + to_string(task->model().lora_options()) +
+                "): continue training them with --resume " + a.init +
+                ", or fold them into the base first with qkv merge");
   try {
     task->set_data(a.data, text);
   } catch (const Error& e) {
@@ -129,7 +132,8 @@ int run_merge(const MergeArgs& a) {
   if (std::filesystem::is_directory(a.model)) {
     ImportedWeights r;
     model.reset(load_pretrained(a.model, {}, Device::CPU, &r).release());
-    const std::optional<Tokenizer> tok = io::with_path(a.model, [&] { return pretrained_tokenizer(r.tokenizer_files); });
+    const std::optional<Tokenizer> tok =
+        io::with_path(a.model, [&] { return pretrained_tokenizer(r.tokenizer_files); });
     if (tok) meta["qkv.tokenizer"] = tok->to_json();
     meta["qkv.imported_from"] = r.format;
   } else {
@@ -143,9 +147,10 @@ int run_merge(const MergeArgs& a) {
       if (kind->second == "seq2seq") return Seq2Seq::load(bytes);
       return Classifier::load(bytes);
     });
-    static const std::set<std::string> own = {
-        "qkv.model",   "qkv.config",    "qkv.optimizer", "qkv.step",  "qkv.skipped_steps", "qkv.passes",
-        "qkv.optimizer_state", "qkv.version", "qkv.crc32", "format", "qkv.quantized", "qkv.lora", "qkv.train"};
+    static const std::set<std::string> own = {"qkv.model",         "qkv.config", "qkv.optimizer",       "qkv.step",
+                                              "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
+                                              "qkv.crc32",         "format",     "qkv.quantized",       "qkv.lora",
+                                              "qkv.train"};
     for (const auto& [key, value] : file.metadata)
       if (!own.count(key)) meta[key] = value;
   }

@@ -160,8 +160,9 @@ int main(int argc, char** argv) {
   g->add_flag("--ignore-eos", gen.ignore_eos,
               "--model: go on past the end-of-text token (config.json's eos_token_id), which otherwise ends "
               "generation unprinted");
-  g->add_option("--adapter", gen.adapter,
-                "A LoRA adapter folder (adapter_config.json + adapter_model.safetensors, PEFT's or qkv's) on the model");
+  g->add_option(
+      "--adapter", gen.adapter,
+      "A LoRA adapter folder (adapter_config.json + adapter_model.safetensors, PEFT's or qkv's) on the model");
   g->add_option("--beam", gen.beam, "seq2seq: beam search width; 1 = greedy (default)")->check(CLI::Range(1, 64));
   g->add_option("--length-penalty", gen.length_penalty, "seq2seq beams: GNMT's alpha (default 0.6; 0 = none)")
       ->check(CLI::NonNegativeNumber);
@@ -249,7 +250,8 @@ int main(int argc, char** argv) {
   mg->add_option("OUT", merge.out, "The merged checkpoint to write (no adapters: W + alpha / r * B A)")->required();
   mg->footer(
       "\nA quantized base is refused: the fold would be rounded away when stored quantized again. Merge into the\n"
-      "float32 model, then qkv quantize OUT. The checkpoint keeps MODEL's tokenizer, so qkv generate --ckpt OUT works.");
+      "float32 model, then qkv quantize OUT. The checkpoint keeps MODEL's tokenizer, so qkv generate --ckpt OUT "
+      "works.");
 
   BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");
@@ -263,12 +265,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string first = argv[1];
-  const std::vector<std::string> commands = {"train",  "generate", "eval", "info",
+  const std::vector<std::string> commands = {"train",  "generate", "eval",  "info",
                                              "import", "quantize", "merge", "bench"};
   if (first[0] != '-' && std::find(commands.begin(), commands.end(), first) == commands.end()) {
-    std::fprintf(stderr,
-                 "qkv: unknown command \"%s\": expected train, generate, eval, info, import, quantize, merge or bench\n",
-                 argv[1]);
+    std::fprintf(
+        stderr, "qkv: unknown command \"%s\": expected train, generate, eval, info, import, quantize, merge or bench\n",
+        argv[1]);
     return 2;
   }
   try {

@@ -16,7 +16,7 @@ grep -q '"fan_in_fan_out": true' ad/adapter_config.json || fail "the GPT-2 adapt
 grep -q '"peft_type": "LORA"' ad/adapter_config.json || fail "the adapter's config has no peft_type LORA"
 grep -q "\"base_model_name_or_path\": \"$G\"" ad/adapter_config.json || fail "base_model_name_or_path is not the folder"
 expect 0 "base_model.model.transformer.h.1.mlp.c_proj.lora_B.weight +F32 +\[16, 2\]" -- info ad/adapter_model.safetensors
-expect 0 "^lora +rank=2,alpha=4,dropout=0,targets=qkv\+out\+up\+down,seed=0: 16 tensors, 960 parameters" -- \
+expect 0 "^lora +rank=2,alpha=4,dropout=0,targets=qkv\+out\+up\+down,seed=0: 16 tensors, 1024 parameters" -- \
   info ft.safetensors
 grep -Eq "^step +6 \(with optimizer state\)" "$OUT" || fail "info: the adapters' steps are not the checkpoint's"
 

@@ -31,7 +31,7 @@
 namespace qkv {
 
 struct AdapterFiles {
-  std::string config_json;         // adapter_config.json
+  std::string config_json;           // adapter_config.json
   std::vector<uint8_t> safetensors;  // adapter_model.safetensors
 };
 

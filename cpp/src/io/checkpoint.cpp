@@ -385,7 +385,6 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
   }
   if (with_moments) core.trained().ensure_training();
   std::vector<float> converted;
-  // The base's and the adapters' tensors alike.
   const auto copy = [&](const std::string& key, Span dst) {
     const TensorEntry& t = *by_name.at(key);
     if (t.dtype == "F32") {  // the file's bytes are the values: no conversion, no host copy

@@ -11,6 +11,7 @@
 #include "qkv/lora_files.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -86,8 +87,7 @@ std::string gpt2_module(const std::string& stem) {
   const size_t dot = stem.find('.', 7);
   if (dot == std::string::npos) return "";
   const std::string layer = stem.substr(7, dot - 7), rest = stem.substr(dot + 1);
-  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return "";
+  if (layer.empty() || !std::all_of(layer.begin(), layer.end(), [](char c) { return c >= '0' && c <= '9'; })) return "";
   static const std::map<std::string, std::string> to = {{"self_attn.in_proj", "attn.c_attn"},
                                                         {"self_attn.out_proj", "attn.c_proj"},
                                                         {"linear1", "mlp.c_fc"},
@@ -121,19 +121,21 @@ const char* task_type(Model& model) {
 // A float as JSON in its shortest round-tripping decimal form (0.05f is 0.05, not 0.05000000074505806); whole
 // numbers as integers (PEFT's lora_alpha is an int).
 json number(float x) {
-  if (x == static_cast<float>(static_cast<int64_t>(x)) && std::abs(x) < 1e15f) return json(static_cast<int64_t>(x));
-  // The %g loop rather than std::to_chars: Emscripten 3.1.6's libc++ has no floating-point to_chars.
+  if (std::abs(x) < 1e15f && x == std::trunc(x)) return json(static_cast<int64_t>(x));  // range first: no UB cast
+  // The fewest significant digits that read back as x (std::to_chars for floats is missing from the wasm build's
+  // libc++).
   char buf[32];
   for (int digits = 1; digits <= 9; ++digits) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(x));
     if (std::strtof(buf, nullptr) == x) break;
   }
-  return json::parse(std::string(buf));
+  return json::parse(buf);
 }
 
 void check_cpu(Model& model, const char* call) {
   check(model.device() == Device::CPU, call, ": the model is on ",
-        model.device() == Device::CUDA ? "the GPU (CUDA)" : "WebGPU", ": adapters are read and written through the host; move it with to(Device::CPU) first");
+        model.device() == Device::CUDA ? "the GPU (CUDA)" : "WebGPU",
+        ": adapters are read and written through the host; move it with to(Device::CPU) first");
 }
 
 std::string shape_text(const std::vector<int64_t>& s) {
@@ -167,8 +169,8 @@ AdapterFiles save_adapter(Model& model, AdapterNames names, const std::string& b
     check(a || ends_with(n, kB), "save_adapter: adapter tensor \"", n, "\" is not named <module>", kA, " or ", kB);
     const std::string stem = n.substr(0, n.size() - kA.size());
     const auto it = by_stem.find(stem);
-    check(it != by_stem.end(), "save_adapter: adapter \"", stem, "\" is not a module of the targets ",
-          to_string(o), " (lora_parameters and lora_files disagree)");
+    check(it != by_stem.end(), "save_adapter: adapter \"", stem, "\" is not a module of the targets ", to_string(o),
+          " (lora_parameters and lora_files disagree)");
     const std::string module = module_name(*it->second, names);
     check(!module.empty(), "save_adapter: adapter \"", stem, "\" has no GPT-2 module name");
     entries.insert(target_entry(*it->second, names));
@@ -236,13 +238,14 @@ Config read_config(const std::string& text) {
   check(j.at("peft_type") == "LORA", where, "\"peft_type\" is ", j.at("peft_type").dump(),
         ": qkv loads LoRA adapters only (expected \"LORA\")");
   Config c;
-  check(has("r") && j.at("r").is_number_integer() && j.at("r").get<int64_t>() >= 1 &&
-            j.at("r").get<int64_t>() <= 1 << 20,
-        where, "\"r\" is ", has("r") ? j.at("r").dump() : std::string("missing"), ": expected an integer >= 1");
+  check(
+      has("r") && j.at("r").is_number_integer() && j.at("r").get<int64_t>() >= 1 && j.at("r").get<int64_t>() <= 1 << 20,
+      where, "\"r\" is ", has("r") ? j.at("r").dump() : std::string("missing"), ": expected an integer >= 1");
   c.options.rank = j.at("r").get<int>();
   c.options.alpha = 8.f;  // LoraConfig's default
   if (has("lora_alpha")) {
-    check(j.at("lora_alpha").is_number(), where, "\"lora_alpha\" is ", j.at("lora_alpha").dump(), ": expected a number");
+    check(j.at("lora_alpha").is_number(), where, "\"lora_alpha\" is ", j.at("lora_alpha").dump(),
+          ": expected a number");
     c.options.alpha = j.at("lora_alpha").get<float>();
   }
   if (has("lora_dropout")) {
@@ -268,8 +271,7 @@ Config read_config(const std::string& text) {
             "rank-stabilised LoRA scales by alpha / sqrt(r), qkv by alpha / r (expected false)");
   refuse_if("rank_pattern", nonempty("rank_pattern"), "qkv gives every adapter the same rank r (expected {})");
   refuse_if("alpha_pattern", nonempty("alpha_pattern"), "qkv gives every adapter the same alpha (expected {})");
-  refuse_if("layers_to_transform", has("layers_to_transform"),
-            "qkv adapts every layer a target names (expected null)");
+  refuse_if("layers_to_transform", has("layers_to_transform"), "qkv adapts every layer a target names (expected null)");
   if (has("target_modules")) {
     const json& t = j.at("target_modules");
     if (t.is_string()) {
@@ -349,8 +351,9 @@ void load_adapter(Model& model, const AdapterFiles& files) {
   for (const std::string& t : all)
     if (targets.count(t)) config.options.targets.push_back(t);
   if (config.options.targets.empty() && problems.empty())
-    problems.push_back("no tensor is a LoRA tensor (base_model.model.<module>.lora_A.weight / .lora_B.weight) of a "
-                       "module qkv adapts in this model");
+    problems.push_back(
+        "no tensor is a LoRA tensor (base_model.model.<module>.lora_A.weight / .lora_B.weight) of a "
+        "module qkv adapts in this model");
   if (!problems.empty()) {
     std::string msg = "load_adapter: ";
     for (size_t i = 0; i < problems.size(); ++i) msg += (i ? "; " : "") + problems[i];
@@ -380,8 +383,8 @@ void load_adapter(Model& model, const AdapterFiles& files) {
         problems.push_back(detail::cat("tensor \"", key, "\" has shape ", shape_text(it->second->shape), ", expected ",
                                        shape_text(shape), " (r = ", r, ")"));
       } else if (const std::string& d = it->second->dtype; d != "F32" && d != "F16" && d != "BF16" && d != "F64") {
-        problems.push_back(
-            detail::cat("tensor \"", key, "\" has dtype ", d, ", expected a floating-point dtype (F32, F16, BF16, F64)"));
+        problems.push_back(detail::cat("tensor \"", key, "\" has dtype ", d,
+                                       ", expected a floating-point dtype (F32, F16, BF16, F64)"));
       }
     }
   }

@@ -132,9 +132,11 @@ TEST(LoraCheckpoint, WithoutOptimizerStateTheAdaptersLoadAndTheStepsRestart) {
   EXPECT_EQ(m->step(), 0);
   for (const ParameterView& p : m->lora_parameters())
     for (const ParameterView& q : a.lora_parameters())
-      if (std::string(p.name) == q.name)
-        EXPECT_EQ(std::vector<float>(p.value.begin(), p.value.end()), std::vector<float>(q.value.begin(), q.value.end()))
+      if (std::string(p.name) == q.name) {  // braces: gtest's EXPECT inside an if (-Wdangling-else)
+        EXPECT_EQ(std::vector<float>(p.value.begin(), p.value.end()),
+                  std::vector<float>(q.value.begin(), q.value.end()))
             << p.name;
+      }
 }
 
 TEST(LoraCheckpoint, Seq2SeqAndClassifierRoundTrip) {
@@ -175,7 +177,9 @@ TEST(LoraCheckpoint, Refusals) {
   const std::string reserved = test::message_of([&] { a.save(true, {{"qkv.lora", "rank=1"}}); });
   EXPECT_NE(reserved.find("metadata key \"qkv.lora\" is reserved"), std::string::npos) << reserved;
   LanguageModel plain(tiny_lm());
-  EXPECT_NE(test::message_of([&] { plain.save(true, {{"qkv.lora", "x"}}); }).find("\"qkv.lora\" is reserved"),
+  EXPECT_NE(test::message_of([&] {
+              plain.save(true, {{"qkv.lora", "x"}});
+            }).find("\"qkv.lora\" is reserved"),
             std::string::npos);
   const std::vector<uint8_t> with = a.save(), without = plain.save();
   // A model with other adapters, or with adapters the file lacks, is refused and keeps its own.
