@@ -3,8 +3,8 @@
 // the panel counts the adapters' parameters (the formula below) and writes a sample before and after with one seed;
 // the adapter downloads as adapter_model.safetensors + adapter_config.json, which load back in the page (the same
 // sample as after fine-tuning) and in Node onto the saved base (the adapters' config, and outputs that are not the
-// base's). No console error meanwhile.
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+// base's). No console error meanwhile; a screenshot of the panel in tests/e2e/artifacts/demo-lora.png.
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -16,6 +16,7 @@ import { init, LanguageModel, Tokenizer } from "../../web/dist/node.js";
 import { launch } from "./chromium.js";
 
 const root = fileURLToPath(new URL("../..", import.meta.url));
+const artifacts = path.join(root, "tests/e2e/artifacts");
 /** The tiny model the test trains: 1 layer, 32 wide (dFF 4 × 32), context 16. */
 const C = 32;
 const LAYERS = 1;
@@ -106,6 +107,8 @@ describe("demo: Fine-tune with LoRA", () => {
     expect(s.after).not.toBe(s.before);
     expect(await page.textContent("#lora-before")).toBe(s.before);
     expect(await page.textContent("#lora-after")).toBe(s.after);
+    mkdirSync(artifacts, { recursive: true });
+    await page.locator("#lora-panel").screenshot({ path: path.join(artifacts, "demo-lora.png") });
 
     // The download: both files of a PEFT adapter.
     const downloads: Download[] = [];
