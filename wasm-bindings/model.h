@@ -13,6 +13,8 @@
 #include "exec/webgpu/webgpu_backend.h"
 #include "qkv/checkpoint_loader.h"
 #include "qkv/error.h"
+#include "qkv/lora.h"
+#include "qkv/lora_files.h"
 
 namespace qkv::js {
 
@@ -90,6 +92,65 @@ class JsModel {
   val weight_formats() const {
     val out = val::object();
     for (const auto& [name, f] : m_->weight_formats()) out.set(name, std::string(to_string(f)));
+    return out;
+  }
+  // options: { rank, alpha, dropout, targets: string[], seed } with every field present (web/src/validate.ts
+  // checkLora fills the defaults in); the core validates them again (qkv::Error naming the option).
+  void add_lora(val options) {
+    run([&] {
+      LoraOptions o;
+      o.rank = options["rank"].as<int>();
+      o.alpha = options["alpha"].as<float>();
+      o.dropout = options["dropout"].as<float>();
+      o.seed = static_cast<uint64_t>(options["seed"].as<double>());
+      o.targets = emscripten::vecFromJSArray<std::string>(options["targets"]);
+      m_->add_lora(o);
+      keep({});  // a model on the GPU falls back to its state with the adapters
+    });
+  }
+  void merge_lora() {
+    run([&] {
+      m_->merge_lora();
+      keep({});
+    });
+  }
+  void remove_lora() {
+    run([&] {
+      m_->remove_lora();
+      keep({});
+    });
+  }
+  // names: "qkv" or "gpt2" (web/src/model.ts checks it). { config: adapter_config.json's text, safetensors: bytes }.
+  val save_adapter(const std::string& names) {
+    return run([&] {
+      if (names != "qkv" && names != "gpt2") {
+        throw qkv::Error("options.names = \"" + names + "\" is not an adapter naming: expected \"qkv\" or \"gpt2\"");
+      }
+      AdapterFiles f = qkv::save_adapter(*m_, names == "gpt2" ? AdapterNames::Gpt2 : AdapterNames::Qkv);
+      val out = val::object();
+      out.set("config", f.config_json);
+      out.set("safetensors", to_js(f.safetensors));
+      return out;
+    });
+  }
+  void load_adapter(std::string config, val safetensors) {
+    run([&] {
+      qkv::load_adapter(*m_, AdapterFiles{std::move(config), uint8_array(safetensors, "files.safetensors")});
+      keep({});
+    });
+  }
+  // { rank, alpha, dropout, targets, seed }, or null without adapters.
+  val lora_options() const {
+    if (!m_->has_lora()) return val::null();
+    const LoraOptions& o = m_->lora_options();
+    val out = val::object();
+    out.set("rank", o.rank);
+    out.set("alpha", o.alpha);
+    out.set("dropout", o.dropout);
+    out.set("seed", static_cast<double>(o.seed));
+    val targets = val::array();
+    for (const std::string& t : o.targets) targets.call<void>("push", t);
+    out.set("targets", targets);
     return out;
   }
 
@@ -208,7 +269,20 @@ emscripten::class_<T> model_class(const char* name) {
       .function(
           "quantize", +[](T& t, val options) { t.quantize(options); })
       .function(
-          "weightFormats", +[](const T& t) { return t.weight_formats(); });
+          "weightFormats", +[](const T& t) { return t.weight_formats(); })
+      .function(
+          "addLora", +[](T& t, val options) { t.add_lora(options); })
+      .function(
+          "mergeLora", +[](T& t) { t.merge_lora(); })
+      .function(
+          "removeLora", +[](T& t) { t.remove_lora(); })
+      .function(
+          "loraOptions", +[](const T& t) { return t.lora_options(); })
+      .function(
+          "saveAdapter", +[](T& t, std::string names) { return t.save_adapter(names); })
+      .function(
+          "loadAdapter",
+          +[](T& t, std::string config, val safetensors) { t.load_adapter(std::move(config), safetensors); });
   return c;
 }
 

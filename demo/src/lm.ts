@@ -54,10 +54,19 @@ export interface LanguageModelTab {
    * Makes `model` the tab's model, with `tok` as its tokenizer (and `model.tokenizer`), not training yet: the
    * Samples panel writes with it and Train goes on training it on the chosen text. The previous model is disposed.
    */
-  adopt(model: LanguageModel, tok: AnyTokenizer, about: Record<string, string>): Promise<void>;
+  adopt(model: LanguageModel, tok: AnyTokenizer, about: Record<string, string>, origin?: ModelOrigin): Promise<void>;
   /** The tab's model now (its `tokenizer` set), or undefined before the first. */
   current(): LanguageModel | undefined;
+  /** Where the tab's model came from: "gpt2" for a pretrained GPT-2 (its adapters save in GPT-2's names). */
+  origin(): ModelOrigin;
+  /** Pauses the tab's training and resolves once the step in flight is done (before another use of the model). */
+  pause(): Promise<void>;
+  /** Called with the tab's new model each time it changes (Train a new model, Load, a pretrained one). */
+  onModel(listener: () => void): void;
 }
+
+/** Where the tab's model came from. */
+export type ModelOrigin = "qkv" | "gpt2";
 
 export function setupLanguageModel(): LanguageModelTab {
   const source = $<HTMLSelectElement>("#lm-source");
@@ -85,6 +94,8 @@ export function setupLanguageModel(): LanguageModelTab {
     { label: "validation", stroke: "#d1495b", points: true },
   ]);
   let session: Session | undefined;
+  let origin: ModelOrigin = "qkv";
+  const listeners: (() => void)[] = [];
 
   const fillPreset = () => {
     const p = PRESETS[preset.value as "tiny" | "small"];
@@ -198,8 +209,10 @@ export function setupLanguageModel(): LanguageModelTab {
     batch: number,
     train: boolean,
     about: Record<string, string> = {},
+    from: ModelOrigin = "qkv",
   ): Promise<void> {
     await loop.stop();
+    origin = from;
     session?.model.dispose();
     session = undefined;
     resetTraining(s);
@@ -233,6 +246,7 @@ export function setupLanguageModel(): LanguageModelTab {
     toggle.disabled = !trainer;
     toggle.textContent = "Train";
     showStats();
+    for (const l of listeners) l();
     if (trainer && train) loop.start();
   }
 
@@ -320,10 +334,13 @@ export function setupLanguageModel(): LanguageModelTab {
   newButton.click();
 
   return {
-    async adopt(model, tok, about) {
+    async adopt(model, tok, about, from = "qkv") {
       const batch = Math.floor(Number(fields.batch.value)) || PRESETS.tiny.batch;
-      await use(model, tok, source.value === "builtin" ? corpus : textArea.value, batch, false, about);
+      await use(model, tok, source.value === "builtin" ? corpus : textArea.value, batch, false, about, from);
     },
     current: () => session?.model,
+    origin: () => origin,
+    pause: () => loop.stop(),
+    onModel: (l) => void listeners.push(l),
   };
 }

@@ -3,6 +3,7 @@
 import { init, memory, type RuntimeInfo } from "qkv";
 import { setupClassifier } from "./classifier.js";
 import { setupLanguageModel } from "./lm.js";
+import { setupLora } from "./lora.js";
 import { setupPretrained } from "./pretrained.js";
 import { setupSeq2Seq } from "./seq2seq.js";
 import { state } from "./state.js";
@@ -76,7 +77,9 @@ async function main(): Promise<void> {
     }
   };
   setInterval(() => void refresh(), 2000);
-  setupPretrained(setupLanguageModel());
+  const lm = setupLanguageModel();
+  setupPretrained(lm);
+  setupLora(lm);
   setupSeq2Seq();
   setupClassifier();
   void refresh();

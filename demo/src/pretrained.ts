@@ -134,7 +134,7 @@ export function setupPretrained(tab: LanguageModelTab): void {
       const seconds = (performance.now() - t0) / 1000;
       const bytes = s.files.reduce((a, f) => a + f.loaded, 0);
       const about = { pretrained: where, read: `${size(bytes)} in ${seconds.toFixed(1)} s` };
-      await tab.adopt(model, tok, about);
+      await tab.adopt(model, tok, about, "gpt2");
       facts(modelEl, about);
       s.source = where;
       s.state = "ready";

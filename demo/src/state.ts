@@ -58,6 +58,37 @@ export interface PretrainedState {
   generations: number;
 }
 
+/** The language-model tab's LoRA panel: adapters fine-tuned on a pasted text, before/after samples, the download. */
+export interface LoraState {
+  /** "idle", "training", "done" (the steps ran, or Stop), or "error" (the message in `error`). */
+  state: "idle" | "training" | "done" | "error";
+  /** Steps taken of `steps`. */
+  step: number;
+  steps: number;
+  /** Loss of the first step, and the mean of the last 10. */
+  firstLoss: number | null;
+  lastLoss: number | null;
+  /** Training tokens per second of the last 10 steps. */
+  tokensPerSecond: number;
+  /** Trainable floats of the adapters (memory().gradients / 4) and the base's parameters. */
+  adapterParameters: number;
+  baseParameters: number;
+  /** Bytes of gradients + Adam moments with the adapters, and what full fine-tuning of the same model would hold. */
+  trainingBytes: number;
+  fullTrainingBytes: number;
+  /** The prompt and the sample the model wrote before and after fine-tuning (same prompt, same seed). */
+  prompt: string;
+  before: string;
+  after: string;
+  /** The `names` the adapter downloads in: "gpt2" for a pretrained GPT-2, else "qkv". */
+  names: "qkv" | "gpt2";
+  /** Incremented each time an adapter is downloaded (both files). */
+  downloads: number;
+  /** Incremented each time an adapter is loaded from files (its sample is then `after`). */
+  loads: number;
+  error: string | null;
+}
+
 export interface Seq2SeqState extends TrainingState {
   task: string;
   /** Held-out exact-match accuracy (greedy decoding), of the last evaluation. */
@@ -88,6 +119,7 @@ export interface DemoState {
   error: string | null;
   lm: LanguageModelState;
   pretrained: PretrainedState;
+  lora: LoraState;
   seq2seq: Seq2SeqState;
   classifier: ClassifierState;
 }
@@ -111,6 +143,10 @@ export const state: DemoState = {
   error: null,
   lm: { ...training(), valLoss: null, secondsToVal2: null, sampleStep: 0, sample: "", samples: 0 },
   pretrained: { state: "idle", files: [], error: null, loads: 0, source: "", output: "", tokens: 0, tokensPerSecond: 0, generations: 0 },
+  lora: {
+    state: "idle", step: 0, steps: 0, firstLoss: null, lastLoss: null, tokensPerSecond: 0, adapterParameters: 0, baseParameters: 0,
+    trainingBytes: 0, fullTrainingBytes: 0, prompt: "", before: "", after: "", names: "qkv", downloads: 0, loads: 0, error: null,
+  },
   seq2seq: { ...training(), task: "", accuracy: null, secondsTo99: null, input: "", output: "", heatmaps: 0 },
   classifier: { ...training(), accuracy: null, confusion: null },
 };

@@ -4,7 +4,8 @@
 // 1e-4 of the wasm losses, greedy generation the same tokens, and a checkpoint saved on the GPU loads in the
 // wasm core and gives its logits. Then the fallbacks: "auto" on a software adapter runs the wasm core and
 // says why; "webgpu" on a page that is not cross-origin isolated is refused naming the headers; a device
-// loss rejects the call in flight and the model goes on training on the wasm core.
+// loss rejects the call in flight and the model goes on training on the wasm core. LoRA adapters (a float32 and an
+// int8 base) train on the GPU within the same 1e-4 of the wasm losses.
 import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import os from "node:os";
@@ -76,6 +77,28 @@ const PAGE = `<!doctype html>
       result.clsLosses = [];
       for (let i = 0; i < 50; i++) result.clsLosses.push((await cls.trainStep(toks, labels, { batch: 4 })).loss);
       cls.dispose();
+    } else if (mode === "lora") {
+      // LoRA adapters on the models' ops: a float32 base with adapters on every target but q/k/v, and an int8 base (its tied
+      // embedding packed too) with q, v, up and the head.
+      result.info = await init({ backend: q.get("backend"), relaxedSimd: false });
+      const config = { vocabSize: 23, context: 17, dModel: 32, heads: 4, layers: 2, dFF: 48, seed: 3, lr: 3e-3, dropout: 0 };
+      const B = 3, x = ids(B * 17, 0, 23, 1), y = ids(B * 17, 0, 23, 2);
+      const lm = await LanguageModel.create(config);
+      result.loraBase = arr(await lm.predict(x, { batch: B }));
+      await lm.addLora({ rank: 4, alpha: 8, targets: ["qkv", "out", "up", "down", "head"], seed: 1 });
+      result.loraAdded = arr(await lm.predict(x, { batch: B }));
+      result.loraLosses = [];
+      for (let i = 0; i < 30; i++) result.loraLosses.push((await lm.trainStep(x, y, { batch: B })).loss);
+      result.loraMemory = await lm.memory();
+      await lm.removeLora();
+      result.loraRemoved = arr(await lm.predict(x, { batch: B }));
+      lm.dispose();
+      const lq = await LanguageModel.create({ ...config, lr: 2e-2 });
+      await lq.quantize({ weights: "int8" });
+      await lq.addLora({ rank: 4, targets: ["q", "v", "up", "head"], seed: 2 });
+      result.qloraLosses = [];
+      for (let i = 0; i < 30; i++) result.qloraLosses.push((await lq.trainStep(x, y, { batch: B })).loss);
+      lq.dispose();
     } else if (mode === "load") {
       // A checkpoint saved on the GPU, loaded in this page's core.
       result.info = await init({ backend: q.get("backend"), relaxedSimd: false });
@@ -183,6 +206,22 @@ describe("WebGPU backend", () => {
     const se = gpu.s2sEval as { loss: number; accuracy: number }, swe = wasm.s2sEval as { loss: number; accuracy: number };
     expect(Math.abs(se.loss - swe.loss)).toBeLessThan(1e-4 * swe.loss);
     expect(se.accuracy).toBe(swe.accuracy);
+  }, 900_000);
+
+  it("trains LoRA adapters on the GPU (float32 and int8 bases) within the tolerance of the wasm core", async () => {
+    const g = await run("mode=lora&backend=webgpu");
+    const w = await run("mode=lora&backend=wasm");
+    expect((g.info as { backend: string }).backend).toBe("webgpu");
+    expectClose(g.loraBase, w.loraBase, 1e-5, "base logits");
+    // B = 0: the adapters add exact zeros until they train; removeLora gives the base back bit for bit.
+    expect(g.loraAdded).toEqual(g.loraBase);
+    expect(g.loraRemoved).toEqual(g.loraBase);
+    for (const k of ["loraLosses", "qloraLosses"]) {
+      expectClose(g[k], w[k], 1e-4, k);
+      const l = g[k] as number[];
+      expect(l.at(-1)!, `${k} fell`).toBeLessThan(0.8 * l[0]!);
+    }
+    expect(g.loraMemory).toMatchObject({ gradients: (w.loraMemory as { gradients: number }).gradients, optimizer: (w.loraMemory as { optimizer: number }).optimizer });
   }, 900_000);
 
   it("runs every op of the contract on the GPU within its bound of the wasm core's, over ragged shapes", async () => {

@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import { UNKNOWN_TOKENIZER, type Calls, type ConfigIn, type ModelOut, type ModelRequest, type TokenizerIn, type TokenizerOut, type TokenizerRef } from "./protocol.js";
-import type { BackendCheck, MemoryUsage, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
+import type { AdapterFiles, BackendCheck, LoraInfo, MemoryUsage, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -17,6 +17,13 @@ interface CoreModelBase {
   memory(): MemoryUsage;
   quantize(options: QuantizeOptions): void;
   weightFormats(): Record<string, WeightFormat>;
+  addLora(options: LoraInfo): void;
+  mergeLora(): void;
+  removeLora(): void;
+  /** The adapters' options, or null without adapters. */
+  loraOptions(): LoraInfo | null;
+  saveAdapter(names: "qkv" | "gpt2"): AdapterFiles;
+  loadAdapter(config: string, safetensors: Uint8Array): void;
   delete(): void;
 }
 
@@ -450,6 +457,29 @@ export class Engine {
         this.run(() => core.quantize(options));
         return { formats: this.run(() => core.weightFormats()) };
       }
+      case "addLora": {
+        const { model, options } = req.in;
+        const core = this.get(model).core;
+        this.run(() => core.addLora(options));
+        return loraOut(core);
+      }
+      case "mergeLora":
+      case "removeLora": {
+        const core = this.get(req.in.model).core;
+        this.run(() => (req.type === "mergeLora" ? core.mergeLora() : core.removeLora()));
+        return loraOut(core);
+      }
+      case "saveAdapter": {
+        const { model, names } = req.in;
+        const core = this.get(model).core;
+        return this.run(() => core.saveAdapter(names));
+      }
+      case "loadAdapter": {
+        const { model, config, safetensors } = req.in;
+        const core = this.get(model).core;
+        this.run(() => core.loadAdapter(config, safetensors));
+        return loraOut(core);
+      }
       case "dispose": {
         const e = this.models.get(req.in.model);
         if (e) {
@@ -638,7 +668,7 @@ export class Engine {
     const config = m.config();
     const model = this.nextId++;
     this.models.set(model, { kind, core: m, heads: Number(config.heads) } as Entry);
-    return { model, numParameters: m.numParameters(), config, step: m.step() };
+    return { model, numParameters: m.numParameters(), config, step: m.step(), lora: m.loraOptions() };
   }
 
   private get(model: number): Entry {
@@ -697,6 +727,11 @@ export class Engine {
       oldest.delete();
     }
   }
+}
+
+/** What a model reports after its adapters changed. */
+function loraOut(core: CoreModelBase): Calls["addLora"]["out"] {
+  return { lora: core.loraOptions(), numParameters: core.numParameters(), step: core.step() };
 }
 
 function mismatch(model: ModelKind, batch: ModelKind): Error {

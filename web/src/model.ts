@@ -6,13 +6,25 @@
 /// <reference lib="esnext.disposable" preserve="true" />
 
 import type { Backend, ModelCallType, TokenStream } from "./platform.js";
-import type { Calls, ModelOut } from "./protocol.js";
+import type { Calls, LoraOut, ModelOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import { tokenizerJSON, type Tokenizer } from "./tokenizer.js";
 import { loadStream, streamIn } from "./load-stream.js";
 import type { WeightsStream } from "./pretrained.js";
-import type { CheckpointSource, LoadOptions, MemoryUsage, ModelKind, PretrainedOptions, QuantizeOptions, WeightFormat } from "./types.js";
-import { boolean, bytes, describe, object, positiveFinite, string, stringRecord } from "./validate.js";
+import type {
+  AdapterFiles,
+  CheckpointSource,
+  LoadOptions,
+  LoraInfo,
+  LoraOptions,
+  MemoryUsage,
+  ModelKind,
+  PretrainedOptions,
+  QuantizeOptions,
+  SaveAdapterOptions,
+  WeightFormat,
+} from "./types.js";
+import { boolean, bytes, checkLora, describe, object, positiveFinite, string, stringRecord, text } from "./validate.js";
 
 /** Options for `save()`. */
 export interface SaveOptions {
@@ -81,7 +93,8 @@ export abstract class Model<C extends object> {
   /** The whole configuration, every default filled in (optimizer fields included). */
   readonly config: Readonly<Required<C>>;
   readonly #handle: Handle;
-  readonly #numParameters: number;
+  #numParameters: number;
+  #lora: LoraInfo | null;
 
   static {
     callModel = (m, method, type, input) => {
@@ -99,6 +112,7 @@ export abstract class Model<C extends object> {
     this.#handle = { backend, id: out.model, kind, disposed: false };
     this.config = Object.freeze({ ...out.config }) as unknown as Readonly<Required<C>>;
     this.#numParameters = out.numParameters;
+    this.#lora = freezeLora(out.lora);
     leaks?.register(this, { kind, id: out.model }, this);
   }
 
@@ -176,6 +190,73 @@ export abstract class Model<C extends object> {
     return out.formats;
   }
 
+  /**
+   * The model's LoRA adapters ({@link addLora}, {@link loadAdapter}, or a checkpoint saved with them), every option
+   * filled in; null without adapters. Read-only: the adapters change through the methods below.
+   */
+  get lora(): LoraInfo | null {
+    return this.#lora;
+  }
+
+  /**
+   * Adds LoRA adapters (README "Fine-tuning with LoRA"): each Linear the targets name then computes
+   * `y = x W^T + b + (alpha / rank) · dropout(x) A^T B^T`, with A (rank, in) drawn as PEFT does and B (out, rank)
+   * zero, so outputs are unchanged until it trains. From then on `trainStep` (and the {@link Trainer}) trains only the
+   * adapters: the base is frozen, with no gradients and no Adam moments (`memory().gradients` and `.optimizer` count
+   * the adapters' alone), and may be quantized ({@link quantize}: int8, q4, f16, bf16). The optimizer restarts
+   * (step 0) for the adapters. Rejects with an Error naming the option for bad options (rank an integer >= 1, alpha
+   * finite > 0, dropout in [0, 1), targets from {@link LoraTarget}, each once; q/k/v with qkv overlap), and when the
+   * model already has adapters (`removeLora()` or `mergeLora()` first); nothing changes then.
+   */
+  async addLora(options?: LoraOptions): Promise<void> {
+    const o = checkLora(options);
+    this.#adapters(await callModel(this, "addLora", "addLora", { options: o }));
+  }
+
+  /**
+   * Folds the adapters into the float32 base weights (W += (alpha / rank) · B A) and removes them: the model then
+   * computes what it computed with them, and trains whole again. Rejects on a quantized base (the folded weights
+   * would be quantized again, losing what the adapters learnt: `removeLora()`, or keep the adapters), for a `"head"`
+   * adapter on a tied head (the fold would change the embedding lookup too), and on a model without adapters.
+   */
+  async mergeLora(): Promise<void> {
+    this.#adapters(await callModel(this, "mergeLora", "mergeLora", {}));
+  }
+
+  /**
+   * Drops the adapters: the model is its base again, as it was before {@link addLora} (the base never trains under
+   * adapters). Another adapter can then be added or loaded without reloading the base. Rejects on a model without
+   * adapters.
+   */
+  async removeLora(): Promise<void> {
+    this.#adapters(await callModel(this, "removeLora", "removeLora", {}));
+  }
+
+  /**
+   * The adapters alone, as PEFT saves them: `safetensors` is `adapter_model.safetensors` (each adapter's
+   * `lora_A.weight` (rank, in) and `lora_B.weight` (out, rank)), `config` is `adapter_config.json`'s text. With
+   * `names: "gpt2"` (a model from a GPT-2 folder) they carry GPT-2's module names and `fan_in_fan_out: true`, so
+   * `PeftModel.from_pretrained(GPT2LMHeadModel..., folder)` loads them. Rejects on a model without adapters.
+   */
+  async saveAdapter(options: SaveAdapterOptions = {}): Promise<AdapterFiles> {
+    const o = object("options", options, '{ names?: "qkv" | "gpt2" }');
+    const names = o.names === undefined ? "qkv" : string("options.names", o.names);
+    if (names !== "qkv" && names !== "gpt2") throw new Error(`options.names must be "qkv" or "gpt2", got ${describe(names)}`);
+    return await callModel(this, "saveAdapter", "saveAdapter", { names });
+  }
+
+  /**
+   * Replaces the model's adapters (or adds them) with an adapter saved by {@link saveAdapter}, `qkv train --lora`
+   * or PEFT (qkv's or GPT-2's names): rank, alpha, dropout and targets from the config. Rejects, changing nothing,
+   * naming every missing or mis-shaped tensor at once, or the config field that is wrong.
+   */
+  async loadAdapter(files: AdapterFiles): Promise<void> {
+    const f = object("files", files, "{ config: string, safetensors: Uint8Array }");
+    const config = text("files.config", f.config);
+    const safetensors = bytes("files.safetensors", f.safetensors);
+    this.#adapters(await callModel(this, "loadAdapter", "loadAdapter", { config, safetensors }));
+  }
+
   /** Bytes this model holds in the wasm heap: weights, gradients, Adam moments and activations. */
   async memory(): Promise<MemoryUsage> {
     const h = this.#alive("memory");
@@ -199,6 +280,11 @@ export abstract class Model<C extends object> {
   /** Same as {@link dispose}, for `using model = await LanguageModel.create(...)`. */
   declare [Symbol.dispose]: () => void;
 
+  #adapters(out: LoraOut): void {
+    this.#lora = freezeLora(out.lora);
+    this.#numParameters = out.numParameters;
+  }
+
   #alive(method: string): Handle {
     const h = this.#handle;
     if (h.disposed) throw new Error(`qkv: ${h.kind}.${method}() was called after dispose(); create a new model`);
@@ -215,6 +301,24 @@ if (typeof Symbol.dispose === "symbol") {
     writable: true,
     configurable: true,
   });
+}
+
+/**
+ * A frozen copy of the core's LoRA options (the getter hands out the same object until the adapters change), alpha
+ * and dropout as the shortest decimals of the core's float32 values (0.05, not 0.05000000074505806).
+ */
+function freezeLora(l: LoraInfo | null): LoraInfo | null {
+  if (l === null) return null;
+  return Object.freeze({ ...l, alpha: shortestFloat32(l.alpha), dropout: shortestFloat32(l.dropout), targets: Object.freeze([...l.targets]) });
+}
+
+/** The number with the fewest significant digits that rounds to the same float32 as `x` (9 digits always do). */
+function shortestFloat32(x: number): number {
+  for (let digits = 1; digits < 9; digits++) {
+    const y = Number(x.toPrecision(digits));
+    if (Math.fround(y) === Math.fround(x)) return y;
+  }
+  return x;
 }
 
 /** Creates a model of `kind` in the core (loading the core first if needed). */

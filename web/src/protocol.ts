@@ -4,7 +4,7 @@
 // A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
 // `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
-import type { BackendCheck, MemoryReport, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
+import type { AdapterFiles, BackendCheck, LoraInfo, MemoryReport, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -34,6 +34,15 @@ export interface ModelOut {
   /** The whole configuration, defaults filled in, optimizer fields included. */
   config: Record<string, number | string | boolean>;
   /** Optimizer steps taken (non-zero for a loaded checkpoint). */
+  step: number;
+  /** The model's LoRA adapters (a checkpoint saved with adapters loads with them), or null. */
+  lora: LoraInfo | null;
+}
+
+/** What a call that adds, folds, drops or replaces a model's adapters leaves: the adapters and the counts they change. */
+export interface LoraOut {
+  lora: LoraInfo | null;
+  numParameters: number;
   step: number;
 }
 
@@ -167,6 +176,13 @@ export interface Calls {
   loadWeights: { in: { model: number; bytes: Uint8Array }; out: null };
   setLearningRate: { in: { model: number; lr: number }; out: null };
   quantize: { in: { model: number; options: QuantizeOptions }; out: { formats: Record<string, WeightFormat> } };
+  /** LoRA (qkv/lora.h): options arrive checked and filled in (validate.ts checkLora); the core checks them again. */
+  addLora: { in: { model: number; options: LoraInfo }; out: LoraOut };
+  mergeLora: { in: { model: number }; out: LoraOut };
+  removeLora: { in: { model: number }; out: LoraOut };
+  /** The adapter alone as PEFT saves it (qkv/lora_files.h save_adapter), in qkv's or GPT-2's names. */
+  saveAdapter: { in: { model: number; names: "qkv" | "gpt2" }; out: AdapterFiles };
+  loadAdapter: { in: { model: number } & AdapterFiles; out: LoraOut };
   dispose: { in: { model: number }; out: null };
   memory: { in: null; out: MemoryReport };
   /** The runtime as init() reported it, with where models run now (after a GPU loss: the wasm core). */

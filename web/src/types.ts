@@ -339,12 +339,63 @@ export interface QuantizeOptions {
   embedding?: boolean;
 }
 
+/**
+ * The Linear roles a LoRA adapter can sit on ({@link Model.addLora}): `"q"`, `"k"`, `"v"` the rows of attention's
+ * in-projection for queries, keys and values (one adapter each); `"qkv"` the in-projection whole (one adapter of
+ * out-size 3·dModel, as PEFT adapts GPT-2's `c_attn`); `"out"` attention's out-projection; `"up"` and `"down"` the
+ * feed-forward's first (dModel → dFF) and second (dFF → dModel) Linear; `"head"` the output projection (a language
+ * model's head, also when tied to the embedding: the adapter then adapts the head product only; the classifier's
+ * final layer(s); seq2seq's generator). Every attention module gets the attention targets (seq2seq: encoder self,
+ * decoder self and cross). `"q"` / `"k"` / `"v"` together with `"qkv"` is refused (they overlap).
+ */
+export type LoraTarget = "q" | "k" | "v" | "qkv" | "out" | "up" | "down" | "head";
+
+/**
+ * What {@link Model.addLora} takes: each targeted Linear then computes
+ * `y = x W^T + b + (alpha / rank) · dropout(x) A^T B^T` with A (rank, in) drawn Kaiming-uniform (a = sqrt(5), as PEFT
+ * does) and B (out, rank) zero, so the model's outputs are the base's until it trains.
+ */
+export interface LoraOptions {
+  /** r, the adapters' inner size: an integer >= 1 (default 8). */
+  rank?: number;
+  /** The adapters' output is scaled by alpha / rank: a finite number > 0 (default 16). */
+  alpha?: number;
+  /** Dropout on the adapter's input only (PEFT's `lora_dropout`), in [0, 1) (default 0). */
+  dropout?: number;
+  /** The Linear roles that get an adapter, each at most once (default `["qkv", "out"]`). */
+  targets?: LoraTarget[];
+  /** Seed of A's initial draws: an integer >= 0 (default 0). */
+  seed?: number;
+}
+
+/** A model's adapters as {@link Model.lora} reports them: every option filled in. */
+export type LoraInfo = Readonly<Required<Omit<LoraOptions, "targets">>> & { readonly targets: readonly LoraTarget[] };
+
+/** An adapter alone, as PEFT saves it: {@link Model.saveAdapter}'s result, {@link Model.loadAdapter}'s input. */
+export interface AdapterFiles {
+  /** `adapter_config.json`'s text: r, lora_alpha, lora_dropout, target_modules, fan_in_fan_out, ... */
+  config: string;
+  /** `adapter_model.safetensors`' bytes: each adapter's `lora_A.weight` (rank, in) and `lora_B.weight` (out, rank). */
+  safetensors: Uint8Array;
+}
+
+/** What {@link Model.saveAdapter} takes. */
+export interface SaveAdapterOptions {
+  /**
+   * The tensors' and target modules' names: `"qkv"` qkv's own (`base_model.model.layers.0.self_attn.in_proj...`,
+   * the default), `"gpt2"` those of Hugging Face's GPT-2 (`base_model.model.transformer.h.0.attn.c_attn...`,
+   * `fan_in_fan_out: true`), so that PEFT loads the adapter onto `GPT2LMHeadModel`; GPT-2 has no separate
+   * q, k, v modules, so adapters on those targets are refused in GPT-2 names.
+   */
+  names?: "qkv" | "gpt2";
+}
+
 export interface MemoryUsage {
   /** Weights: float32, and quantized ones with their scales ({@link Model.quantize}). */
   parameters: number;
-  /** One gradient per weight. */
+  /** One gradient per trainable weight: with LoRA adapters ({@link Model.addLora}) the adapters' only. */
   gradients: number;
-  /** Adam's two moments per weight. */
+  /** Adam's two moments per trainable weight: with LoRA adapters the adapters' only. */
   optimizer: number;
   /** The activation arena, sized for the largest batch × sequence seen so far. */
   activations: number;

@@ -3,7 +3,7 @@
 // dModel divisible by heads, seq <= context, sampling ranges, checkpoint contents) is the core's (C++) job.
 
 import type { SamplingIn } from "./protocol.js";
-import type { BatchShape } from "./types.js";
+import type { BatchShape, LoraInfo, LoraTarget } from "./types.js";
 
 /** "a Float32Array", "an Array". */
 function article(name: string): string {
@@ -249,4 +249,49 @@ export function stringRecord(name: string, v: unknown): Record<string, string> {
     out[key] = text(`${name}[${JSON.stringify(key)}]`, value);
   }
   return out;
+}
+
+/** Every LoraTarget, in the order the docs list them. */
+export const LORA_TARGETS: readonly LoraTarget[] = ["q", "k", "v", "qkv", "out", "up", "down", "head"];
+
+/**
+ * `addLora`'s options checked and every default filled in (rank 8, alpha 16, dropout 0, targets qkv and out, seed 0;
+ * the core's LoraOptions defaults): rank an integer >= 1, alpha finite > 0, dropout in [0, 1), targets a non-empty
+ * array of distinct LoraTargets, seed an integer >= 0; an unknown key is refused (a misspelt `rnak` would otherwise
+ * train at the default rank). Which targets a model has, and q/k/v against qkv, are the core's to judge.
+ */
+export function checkLora(options: unknown): LoraInfo {
+  const like = '{ rank?, alpha?, dropout?, targets?: ["qkv", "out", ...], seed? }';
+  const o = object("options", options === undefined ? {} : options, like);
+  for (const key of Object.keys(o)) {
+    if (!["rank", "alpha", "dropout", "targets", "seed"].includes(key)) {
+      throw new Error(`options.${key} is not a LoRA option: expected ${like}`);
+    }
+  }
+  const rank = o.rank === undefined ? 8 : positiveInt("options.rank", o.rank);
+  const alpha = o.alpha === undefined ? 16 : positiveFinite("options.alpha", o.alpha);
+  let dropout = 0;
+  if (o.dropout !== undefined) {
+    const d = o.dropout;
+    if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d >= 1) {
+      throw invalid(d, "number", `options.dropout must be a number in [0, 1), got ${describe(d)}`);
+    }
+    dropout = d;
+  }
+  const seed = o.seed === undefined ? 0 : nonNegativeInt("options.seed", o.seed);
+  let targets: LoraTarget[] = ["qkv", "out"];
+  if (o.targets !== undefined) {
+    if (!Array.isArray(o.targets) || o.targets.length === 0) {
+      throw invalid(o.targets, "object", `options.targets must be a non-empty array of ${LORA_TARGETS.map((t) => JSON.stringify(t)).join(", ")}, got ${describe(o.targets)}`);
+    }
+    targets = o.targets.map((t: unknown, i: number) => {
+      if (typeof t !== "string" || !(LORA_TARGETS as readonly string[]).includes(t)) {
+        throw invalid(t, "string", `options.targets[${i}] must be one of ${LORA_TARGETS.map((x) => JSON.stringify(x)).join(", ")}, got ${describe(t)}`);
+      }
+      return t as LoraTarget;
+    });
+    const twice = targets.find((t, i) => targets.indexOf(t) !== i);
+    if (twice !== undefined) throw new Error(`options.targets names "${twice}" twice: expected each target at most once`);
+  }
+  return { rank, alpha, dropout, targets, seed };
 }
