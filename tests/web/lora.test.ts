@@ -131,7 +131,7 @@ describe("LanguageModel LoRA", () => {
     const m = await LanguageModel.load(trained);
     await m.quantize({ weights: "int8" });
     const { inputs, targets } = sampleBatch(tune, 2, 8, rng(1));
-    await expect(m.trainStep(inputs, targets, { batch: 2, seq: 8 })).rejects.toThrow(/quantized \(int8.*train LoRA adapters on the frozen quantized base/);
+    await expect(m.trainStep(inputs, targets, { batch: 2, seq: 8 })).rejects.toThrow(/quantized \(int8.*add LoRA adapters \(add_lora; addLora in JS\) and train them on the frozen quantized base/);
     const base = await m.predict(PROMPT, SHAPE);
     await m.addLora({ rank: 8, targets: ["qkv", "out", "up", "down"] });
     const losses = await fineTune(m, 80);

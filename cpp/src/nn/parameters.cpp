@@ -170,11 +170,12 @@ void Parameters::ensure_training() {
     const Param* first = nullptr;
     for (const Param& p : params_)
       if (!first && p.is_packed()) first = &p;
-    throw Error(detail::cat("this model's weights are quantized (", ops::format_name(first->format), ": ", first->name,
-                            " and ", packed_count_ - 1,
-                            " more): a quantized model is for inference only (generate, predict, evaluate, logits); "
-                            "to fine-tune it, train LoRA adapters on the frozen quantized base (issue 37), or train "
-                            "the float32 model and quantize it afterwards"));
+    throw Error(detail::cat(
+        "this model's weights are quantized (", ops::format_name(first->format), ": ", first->name, " and ",
+        packed_count_ - 1,
+        " more): a quantized model is for inference only (generate, predict, evaluate, logits); "
+        "to fine-tune it, add LoRA adapters (add_lora; addLora in JS) and train them on the frozen quantized base, "
+        "or train the float32 model and quantize it afterwards"));
   }
   if (has_training() || values_.numel() == 0) return;
   const std::vector<int64_t> shape{static_cast<int64_t>(total_)};
