@@ -640,6 +640,14 @@ std::unique_ptr<Task> Task::create(Kind kind, const std::string& path, const std
   return task;
 }
 
+std::optional<Tokenizer> folder_tokenizer(const std::string& dir, const std::map<std::string, std::string>& files) {
+  try {
+    return pretrained_tokenizer(files);
+  } catch (const Error& e) {
+    throw Error(dir + ": " + e.what());
+  }
+}
+
 std::vector<int32_t> pretrained_eos_ids(const std::string& dir, int tokenizer_eos) {
   const std::string path = (std::filesystem::path(dir) / "config.json").string();
   json config;
