@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/lora.h"
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
 #include "qkv/parameter.h"
@@ -87,6 +88,34 @@ class Model {
   // host memory, so a model on the GPU refuses (qkv::Error): move it with to(Device::CPU) first. A packed tensor
   // (quantize) has empty spans: read its values through a checkpoint (save) instead.
   std::vector<ParameterView> parameters();
+
+  // LoRA adapters (qkv/lora.h: targets, A's initial values, the dropout masks).
+  // add_lora adds y += (alpha / rank) * dropout(x) A^T B^T to every targeted Linear, A (rank, in), B (out, rank) = 0,
+  // so the model computes what it did until the adapters train. From then on every training call (train_step,
+  // accumulate, apply_gradients, queue_train_step, data parallel) updates only the adapters: the base is frozen,
+  // its gradients and Adam moments are released (memory() counts only the adapters'), and its backward computes
+  // only what flows through it to earlier adapters. The base may be float32 or quantized (f16, bf16, int8, q4): a
+  // quantized model trains adapters. The optimizer restarts for the adapters (step() counts their steps from 0;
+  // skipped_steps() likewise). Refused (qkv::Error naming the argument; nothing changes) for bad options (rank < 1,
+  // alpha not > 0, dropout outside [0, 1), an unknown, repeated or absent target, q/k/v with qkv), or when the model
+  // already has adapters (remove_lora() first).
+  void add_lora(const LoraOptions& options);
+  bool has_lora() const;
+  const LoraOptions& lora_options() const;  // qkv::Error when the model has no adapters
+  // Folds scale * B A into the float32 base weights and removes the adapters; the model then trains whole again
+  // (its optimizer restarts: step() 0). Refused on a quantized base (qkv::Error saying why: the fold would be
+  // re-quantized, losing it), and without adapters; nothing changes on error.
+  void merge_lora();
+  // Drops the adapters; the base weights are bit for bit what they were before add_lora. The model then trains
+  // whole again (its optimizer restarts: step() 0). qkv::Error without adapters.
+  void remove_lora();
+  // The adapters' tensors (host memory, as parameters()): "<weight name without .weight>.lora_A.weight" and
+  // ".lora_B.weight", e.g. "layers.0.self_attn.in_proj.lora_A.weight" (target "qkv"; in_proj_weight's stem is
+  // "in_proj"), "layers.0.self_attn.in_proj_q.lora_A.weight" ("q"; _k, _v likewise),
+  // "layers.0.self_attn.out_proj.lora_A.weight", "layers.0.linear1.lora_A.weight", "lm_head.lora_A.weight" (a tied
+  // head: "lm_head" too). Per adapter A then B, in the model's registration order. Empty without adapters. A model
+  // on the GPU refuses (qkv::Error) as parameters() does.
+  std::vector<ParameterView> lora_parameters();
 
   // Checkpoints: safetensors with the weights under their PyTorch-style names, the config in the metadata
   // and, with_optimizer, the Adam moments and step counts (taken and skipped) so training resumes exactly.

@@ -62,10 +62,10 @@ struct Classifier::Impl {
                 "encoder.norm"),
         head_stream(core.params.new_stream()) {
     if (c.head == ClassifierHead::MLP) {
-      fc1 = std::make_unique<nn::Linear>(core.params, "classifier.0.weight", "classifier.0.bias", C, H2, 0.02f);
-      fc2 = std::make_unique<nn::Linear>(core.params, "classifier.3.weight", "classifier.3.bias", H2, K, 0.02f);
+      fc1 = std::make_unique<nn::Linear>(core.params, "classifier.0.weight", "classifier.0.bias", C, H2, 0.02f, "head");
+      fc2 = std::make_unique<nn::Linear>(core.params, "classifier.3.weight", "classifier.3.bias", H2, K, 0.02f, "head");
     } else {
-      fc2 = std::make_unique<nn::Linear>(core.params, "classifier.weight", "classifier.bias", C, K, 0.02f);
+      fc2 = std::make_unique<nn::Linear>(core.params, "classifier.weight", "classifier.bias", C, K, 0.02f, "head");
     }
     core.params.finalize(c.seed);
   }
@@ -131,12 +131,12 @@ struct Classifier::Impl {
       ops().mean_pool_forward(pooled.first(static_cast<size_t>(B) * C), top, pad.data(), B, T, C);
     if (fc1) {
       const size_t n = static_cast<size_t>(B) * H2;
-      fc1->forward(hidden_act, hidden, pooled, B, ops::Act::ReLU);
+      fc1->forward(hidden_act, hidden, pooled, B, ops::Act::ReLU, drop);
       if (drop.active())
         ops().dropout_forward(hidden_act.first(n), hidden_act.first(n), drop.p, drop.seed_for(head_stream));
-      fc2->forward(logits, hidden_act, B);
+      fc2->forward(logits, hidden_act, B, drop);
     } else {
-      fc2->forward(logits, pooled, B);
+      fc2->forward(logits, pooled, B, drop);
     }
   }
 

@@ -39,8 +39,10 @@ struct LanguageModel::Impl {
   int C, V, L, F;
   models::ModelCore core;
   nn::Embedding embedding;
-  nn::EncoderStack stack;        // causal self-attention layers "layers.N." and the final "norm"
-  nn::Param* lm_head = nullptr;  // untied head (V, C)
+  nn::EncoderStack stack;             // causal self-attention layers "layers.N." and the final "norm"
+  nn::Param* lm_head = nullptr;       // untied head (V, C)
+  nn::LoraSite* head_site = nullptr;  // LoRA's "head" target: the head product (tied or not)
+  Span dequant;                       // a frozen quantized head's rows for d top (nn/weight_product.h)
 
   // The workspace's model-level buffers, planned for (B_cap, T_cap).
   int B_cap = 0, T_cap = 0;
@@ -71,6 +73,8 @@ struct LanguageModel::Impl {
       lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
       lm_head->matrix = true;
     }
+    // Tied, the adapter adapts the head product only (not the embedding lookup); its name is lm_head's either way.
+    head_site = &core.params.add_lora_site("lm_head", "head", C, V, lm_head ? *lm_head : embedding.token_weight());
     core.params.finalize(c.seed);
   }
 
@@ -80,6 +84,7 @@ struct LanguageModel::Impl {
   const nn::Param& head() const { return lm_head ? *lm_head : embedding.token_weight(); }
   const float* head_weight() const { return head().value.data(); }
   float* head_grad() { return lm_head ? lm_head->grad.data() : embedding.token_weight().grad.data(); }
+  nn::LoraAdapter* head_adapter() const { return head_site->adapter; }
 
   void ensure_capacity(int B, int T) {
     if (B <= B_cap && T <= T_cap) return;
@@ -95,6 +100,8 @@ struct LanguageModel::Impl {
       tokens_dev = w.take_ints(rows);
       targets_dev = w.take_ints(rows);
       best = w.take_ints(rows);
+      dequant = w.take_shared("weight.dequant", core.params.frozen() ? nn::weight_dx_scratch_size(head()) : 0);
+      if (nn::LoraAdapter* a = head_adapter()) a->plan(w, static_cast<int>(rows));
     });
     tokens.reserve(static_cast<size_t>(B_cap) * T_cap);
     targets.reserve(static_cast<size_t>(B_cap) * T_cap);
@@ -129,6 +136,8 @@ struct LanguageModel::Impl {
     stack.forward({nullptr, true}, B, T, drop);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
     nn::weight_product(ops(), head(), 0, V, stack.output().data(), C, B * T, logits.data(), V);
+    if (nn::LoraAdapter* a = head_adapter())
+      a->forward(ops(), 0, 0, V, stack.output().data(), C, B * T, logits.data(), V, drop);
   }
 
   // Generation with the KV caches: tokens (B,Tn), the positions after the cached ones, through the layers;
@@ -138,8 +147,9 @@ struct LanguageModel::Impl {
     const ops::Ids ids = core.ids(tokens_dev, {toks, static_cast<size_t>(B) * Tn});
     embedding.forward(stack.input(), ids, B, Tn, drop, caches.length());
     stack.forward({nullptr, true}, B, Tn, drop, caches.layers());
-    nn::weight_product(ops(), head(), 0, V, stack.output().data() + static_cast<size_t>(Tn - 1) * C, Tn * C, B,
-                       logits.data(), V);
+    const float* last = stack.output().data() + static_cast<size_t>(Tn - 1) * C;
+    nn::weight_product(ops(), head(), 0, V, last, Tn * C, B, logits.data(), V);
+    if (nn::LoraAdapter* a = head_adapter()) a->forward(ops(), 0, 0, V, last, Tn * C, B, logits.data(), V, drop);
   }
 
   models::LossSum loss(int rows) {
@@ -150,9 +160,12 @@ struct LanguageModel::Impl {
   void backward(int B, int T) {
     const int rows = B * T;
     const CSpan dlogits = logits;
-    // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top
-    ops().gemm(false, false, rows, C, V, 1.f, dlogits.data(), V, head_weight(), C, 0.f, d_top.data(), C);
-    ops().gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
+    // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top (not for a frozen base: LoRA)
+    nn::weight_product_dx(ops(), head(), 0, V, dlogits.data(), V, rows, d_top.data(), C, 0.f, dequant);
+    if (!core.params.frozen())
+      ops().gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
+    if (nn::LoraAdapter* a = head_adapter())
+      a->backward(ops(), 0, 0, V, dlogits.data(), V, stack.output().data(), rows, d_top.data(), drop);
     const Span d_emb = stack.backward(d_top, {nullptr, true}, B, T, drop);
     embedding.backward(d_emb, token_ids, B, T, drop);
   }

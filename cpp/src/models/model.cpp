@@ -2,6 +2,7 @@
 #include "qkv/model.h"
 
 #include "io/checkpoint.h"
+#include "models/lora_set.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "ops/weight_quantize.h"
@@ -46,16 +47,23 @@ void Model::to(Device device) {
   reset(true);
 }
 
-const OptimizerConfig& Model::optimizer() const { return core().optimizer.config(); }
+const OptimizerConfig& Model::optimizer() const { return core().opt().config(); }
 // Steps in flight keep the lr they were queued with (ops/adam_plan.h): no need to settle them.
-void Model::set_learning_rate(float lr) { core().optimizer.set_learning_rate(lr); }
-void Model::set_non_finite(NonFinite policy) { settled(core()).optimizer.set_non_finite(policy); }
+// With adapters, both optimizers (the adapters' and the base's, for after remove_lora) take the settings.
+void Model::set_learning_rate(float lr) {
+  core().optimizer.set_learning_rate(lr);
+  if (core().lora) core().lora->optimizer.set_learning_rate(lr);
+}
+void Model::set_non_finite(NonFinite policy) {
+  settled(core()).optimizer.set_non_finite(policy);
+  if (core().lora) core().lora->optimizer.set_non_finite(policy);
+}
 void Model::set_training(bool training) { core().training = training; }
 size_t Model::num_parameters() const { return const_cast<Model*>(this)->core().num_parameters(); }
 MemoryUsage Model::memory() const { return core().memory(); }
-int Model::step() const { return settled(core()).optimizer.steps(); }
-int Model::skipped_steps() const { return settled(core()).optimizer.skipped(); }
-bool Model::last_step_skipped() const { return settled(core()).optimizer.last_skipped(); }
+int Model::step() const { return settled(core()).opt().steps(); }
+int Model::skipped_steps() const { return settled(core()).opt().skipped(); }
+bool Model::last_step_skipped() const { return settled(core()).opt().last_skipped(); }
 
 void Model::zero_grad() { settled(core()).zero_grad(); }
 bool Model::apply_gradients() { return settled(core()).apply_gradients(); }
@@ -97,13 +105,38 @@ void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
   for (nn::Param& p : c.params.all())
     if (p.matrix || (embedding && p.embedding)) which.emplace_back(&p, static_cast<ops::WeightFormat>(format));
   c.params.quantize(which);
-  reset(false);  // KV caches hold keys of the old weights
+  // KV caches hold keys of the old weights; with adapters, the frozen base's backward now needs scratch for the
+  // dequantized rows (planned again).
+  reset(c.lora != nullptr);
 }
 
 std::map<std::string, WeightFormat> Model::weight_formats() const {
   std::map<std::string, WeightFormat> out;
   for (const auto& [name, f] : core().params.formats()) out[name] = static_cast<WeightFormat>(f);
   return out;
+}
+
+void Model::add_lora(const LoraOptions& options) {
+  models::add_lora(settled(core()), options);
+  reset(true);  // the layers plan their adapters' buffers (and a frozen base's scratch) at the next call
+}
+bool Model::has_lora() const { return core().lora != nullptr; }
+const LoraOptions& Model::lora_options() const {
+  check(core().lora != nullptr, "lora_options: this model has no LoRA adapters (add_lora first)");
+  return core().lora->options;
+}
+void Model::merge_lora() {
+  models::merge_lora(settled(core()));
+  reset(true);
+}
+void Model::remove_lora() {
+  models::remove_lora(settled(core()));
+  reset(true);
+}
+std::vector<ParameterView> Model::lora_parameters() {
+  models::ModelCore& c = settled(core());
+  if (!c.lora) return {};
+  return models::views_of(c.lora->params, kind());
 }
 
 std::vector<ParameterView> Model::parameters() { return models::views_of(settled(core()).params, kind()); }

@@ -20,6 +20,7 @@
 #include <span>
 #include <vector>
 
+#include "models/lora_set.h"
 #include "nn/dropout.h"
 #include "nn/parameters.h"
 #include "ops/ops.h"
@@ -48,12 +49,30 @@ struct ModelCore {
   }
 
   ops::Backend& ops() { return params.ops(); }
+
+  // LoRA adapters (models/lora_set.h), when the model has them: they are then what trains, with their own
+  // optimizer, and the base (params) is frozen. trained() and opt() are what every training call works on.
+  std::unique_ptr<LoraSet> lora;
+  uint64_t lora_changes = 0;  // adapters added or removed: a step queued whole before is not the same step
+  nn::Parameters& trained() { return lora ? lora->params : params; }
+  const nn::Parameters& trained() const { return lora ? lora->params : params; }
+  train::Optimizer& opt() { return lora ? lora->optimizer : optimizer; }
+  const train::Optimizer& opt() const { return lora ? lora->optimizer : optimizer; }
   Device device() const { return params.device(); }
 
   // Moves parameters, gradients and moments to `backend`'s device; the workspace is freed and must be planned
   // again (the model resets its capacities). Nothing changes when the move fails.
   void to(ops::Backend& backend) {
+    ops::Backend& from = params.ops();
     params.to(backend);
+    if (lora) {
+      try {
+        lora->params.to(backend);
+      } catch (...) {
+        params.to(from);  // nothing moves
+        throw;
+      }
+    }
     ws.set_device(backend.device());
   }
 
@@ -78,7 +97,8 @@ struct ModelCore {
   // The dropout of the next forward pass: off in eval mode.
   nn::Dropout next_dropout(bool train_pass) {
     ++passes;
-    return {train_pass && training ? dropout : 0.f, seed * 0x9E3779B97F4A7C15ull + passes};
+    const bool train = train_pass && training;
+    return {train ? dropout : 0.f, seed * 0x9E3779B97F4A7C15ull + passes, train};
   }
 
   // Set when a micro-batch's loss since the gradients were last zeroed was not finite (NonFinite::Skip):
@@ -86,7 +106,7 @@ struct ModelCore {
   bool nonfinite_loss = false;
 
   void zero_grad() {
-    params.zero_grad();
+    trained().zero_grad();
     nonfinite_loss = false;
   }
 
@@ -96,7 +116,7 @@ struct ModelCore {
   // backward is not run (its gradients would be dropped anyway).
   bool check_loss(float loss) {
     if (std::isfinite(loss)) return true;
-    check(optimizer.config().non_finite == NonFinite::Skip, "the loss is not finite (", loss,
+    check(opt().config().non_finite == NonFinite::Skip, "the loss is not finite (", loss,
           "); no gradient was accumulated and the weights are unchanged (try a lower lr)");
     nonfinite_loss = true;
     return false;
@@ -106,25 +126,25 @@ struct ModelCore {
   // non-finite loss or gradient norm; the gradients are then zeroed). See Optimizer::step.
   bool apply_gradients() {
     settle_all();
-    params.ensure_training();
+    trained().ensure_training();
     bool finite_loss = !nonfinite_loss;
     nonfinite_loss = false;
-    if (!sync) return optimizer.step(params, finite_loss);
+    if (!sync) return opt().step(trained(), finite_loss);
     // Data parallel: every rank's gradients summed (each rank weighted its share of the global batch) before
     // the norm, the clipping and the step, which then see the same values on every rank.
-    finite_loss = sync->reduce(params, finite_loss);
-    const bool stepped = optimizer.step(params, finite_loss);
-    if (stepped) sync->after_step(params);
+    finite_loss = sync->reduce(trained(), finite_loss);
+    const bool stepped = opt().step(trained(), finite_loss);
+    if (stepped) sync->after_step(trained());
     return stepped;
   }
 
   // The data-parallel group this model trains in (nullptr: alone). The caller keeps it alive while set.
   dist::GradientSync* sync = nullptr;
   void set_sync(dist::GradientSync* s) {
-    params.ensure_training();
-    if (sync) sync->detach(params);
+    trained().ensure_training();
+    if (sync) sync->detach(trained());
     sync = s;
-    if (sync) sync->attach(params);
+    if (sync) sync->attach(trained());
   }
 
   // A training forward's loss still on the device: the per-row losses (ignored rows hold 0) and how many rows
@@ -146,7 +166,7 @@ struct ModelCore {
   template <class ForwardLoss, class Backward>
   float accumulate(ForwardLoss&& forward_loss, Backward&& backward) {
     settle_all();
-    params.ensure_training();
+    trained().ensure_training();
     const float loss = read_loss(forward_loss());
     if (check_loss(loss)) backward();
     return loss;
@@ -177,16 +197,16 @@ struct ModelCore {
     const PendingLoss pending = queue_step(key ^ step_key(), passes_before, forward_loss, backward);
     const float loss = read_loss(pending);
     if (!std::isfinite(loss)) {
-      if (optimizer.config().non_finite == NonFinite::Error) {
-        params.zero_grad();
-        optimizer.end_halt();  // the device halted on the refusal (ops/adam_plan.h)
+      if (opt().config().non_finite == NonFinite::Error) {
+        trained().zero_grad();
+        opt().end_halt();  // the device halted on the refusal (ops/adam_plan.h)
       }
       check_loss(loss);  // throws under NonFinite::Error
-      optimizer.finish(params, false);
+      opt().finish(trained(), false);
       nonfinite_loss = false;
       return loss;
     }
-    optimizer.finish(params, true);
+    opt().finish(trained(), true);
     return loss;
   }
 
@@ -203,7 +223,7 @@ struct ModelCore {
     auto state = std::make_shared<StepLoss::State>();
     if (sync || !ops().queues_whole_steps()) {
       state->loss = train_step(key, forward_loss, backward);
-      state->skipped = optimizer.last_skipped();
+      state->skipped = opt().last_skipped();
       state->settled = true;
       return StepLoss(state);
     }
@@ -223,19 +243,19 @@ struct ModelCore {
         throw;
       }
       state->loss = std::numeric_limits<float>::quiet_NaN();
-      if (optimizer.config().non_finite == NonFinite::Error) params.zero_grad();
+      if (opt().config().non_finite == NonFinite::Error) trained().zero_grad();
       try {
         check_loss(state->loss);
       } catch (...) {
         state->error = std::current_exception();
         throw;
       }
-      state->skipped = !optimizer.finish(params, false);
+      state->skipped = !opt().finish(trained(), false);
       nonfinite_loss = false;
       return StepLoss(state);
     }
     f.losses = pending.losses;
-    f.sums = optimizer.sums_span(params);
+    f.sums = opt().sums_span(trained());
     state->core = this;
     try {
       const std::array<CSpan, 2> parts{f.losses, f.sums};
@@ -315,15 +335,15 @@ struct ModelCore {
     f.state->loss = loss;
     try {
       if (!std::isfinite(loss)) {
-        if (optimizer.config().non_finite == NonFinite::Error) {
-          params.zero_grad();
+        if (opt().config().non_finite == NonFinite::Error) {
+          trained().zero_grad();
           check_loss(loss);  // throws: caught below
         }
-        f.state->skipped = !optimizer.settle(params, false, sums, last);
+        f.state->skipped = !opt().settle(trained(), false, sums, last);
         return;
       }
       // Throws for a non-finite norm under NonFinite::Error.
-      f.state->skipped = !optimizer.settle(params, true, sums, last);
+      f.state->skipped = !opt().settle(trained(), true, sums, last);
     } catch (...) {
       // NonFinite::Error: this step's error; the steps behind it wrote nothing (the device halted them).
       f.state->error = std::current_exception();
@@ -356,10 +376,10 @@ struct ModelCore {
       d.state->loss = std::numeric_limits<float>::quiet_NaN();
       d.state->error = error;
     }
-    optimizer.drop_ahead();
-    optimizer.end_halt();
-    passes = f.passes;                // the dropped steps' passes are run again by the next steps
-    if (dropped) params.zero_grad();  // they were a dropped step's, not the refused one's
+    opt().drop_ahead();
+    opt().end_halt();
+    passes = f.passes;                   // the dropped steps' passes are run again by the next steps
+    if (dropped) trained().zero_grad();  // they were a dropped step's, not the refused one's
   }
 
   // The step's ops between begin_step and end_step. A StepRetry (the backend's replay met a different step, or
@@ -369,12 +389,12 @@ struct ModelCore {
   PendingLoss queue_step(uint64_t key, uint64_t passes_before, ForwardLoss& forward_loss, Backward& backward,
                          bool ahead = false) {
     ops::Backend& b = ops();
-    optimizer.reserve(params);  // outside the step: nothing inside it may allocate
-    const int ahead_before = optimizer.ahead();
+    opt().reserve(trained());  // outside the step: nothing inside it may allocate
+    const int ahead_before = opt().ahead();
     for (int attempt = 0;; ++attempt) {
       passes = passes_before;
       // A step run again, or one that failed, was not queued: it is not in flight.
-      optimizer.set_ahead(ahead_before);
+      opt().set_ahead(ahead_before);
       b.begin_step(attempt == 0 ? key : 0);
       try {
         const PendingLoss pending = forward_loss();
@@ -382,9 +402,9 @@ struct ModelCore {
         // No row counts: the loss is NaN whatever the device computes, and no update may happen.
         if (pending.count > 0) {
           if (ahead) {
-            optimizer.queue_ahead(params, pending.losses);
+            opt().queue_ahead(trained(), pending.losses);
           } else {
-            optimizer.queue(params, pending.losses);
+            opt().queue(trained(), pending.losses);
           }
         }
         b.end_step();
@@ -394,7 +414,7 @@ struct ModelCore {
         check(attempt == 0, "the training step could not be queued: the backend asked to run it again twice");
       } catch (...) {
         if (!b.cancel_step() || attempt > 0) {
-          optimizer.set_ahead(ahead_before);
+          opt().set_ahead(ahead_before);
           throw;
         }
       }
@@ -405,7 +425,12 @@ struct ModelCore {
   // whether dropout is on.
   uint64_t step_key() const {
     const auto at = reinterpret_cast<uintptr_t>(const_cast<nn::Parameters&>(params).values().data());
-    return (static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) ^ (id * 0xC2B2AE3D27D4EB4Full) ^ (training ? 1u : 0u) ^
+    // With adapters the step also reads and writes theirs: a new adapter set is a new step.
+    const auto adapters =
+        lora ? reinterpret_cast<uintptr_t>(const_cast<nn::Parameters&>(lora->params).values().data()) : 0;
+    return (static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) ^
+           (static_cast<uint64_t>(adapters) * 0xD6E8FEB86659FD93ull) ^ (lora_changes << 40) ^
+           (id * 0xC2B2AE3D27D4EB4Full) ^ (training ? 1u : 0u) ^
            (static_cast<uint64_t>(std::hash<float>{}(dropout)) << 1);
   }
   static uint64_t next_id() {
@@ -416,12 +441,14 @@ struct ModelCore {
 
  public:
   MemoryUsage memory() const {
-    // The float32 weights and the packed ones (Parameters::quantize).
-    const size_t weights = params.weight_bytes();
+    // The float32 weights and the packed ones (Parameters::quantize), and the adapters' (LoRA).
+    const size_t weights = params.weight_bytes() + (lora ? lora->params.weight_bytes() : 0);
     // The moments: this replica's part under ZeRO-1 (parallel/). A loaded model has neither gradients nor moments
-    // until it trains (nn::Parameters::ForLoading); a quantized one never has.
-    const size_t grads = params.has_training() ? params.count() * sizeof(float) : 0;
-    return {weights, grads, 2 * params.moments_size() * sizeof(float), ws.size_bytes()};
+    // until it trains (nn::Parameters::ForLoading); a quantized one never has. With adapters, only theirs: the base
+    // is frozen.
+    const nn::Parameters& t = trained();
+    const size_t grads = t.has_training() ? t.count() * sizeof(float) : 0;
+    return {weights, grads, 2 * t.moments_size() * sizeof(float), ws.size_bytes()};
   }
 
   // The ids of a batch on the device: validated host ids in, the Ids the ops take out (dst: ws.take_ints).

@@ -69,7 +69,7 @@ struct Seq2Seq::Impl {
                 c.positions, 0.02f),
         encoder(core.params, "encoder.", c.encoder_layers, layer_options(c), c.final_norm, "encoder.norm"),
         decoder(core.params, "decoder.", c.decoder_layers, layer_options(c), c.final_norm, "decoder.norm"),
-        generator(core.params, "generator.weight", "generator.bias", C, c.tgt_vocab, 0.02f) {
+        generator(core.params, "generator.weight", "generator.bias", C, c.tgt_vocab, 0.02f, "head") {
     core.params.finalize(c.seed);
   }
 
@@ -139,7 +139,7 @@ struct Seq2Seq::Impl {
   void decode(int B, int S, int T) {
     tgt_emb.forward(decoder.input(), tgt_in_ids, B, T, drop);
     decoder.forward(encoder.output(), tgt_mask(), src_mask(), B, T, S, drop);
-    generator.forward(logits, decoder.output(), B * T);
+    generator.forward(logits, decoder.output(), B * T, drop);
   }
 
   void forward(int B, int S, int T, bool train_pass) {
@@ -287,7 +287,7 @@ Decoded Seq2Seq::generate(std::span<const int32_t> src, int batch, int src_len, 
       m.tgt_emb.forward(m.decoder.input(), ids, R, 1, m.drop, m.self_caches.length());
       m.decoder.forward(memory, self_mask, memory_mask, R, 1, S, m.drop, m.self_caches.layers(),
                         m.cross_caches.layers());
-      m.generator.forward(m.logits, m.decoder.output(), R);
+      m.generator.forward(m.logits, m.decoder.output(), R, m.drop);
       m.ops().download(last.data(), m.logits.data(), last.size() * sizeof(float));
       return last.data();
     }
@@ -302,7 +302,7 @@ Decoded Seq2Seq::generate(std::span<const int32_t> src, int batch, int src_len, 
     const ops::Ids ids = m.core.ids(m.tgt_in_dev, prefix);
     m.tgt_emb.forward(m.decoder.input(), ids, R, t, m.drop);
     m.decoder.forward(memory, self_mask, memory_mask, R, t, S, m.drop);
-    m.generator.forward(m.logits, m.decoder.output(), R * t);
+    m.generator.forward(m.logits, m.decoder.output(), R * t, m.drop);
     for (int r = 0; r < R; ++r)
       m.ops().download(last.data() + static_cast<size_t>(r) * V,
                        m.logits.data() + (static_cast<size_t>(r) * t + t - 1) * V,

@@ -21,7 +21,11 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
       stream_(params.new_stream()),
       w_in_(params.add(prefix + ".in_proj_weight", {3 * C, C}, Init::Normal, init_std)),
       b_in_(bias ? &params.add(prefix + ".in_proj_bias", {3 * C}, Init::Zeros) : nullptr),
-      out_proj_(params, prefix + ".out_proj.weight", bias ? prefix + ".out_proj.bias" : "", C, C, out_init_std) {
+      site_q_(&params.add_lora_site(prefix + ".in_proj_q", "q", C, C, w_in_, 0)),
+      site_k_(&params.add_lora_site(prefix + ".in_proj_k", "k", C, C, w_in_, C)),
+      site_v_(&params.add_lora_site(prefix + ".in_proj_v", "v", C, C, w_in_, 2 * C)),
+      site_qkv_(&params.add_lora_site(prefix + ".in_proj", "qkv", C, 3 * C, w_in_, 0)),
+      out_proj_(params, prefix + ".out_proj.weight", bias ? prefix + ".out_proj.bias" : "", C, C, out_init_std, "out") {
   w_in_.matrix = true;
 }
 
@@ -41,6 +45,11 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
   dkv_ = ws.take_shared("attention.dkv", rk * 2 * C_);
   dy_ = ws.take_shared("attention.dy", rq * C_);
   pad_ = ws.take_bytes(rk);
+  dequant_ = ws.take_shared("weight.dequant", params_.frozen() ? weight_dx_scratch_size(w_in_) : 0);
+  if (LoraAdapter* a = site_qkv_->adapter) a->plan(ws, static_cast<int>(rq), static_cast<int>(rk));
+  if (LoraAdapter* a = site_q_->adapter) a->plan(ws, static_cast<int>(rq));
+  if (LoraAdapter* a = site_k_->adapter) a->plan(ws, static_cast<int>(rk));
+  if (LoraAdapter* a = site_v_->adapter) a->plan(ws, static_cast<int>(rk));
   has_last_ = false;  // q_ and kv_ are new buffers
 }
 
@@ -49,9 +58,13 @@ ops::AttentionShape MultiHeadAttention::shape(const AttentionMask& mask, int B, 
   return {B, Tq, Tk, C_, H_, C_, 2 * C_, mask.key_pad, mask.causal, drop.p, drop.seed_for(stream_)};
 }
 
-void MultiHeadAttention::project_kv(float* kv, const float* x, int rows) {
+void MultiHeadAttention::project_kv(float* kv, const float* x, int rows, const Dropout& drop) {
   const int C = C_;
   weight_product(ops(), w_in_, C, 2 * C, x, C, rows, kv, 2 * C);  // rows C .. 3C of in_proj_weight: W_k | W_v
+  // The adapters' products on the same rows: qkv's B rows C .. 3C, k's and v's whole B into their columns.
+  if (LoraAdapter* a = site_qkv_->adapter) a->forward(ops(), 1, C, 2 * C, x, C, rows, kv, 2 * C, drop);
+  if (LoraAdapter* a = site_k_->adapter) a->forward(ops(), 0, 0, C, x, C, rows, kv, 2 * C, drop);
+  if (LoraAdapter* a = site_v_->adapter) a->forward(ops(), 0, 0, C, x, C, rows, kv + C, 2 * C, drop);
   const size_t n = static_cast<size_t>(rows) * 2 * C;
   if (b_in_) ops().bias_act_forward({kv, n}, {kv, n}, b_in_->value.subspan(C), ops::Act::Identity, rows, 2 * C);
 }
@@ -61,12 +74,14 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
   const int rq = B * Tq, C = C_;
   const Span q = q_.first(static_cast<size_t>(rq) * C);
   weight_product(ops(), w_in_, 0, C, xq.data(), C, rq, q.data(), C);  // rows 0 .. C of in_proj_weight: W_q
+  if (LoraAdapter* a = site_qkv_->adapter) a->forward(ops(), 0, 0, C, xq.data(), C, rq, q.data(), C, drop);
+  if (LoraAdapter* a = site_q_->adapter) a->forward(ops(), 0, 0, C, xq.data(), C, rq, q.data(), C, drop);
   if (b_in_) ops().bias_act_forward(q, q, b_in_->value.first(C), ops::Act::Identity, rq, C);
   if (cache) return forward_cached(out, xkv, mask, B, Tq, Tk, drop, *cache);
-  project_kv(kv_.data(), xkv.data(), B * Tk);
+  project_kv(kv_.data(), xkv.data(), B * Tk, drop);
   const ops::AttentionShape s = shape(mask, B, Tq, Tk, drop);
   ops().attention_forward(y_, lse_, q_.data(), kv_.data(), kv_.data() + C, s, scratch_);
-  out_proj_.forward(out, y_, rq);
+  out_proj_.forward(out, y_, rq, drop);
   last_ = s;
   if (mask.key_pad) {
     ops().copy(pad_.data(), mask.key_pad, static_cast<size_t>(B) * Tk);
@@ -83,7 +98,7 @@ void MultiHeadAttention::forward_cached(Span out, CSpan xkv, const AttentionMask
   if (!cache.fixed || cache.length == 0) {
     check(start + Tk <= cache.capacity, "KV cache: ", start, " + ", Tk, " positions exceed its capacity of ",
           cache.capacity);
-    project_kv(kv_.data(), xkv.data(), B * Tk);
+    project_kv(kv_.data(), xkv.data(), B * Tk, drop);
     // Batch row b's Tk new rows of 2C go after its `start` kept ones: one strided copy of B*Tk rows would need
     // a stride that changes at each batch boundary, so one copy per batch row.
     const size_t row = 2 * static_cast<size_t>(C);
@@ -96,7 +111,7 @@ void MultiHeadAttention::forward_cached(Span out, CSpan xkv, const AttentionMask
   s.q_pos = cache.fixed ? 0 : start;
   s.k_rows = cache.capacity;
   ops().attention_forward(y_, lse_, q_.data(), cache.kv, cache.kv + C, s, scratch_);
-  out_proj_.forward(out, y_, B * Tq);
+  out_proj_.forward(out, y_, B * Tq, drop);
   has_last_ = false;  // the keys live in the cache, not in kv_
 }
 
@@ -117,22 +132,33 @@ void MultiHeadAttention::backward(Span dxq, Span dxkv, CSpan dout, CSpan xq, CSp
   out_proj_.backward(dy_, dout, y_, rq);
   ops().attention_backward(dq_.data(), dkv_.data(), dkv_.data() + C, dy_, q_.data(), kv_.data(), kv_.data() + C, y_,
                            lse_, shape(mask, B, Tq, Tk, drop), scratch_);
-  float* dw = w_in_.grad.data();
-  const float* w = w_in_.value.data();
-  ops().gemm(true, false, C, C, rq, 1.f, dq_.data(), C, xq.data(), C, 1.f, dw, C);
-  ops().gemm(true, false, 2 * C, C, rk, 1.f, dkv_.data(), 2 * C, xkv.data(), C, 1.f, dw + static_cast<size_t>(C) * C,
-             C);
-  if (b_in_) {
-    // db_q += column sums of dq (rq, C); db_kv += column sums of dkv (rk, 2C)
-    const Span db = b_in_->grad;
-    ops().bias_act_backward({}, db.first(C), dq_.first(static_cast<size_t>(rq) * C), {}, ops::Act::Identity, rq, C,
-                            bias_scratch_);
-    ops().bias_act_backward({}, db.subspan(C), dkv_.first(static_cast<size_t>(rk) * 2 * C), {}, ops::Act::Identity, rk,
-                            2 * C, bias_scratch_);
+  if (!params_.frozen()) {
+    float* dw = w_in_.grad.data();
+    ops().gemm(true, false, C, C, rq, 1.f, dq_.data(), C, xq.data(), C, 1.f, dw, C);
+    ops().gemm(true, false, 2 * C, C, rk, 1.f, dkv_.data(), 2 * C, xkv.data(), C, 1.f, dw + static_cast<size_t>(C) * C,
+               C);
+    if (b_in_) {
+      // db_q += column sums of dq (rq, C); db_kv += column sums of dkv (rk, 2C)
+      const Span db = b_in_->grad;
+      ops().bias_act_backward({}, db.first(C), dq_.first(static_cast<size_t>(rq) * C), {}, ops::Act::Identity, rq, C,
+                              bias_scratch_);
+      ops().bias_act_backward({}, db.subspan(C), dkv_.first(static_cast<size_t>(rk) * 2 * C), {}, ops::Act::Identity,
+                              rk, 2 * C, bias_scratch_);
+    }
   }
-  ops().gemm(false, false, rq, C, C, 1.f, dq_.data(), C, w, C, 0.f, dxq.data(), C);
-  ops().gemm(false, false, rk, C, 2 * C, 1.f, dkv_.data(), 2 * C, w + static_cast<size_t>(C) * C, C, 1.f, dxkv.data(),
-             C);
+  // dxq = dq W_q; dxkv += dkv W_kv (a frozen quantized base: through its dequantized rows)
+  weight_product_dx(ops(), w_in_, 0, C, dq_.data(), C, rq, dxq.data(), C, 0.f, dequant_);
+  weight_product_dx(ops(), w_in_, C, 2 * C, dkv_.data(), 2 * C, rk, dxkv.data(), C, 1.f, dequant_);
+  // The adapters' gradients, and their parts of dxq and dxkv (added: in self-attention they are one buffer).
+  if (LoraAdapter* a = site_qkv_->adapter) {
+    a->backward(ops(), 0, 0, C, dq_.data(), C, xq.data(), rq, dxq.data(), drop);
+    a->backward(ops(), 1, C, 2 * C, dkv_.data(), 2 * C, xkv.data(), rk, dxkv.data(), drop);
+  }
+  if (LoraAdapter* a = site_q_->adapter) a->backward(ops(), 0, 0, C, dq_.data(), C, xq.data(), rq, dxq.data(), drop);
+  if (LoraAdapter* a = site_k_->adapter)
+    a->backward(ops(), 0, 0, C, dkv_.data(), 2 * C, xkv.data(), rk, dxkv.data(), drop);
+  if (LoraAdapter* a = site_v_->adapter)
+    a->backward(ops(), 0, 0, C, dkv_.data() + C, 2 * C, xkv.data(), rk, dxkv.data(), drop);
 }
 
 }  // namespace qkv::nn

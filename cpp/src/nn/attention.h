@@ -54,8 +54,8 @@ class MultiHeadAttention {
  private:
   ops::Backend& ops() const { return params_.ops(); }
   ops::AttentionShape shape(const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop) const;
-  // [k | v] (rows, 2C) = x W_kv^T + b_kv
-  void project_kv(float* kv, const float* x, int rows);
+  // [k | v] (rows, 2C) = x W_kv^T + b_kv (+ the adapters')
+  void project_kv(float* kv, const float* x, int rows, const Dropout& drop);
   void forward_cached(Span out, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,
                       KvCache& cache);
 
@@ -64,11 +64,14 @@ class MultiHeadAttention {
   uint64_t stream_;
   Param& w_in_;
   Param* b_in_;
+  // The LoRA sites of in_proj_weight (qkv/lora.h): "q", "k", "v" (its row blocks) and "qkv" (whole).
+  LoraSite *site_q_, *site_k_, *site_v_, *site_qkv_;
   Linear out_proj_;
   Span q_, kv_, y_, lse_;  // (B,Tq,C), (B,Tk,2C), (B,Tq,C), (B,H,Tq): what the backward needs
   Span scratch_;           // the attention op's scratch (the CPU's tiles, one slot per thread)
   Span bias_scratch_;      // the bias gradient's (ops: bias_act_backward)
   Span dq_, dkv_, dy_;     // backward scratch, (B,Tq,C), (B,Tk,2C), (B,Tq,C)
+  Span dequant_;           // a frozen quantized in_proj_weight's rows for dx (nn/weight_product.h)
   // The last forward's shape and masks, for weights(); pad_ (B,Tk) holds a copy of its key_pad.
   ops::AttentionShape last_{};
   std::span<uint8_t> pad_;

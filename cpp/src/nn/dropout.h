@@ -11,6 +11,9 @@ namespace qkv::nn {
 struct Dropout {
   float p = 0.f;
   uint64_t seed = 0;
+  // A training pass (training mode, a training call): LoRA adapters drop their inputs at their own rate then,
+  // whatever p (nn/lora.h).
+  bool train = false;
 
   bool active() const { return p > 0.f; }
   // The seed of one module's masks in this pass.

@@ -35,6 +35,7 @@ void Embedding::forward(Span x, const ops::Ids& tokens, int B, int T, const Drop
 
 void Embedding::backward(Span dx, const ops::Ids& tokens, int B, int T, const Dropout& drop) {
   const size_t n = static_cast<size_t>(B) * T * C_;
+  if (params_.frozen()) return;  // a frozen base (LoRA): the tables get no gradient, and nothing is upstream
   if (drop.active()) ops().dropout_backward(dx.first(n), dx.first(n), drop.p, drop.seed_for(stream_));
   ops().embedding_backward(wte_.grad, wpe_ ? wpe_->grad : Span{}, dx.first(n), tokens, scale_, B, T, C_, scratch_);
 }

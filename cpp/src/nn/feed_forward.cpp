@@ -10,8 +10,8 @@ FeedForward::FeedForward(Parameters& params, const std::string& prefix, int C, i
            : activation == Activation::GELUTanh ? ops::Act::GELUTanh
                                                 : ops::Act::ReLU),
       stream_(params.new_stream()),
-      linear1_(params, prefix + "linear1.weight", bias ? prefix + "linear1.bias" : "", C, F, init_std),
-      linear2_(params, prefix + "linear2.weight", bias ? prefix + "linear2.bias" : "", F, C, out_init_std) {}
+      linear1_(params, prefix + "linear1.weight", bias ? prefix + "linear1.bias" : "", C, F, init_std, "up"),
+      linear2_(params, prefix + "linear2.weight", bias ? prefix + "linear2.bias" : "", F, C, out_init_std, "down") {}
 
 void FeedForward::plan(Workspace& ws, int rows) {
   const size_t n = static_cast<size_t>(rows) * F_;
@@ -27,9 +27,9 @@ void FeedForward::plan(Workspace& ws, int rows) {
 
 void FeedForward::forward(Span y, CSpan x, int rows, const Dropout& drop) {
   const size_t n = static_cast<size_t>(rows) * F_;
-  linear1_.forward(a_, h_, x, rows, act_);  // bias and activation in one pass
+  linear1_.forward(a_, h_, x, rows, act_, drop);  // bias and activation in one pass
   if (drop.active()) ops().dropout_forward(a_.first(n), a_.first(n), drop.p, drop.seed_for(stream_));
-  linear2_.forward(y, a_, rows);
+  linear2_.forward(y, a_, rows, drop);
 }
 
 void FeedForward::backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& drop) {

@@ -12,6 +12,7 @@ void LayerNorm::plan(Workspace& ws, int rows) {
   mean_ = ws.take(static_cast<size_t>(rows));
   rstd_ = ws.take(static_cast<size_t>(rows));
   scratch_ = ws.take_shared("layernorm.scratch", ops().layernorm_backward_scratch_size(rows, C_));
+  frozen_grads_ = ws.take_shared("layernorm.frozen_grads", params_.frozen() ? 2 * static_cast<size_t>(C_) : 0);
 }
 
 void LayerNorm::forward(Span y, CSpan x, int rows) {
@@ -23,6 +24,11 @@ void LayerNorm::forward_residual(Span r, Span y, CSpan x, CSpan f, int rows) {
 }
 
 void LayerNorm::backward(Span dx, CSpan dr, CSpan dy, CSpan x, int rows) {
+  if (params_.frozen()) {
+    const Span g = frozen_grads_.first(2 * static_cast<size_t>(C_));
+    return ops().layernorm_backward(dx, g.first(C_), g.subspan(C_), dr, dy, x, w_.value, mean_, rstd_, rows, C_,
+                                    scratch_);
+  }
   ops().layernorm_backward(dx, w_.grad, b_.grad, dr, dy, x, w_.value, mean_, rstd_, rows, C_, scratch_);
 }
 

@@ -29,6 +29,8 @@ class LayerNorm {
   Param& b_;
   Span mean_, rstd_;  // (rows)
   Span scratch_;      // the backward's, shared by every LayerNorm
+  // A frozen base (LoRA): the op still writes dw and db; they go here, shared and never read (2C floats).
+  Span frozen_grads_;
 };
 
 // A LayerNorm and the buffer its output goes to: where a residual sum is normalised next, so the add that

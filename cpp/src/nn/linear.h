@@ -4,6 +4,8 @@
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.Linear.html
 #include <string>
 
+#include "nn/dropout.h"
+#include "nn/lora.h"
 #include "nn/parameters.h"
 #include "qkv/workspace.h"
 
@@ -11,20 +13,23 @@ namespace qkv::nn {
 
 class Linear {
  public:
-  // weight_name / bias_name are the checkpoint names; an empty bias_name means no bias.
+  // weight_name / bias_name are the checkpoint names; an empty bias_name means no bias. lora_target: the
+  // qkv/lora.h target a LoRA adapter on this layer answers to (nullptr: none may sit here).
   Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
-         float init_std);
+         float init_std, const char* lora_target = nullptr);
 
   // The backward's scratch (the bias gradient's column sums, on backends that need any), shared by every Linear.
   void plan(Workspace& ws, int rows);
 
   // x (rows, in) -> y (rows, out) = x W^T + b
-  void forward(Span y, CSpan x, int rows) const;
+  // `drop`: the pass's, for an adapter's input dropout (qkv/lora.h).
+  void forward(Span y, CSpan x, int rows, const Dropout& drop = {});
   // dW += dy^T x, db += sum_rows dy; dx (rows, in) = dy W is overwritten, or skipped when dx is empty.
+  // A frozen base (Parameters::frozen) skips dW and db; an adapter adds its gradients and its part of dx.
   void backward(Span dx, CSpan dy, CSpan x, int rows);
 
   // With an activation: h (rows, out) = x W^T + b is kept for the backward, y = act(h); y must not alias h.
-  void forward(Span y, Span h, CSpan x, int rows, ops::Act act) const;
+  void forward(Span y, Span h, CSpan x, int rows, ops::Act act, const Dropout& drop = {});
   // dy (rows, out), the gradient of act's output, is overwritten with the gradient of h (one pass that also
   // sums db); then dW and dx as above.
   void backward(Span dx, Span dy, CSpan h, CSpan x, int rows, ops::Act act);
@@ -33,8 +38,9 @@ class Linear {
   int out() const { return out_; }
 
  private:
-  // dW += dy^T x and dx = dy W (skipped when dx is empty): the two products of either backward.
+  // dW += dy^T x and dx = dy W (skipped when dx is empty): the two products of either backward; then the adapter's.
   void products_backward(Span dx, CSpan dy, CSpan x, int rows);
+  LoraAdapter* adapter() const { return site_ ? site_->adapter : nullptr; }
 
   ops::Backend& ops() const { return params_.ops(); }
 
@@ -42,7 +48,9 @@ class Linear {
   int in_, out_;
   Param& w_;
   Param* b_;
-  Span scratch_;
+  LoraSite* site_;
+  Span scratch_, dequant_;
+  Dropout drop_;  // the last forward's, for the adapter's mask in the backward
 };
 
 }  // namespace qkv::nn

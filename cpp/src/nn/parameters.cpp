@@ -154,7 +154,18 @@ void Parameters::finalize(uint64_t seed) {
   for (Constant& c : constants_) ops_->upload(c.value.data(), c.host.data(), c.host.size() * sizeof(float));
 }
 
+void Parameters::set_frozen(bool frozen) {
+  frozen_ = frozen;
+  if (!frozen) return;
+  grads_ = Tensor();
+  m_ = Tensor();
+  v_ = Tensor();
+  m_begin_ = 0;
+  bind();
+}
+
 void Parameters::ensure_training() {
+  check(!frozen_, "the model's base weights are frozen (LoRA adapters train): they have no gradients");
   if (packed_count_ > 0) {
     const Param* first = nullptr;
     for (const Param& p : params_)

@@ -55,6 +55,22 @@ struct Param {
   int cols() const { return rows() > 0 ? static_cast<int>(numel / static_cast<size_t>(rows())) : 0; }
 };
 
+struct LoraAdapter;  // nn/lora.h
+
+// Where a LoRA adapter may sit (nn/lora.h): registered by a layer with its model's Parameters while it is built,
+// in registration order; Model::add_lora points `adapter` at the adapter it makes (nullptr: none).
+//   stem    the adapter's name stem, e.g. "layers.0.self_attn.in_proj_q" (its tensors: stem + ".lora_A.weight")
+//   target  the qkv/lora.h target it answers to ("q", "k", "v", "qkv", "out", "up", "down", "head")
+//   in, out the adapter's input and output widths: A (rank, in), B (out, rank)
+//   weight  the base weight the adapter's product adds to: rows [row0, row0 + out) of it (merge_lora folds there)
+struct LoraSite {
+  std::string stem, target;
+  int in = 0, out = 0;
+  Param* weight = nullptr;
+  int row0 = 0;
+  LoraAdapter* adapter = nullptr;
+};
+
 // The formats a loader asks for, by parameter name (absent: float32).
 using Formats = std::map<std::string, ops::WeightFormat>;
 
@@ -98,7 +114,7 @@ class Parameters {
   // Allocates the gradients (zero) and the Adam moments (zero) where finalize() left them out (ForLoading); a
   // no-op once they exist. Every call that reads or writes them calls it first (models/model_core.h).
   void ensure_training();
-  bool has_training() const { return grads_.numel() == total_ && packed_count_ == 0; }
+  bool has_training() const { return grads_.numel() == total_ && packed_count_ == 0 && !frozen_; }
 
   // Stores each (parameter, format) of `which` packed (format != F32), quantized on the host from its float32 values
   // (ops::quantize_rows), and lays the float32 buffer out again without them; gradients and moments are released.
@@ -111,6 +127,19 @@ class Parameters {
   // Bytes of weights held on the device: the float32 buffer and the packed one.
   size_t weight_bytes() const { return values_.numel() * sizeof(float) + packed_.numel() * sizeof(float); }
   void zero_grad();
+  // LoRA (nn/lora.h). A layer registers the sites of its adapters; a frozen base (adapters train, models/lora_set.h)
+  // has no gradients or moments and its layers' backwards compute only dx (no dW, db, LayerNorm or embedding
+  // gradients).
+  LoraSite& add_lora_site(std::string stem, std::string target, int in, int out, Param& weight, int row0 = 0) {
+    lora_sites_.push_back({std::move(stem), std::move(target), in, out, &weight, row0, nullptr});
+    return lora_sites_.back();
+  }
+  std::deque<LoraSite>& lora_sites() { return lora_sites_; }
+  bool frozen() const { return frozen_; }
+  // Freezing releases the gradients and moments (and leaves ZeRO-1's sharding); unfreezing leaves them to
+  // ensure_training(), zero.
+  void set_frozen(bool frozen);
+
   // A fresh dropout stream number for a module (see nn/dropout.h).
   uint64_t new_stream() { return ++streams_; }
 
@@ -155,6 +184,8 @@ class Parameters {
   ops::Backend* ops_;
   std::deque<Param> params_;  // a deque keeps references stable while layers register
   std::deque<Constant> constants_;
+  std::deque<LoraSite> lora_sites_;
+  bool frozen_ = false;
   size_t total_ = 0, m_begin_ = 0, packed_count_ = 0;
   uint64_t streams_ = 0;
   Tensor values_, grads_, m_, v_, constants_buf_;

@@ -2,6 +2,8 @@
 // The product of activations with a weight matrix in whatever format it is stored: what every layer that
 // multiplies by a weight (Linear, attention's projections, a language model's head) calls, so that a quantized
 // model (nn::Parameters::quantize) runs the same layers.
+#include <algorithm>
+
 #include "nn/parameters.h"
 
 namespace qkv::nn {
@@ -11,5 +13,17 @@ namespace qkv::nn {
 // rows (each row u32-aligned, so any row offset is valid on every device: ops/weight_format.h).
 void weight_product(ops::Backend& ops, const Param& w, int n0, int n, const float* x, int ldx, int rows, float* y,
                     int ldy);
+
+// The backward's product through the same rows: dx (rows, K) = dy (rows, n) W[n0 : n0 + n] + beta * dx, dy's rows
+// lddy apart, dx's lddx. float32: gemm; packed (a frozen quantized base under LoRA adapters): the rows dequantized
+// (dequantize_rows) kWeightChunk at a time into `scratch`, each chunk's product added, so the scratch stays small
+// (weight_dx_scratch_size) whatever the matrix (a tied GPT-2 head is 50257 rows).
+void weight_product_dx(ops::Backend& ops, const Param& w, int n0, int n, const float* dy, int lddy, int rows, float* dx,
+                       int lddx, float beta, Span scratch);
+inline constexpr int kWeightChunk = 256;
+// Floats of the scratch weight_product_dx needs for w (0 for a float32 weight).
+inline size_t weight_dx_scratch_size(const Param& w) {
+  return w.is_packed() ? static_cast<size_t>(std::min(kWeightChunk, w.rows())) * static_cast<size_t>(w.cols()) : 0;
+}
 
 }  // namespace qkv::nn

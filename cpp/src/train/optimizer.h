@@ -54,6 +54,10 @@ class Optimizer {
     ++epoch_;
   }
 
+  // Forgets every step (t, skips, the device's step state): a fresh optimizer with the same settings (LoRA adapters
+  // added or removed: the parameters it updates change).
+  void restart() { *this = Optimizer(config_); }
+
   const OptimizerConfig& config() const { return config_; }
   void set_learning_rate(float lr);
   void set_non_finite(NonFinite policy) { config_.non_finite = policy; }
