@@ -138,6 +138,13 @@ def load_average():
         return " ".join(f.read().split()[:3])
 
 
+def system_blas():
+    """The BLAS library this process loaded (Debian's torch takes the system's libblas.so.3: OpenBLAS when installed)."""
+    with open("/proc/self/maps") as f:
+        libs = {line.split()[-1].rsplit("/", 1)[-1] for line in f if "blas" in line.lower() and "/" in line}
+    return "+".join(sorted(libs)) or "?"
+
+
 def main():
     torch.manual_seed(1)
     torch.set_num_threads(args.threads)
@@ -171,7 +178,7 @@ def main():
         ms.append(1e3 * (time.perf_counter() - t0))
     mean, median = sum(ms) / len(ms), sorted(ms)[len(ms) // 2]
     tokens_per_s, rss = B * T / (mean / 1e3), peak_rss_mib()
-    blas = "openblas" if "openblas" in torch.__config__.show().lower() else "?"
+    blas = system_blas()
     print(f"== PyTorch {torch.__version__} GPT-2 124M shape ({args.layers} layers), {args.mode}, B {B} x T {T}, "
           f"{torch.get_num_threads()} threads, trainable {trainable:,} of {sum(p.numel() for p in model.parameters()):,}; "
           f"{args.warmup} warm-up + {args.steps} timed steps; load average {load_average()}")
