@@ -7,6 +7,7 @@
 //   qkv_bench char-gpt  [--threads N] [--steps N] [--warmup N] [--batch N] [--config recipe|package] [--isa I]
 //   qkv_bench seq2seq   [--threads N] [--steps N] [--warmup N] [--batch N] [--isa I]
 //   qkv_bench generate  [--threads N] [--steps runs] [--warmup runs] [--isa I]
+//   qkv_bench lora      [--mode lora|full|lora-q4] [--threads N] [--steps N] [--warmup N] [--batch N] [--layers N]
 //
 // --threads defaults to the machine's hardware threads (at most qkv::max_threads()). bench/run_cpu.sh runs them all
 // beside the peers.
@@ -26,8 +27,9 @@ namespace {
 int usage(const char* argv0) {
   std::fprintf(
       stderr,
-      "usage: %s peak|gemm|gemm-isas|gemm-quant|char-gpt|seq2seq|generate [--threads N] [--steps N] [--warmup N]\n"
-      "       [--batch N] [--config recipe|package] [--isa NAME] [--quick]   (bench/README.md)\n",
+      "usage: %s peak|gemm|gemm-isas|gemm-quant|char-gpt|seq2seq|generate|lora [--threads N] [--steps N] [--warmup N]\n"
+      "       [--batch N] [--config recipe|package] [--mode lora|full|lora-q4] [--layers N] [--isa NAME] [--quick]\n"
+      "       (bench/README.md)\n",
       argv0);
   return 2;
 }
@@ -57,6 +59,10 @@ int run(int argc, char** argv) {
       o.config = value;
     else if (flag == "--isa")
       o.isa = value;
+    else if (flag == "--mode")
+      o.mode = value;
+    else if (flag == "--layers")
+      o.layers = std::atoi(value);
     else
       return usage(argv[0]);
   }
@@ -72,6 +78,7 @@ int run(int argc, char** argv) {
   if (command == "char-gpt") return qkv::bench::run_char_gpt(o);
   if (command == "seq2seq") return qkv::bench::run_seq2seq(o);
   if (command == "generate") return qkv::bench::run_generate(o);
+  if (command == "lora") return qkv::bench::run_lora(o);
   return usage(argv[0]);
 }
 

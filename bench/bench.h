@@ -11,6 +11,8 @@ struct Options {
   int batch = 0;                  // 0: the reference configuration's batch
   std::string config = "recipe";  // char-gpt: "recipe" (bench/char_gpt.cpp's) or "package" (the npm package's)
   std::string isa;                // force this instruction set (qkv::force_isa); empty: the best one
+  std::string mode = "lora";      // lora: "lora", "full" or "lora-q4" (lora_bench.cpp)
+  int layers = 0;                 // lora: fewer layers than GPT-2's 12, for a smoke run; 0: 12
   bool quick = false;             // shorter measurements, for a smoke run
 };
 
@@ -25,6 +27,8 @@ int run_gemm_quant(const Options& o);
 // One training configuration at o.threads threads; prints a table and a RESULT line (train_bench.cpp).
 int run_char_gpt(const Options& o);
 int run_seq2seq(const Options& o);
+// LoRA vs full fine-tuning on GPT-2 124M's shape: tokens/s, % of peak, peak memory (lora_bench.cpp).
+int run_lora(const Options& o);
 // Generation tokens/s with and without the KV cache (generate_bench.cpp).
 int run_generate(const Options& o);
 

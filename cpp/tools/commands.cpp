@@ -1,4 +1,5 @@
-// The qkv tool's subcommands: train, generate, eval, info, bench (commands.h).
+// The qkv tool's subcommands train, generate, eval, info and bench (commands.h); import and quantize have their
+// own files (import_command.cpp, quantize_command.cpp).
 #include "commands.h"
 
 #include <unistd.h>
@@ -13,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -560,13 +560,7 @@ int info_folder(const InfoArgs& a) {
   ImportedWeights r;
   const size_t params = load_pretrained(a.ckpt, {}, Device::CPU, &r)->num_parameters();
   // Read before any row is printed, so that a refusal is the whole output; named by the folder, as import names it.
-  const std::optional<Tokenizer> tok = [&] {
-    try {
-      return pretrained_tokenizer(r.tokenizer_files);
-    } catch (const Error& e) {
-      throw Error(a.ckpt + ": " + e.what());
-    }
-  }();
+  const std::optional<Tokenizer> tok = folder_tokenizer(a.ckpt, r.tokenizer_files);
   const auto c = nlohmann::json::parse(r.config_json);
   const auto row = [](const char* key, const std::string& value) { std::printf("%-12s %s\n", key, value.c_str()); };
   row("folder", a.ckpt);
@@ -701,126 +695,6 @@ int run_info(const InfoArgs& a) {
     std::printf("%-*s  %-5s  %-16s  %-12lld  %s\n", static_cast<int>(name_width), t.name.c_str(), t.dtype.c_str(),
                 shape.c_str(), static_cast<long long>(t.numel()), format.c_str());
   }
-  return 0;
-}
-
-// --- import ----------------------------------------------------------------------------------------------
-
-int run_import(const ImportArgs& a) {
-  const bool folder = std::filesystem::is_directory(a.in);
-  if (folder && ((a.from != "auto" && a.from != "gpt2") || a.heads || a.context || !a.activation.empty() ||
-                 !a.norm.empty() || a.scale_embedding.given))
-    throw UsageError(a.in +
-                     " is a model folder, whose config.json gives the architecture: --from, --heads, "
-                     "--context, --activation, --norm and --scale-embedding do not apply");
-  ImportOptions o;
-  o.from = a.from;
-  o.heads = a.heads;
-  o.context = a.context;
-  o.activation = a.activation;
-  o.norm = a.norm;
-  o.pad_id = a.pad_id;
-  if (a.scale_embedding.given) o.scale_embedding = a.scale_embedding.value ? 1 : 0;
-  // The file (or a folder's model.safetensors) streams into the model (import_model, load_pretrained: memory is the
-  // weights, never the file nor a mapped copy); `r` reports what import_file / import_pretrained would.
-  ImportedWeights r;
-  const std::unique_ptr<Model> model =
-      folder ? std::unique_ptr<Model>(load_pretrained(a.in, {}, Device::CPU, &r)) : import_model(a.in, o, &r);
-  std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
-  if (!a.tokenizer.empty()) {
-    const Tokenizer tok = Tokenizer::from_json(read_text(a.tokenizer));
-    const auto config = nlohmann::json::parse(r.config_json);
-    const int vocab =
-        config.contains("vocab_size") ? config.at("vocab_size").get<int>() : config.at("src_vocab").get<int>();
-    check(tok.size() == vocab, a.tokenizer, ": the tokenizer has ", tok.size(), " tokens, the model's vocabulary ",
-          vocab);
-    meta["qkv.tokenizer"] = tok.to_json();
-  } else if (folder) {
-    // The folder's own BPE tokenizer goes into the checkpoint, so `qkv generate --ckpt OUT --prompt TEXT` works.
-    const std::optional<Tokenizer> tok = [&] {
-      try {
-        return pretrained_tokenizer(r.tokenizer_files);
-      } catch (const Error& e) {
-        throw Error(a.in + ": " + e.what());
-      }
-    }();
-    const int vocab = nlohmann::json::parse(r.config_json).at("vocab_size").get<int>();
-    if (tok) {
-      check(tok->size() <= vocab, a.in, ": the tokenizer has ", tok->size(),
-            " tokens, more than the model's vocabulary of ", vocab);
-      meta["qkv.tokenizer"] = tok->to_json();
-    }
-  }
-  model->save_file(a.out, false, meta);  // tensor by tensor from the model's memory
-  std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
-              r.config_json.c_str());
-  for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
-  std::printf("wrote       %s\n", a.out.c_str());
-  return 0;
-}
-
-// --- quantize --------------------------------------------------------------------------------------------
-
-int run_quantize(const QuantizeArgs& a) {
-  const WeightFormat format = weight_format_from_string(a.weights, "--weights");
-  if (format == WeightFormat::F32)
-    throw UsageError("--weights f32 is not a quantized format: expected int8, q4, f16 or bf16");
-  QuantizeOptions options;
-  if (a.embedding.given) options.embedding = a.embedding.value;
-  std::unique_ptr<Model> model;
-  std::map<std::string, std::string> meta;
-  if (std::filesystem::is_directory(a.in)) {
-    // A pretrained folder, as qkv import reads it, with its tokenizer kept so that qkv generate works on OUT.
-    ImportedWeights r;
-    model.reset(load_pretrained(a.in, {}, Device::CPU, &r).release());
-    const std::optional<Tokenizer> tok = [&] {
-      try {
-        return pretrained_tokenizer(r.tokenizer_files);
-      } catch (const Error& e) {
-        throw Error(a.in + ": " + e.what());
-      }
-    }();
-    if (tok) meta["qkv.tokenizer"] = tok->to_json();
-    meta["qkv.imported_from"] = r.format;
-  } else {
-    // A qkv checkpoint of any kind; its own metadata (tokenizers, labels, training settings, the user's keys) is
-    // kept, less what the checkpoint writes itself.
-    const std::string text = read_text(a.in);
-    const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-    const SafetensorsFile file = [&] {
-      try {
-        return parse_safetensors(bytes);
-      } catch (const Error& e) {
-        throw Error(a.in + ": " + e.what());
-      }
-    }();
-    const auto kind = file.metadata.find("qkv.model");
-    check(kind != file.metadata.end(), a.in, ": not a qkv checkpoint (no \"qkv.model\" metadata): convert it with ",
-          "qkv import first, or give a pretrained model's folder");
-    const auto load = [&](auto loader) {
-      return std::unique_ptr<Model>(io::with_path(a.in, [&] { return loader(bytes); }));
-    };
-    if (kind->second == "language_model") {
-      model = load([](auto b) { return LanguageModel::load(b); });
-    } else if (kind->second == "seq2seq") {
-      model = load([](auto b) { return Seq2Seq::load(b); });
-    } else {
-      model = load([](auto b) { return Classifier::load(b); });
-    }
-    const std::set<std::string> own = {"qkv.model",         "qkv.config", "qkv.optimizer",       "qkv.step",
-                                       "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-                                       "qkv.crc32",         "format",     "qkv.quantized"};
-    for (const auto& [key, value] : file.metadata)
-      if (!own.count(key)) meta[key] = value;
-  }
-  const size_t before = model->memory().parameters;
-  io::with_path(a.in, [&] { model->quantize(format, options); });
-  model->save_file(a.out, false, meta);
-  const size_t after = model->memory().parameters;
-  std::printf("weights     %s: %zu tensors packed\n", to_string(format), model->weight_formats().size());
-  std::printf("bytes       %zu -> %zu (%.2fx smaller)\n", before, after,
-              static_cast<double>(before) / static_cast<double>(after));
-  std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }
 

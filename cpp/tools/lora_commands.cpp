@@ -124,36 +124,8 @@ void info_lora(const SafetensorsFile& f) {
 // --- merge ------------------------------------------------------------------------------------------------------
 
 int run_merge(const MergeArgs& a) {
-  // The model as qkv import and qkv generate --model read it: a GPT-2 folder (its tokenizer kept), or a qkv
-  // checkpoint of any kind, whose metadata (tokenizers, labels, the user's keys) is kept, less what the checkpoint
-  // writes itself.
-  std::unique_ptr<Model> model;
-  std::map<std::string, std::string> meta;
-  if (std::filesystem::is_directory(a.model)) {
-    ImportedWeights r;
-    model.reset(load_pretrained(a.model, {}, Device::CPU, &r).release());
-    const std::optional<Tokenizer> tok =
-        io::with_path(a.model, [&] { return pretrained_tokenizer(r.tokenizer_files); });
-    if (tok) meta["qkv.tokenizer"] = tok->to_json();
-    meta["qkv.imported_from"] = r.format;
-  } else {
-    const std::vector<uint8_t> bytes = io::read_file(a.model);
-    const SafetensorsFile file = io::with_path(a.model, [&] { return parse_safetensors(bytes); });
-    const auto kind = file.metadata.find("qkv.model");
-    check(kind != file.metadata.end(), a.model, ": not a qkv checkpoint (no \"qkv.model\" metadata): convert it with ",
-          "qkv import first, or give a pretrained model's folder");
-    model = io::with_path(a.model, [&]() -> std::unique_ptr<Model> {
-      if (kind->second == "language_model") return LanguageModel::load(bytes);
-      if (kind->second == "seq2seq") return Seq2Seq::load(bytes);
-      return Classifier::load(bytes);
-    });
-    static const std::set<std::string> own = {"qkv.model",         "qkv.config", "qkv.optimizer",       "qkv.step",
-                                              "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
-                                              "qkv.crc32",         "format",     "qkv.quantized",       "qkv.lora",
-                                              "qkv.train"};
-    for (const auto& [key, value] : file.metadata)
-      if (!own.count(key)) meta[key] = value;
-  }
+  auto [model, meta] = read_model(a.model);
+  meta.erase("qkv.train");  // the merged model is a new starting point, not a run to resume
   const std::map<std::string, WeightFormat> formats = model->weight_formats();
   if (!formats.empty())  // not check(): its arguments are all evaluated, and begin() of an empty map is not one
     throw Error(a.model + ": its weights are quantized (" + to_string(formats.begin()->second) +

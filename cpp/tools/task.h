@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,7 @@
 #include "qkv/optimizer.h"
 #include "qkv/sampling.h"
 #include "qkv/tensor.h"
+#include "qkv/tokenizer.h"
 
 namespace qkv::cli {
 
@@ -44,6 +46,19 @@ std::string read_text(const std::string& path);
 // The ids that end a Hugging Face model's text, as transformers' generate takes them: config.json's eos_token_id
 // (an id or a list of ids) in the folder `dir`, else `tokenizer_eos` (the tokenizer's <|endoftext|>; -1 = none).
 std::vector<int32_t> pretrained_eos_ids(const std::string& dir, int tokenizer_eos);
+// pretrained_tokenizer(files) (qkv/import.h) for the Hugging Face folder `dir` that `files` came from, a
+// malformed tokenizer named by the folder; nullopt when the folder has no tokenizer files.
+std::optional<Tokenizer> folder_tokenizer(const std::string& dir, const std::map<std::string, std::string>& files);
+
+// A model as qkv quantize and qkv merge read their input, on the CPU: a pretrained folder as qkv import reads it
+// (its tokenizer and origin kept in `metadata`, so that qkv generate works on what they write), or a qkv checkpoint
+// of any kind, whose metadata (tokenizers, labels, training settings, the user's keys) is kept less what a
+// checkpoint writes itself (saving it again writes those anew).
+struct ModelFile {
+  std::unique_ptr<Model> model;
+  std::map<std::string, std::string> metadata;
+};
+ModelFile read_model(const std::string& path);
 
 // A model configuration before the data fills in the vocabulary (and, for seq2seq and classifier, the
 // context when it is not given): the model's and optimizer's JSON fields and the batch size.

@@ -1,13 +1,13 @@
 /// <reference types="@webgpu/types" />
 // The page of webgpu-kernels.test.ts, bundled by esbuild: every WGSL kernel of web/src/webgpu/kernels.ts on
 // random inputs over ragged shapes, against plain JS ports of cpp/src/exec/reference/reference_backend.cpp's loops (in
-// double; dropout masks and argmax exactly). A minimal Dispatcher and arena stand in for the GPU worker.
+// double; dropout masks and argmax exactly). A minimal Dispatcher and arena stand in for the GPU worker
+// (webgpu-kernels.harness.ts); the quantized-weight suites are in webgpu-kernels.quant.ts.
 //
 // Error measure per output: max over elements of |gpu - ref| / max(|ref|, 0.01 * max|ref|): relative, with a
 // floor at 1% of the output's scale so that entries which cancel to ~0 (a dot product of random signs) are
 // judged against the size of the numbers that produced them rather than against their own rounding residue.
-import { GpuKernels, scratchSizes } from "../../web/src/webgpu/kernels.js";
-import { kernelLayout, PARAM_WORDS, f32bits, type Dispatcher } from "../../web/src/webgpu/dispatch.js";
+import { scratchSizes } from "../../web/src/webgpu/kernels.js";
 import { Op, SUM_SQUARES_BLOCK } from "../../web/src/webgpu/protocol.js";
 import { write } from "../../web/src/webgpu/ops.generated.js";
 import {
@@ -24,141 +24,10 @@ import {
   actGradMag,
   actGrad,
   withFarValues,
-  FORMAT_NAMES,
-  randomPacked,
 } from "./webgpu-kernels.ref.js";
+import { B, Layout, f32At, fbits, i32At, record, refused, results, run, setup, type CaseResult } from "./webgpu-kernels.harness.js";
+import { QUANT_SUITES } from "./webgpu-kernels.quant.js";
 
-export interface CaseResult {
-  op: string;
-  shape: string;
-  err: number;
-  tol: number;
-}
-
-// ---- the arena ----
-interface Region {
-  off: number; // words
-  n: number; // elements (floats or ints; bytes for u8)
-}
-class Layout {
-  private parts: { off: number; data: Uint32Array }[] = [];
-  private top = 16; // nothing at 0: a pointer 0 bug would show
-  private place(data: Uint32Array): Region {
-    const off = this.top;
-    this.parts.push({ off, data });
-    this.top += data.length + 5; // odd gaps: nothing aligned by accident
-    return { off, n: data.length };
-  }
-  f32(a: Float32Array): Region {
-    return this.place(new Uint32Array(a.buffer.slice(a.byteOffset, a.byteOffset + a.byteLength)));
-  }
-  i32(a: Int32Array): Region {
-    return this.place(new Uint32Array(a.buffer.slice(a.byteOffset, a.byteOffset + a.byteLength)));
-  }
-  /** Packed bytes from the start of a word (packed rows are u32-aligned), padded to whole words. */
-  bytes(a: Uint8Array): Region {
-    const words = new Uint8Array(Math.ceil(a.length / 4) * 4 || 4);
-    words.set(a);
-    return this.place(new Uint32Array(words.buffer));
-  }
-  /** u8 flags starting one byte into a word (the key_pad pointer is a byte address). Returns the byte address. */
-  u8(a: Uint8Array): number {
-    const bytes = new Uint8Array(Math.ceil((a.length + 1) / 4) * 4);
-    bytes.set(a, 1);
-    const r = this.place(new Uint32Array(bytes.buffer));
-    return r.off * 4 + 1;
-  }
-  host(): Uint32Array<ArrayBuffer> {
-    const h = new Uint32Array(this.top + 64);
-    for (const p of this.parts) h.set(p.data, p.off);
-    return h;
-  }
-}
-const B = (r: Region): number => r.off * 4; // a region's byte pointer
-const fbits = (x: number): number => f32bits(x);
-
-// ---- the GPU side: a minimal Dispatcher over one arena buffer ----
-class Recorder implements Dispatcher {
-  items: { pipeline: GPUComputePipeline; params: Uint32Array; x: number; y: number; z: number }[] = [];
-  dispatch(pipeline: GPUComputePipeline, params: Uint32Array, x: number, y = 1, z = 1): void {
-    if (params.length > PARAM_WORDS) throw new Error(`params ${params.length} > ${PARAM_WORDS} words`);
-    this.items.push({ pipeline, params, x, y, z });
-  }
-}
-
-let device: GPUDevice;
-let kernels: GpuKernels;
-let bindGroupLayout: GPUBindGroupLayout;
-
-async function setup(): Promise<string> {
-  const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) throw new Error("no WebGPU adapter");
-  device = await adapter.requestDevice();
-  const kl = kernelLayout(device);
-  bindGroupLayout = kl.bindGroupLayout;
-  device.pushErrorScope("validation");
-  kernels = new GpuKernels(device, kl.layout);
-  const e = await device.popErrorScope();
-  if (e) throw new Error(`pipeline creation: ${e.message}`);
-  const info = adapter.info;
-  return `${info.vendor} ${info.architecture}`;
-}
-
-/** Runs one command on a fresh arena holding `host`; returns the arena after it. */
-async function run(op: number, words: ArrayLike<number>, host: Uint32Array<ArrayBuffer>): Promise<Uint32Array> {
-  const bytes = host.byteLength;
-  const arena = device.createBuffer({ size: bytes, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
-  device.queue.writeBuffer(arena, 0, host);
-  const rec = new Recorder();
-  kernels.encode(op, Uint32Array.from(words, (w) => w >>> 0), rec);
-  const slots = Math.max(1, rec.items.length);
-  const uniform = device.createBuffer({ size: slots * 256, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
-  const u = new Uint32Array(slots * 64);
-  rec.items.forEach((it, i) => u.set(it.params, i * 64));
-  device.queue.writeBuffer(uniform, 0, u);
-  const bg = device.createBindGroup({
-    layout: bindGroupLayout,
-    entries: [
-      { binding: 0, resource: { buffer: arena } },
-      { binding: 1, resource: { buffer: uniform, size: PARAM_WORDS * 4 } },
-    ],
-  });
-  const read = device.createBuffer({ size: bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  device.pushErrorScope("validation");
-  const enc = device.createCommandEncoder();
-  const pass = enc.beginComputePass();
-  rec.items.forEach((it, i) => {
-    pass.setPipeline(it.pipeline);
-    pass.setBindGroup(0, bg, [i * 256]);
-    pass.dispatchWorkgroups(it.x, it.y, it.z);
-  });
-  pass.end();
-  enc.copyBufferToBuffer(arena, 0, read, 0, bytes);
-  device.queue.submit([enc.finish()]);
-  const e = await device.popErrorScope();
-  if (e) throw new Error(`op ${op}: ${e.message}`);
-  await read.mapAsync(GPUMapMode.READ);
-  const out = new Uint32Array(read.getMappedRange().slice(0));
-  read.unmap();
-  arena.destroy();
-  uniform.destroy();
-  read.destroy();
-  return out;
-}
-function f32At(mem: Uint32Array, r: Region): Float32Array {
-  return new Float32Array(mem.buffer.slice(r.off * 4, (r.off + r.n) * 4));
-}
-function i32At(mem: Uint32Array, r: Region): Int32Array {
-  return new Int32Array(mem.buffer.slice(r.off * 4, (r.off + r.n) * 4));
-}
-
-const results: CaseResult[] = [];
-function record(op: string, shape: string, errs: number[], tol = 1e-5): void {
-  const err = errs.some(Number.isNaN) ? NaN : Math.max(0, ...errs);
-  results.push({ op, shape: errs.length > 1 ? `${shape} [${errs.map((e) => e.toExponential(1)).join(" ")}]` : shape, err, tol });
-}
-
-// ---- the cases ----
 async function fill(): Promise<void> {
   // the last: more than 65535 workgroups of 256, so the grid folds into y (every kernel's lin())
   for (const n of [1, 17, 257, 67 * 257, 65535 * 256 + 300]) {
@@ -732,109 +601,9 @@ async function sumSquares(): Promise<void> {
   }
 }
 
-// ---- quantized weights: gemm_quant (both kernels), dequantize_rows, embedding_forward_quant, every format ----
-const FORMATS = [1, 2, 3, 4];
-
-async function gemmQuant(): Promise<void> {
-  // M <= 8: the decoding kernel (a pass per 4 rows of A), above: the tiled one; K below, around and past a Q4
-  // group and past several words per invocation (1000); N past one workgroup's 8 and 64 rows, odd.
-  const shapes: [number, number, number][] = [];
-  for (const M of [1, 4, 9, 67]) for (const N of [1, 17, 67]) for (const K of [1, 31, 33, 100]) shapes.push([M, N, K]);
-  shapes.push([1, 67, 1000], [5, 3, 1000], [67, 130, 100]);
-  for (const format of FORMATS)
-    for (const [M, N, K] of shapes) {
-      const lda = K + 3, ldc = N + 2;
-      const { bytes, scales, w } = randomPacked(format, N, K);
-      const A = randn(M * lda), C0 = new Float32Array(M * ldc).fill(NaN); // C is not read; past N, kept
-      const L = new Layout();
-      const ra = L.f32(A), rw = L.bytes(bytes), rs = L.f32(scales), rc = L.f32(C0);
-      const mem = await run(Op.GemmQuant, write.GemmQuant({ M, N, K, A: B(ra), lda, format, W: B(rw), scales: B(rs), C: B(rc), ldc }), L.host());
-      const ref = Float64Array.from(C0), mag = new Float64Array(C0.length).fill(1);
-      for (let m = 0; m < M; m++)
-        for (let n = 0; n < N; n++) {
-          let acc = 0, abs = 0;
-          for (let k = 0; k < K; k++) {
-            const t = A[m * lda + k]! * w[n * K + k]!;
-            acc += t;
-            abs += Math.abs(t);
-          }
-          ref[m * ldc + n] = acc;
-          mag[m * ldc + n] = Math.max(abs, 1e-30);
-        }
-      // the same products of the same floats as the reference, summed in another order: judged against sum |a w|,
-      // gemm's check; NaN past N must stay (sumErr fails on a NaN only where ref is not NaN)
-      const got = f32At(mem, rc);
-      const keptNaN = Array.from(got).every((v, i) => !Number.isNaN(ref[i]!) || Number.isNaN(v));
-      record("GemmQuant", `${FORMAT_NAMES[format]} ${M}x${N}x${K}`, [keptNaN ? nanSafeSumErr(got, ref, mag) : Infinity]);
-    }
-}
-/** sumErr over the elements whose reference is a number. */
-function nanSafeSumErr(got: Float32Array, ref: Float64Array, mag: Float64Array): number {
-  const keep = Array.from(ref.keys()).filter((i) => !Number.isNaN(ref[i]!));
-  return sumErr(keep.map((i) => got[i]!), keep.map((i) => ref[i]!), keep.map((i) => mag[i]!));
-}
-
-async function dequantizeRows(): Promise<void> {
-  for (const format of FORMATS)
-    for (const [rows, K] of [[1, 1], [5, 31], [3, 33], [2, 100], [67, 64]] as const) {
-      const ld = K + 1;
-      const { bytes, scales, w } = randomPacked(format, rows, K);
-      const out0 = randn(rows * ld);
-      const L = new Layout();
-      const rw = L.bytes(bytes), rs = L.f32(scales), ro = L.f32(out0);
-      const mem = await run(Op.DequantizeRows, write.DequantizeRows({ out: B(ro), ld_out: ld, format, W: B(rw), scales: B(rs), rows, K }), L.host());
-      const ref = out0.slice();
-      for (let r = 0; r < rows; r++) for (let k = 0; k < K; k++) ref[r * ld + k] = w[r * K + k]!;
-      record("DequantizeRows", `${FORMAT_NAMES[format]} ${rows}x${K}`, [relErr(f32At(mem, ro), ref)], 0); // exact
-    }
-}
-
-async function embeddingQuant(): Promise<void> {
-  for (const format of FORMATS)
-    for (const [V, Bn, T, C, withPos] of [[7, 2, 5, 1, true], [7, 2, 5, 31, true], [17, 3, 4, 33, false], [67, 2, 17, 100, true]] as const) {
-      const rows = Bn * T;
-      const ids = randint(rows, V), pos = randn((T + 2) * C), scale = 1.5;
-      const { bytes, scales, w } = randomPacked(format, V, C);
-      const L = new Layout();
-      const rx = L.f32(new Float32Array(rows * C).fill(NaN)), ri = L.i32(ids), rw = L.bytes(bytes), rs = L.f32(scales), rp = L.f32(pos);
-      const mem = await run(
-        Op.EmbeddingForwardQuant,
-        write.EmbeddingForwardQuant({
-          x: B(rx), x_n: rows * C, tokens: B(ri), tokens_n: rows, format, wte: B(rw), wte_scales: B(rs), pos: B(rp), pos_n: withPos ? pos.length : 0,
-          scale, B: Bn, T, C,
-        }),
-        L.host(),
-      );
-      const ref = new Float64Array(rows * C);
-      for (let r = 0; r < rows; r++) for (let i = 0; i < C; i++) ref[r * C + i] = scale * w[ids[r]! * C + i]! + (withPos ? pos[(r % T) * C + i]! : 0);
-      record("EmbeddingForwardQuant", `${FORMAT_NAMES[format]} V${V} B${Bn} T${T} C${C}${withPos ? "" : " no pos"}`, [relErr(f32At(mem, rx), ref)]);
-    }
-}
-
-/** A packed pointer that is not u32-aligned, and a format that is not packed, are refused by the encoder. */
-async function quantRefusals(): Promise<void> {
-  const refused = (words: Uint32Array): boolean => {
-    try {
-      kernels.encode(Op.GemmQuant, words, new Recorder());
-      return false;
-    } catch {
-      return true;
-    }
-  };
-  const base = { M: 1, N: 1, K: 4, A: 64, lda: 4, format: 3, W: 128, scales: 256, C: 512, ldc: 1 };
-  results.push({ op: "GemmQuant refusals", shape: "W at byte 130", err: refused(write.GemmQuant({ ...base, W: 130 })) ? 0 : Infinity, tol: 0 });
-  results.push({ op: "GemmQuant refusals", shape: "format 0 (f32)", err: refused(write.GemmQuant({ ...base, format: 0 })) ? 0 : Infinity, tol: 0 });
-  results.push({ op: "GemmQuant refusals", shape: "format 5", err: refused(write.GemmQuant({ ...base, format: 5 })) ? 0 : Infinity, tol: 0 });
-}
-
-/** Every quantized-weight case (QKV_WEBGPU_SUITES=quant; each part also runs alone by its name). */
-async function quant(): Promise<void> {
-  for (const part of [gemmQuant, dequantizeRows, embeddingQuant, quantRefusals]) await part();
-}
-
 export const SUITES: Record<string, () => Promise<void>> = {
   fill, copyRows, add, gemm, layernorm, layernormBackward, biasAct, dropout, attention, embedding, meanPool, crossEntropy, argmax, adam, sumSquares,
-  quant, gemmQuant, dequantizeRows, embeddingQuant, quantRefusals,
+  ...QUANT_SUITES,
 };
 
 declare global {
@@ -846,12 +615,8 @@ window.runKernels = async (names: string[]) => {
   let adapter = "";
   try {
     adapter = await setup();
-    try {
-      kernels.encode(99, new Uint32Array(0), new Recorder());
-      results.push({ op: "unknown op", shape: "99", err: Infinity, tol: 0 });
-    } catch {
-      results.push({ op: "unknown op", shape: "99 throws", err: 0, tol: 0 });
-    }
+    const unknown = refused(99, new Uint32Array(0));
+    results.push({ op: "unknown op", shape: unknown ? "99 throws" : "99", err: unknown ? 0 : Infinity, tol: 0 });
     for (const n of names) {
       const f = SUITES[n];
       if (!f) throw new Error(`no suite ${n}`);

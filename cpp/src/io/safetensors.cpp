@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "io/atomic_write.h"
+#include "ops/weight_format.h"
 #include "qkv/error.h"
 
 // The format stores little-endian bytes and the tensors are copied as is; every target (x86-64, wasm32,
@@ -269,25 +270,6 @@ SafetensorsFile parse(std::span<const uint8_t> bytes) {
   return file;
 }
 
-// std::bit_cast is missing from Emscripten's libc++ (clang 14), hence memcpy.
-float float_from_bits(uint32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-float f16_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exponent = (h >> 10) & 0x1fu;
-  const uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 31) return float_from_bits(sign | 0x7f800000u | (mantissa << 13));  // inf / NaN
-  return float_from_bits(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
-}
-
 template <class T>
 T load(const uint8_t* p) {
   T v;
@@ -347,10 +329,9 @@ void to_floats(std::string_view d, std::span<const uint8_t> bytes, std::span<flo
   if (d == "F32") {
     if (!out.empty()) std::memcpy(out.data(), p, bytes.size());
   } else if (d == "F16") {
-    for (size_t i = 0; i < out.size(); ++i) out[i] = f16_to_float(load<uint16_t>(p + 2 * i));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = ops::f16_to_f32(load<uint16_t>(p + 2 * i));
   } else if (d == "BF16") {  // the top half of a float32
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = float_from_bits(static_cast<uint32_t>(load<uint16_t>(p + 2 * i)) << 16);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = ops::bf16_to_f32(load<uint16_t>(p + 2 * i));
   } else {  // F64, rounded as IEEE does: beyond float's range gives +-inf, as torch's .float() does
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(load<double>(p + 8 * i));
   }

@@ -61,24 +61,17 @@ QKV_HOST_DEVICE constexpr int scales_per_row(WeightFormat f, int K) {
 // Whether an op's `int format` argument names a packed format (F32 is gemm's, not a quantized op's).
 QKV_HOST_DEVICE constexpr bool is_packed_format(int f) { return f >= 1 && f <= 4; }
 
-QKV_HOST_DEVICE inline uint32_t float_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  __builtin_memcpy(&u, &f, 4);
-  return u;
-#endif
+// The 4 bytes of x read as a To: std::bit_cast for float <-> uint32_t, which neither nvcc's device code nor
+// Emscripten's libc++ (clang 14) has. A 4-byte copy compiles to a register move on every target.
+template <class To, class From>
+QKV_HOST_DEVICE inline To bits_as(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bits_as: the two types must have the same size");
+  To y;
+  __builtin_memcpy(&y, &x, sizeof y);
+  return y;
 }
-QKV_HOST_DEVICE inline float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+QKV_HOST_DEVICE inline uint32_t float_bits(float f) { return bits_as<uint32_t>(f); }
+QKV_HOST_DEVICE inline float bits_float(uint32_t u) { return bits_as<float>(u); }
 
 // IEEE binary16 -> binary32 (exact: every half is a float). Subnormal halves m * 2^-24 are normal floats.
 QKV_HOST_DEVICE inline float f16_to_f32(uint16_t h) {

@@ -3,10 +3,8 @@
 // 3072: many 16-byte pieces per lane); M on both sides of the decoding kernel's limit (8) and past one tile (67,
 // 257); the packed rows at every 4-byte offset from a 16-byte boundary (the decoding kernel's head words, uint4 body
 // and tail), their padding filled with garbage that a read past K would show.
-//   gemm_quant: |gpu - want| <= 1e-5 * sum_k |a||w| (gemm's check: the same products of the same dequantized
-//     floats, summed in another order), want in double; C past N must keep its NaN.
-//   dequantize_rows, embedding_forward_quant: bit for bit with the CPU (dequantize_element's floats; the embedding's
-//     unfused multiply and add).
+//   gemm_quant, dequantize_rows: gemm_quant_cases.h's checks (shared with the emulator's test);
+//   embedding_forward_quant: bit for bit with the CPU (dequantize_element's floats; unfused multiply and add).
 // The GPU tests skip without a device (listed as not yet run on one in kernels/cuda/README.md); the host checks run
 // everywhere CUDA is built.
 #include <gtest/gtest.h>
@@ -17,8 +15,8 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#include "gemm_quant_cases.h"
 #include "kernels/kernels.h"
-#include "ops/weight_quantize.h"
 #include "test_util.h"
 
 namespace qkv {
@@ -29,109 +27,59 @@ using ops::WeightFormat;
 using test::DeviceBuffers;
 using test::download;
 using test::message_of;
+using test::PackedMatrix;
 using test::poison;
 using test::randn;
-
-constexpr WeightFormat kFormats[] = {WeightFormat::F16, WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4};
-
-// A packed (N, K) matrix on the host: bytes with garbage padding, scales, and its dequantized floats.
-struct Packed {
-  std::vector<uint8_t> bytes;
-  std::vector<float> scales, w;
-  Packed(WeightFormat f, int N, int K, uint64_t seed) {
-    const size_t stride = ops::row_stride(f, K);
-    bytes.assign(ops::packed_bytes(f, N, K), 0);
-    scales.assign(static_cast<size_t>(N) * ops::scales_per_row(f, K) + 1, 0.f);
-    const auto x = randn(static_cast<size_t>(N) * K, seed);
-    ops::quantize_rows(f, x.data(), N, K, bytes.data(), scales.data());
-    w.resize(x.size());
-    ops::dequantize_rows_host(f, bytes.data(), scales.data(), N, K, w.data());
-    for (int n = 0; n < N; ++n) {
-      uint8_t* row = bytes.data() + static_cast<size_t>(n) * stride;
-      if (f == WeightFormat::Q4) {
-        for (size_t k = static_cast<size_t>(K); k < 2 * stride; ++k)
-          row[k / 2] = static_cast<uint8_t>(k % 2 ? (row[k / 2] & 0x0f) | 0xa0 : (row[k / 2] & 0xf0) | 0x0a);
-      } else {
-        const size_t used = f == WeightFormat::Int8 ? static_cast<size_t>(K) : 2 * static_cast<size_t>(K);
-        for (size_t b = used; b < stride; ++b) row[b] = 0xff;  // a NaN as a half and as a bf16
-      }
-    }
-  }
-};
 
 TEST(CudaQuantOps, GemmQuantMatchesTheDequantizedProduct) {
   QKV_REQUIRE_CUDA_DEVICE();
   uint64_t seed = 3600;
-  for (WeightFormat f : kFormats)
+  for (WeightFormat f : test::kPackedFormats)
     for (int M : {1, 3, 8, 9, 67, 257})
       for (int N : {1, 3, 17, 67, 257})
         for (int K : {1, 31, 33, 100, 1000, 3072}) {
           const size_t offset = 4 * static_cast<size_t>((M + N + K) % 4);  // bytes past the buffer's 256-byte start
           SCOPED_TRACE(::testing::Message()
                        << ops::format_name(f) << " M " << M << " N " << N << " K " << K << " W at +" << offset);
-          const Packed w(f, N, K, seed++);
+          const PackedMatrix w(f, N, K, seed++);
           const int lda = K + 3, ldc = N + 2;
           const auto A = randn(static_cast<size_t>(M) * lda, seed++);
-          DeviceBuffers d({A.size(), w.scales.size(), static_cast<size_t>(M) * ldc}, {}, {w.bytes.size() + offset});
+          DeviceBuffers d({A.size(), w.scales.size(), static_cast<size_t>(M) * ldc}, {}, {w.bytes + offset});
           kc::upload(d.f[0], A, "test");
           kc::upload(d.f[1], w.scales, "test");
           poison(d.f[2], static_cast<size_t>(M) * ldc);
-          test::upload_bytes(d.b[0] + offset, w.bytes.data(), w.bytes.size());
+          test::upload_bytes(d.b[0] + offset, w.data, w.bytes);
           kc::gemm_quant(M, N, K, d.f[0], lda, f, d.b[0] + offset, d.f[1], d.f[2], ldc);
-          const auto got = download(d.f[2], static_cast<size_t>(M) * ldc);
-          for (int m = 0; m < M; ++m)
-            for (int n = 0; n < ldc; ++n) {
-              const float g = got[static_cast<size_t>(m) * ldc + n];
-              if (n >= N) {
-                ASSERT_TRUE(std::isnan(g)) << "C[" << m << ", " << n << "] past N was written";
-                continue;
-              }
-              double want = 0, scale = 0;
-              for (int k = 0; k < K; ++k) {
-                const double t =
-                    static_cast<double>(A[static_cast<size_t>(m) * lda + k]) * w.w[static_cast<size_t>(n) * K + k];
-                want += t;
-                scale += std::abs(t);
-              }
-              ASSERT_NEAR(g, want, 1e-5 * std::max(scale, 1e-30)) << "C[" << m << ", " << n << "]";
-            }
+          ASSERT_TRUE(
+              test::gemm_quant_matches(download(d.f[2], static_cast<size_t>(M) * ldc), M, N, K, A, lda, ldc, w));
         }
 }
 
 TEST(CudaQuantOps, DequantizeRowsAndTheEmbeddingEqualTheCpuBitForBit) {
   QKV_REQUIRE_CUDA_DEVICE();
   uint64_t seed = 3700;
-  for (WeightFormat f : kFormats)
+  for (WeightFormat f : test::kPackedFormats)
     for (int K : {1, 31, 33, 100, 768}) {
       SCOPED_TRACE(::testing::Message() << ops::format_name(f) << " K " << K);
       const int rows = 67, ld = K + 1, B = 3, T = 17;
-      const Packed w(f, rows, K, seed++);
+      const PackedMatrix w(f, rows, K, seed++);
       std::vector<int32_t> tokens(static_cast<size_t>(B) * T);
       for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 7 + 2) % rows);
       const auto pos = randn(static_cast<size_t>(T) * K, seed++);
       DeviceBuffers d({w.scales.size(), static_cast<size_t>(rows) * ld, tokens.size() * K, pos.size()}, {tokens.size()},
-                      {w.bytes.size()});
+                      {w.bytes});
       kc::upload(d.f[0], w.scales, "test");
       kc::upload(d.f[3], pos, "test");
-      test::upload_bytes(d.b[0], w.bytes.data(), w.bytes.size());
+      test::upload_bytes(d.b[0], w.data, w.bytes);
       kc::upload_ids(d.i[0], tokens, rows, std::nullopt, "test", "tokens");
 
       poison(d.f[1], static_cast<size_t>(rows) * ld);
       kc::dequantize_rows(d.f[1], ld, f, d.b[0], d.f[0], rows, K);
-      const auto out = download(d.f[1], static_cast<size_t>(rows) * ld);
-      for (int r = 0; r < rows; ++r)
-        for (int k = 0; k < ld; ++k) {
-          const float g = out[static_cast<size_t>(r) * ld + k];
-          if (k == K) {
-            ASSERT_TRUE(std::isnan(g)) << "out[" << r << ", " << k << "] past K was written";
-          } else {
-            ASSERT_EQ(g, w.w[static_cast<size_t>(r) * K + k]) << "out[" << r << ", " << k << "]";
-          }
-        }
+      ASSERT_TRUE(test::dequantized_rows_match(download(d.f[1], static_cast<size_t>(rows) * ld), rows, K, w));
 
       for (bool with_pos : {true, false}) {
         std::vector<float> want(tokens.size() * K);
-        kernels::embedding_forward_quant(want, tokens.data(), f, w.bytes.data(), w.scales.data(),
+        kernels::embedding_forward_quant(want, tokens.data(), f, w.data, w.scales.data(),
                                          with_pos ? CSpan(pos) : CSpan(), 1.5f, B, T, K);
         poison(d.f[2], want.size());
         kc::embedding_forward_quant(d.f[2], d.i[0], f, d.b[0], d.f[0], with_pos ? d.f[3] : nullptr, 1.5f, B, T, K);

@@ -17,11 +17,12 @@
 //     reading its words of the packed row (consecutive invocations, consecutive words), unpacking them in
 //     registers against the 4 rows of A of the pass (A re-read from the cache per pass of 4); the 32 partial
 //     sums of each (row, m) added by a tree in workgroup memory (no subgroups: WebGPU's are an optional feature).
-//   gemm_quant, larger M (prefill): 64 x 64 tiles of C as kernels.ts' GEMM, K in steps of 16 through workgroup
-//     memory, W's tile dequantized on its way in (the products then are the fp32 products of the reference).
+//   gemm_quant, larger M (prefill): 64 x 64 tiles of C as gemm's (kernels-gemm.ts' tiledGemm), K in steps of 16
+//     through workgroup memory, W's tile dequantized on its way in (the products then are the fp32 products of the reference).
 //   dequantize_rows, embedding_forward_quant: an invocation per packed word, writing its VPW elements.
 // Accumulation is f32 (the reference dequantizes to f32 and sums in f32 too: the same math up to the order).
 import { KernelOp, read } from "./ops.generated.js";
+import { tiledGemm } from "./kernels-gemm.js";
 
 /** Weight formats of ops/weight_format.h that these kernels read (F32 = 0 is gemm's). */
 export const WeightFormat = { F16: 1, BF16: 2, Int8: 3, Q4: 4 } as const;
@@ -113,18 +114,11 @@ fn word_dot(w: u32, a: u32, valid: u32) -> f32 {
   }
 }`;
 
-const TILED = /* wgsl */ `
-var<workgroup> As: array<f32, 1024>;  // [16][64]: As[k * 64 + m]
-var<workgroup> Ws: array<f32, 1024>;  // [16][64]: Ws[k * 64 + n], dequantized
-const WPT = 16u / VPW;                // words of a row per step of 16 along K
-@compute @workgroup_size(16, 16) fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_id) t: vec3<u32>) {
-  let M = P.M; let N = P.N; let K = P.K;
-  let m0 = g.y * 64u; let n0 = g.x * 64u;
-  let tid = t.y * 16u + t.x;
-  let stride = row_words(K);
-  var acc: array<f32, 16>;
-  for (var k0 = 0u; k0 < K; k0 += 16u) {
-    for (var e = tid; e < 1024u; e += 256u) {  // consecutive invocations along a row of A
+// W's tile as Bs (kernels-gemm.ts), dequantized: a word of a row of W per invocation and step, its VPW elements
+// times their scale, so that the products are the fp32 products of the reference.
+const TILED = tiledGemm(
+  "const WPT = 16u / VPW;                // words of a row per step of 16 along K",
+  /* wgsl */ `for (var e = tid; e < 1024u; e += 256u) {  // consecutive invocations along a row of A
       let mm = e / 16u; let kk = e % 16u; let k = k0 + kk;
       var v = 0.0;
       if (m0 + mm < M && k < K) { v = ld(wd(P.A) + (m0 + mm) * P.lda + k); }
@@ -134,30 +128,14 @@ const WPT = 16u / VPW;                // words of a row per step of 16 along K
       let nn = e / WPT; let j = k0 / VPW + e % WPT; let row = n0 + nn;
       let inside = row < N && j * VPW < K;
       var w = 0u; var s = 0.0;
-      if (inside) { w = mem[wd(P.W) + row * stride + j]; s = scale_of(row, j, K); }
+      if (inside) { w = mem[wd(P.W) + row * row_words(K) + j]; s = scale_of(row, j, K); }
       for (var i = 0u; i < VPW; i++) {
         let k = j * VPW + i;
-        Ws[(k - k0) * 64u + nn] = select(0.0, q_of(w, i) * s, inside && k < K);
+        Bs[(k - k0) * 64u + nn] = select(0.0, q_of(w, i) * s, inside && k < K);
       }
-    }
-    workgroupBarrier();
-    for (var kk = 0u; kk < 16u; kk++) {
-      var a: array<f32, 4>; var b: array<f32, 4>;
-      for (var i = 0u; i < 4u; i++) { a[i] = As[kk * 64u + t.y * 4u + i]; b[i] = Ws[kk * 64u + t.x * 4u + i]; }
-      for (var i = 0u; i < 4u; i++) { for (var j = 0u; j < 4u; j++) { acc[i * 4u + j] = fma(a[i], b[j], acc[i * 4u + j]); } }
-    }
-    workgroupBarrier();
-  }
-  for (var i = 0u; i < 4u; i++) {
-    let m = m0 + t.y * 4u + i;
-    if (m >= M) { break; }
-    for (var j = 0u; j < 4u; j++) {
-      let c = n0 + t.x * 4u + j;
-      if (c >= N) { break; }
-      st(wd(P.C) + m * P.ldc + c, acc[i * 4u + j]);
-    }
-  }
-}`;
+    }`,
+  "st(at, v);",
+);
 
 const EACH = `@compute @workgroup_size(256) fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(num_workgroups) n: vec3<u32>, @builtin(local_invocation_index) l: u32)`;
 

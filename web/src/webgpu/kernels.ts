@@ -10,12 +10,14 @@
 // worker words), appended after the command's. Grids past 65535 workgroups fold into y (grid()).
 // Accumulation is f32 throughout (WGSL has no f64); where the reference sums in double the difference is
 // well inside the checks' 1e-5 (sums are tree reductions, statistics two-pass). The quantized-weight ops' kernels
-// (gemm_quant, dequantize_rows, embedding_forward_quant: a pipeline per packed format) are kernels-quant.ts'.
+// (gemm_quant, dequantize_rows, embedding_forward_quant: a pipeline per packed format) are kernels-quant.ts'; the
+// matrix product's (gemm, and the tile scheme gemm_quant's tiled kernel shares) kernels-gemm.ts'.
 /// <reference types="@webgpu/types" />
 import { f32bits, type Dispatcher } from "./dispatch.js";
 import { KernelOp, SUM_SQUARES_BLOCK, read, wgslArgs } from "./ops.generated.js";
 import { Op } from "./protocol.js";
 import { encodeQuant } from "./kernels-quant.js";
+import { GEMM } from "./kernels-gemm.js";
 
 /** What every kernel starts with: the bindings, with `args` (a WGSL struct named Args) as the uniform. */
 function prelude(args: string): string {
@@ -172,55 +174,6 @@ function dropout(y: string, x: string): string {
   st(wd(P.${y}) + i, select(0.0, x * P.factor, keep));
 }`;
 }
-
-// ---- matrix product: C (M,N) = alpha op(A) op(B) + beta C ----
-// 64 x 64 tiles of C per workgroup, 16 x 16 invocations each owning a 4 x 4 block, K in steps of 16 through
-// workgroup memory (A's tile as (k, m) and B's as (k, n), so that the inner loop reads rows of both).
-const GEMM = `
-var<workgroup> As: array<f32, 1024>;  // [16][64]: As[k * 64 + m]
-var<workgroup> Bs: array<f32, 1024>;  // [16][64]: Bs[k * 64 + n]
-fn a_at(m: u32, k: u32) -> f32 {
-  if (P.trans_a != 0u) { return ld(wd(P.A) + k * P.lda + m); }
-  return ld(wd(P.A) + m * P.lda + k);
-}
-fn b_at(k: u32, j: u32) -> f32 {
-  if (P.trans_b != 0u) { return ld(wd(P.B) + j * P.ldb + k); }
-  return ld(wd(P.B) + k * P.ldb + j);
-}
-@compute @workgroup_size(16, 16) fn main(@builtin(workgroup_id) g: vec3<u32>, @builtin(local_invocation_id) t: vec3<u32>) {
-  let M = P.M; let N = P.N; let K = P.K;
-  let m0 = g.y * 64u; let n0 = g.x * 64u;
-  let tid = t.y * 16u + t.x;
-  var acc: array<f32, 16>;
-  for (var k0 = 0u; k0 < K; k0 += 16u) {
-    for (var e = tid; e < 1024u; e += 256u) {       // 4 loads of each tile per invocation
-      let kk = e / 64u; let mm = e % 64u;
-      let k = k0 + kk;
-      As[e] = select(0.0, a_at(m0 + mm, k), k < K && m0 + mm < M);
-      Bs[e] = select(0.0, b_at(k, n0 + mm), k < K && n0 + mm < N);
-    }
-    workgroupBarrier();
-    for (var kk = 0u; kk < 16u; kk++) {
-      var a: array<f32, 4>; var b: array<f32, 4>;
-      for (var i = 0u; i < 4u; i++) { a[i] = As[kk * 64u + t.y * 4u + i]; b[i] = Bs[kk * 64u + t.x * 4u + i]; }
-      for (var i = 0u; i < 4u; i++) { for (var j = 0u; j < 4u; j++) { acc[i * 4u + j] = fma(a[i], b[j], acc[i * 4u + j]); } }
-    }
-    workgroupBarrier();
-  }
-  let alpha = P.alpha; let beta = P.beta;
-  for (var i = 0u; i < 4u; i++) {
-    let m = m0 + t.y * 4u + i;
-    if (m >= M) { break; }
-    for (var j = 0u; j < 4u; j++) {
-      let c = n0 + t.x * 4u + j;
-      if (c >= N) { break; }
-      let at = wd(P.C) + m * P.ldc + c;
-      var v = alpha * acc[i * 4u + j];
-      if (beta != 0.0) { v = v + beta * ld(at); }
-      st(at, v);
-    }
-  }
-}`;
 
 // ---- LayerNorm (eps 1e-5): a workgroup per row ----
 

@@ -236,29 +236,40 @@ __global__ void __launch_bounds__(kTileThreads)
   }
 }
 
-// ---- dequantize_rows: a thread per packed word, writing its V elements ----
+// ---- dequantize_rows, embedding_forward_quant: a thread per packed word ----
 constexpr int kQuantThreads = 256;
 
-template <WeightFormat F>
-__global__ void dequantize_rows_kernel(float* __restrict__ out, int ld_out, const uint8_t* __restrict__ W,
-                                       const float* __restrict__ scales, int rows, int K) {
+// A grid-stride loop over the words of `rows` packed rows of K elements that hold elements below K: for row r's
+// word j, f(r, j, w, s) with w the word and s its scale, read from the packed row table_row(r) of W (r itself, or
+// the token of an embedding's row r).
+template <WeightFormat F, class TableRow, class Fn>
+__device__ inline void for_each_packed_word(const uint8_t* __restrict__ W, const float* __restrict__ scales, int rows,
+                                            int K, TableRow table_row, Fn f) {
   constexpr int V = Packed<F>::kV;
   const size_t words = (static_cast<size_t>(K) + V - 1) / V, n = static_cast<size_t>(rows) * words;
   const size_t stride = Packed<F>::row_words(K);
   const uint32_t* W32 = reinterpret_cast<const uint32_t*>(W);
   for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < n;
        t += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = t / words, j = t % words;
-    const uint32_t w = W32[r * stride + j];
-    const float s = Packed<F>::scale(scales, r, j, K);
-    float* o = out + r * static_cast<size_t>(ld_out) + j * V;
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (j * V + i < static_cast<size_t>(K)) o[i] = __fmul_rn(Packed<F>::q(w, i), s);
+    const size_t r = t / words, j = t % words, row = table_row(r);
+    f(r, j, W32[row * stride + j], Packed<F>::scale(scales, row, j, K));
   }
 }
 
-// ---- embedding_forward_quant: a thread per (row of x, packed word) ----
+template <WeightFormat F>
+__global__ void dequantize_rows_kernel(float* __restrict__ out, int ld_out, const uint8_t* __restrict__ W,
+                                       const float* __restrict__ scales, int rows, int K) {
+  constexpr int V = Packed<F>::kV;
+  for_each_packed_word<F>(
+      W, scales, rows, K, [](size_t r) { return r; },
+      [&](size_t r, size_t j, uint32_t w, float s) {
+        float* o = out + r * static_cast<size_t>(ld_out) + j * V;
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          if (j * V + i < static_cast<size_t>(K)) o[i] = __fmul_rn(Packed<F>::q(w, i), s);
+      });
+}
+
 // x = scale * deq + pos with unfused multiplies and add (the CPU's operations: embedding_forward's arithmetic on the
 // dequantized float), + 0 without positions (so that -0 becomes +0 as on the CPU).
 template <WeightFormat F>
@@ -266,21 +277,16 @@ __global__ void embedding_forward_quant_kernel(float* __restrict__ x, const int3
                                                const uint8_t* __restrict__ wte, const float* __restrict__ scales,
                                                const float* __restrict__ pos, float scale, int rows, int T, int C) {
   constexpr int V = Packed<F>::kV;
-  const size_t words = (static_cast<size_t>(C) + V - 1) / V, n = static_cast<size_t>(rows) * words;
-  const size_t stride = Packed<F>::row_words(C);
-  const uint32_t* W32 = reinterpret_cast<const uint32_t*>(wte);
-  for (size_t t = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; t < n;
-       t += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = t / words, j = t % words, id = static_cast<size_t>(tokens[r]);
-    const uint32_t w = W32[id * stride + j];
-    const float s = Packed<F>::scale(scales, id, j, C);
-    const float* p = pos ? pos + (r % static_cast<size_t>(T)) * C + j * V : nullptr;
-    float* o = x + r * C + j * V;
+  for_each_packed_word<F>(
+      wte, scales, rows, C, [&](size_t r) { return static_cast<size_t>(tokens[r]); },
+      [&](size_t r, size_t j, uint32_t w, float s) {
+        const float* p = pos ? pos + (r % static_cast<size_t>(T)) * C + j * V : nullptr;
+        float* o = x + r * C + j * V;
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (j * V + i < static_cast<size_t>(C))
-        o[i] = __fadd_rn(__fmul_rn(scale, __fmul_rn(Packed<F>::q(w, i), s)), p ? p[i] : 0.f);
-  }
+        for (int i = 0; i < V; ++i)
+          if (j * V + i < static_cast<size_t>(C))
+            o[i] = __fadd_rn(__fmul_rn(scale, __fmul_rn(Packed<F>::q(w, i), s)), p ? p[i] : 0.f);
+      });
 }
 
 }  // namespace
