@@ -9,6 +9,8 @@
 #   2. gpt2: GPT-2 124M's shape with bench/gpt2_export.py's random weights (`qkv import`ed), each format against
 #      float32 on the benchmark's 32-token prompt and float32's own greedy continuation of 224 tokens: the
 #      continuation's perplexity, the logits' error, KL, argmax agreement.
+# Each stage then reads the quantized files' packed matrices back (bench/quant_weight_error.py, numpy) and gives
+# their error against the float32 weights: the same for a trained and a random model.
 #
 #   bench/quant_accuracy.sh                        # both stages (~5 minutes after the build on the 2-core machine)
 #   QUANT_ACC_SKIP_GPT2=1 bench/quant_accuracy.sh  # the lm stage only
@@ -19,7 +21,8 @@
 #      QUANT_ACC_FORMATS ("int8 q4 f16 bf16 q4-f32emb": q4 with the embedding, the tied head, left float32), QUANT_ACC_GPT2_REF (build/gpt2/imported.safetensors, which
 #      bench/run_gpt2.sh makes; made here from gpt2_export.py --hub-only + `qkv import` when missing),
 #      QUANT_ACC_RETRAIN=1 (train again although $QUANT_ACC_DIR holds the checkpoint of that many steps),
-#      QUANT_ACC_SKIP_LM=1, QUANT_ACC_SKIP_GPT2=1, QUANT_ACC_SKIP_BUILD=1, PYTHON (/usr/bin/python3, for the export).
+#      QUANT_ACC_SKIP_LM=1, QUANT_ACC_SKIP_GPT2=1, QUANT_ACC_SKIP_BUILD=1,
+#      PYTHON (/usr/bin/python3: numpy; torch for the export).
 # Exit status: 0 when every bound holds, 1 otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,6 +96,9 @@ open(sys.argv[2], "w", encoding="utf-8", newline="").write(t[len(t) - len(t) // 
   "$ACC" lm "$CKPT" "$HELDOUT" $(format_args "$DIR/small_${STEPS}") --threads "$THREADS" | tee "$DIR/lm.log" ||
     status=1
   echo "stage lm: compared in $(elapsed "$t0") s"
+  echo "the weights' own error (bench/quant_weight_error.py):"
+  # shellcheck disable=SC2046
+  "$PYTHON" bench/quant_weight_error.py "$CKPT" $(format_args "$DIR/small_${STEPS}") | tee "$DIR/lm_weights.log"
 fi
 
 if [[ "${QUANT_ACC_SKIP_GPT2:-0}" != 1 ]]; then
@@ -114,5 +120,8 @@ if [[ "${QUANT_ACC_SKIP_GPT2:-0}" != 1 ]]; then
   "$ACC" gpt2 "$GPT2_REF" $(format_args "$DIR/gpt2") --threads "$THREADS" --prompt 32 --new 224 |
     tee "$DIR/gpt2.log" || status=1
   echo "stage gpt2: compared in $(elapsed "$t0") s"
+  echo "the weights' own error (bench/quant_weight_error.py):"
+  # shellcheck disable=SC2046
+  "$PYTHON" bench/quant_weight_error.py "$GPT2_REF" $(format_args "$DIR/gpt2") | tee "$DIR/gpt2_weights.log"
 fi
 exit $status
