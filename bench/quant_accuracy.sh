@@ -12,14 +12,15 @@
 # Each stage then reads the quantized files' packed matrices back (bench/quant_weight_error.py, numpy) and gives
 # their error against the float32 weights: the same for a trained and a random model.
 #
-#   bench/quant_accuracy.sh                        # both stages (~5 minutes after the build on the 2-core machine)
+#   bench/quant_accuracy.sh                        # both stages (6.5 minutes after the build on the 2-core machine)
 #   QUANT_ACC_SKIP_GPT2=1 bench/quant_accuracy.sh  # the lm stage only
 #   QUANT_ACC_GPT2_REF=/path/imported.safetensors bench/quant_accuracy.sh   # an existing float32 GPT-2 checkpoint
 #
 # Env: BUILD_DIR (build/native), QUANT_ACC_DIR (build/quant_accuracy: checkpoints and logs; the GPT-2 files take
-#      ~710 MB), QUANT_ACC_DATA (../shared/data/tinyshakespeare.txt), QUANT_ACC_STEPS (2000), QUANT_ACC_THREADS (2),
-#      QUANT_ACC_FORMATS ("int8 q4 f16 bf16 q4-f32emb": q4 with the embedding, the tied head, left float32), QUANT_ACC_GPT2_REF (build/gpt2/imported.safetensors, which
-#      bench/run_gpt2.sh makes; made here from gpt2_export.py --hub-only + `qkv import` when missing),
+#      ~920 MB), QUANT_ACC_DATA (../shared/data/tinyshakespeare.txt), QUANT_ACC_STEPS (2000), QUANT_ACC_THREADS (2),
+#      QUANT_ACC_FORMATS ("int8 q4 f16 bf16 q4-f32emb"; q4-f32emb: q4 with the token embedding, which is also the
+#      tied head, left float32), QUANT_ACC_GPT2_REF (build/gpt2/imported.safetensors, which bench/run_gpt2.sh makes;
+#      made here from gpt2_export.py --hub-only + `qkv import` when missing),
 #      QUANT_ACC_RETRAIN=1 (train again although $QUANT_ACC_DIR holds the checkpoint of that many steps),
 #      QUANT_ACC_SKIP_LM=1, QUANT_ACC_SKIP_GPT2=1, QUANT_ACC_SKIP_BUILD=1,
 #      PYTHON (/usr/bin/python3: numpy; torch for the export).
@@ -44,7 +45,8 @@ if [[ "${QUANT_ACC_SKIP_BUILD:-0}" != 1 ]]; then
 fi
 mkdir -p "$DIR"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores;" \
-  "qkv commit $(git rev-parse --short HEAD 2> /dev/null || echo '?'); threads $THREADS; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  "qkv commit $(git rev-parse --short HEAD 2> /dev/null || echo '?'); threads $THREADS;" \
+  "load average $(cut -d' ' -f1-3 /proc/loadavg)"
 status=0
 seconds() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(seconds)" 'BEGIN { printf "%.1f", b - a }'; }

@@ -67,7 +67,8 @@ def main():
         raise SystemExit(__doc__)
     ref_header, _, ref = open_safetensors(sys.argv[1])
     kurtosis = {}
-    print("| checkpoint | matrices packed | weights | relative RMS error | worst matrix's | worst max abs error / max abs |")
+    print("| checkpoint | matrices packed | weights | relative RMS error | worst matrix's "
+          "| worst max abs error / max abs |")
     print("| --- | --- | --- | --- | --- | --- |")
     for arg in sys.argv[2:]:
         label, path = arg.split("=", 1)
