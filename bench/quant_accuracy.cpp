@@ -146,6 +146,7 @@ Windows lm_windows(const std::string& ref, const std::string& heldout, int conte
     throw qkv::Error(ref + ": no qkv.tokenizer in the metadata (not from qkv train?)");
   const qkv::Tokenizer tok = qkv::Tokenizer::from_json(tok_json->second);
   const std::vector<int32_t> ids = tok.encode(read_file(heldout));
+  if (ids.size() < 2) throw qkv::Error(heldout + ": " + std::to_string(ids.size()) + " tokens: expected at least 2");
   Windows w;
   w.seq = static_cast<int>(std::min<size_t>(static_cast<size_t>(context), ids.size() - 1));
   w.rows = static_cast<int>((ids.size() - 1) / static_cast<size_t>(w.seq));

@@ -105,15 +105,16 @@ fi
 
 if [[ "${QUANT_ACC_SKIP_GPT2:-0}" != 1 ]]; then
   echo
-  echo "== stage gpt2: GPT-2 124M's shape, random weights ($GPT2_REF)"
   if [[ ! -f $GPT2_REF ]]; then
+    echo "(no $GPT2_REF: using $DIR/gpt2/imported.safetensors)"
     GPT2_REF=$DIR/gpt2/imported.safetensors
     if [[ ! -f $GPT2_REF ]]; then
-      echo "(none there: bench/gpt2_export.py --hub-only $DIR/gpt2, then qkv import)"
+      echo "(none there either: bench/gpt2_export.py --hub-only $DIR/gpt2, then qkv import)"
       "$PYTHON" bench/gpt2_export.py "$DIR/gpt2" --hub-only
       "$QKV" import "$DIR/gpt2/hub" "$GPT2_REF" > /dev/null
     fi
   fi
+  echo "== stage gpt2: GPT-2 124M's shape, random weights ($GPT2_REF)"
   t0=$(seconds)
   quantize_all "$GPT2_REF" "$DIR/gpt2"
   echo "quantized in $(elapsed "$t0") s"
