@@ -1,11 +1,11 @@
 // The accuracy of quantized weights against float32 (issue 36, "Accuracy, stated and tested"; bench/quant_accuracy.sh
 // runs it, bench/README.md "Accuracy of quantized weights" explains the figures):
 //
-//   qkv_quant_accuracy lm REF HELDOUT [FORMAT=CKPT ...] [--threads N] [--batch N]
+//   qkv_quant_accuracy lm REF HELDOUT [FORMAT=CKPT ...] [--threads N] [--batch N] [--logit-bound X]
 //       REF: a float32 language-model checkpoint written by `qkv train` (its tokenizer inside); HELDOUT: a text the
 //       training never saw. The text is cut into consecutive windows of the model's context, as `qkv eval` cuts it;
 //       each FORMAT=CKPT (`qkv quantize --weights FORMAT REF CKPT`) is compared with REF on them.
-//   qkv_quant_accuracy gpt2 REF [FORMAT=CKPT ...] [--threads N] [--prompt N] [--new N]
+//   qkv_quant_accuracy gpt2 REF [FORMAT=CKPT ...] [--threads N] [--prompt N] [--new N] [--logit-bound X]
 //       REF: a float32 GPT-2 checkpoint (`qkv import` of bench/gpt2_export.py's random Hub folder). The sequence is
 //       the benchmark's prompt ((i * 7919 + 13) mod vocabulary, i < --prompt) and REF's own greedy continuation of
 //       --new tokens (row 0), and as many tokens drawn uniformly from the vocabulary (row 1, seed 1); each CKPT is
@@ -24,6 +24,9 @@
 // and, against the stated bounds (int8: ppl within +-0.5% of float32's; q4: within 5%; f16: logit_rel < 1e-3; bf16:
 // < 1e-2), PASS or FAIL. On the gpt2 shape the perplexity bounds are applied to the continuation's perplexity (the
 // weights are random: bench/README.md says why a held-out text's perplexity would say little there).
+// --logit-bound X replaces every format's bound by logit_rel < X: with REF a float32 checkpoint holding the
+// dequantized weights of CKPT (bench/quant_weight_error.py --dequantized), it bounds the error qkv's quantized
+// products add to the weights' own (1e-5: tests/cpp/models/quantize_test.cpp's tolerance).
 //
 // Output: a RESULT line per format (stage=, format=, the figures, bound=, verdict=), then the table. Exit status 0
 // when every bound holds, 1 when one fails, 2 on bad usage or an error (a file that cannot be read, a checkpoint
@@ -54,6 +57,7 @@ struct Args {
   std::string stage, ref, heldout;
   std::vector<std::pair<std::string, std::string>> formats;  // (name, checkpoint)
   int threads = 2, batch = 32, prompt = 32, fresh = 224;
+  double logit_bound = 0;  // > 0: every format's bound is logit_rel < logit_bound (--logit-bound)
 };
 
 // The positions a comparison runs over: rows of `seq` tokens (inputs) and the next token of each (targets). scored
@@ -192,12 +196,18 @@ Windows gpt2_windows(qkv::LanguageModel& m, int prompt_len, int fresh) {
 }
 
 struct Bound {
-  const char* what = "-";
+  std::string what = "-";
   bool pass = true;
 };
 
-// The stated bound of a format (README "Quantized weights") and whether f meets it against float32's figures.
-Bound bound_of(const std::string& format, const Figures& f, const Figures& base) {
+// The stated bound of a format (README "Quantized weights") and whether f meets it against float32's figures; with
+// logit_bound > 0, logit_rel < logit_bound whatever the format.
+Bound bound_of(const std::string& format, const Figures& f, const Figures& base, double logit_bound) {
+  if (logit_bound > 0) {
+    char what[48];
+    std::snprintf(what, sizeof what, "logit_rel < %g", logit_bound);
+    return {what, f.logit_rel < logit_bound};
+  }
   const double rel = (f.ppl - base.ppl) / base.ppl;
   if (format == "int8") return {"ppl within 0.5%", std::abs(rel) < 0.005};
   if (format == "q4") return {"ppl within 5%", std::abs(rel) < 0.05};
@@ -243,9 +253,12 @@ int run(const Args& a) {
       if (format != qkv::to_string(f))
         throw qkv::Error(path + ": " + tensor + " is " + qkv::to_string(f) + ", not " + format);
     const std::vector<float> z = all_logits(*m, w, a.batch);
-    Row r{name, compare(z, base_logits, w, V), {}, double(m->memory().parameters) / 1e6};
+    Row r;
+    r.format = name;
+    r.f = compare(z, base_logits, w, V);
     r.f.seconds = t.seconds();
-    r.b = bound_of(format, r.f, base);
+    r.b = bound_of(format, r.f, base, a.logit_bound);
+    r.mb = double(m->memory().parameters) / 1e6;
     all_pass = all_pass && r.b.pass;
     char uniform[96] = "";  // gpt2: row 1's perplexity
     if (base.ppl_uniform > 0)
@@ -255,7 +268,7 @@ int run(const Args& a) {
         "RESULT stage=%s format=%s ppl=%.6f ppl_f32=%.6f ppl_rel=%+.6f%s logit_rel=%.3e kl_mean=%.3e kl_max=%.3e "
         "argmax=%.6f weights_mb=%.1f seconds=%.1f bound=\"%s\" verdict=%s\n",
         a.stage.c_str(), name.c_str(), r.f.ppl, base.ppl, (r.f.ppl - base.ppl) / base.ppl, uniform, r.f.logit_rel,
-        r.f.kl_mean, r.f.kl_max, r.f.argmax, r.mb, r.f.seconds, r.b.what, r.b.pass ? "PASS" : "FAIL");
+        r.f.kl_mean, r.f.kl_max, r.f.argmax, r.mb, r.f.seconds, r.b.what.c_str(), r.b.pass ? "PASS" : "FAIL");
     rows.push_back(r);
   }
 
@@ -276,16 +289,18 @@ int run(const Args& a) {
   for (const Row& r : rows)
     std::printf("| %s | %.2f | %.4f | %+.4f%% | %.2e | %.2e | %.2e | %.2f%% | %s | %s |\n", r.format.c_str(), r.mb,
                 r.f.ppl, 100.0 * (r.f.ppl - base.ppl) / base.ppl, r.f.logit_rel, r.f.kl_mean, r.f.kl_max,
-                100.0 * r.f.argmax, r.b.what, r.b.pass ? "PASS" : "FAIL");
+                100.0 * r.f.argmax, r.b.what.c_str(), r.b.pass ? "PASS" : "FAIL");
   std::printf("(%.1f s in all)\n", total.seconds());
   return all_pass ? 0 : 1;
 }
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: qkv_quant_accuracy lm REF HELDOUT [FORMAT=CKPT ...] [--threads N] [--batch N]\n"
-               "       qkv_quant_accuracy gpt2 REF [FORMAT=CKPT ...] [--threads N] [--prompt N] [--new N]\n"
-               "       (bench/README.md, \"Accuracy of quantized weights\")\n");
+  std::fprintf(
+      stderr,
+      "usage: qkv_quant_accuracy lm REF HELDOUT [FORMAT=CKPT ...] [--threads N] [--batch N] [--logit-bound X]\n"
+      "       qkv_quant_accuracy gpt2 REF [FORMAT=CKPT ...] [--threads N] [--prompt N] [--new N] "
+      "[--logit-bound X]\n"
+      "       (bench/README.md, \"Accuracy of quantized weights\")\n");
   return 2;
 }
 
@@ -308,6 +323,11 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg.rfind("--", 0) == 0) {
       if (i + 1 >= argc) return usage();
+      if (arg == "--logit-bound") {
+        a.logit_bound = std::strtod(argv[++i], nullptr);
+        if (!(a.logit_bound > 0)) return usage();
+        continue;
+      }
       const int v = std::atoi(argv[++i]);
       if (v <= 0) return usage();
       if (arg == "--threads")

@@ -10,16 +10,18 @@
 #      float32 on the benchmark's 32-token prompt and float32's own greedy continuation of 224 tokens: the
 #      continuation's perplexity, the logits' error, KL, argmax agreement.
 # Each stage then reads the quantized files' packed matrices back (bench/quant_weight_error.py, numpy) and gives
-# their error against the float32 weights: the same for a trained and a random model.
+# their error against the float32 weights (the same for a trained and a random model), and compares each int8 and
+# q4 model with a float32 model holding its dequantized weights: what qkv's quantized products add (<= 1e-5).
 #
 #   bench/quant_accuracy.sh                        # both stages (6.5 minutes after the build on the 2-core machine)
 #   QUANT_ACC_SKIP_GPT2=1 bench/quant_accuracy.sh  # the lm stage only
 #   QUANT_ACC_GPT2_REF=/path/imported.safetensors bench/quant_accuracy.sh   # an existing float32 GPT-2 checkpoint
 #
 # Env: BUILD_DIR (build/native), QUANT_ACC_DIR (build/quant_accuracy: checkpoints and logs; the GPT-2 files take
-#      ~920 MB), QUANT_ACC_DATA (../shared/data/tinyshakespeare.txt), QUANT_ACC_STEPS (2000), QUANT_ACC_THREADS (2),
+#      ~920 MB, 1 GB more during the products check), QUANT_ACC_DATA (../shared/data/tinyshakespeare.txt), QUANT_ACC_STEPS (2000), QUANT_ACC_THREADS (2),
 #      QUANT_ACC_FORMATS ("int8 q4 f16 bf16 q4-f32emb"; q4-f32emb: q4 with the token embedding, which is also the
-#      tied head, left float32), QUANT_ACC_GPT2_REF (build/gpt2/imported.safetensors, which bench/run_gpt2.sh makes;
+#      tied head, left float32), QUANT_ACC_DEQUANT ("int8 q4": the formats of the products' check),
+#      QUANT_ACC_GPT2_REF (build/gpt2/imported.safetensors, which bench/run_gpt2.sh makes;
 #      made here from gpt2_export.py --hub-only + `qkv import` when missing),
 #      QUANT_ACC_RETRAIN=1 (train again although $QUANT_ACC_DIR holds the checkpoint of that many steps),
 #      QUANT_ACC_SKIP_LM=1, QUANT_ACC_SKIP_GPT2=1, QUANT_ACC_SKIP_BUILD=1,
@@ -34,6 +36,7 @@ DATA=${QUANT_ACC_DATA:-$ROOT/../shared/data/tinyshakespeare.txt}
 STEPS=${QUANT_ACC_STEPS:-2000}
 THREADS=${QUANT_ACC_THREADS:-2}
 FORMATS=${QUANT_ACC_FORMATS:-int8 q4 f16 bf16 q4-f32emb}
+DEQUANT=${QUANT_ACC_DEQUANT:-int8 q4}
 GPT2_REF=${QUANT_ACC_GPT2_REF:-$ROOT/build/gpt2/imported.safetensors}
 PYTHON=${PYTHON:-/usr/bin/python3}
 QKV=$BUILD_DIR/cpp/tools/qkv
@@ -63,6 +66,26 @@ quantize_all() {
   done
 }
 format_args() { for f in $FORMATS; do echo "$f=$1_$f.safetensors"; done; }
+
+# The error qkv's quantized products add to the weights' own: for each format of $DEQUANT, a float32 checkpoint
+# holding the dequantized weights (quant_weight_error.py --dequantized) as the reference, the quantized file as the
+# format, logits within 1e-5 (quantize_test.cpp's tolerance). $1 stage, $2 float32 checkpoint, $3 prefix of the
+# quantized files, then the stage's other arguments. The dequantized files (as big as float32's) are deleted after.
+products_check() {
+  local stage=$1 ref=$2 prefix=$3 out=$DIR/dequantized_$1 f
+  shift 3
+  mkdir -p "$out"
+  # shellcheck disable=SC2046
+  "$PYTHON" bench/quant_weight_error.py "$ref" $(for f in $DEQUANT; do echo "$f=${prefix}_$f.safetensors"; done) \
+    --dequantized "$out" > /dev/null
+  echo "the products' own error: each format against float32 holding its dequantized weights (bound 1e-5):"
+  for f in $DEQUANT; do
+    "$ACC" "$stage" "$out/${f}_dequantized.safetensors" "$@" "$f=${prefix}_$f.safetensors" --threads "$THREADS" \
+      --logit-bound 1e-5 > "$DIR/${stage}_products_$f.log" || status=1
+    grep -E "^\| $f " "$DIR/${stage}_products_$f.log"
+  done
+  rm -rf "$out"
+}
 
 if [[ "${QUANT_ACC_SKIP_LM:-0}" != 1 ]]; then
   echo
@@ -101,6 +124,7 @@ open(sys.argv[2], "w", encoding="utf-8", newline="").write(t[len(t) - len(t) // 
   echo "the weights' own error (bench/quant_weight_error.py):"
   # shellcheck disable=SC2046
   "$PYTHON" bench/quant_weight_error.py "$CKPT" $(format_args "$DIR/small_${STEPS}") | tee "$DIR/lm_weights.log"
+  products_check lm "$CKPT" "$DIR/small_${STEPS}" "$HELDOUT"
 fi
 
 if [[ "${QUANT_ACC_SKIP_GPT2:-0}" != 1 ]]; then
@@ -126,5 +150,6 @@ if [[ "${QUANT_ACC_SKIP_GPT2:-0}" != 1 ]]; then
   echo "the weights' own error (bench/quant_weight_error.py):"
   # shellcheck disable=SC2046
   "$PYTHON" bench/quant_weight_error.py "$GPT2_REF" $(format_args "$DIR/gpt2") | tee "$DIR/gpt2_weights.log"
+  products_check gpt2 "$GPT2_REF" "$DIR/gpt2" --prompt 32 --new 224
 fi
 exit $status

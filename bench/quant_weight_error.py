@@ -1,7 +1,7 @@
 """The quantized weights' own error: each packed matrix of qkv quantized checkpoints, read from the file as the README's
 "File layout" describes it and dequantized here, against the float32 checkpoint's matrix of the same name.
 
-    python3 bench/quant_weight_error.py REF FORMAT=CKPT [FORMAT=CKPT ...]
+    python3 bench/quant_weight_error.py REF FORMAT=CKPT [FORMAT=CKPT ...] [--dequantized DIR]
 
 REF: the float32 checkpoint; each CKPT: `qkv quantize --weights FORMAT REF CKPT` (FORMAT may carry a '-' suffix, as
 bench/quant_accuracy.sh's q4-f32emb). Prints per file: the matrices packed, the relative RMS error over all of them
@@ -9,6 +9,11 @@ sqrt(sum (w' - w)^2 / sum w^2), the largest per-matrix relative RMS error, and t
 matrix; then the weights' excess kurtosis (0 for a Gaussian: heavy tails cost q4's per-group scale the most). The
 figures are the same whether the weights were trained or drawn: what differs between models is how much the
 outputs move for that error (bench/README.md, "Accuracy of quantized weights"). Needs numpy only.
+
+--dequantized DIR also writes DIR/<FORMAT>_dequantized.safetensors: REF with each packed matrix replaced by the
+float32 values CKPT's packed rows stand for (every other tensor and the metadata as they are, less qkv.crc32, which
+no longer holds). qkv_quant_accuracy with that file as its float32 reference and CKPT as the format then measures
+the error qkv's quantized products add to the weights' own: none beyond float32 rounding.
 """
 
 import json
@@ -62,15 +67,38 @@ def dequantize(read, header, name, fmt, shape):
     raise SystemExit(f"{name}: unknown format {fmt}")
 
 
+def write_safetensors(path, tensors, metadata):
+    """tensors: name -> float32 array, written in order after a header padded to 8 bytes."""
+    header, offset = {"__metadata__": metadata}, 0
+    for name, a in tensors.items():
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for a in tensors.values():
+            f.write(np.ascontiguousarray(a, dtype=np.float32).tobytes())
+
+
 def main():
-    if len(sys.argv) < 3 or any("=" not in a for a in sys.argv[2:]):
+    args = sys.argv[1:]
+    out_dir = None
+    if "--dequantized" in args:
+        i = args.index("--dequantized")
+        if i + 1 >= len(args):
+            raise SystemExit(__doc__)
+        out_dir = args.pop(i + 1)
+        args.pop(i)
+    if len(args) < 2 or any("=" not in a for a in args[1:]):
         raise SystemExit(__doc__)
-    ref_header, _, ref = open_safetensors(sys.argv[1])
+    ref_path = args[0]
+    ref_header, ref_meta, ref = open_safetensors(ref_path)
     kurtosis = {}
     print("| checkpoint | matrices packed | weights | relative RMS error | worst matrix's "
           "| worst max abs error / max abs |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for arg in sys.argv[2:]:
+    for arg in args[1:]:
         label, path = arg.split("=", 1)
         header, meta, read = open_safetensors(path)
         packed = json.loads(meta.get("qkv.quantized", "{}"))
@@ -79,11 +107,13 @@ def main():
         err2 = ref2 = 0.0
         worst_rms = worst_max = 0.0
         count = 0
+        dequantized = {}
         for name, info in sorted(packed.items()):
             w = np.asarray(ref(name), dtype=np.float32)
             if list(w.shape) != info["shape"] or ref_header[name]["dtype"] != "F32":
-                raise SystemExit(f"{name}: {path} holds {info['shape']}, {sys.argv[1]} {ref_header[name]}")
-            d = dequantize(read, header, name, info["format"], info["shape"]).astype(np.float64) - w
+                raise SystemExit(f"{name}: {path} holds {info['shape']}, {ref_path} {ref_header[name]}")
+            dequantized[name] = dequantize(read, header, name, info["format"], info["shape"])
+            d = dequantized[name].astype(np.float64) - w
             e2, r2 = float((d * d).sum()), float((w.astype(np.float64) ** 2).sum())
             err2, ref2, count = err2 + e2, ref2 + r2, count + w.size
             worst_rms = max(worst_rms, (e2 / r2) ** 0.5)
@@ -93,6 +123,10 @@ def main():
                 kurtosis[name] = float((z.astype(np.float64) ** 4).mean() - 3)
         print(f"| {label} | {len(packed)} | {count / 1e6:.2f} M | {(err2 / ref2) ** 0.5:.3e} | {worst_rms:.3e} "
               f"| {worst_max:.3e} |")
+        if out_dir:
+            tensors = {name: dequantized.get(name, ref(name)) for name in ref_header}
+            meta = {k: v for k, v in ref_meta.items() if k != "qkv.crc32"}
+            write_safetensors(f"{out_dir}/{label}_dequantized.safetensors", tensors, meta)
     k = sorted(kurtosis.values())
     print(f"excess kurtosis of the float32 matrices: median {k[len(k) // 2]:.2f}, largest {k[-1]:.2f} (Gaussian: 0)")
 
