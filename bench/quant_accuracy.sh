@@ -13,12 +13,13 @@
 # their error against the float32 weights (the same for a trained and a random model), and compares each int8 and
 # q4 model with a float32 model holding its dequantized weights: what qkv's quantized products add (<= 1e-5).
 #
-#   bench/quant_accuracy.sh                        # both stages (6.5 minutes after the build on the 2-core machine)
+#   bench/quant_accuracy.sh                        # both stages: 8 minutes on the 2-core machine after the build
 #   QUANT_ACC_SKIP_GPT2=1 bench/quant_accuracy.sh  # the lm stage only
 #   QUANT_ACC_GPT2_REF=/path/imported.safetensors bench/quant_accuracy.sh   # an existing float32 GPT-2 checkpoint
 #
 # Env: BUILD_DIR (build/native), QUANT_ACC_DIR (build/quant_accuracy: checkpoints and logs; the GPT-2 files take
-#      ~920 MB, 1 GB more during the products check), QUANT_ACC_DATA (../shared/data/tinyshakespeare.txt), QUANT_ACC_STEPS (2000), QUANT_ACC_THREADS (2),
+#      ~920 MB, 1 GB more during the products check), QUANT_ACC_DATA (../shared/data/tinyshakespeare.txt),
+#      QUANT_ACC_STEPS (2000), QUANT_ACC_THREADS (2),
 #      QUANT_ACC_FORMATS ("int8 q4 f16 bf16 q4-f32emb"; q4-f32emb: q4 with the token embedding, which is also the
 #      tied head, left float32), QUANT_ACC_DEQUANT ("int8 q4": the formats of the products' check),
 #      QUANT_ACC_GPT2_REF (build/gpt2/imported.safetensors, which bench/run_gpt2.sh makes;
