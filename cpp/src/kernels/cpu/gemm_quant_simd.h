@@ -115,7 +115,10 @@ struct Simd {
   // Rows n0 .. n1 of C for MR rows of A. U accumulators per row of A keep the FMA chains short when MR is small.
   template <WeightFormat f, int MR>
   static void rows(const QuantRows& q, int n0, int n1) {
-    constexpr int Rf = R<f>, U = MR == 1 ? 4 : MR == 2 ? 2 : 1;
+    // U accumulators per row of A, indexed by a compile-time t (the vectors of a block) so they stay in registers;
+    // Q4 adds each block's scaled sum to one accumulator per row (a runtime index, b % U, put them on the stack: a
+    // store-forwarding round trip per block, 2x slower).
+    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? 1 : MR == 1 ? 4 : MR == 2 ? 2 : 1;
     constexpr int B = Rf * V;  // elements per block
     const int blocks = q.K / B;
     const GroupLanes lanes;
