@@ -11,7 +11,8 @@
 // the order of its terms, so a row of A in block order times a row of W in block order is the product; only the
 // rounding order of the fp32 arithmetic differs from the reference (the contract of ops/op_list.def's gemm_quant).
 // Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one. Where an
-// instruction set converts halves itself (F16C, AVX-512F), f16 blocks are in natural order (QuantKernels::order).
+// instruction set converts halves itself (F16C, AVX-512F), f16 blocks are in natural order, and where it has a
+// sign-extending load (AVX2, AVX-512F), int8 blocks too (QuantKernels::order).
 #include <cstddef>
 #include <cstdint>
 #include <xsimd/config/xsimd_arch.hpp>

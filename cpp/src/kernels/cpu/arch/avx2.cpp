@@ -32,6 +32,15 @@ struct HalfLoader<xsimd::fma3<xsimd::avx2>> {
     w[1] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
   }
 };
+// vpmovsxbd ymm, [mem]: 8 consecutive int8 codes per vector, natural order (Int8Loader).
+template <>
+struct Int8Loader<xsimd::fma3<xsimd::avx2>> {
+  static constexpr int order = 1;
+  static void load(const uint8_t* p, xsimd::batch<float, xsimd::fma3<xsimd::avx2>>* w) {
+    for (int t = 0; t < 4; ++t)
+      w[t] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * t))));
+  }
+};
 }  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::fma3<xsimd::avx2>>();
 }  // namespace qkv::kernels

@@ -38,6 +38,14 @@ struct HalfLoader<xsimd::avx512f> {
     w[1] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
   }
 };
+template <>
+struct Int8Loader<xsimd::avx512f> {
+  static constexpr int order = 1;
+  static void load(const uint8_t* p, xsimd::batch<float, xsimd::avx512f>* w) {
+    for (int t = 0; t < 4; ++t)
+      w[t] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * t))));
+  }
+};
 }  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::avx512f>();
 }  // namespace qkv::kernels
