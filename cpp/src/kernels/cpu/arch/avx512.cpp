@@ -46,6 +46,16 @@ struct Int8Loader<xsimd::avx512f> {
       w[t] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * t))));
   }
 };
+template <>
+struct Q4Loader<xsimd::avx512f> {
+  static constexpr int order = 2;
+  static void load(const uint8_t* p, xsimd::batch<float, xsimd::avx512f>* w) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512i eight = _mm512_set1_epi32(8);
+    w[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(15)), eight));
+    w[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
+  }
+};
 }  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::avx512f>();
 }  // namespace qkv::kernels
