@@ -183,15 +183,25 @@ struct Simd {
                   gemm_madd(F::load_unaligned(a + static_cast<size_t>(m) * q.lda + t * V), w[t], acc[m][t % U]);
         }
       }
+      // In natural order, whole vectors past the last block still go through the vector unit (the rest one by
+      // one): 3072 x 96 int8 products ran at 4 elements/ns with a 32-element remainder done element by element.
+      int done = blocks * B;
+      if constexpr (f == WeightFormat::Int8 && Int8Loader<Arch>::order == 1) {
+        for (; done + V <= q.K; done += V) {
+          const F wv = Int8Loader<Arch>::load1(row + done);
+          for (int m = 0; m < MR; ++m)
+            acc[m][0] = gemm_madd(F::load_unaligned(q.A + static_cast<size_t>(m) * q.lda + done), wv, acc[m][0]);
+        }
+      }
       for (int m = 0; m < MR; ++m) {
         F sum = acc[m][0];
         for (int u = 1; u < U; ++u) sum += acc[m][u];
         float c = xsimd::hadd(sum);
         if constexpr (f == WeightFormat::Int8) {
-          if (blocks) c *= s[0];  // K = 0 comes with no scales
+          if (done) c *= s[0];  // K = 0 comes with no scales
         }
         const float* a = q.A + static_cast<size_t>(m) * q.lda;
-        for (int k = blocks * B; k < q.K; ++k) c += a[k] * ops::dequantize_element(f, row, s, k);
+        for (int k = done; k < q.K; ++k) c += a[k] * ops::dequantize_element(f, row, s, k);
         q.C[static_cast<size_t>(m) * q.ldc + n] = c;
       }
     }

@@ -36,9 +36,11 @@ struct HalfLoader<xsimd::fma3<xsimd::avx2>> {
 template <>
 struct Int8Loader<xsimd::fma3<xsimd::avx2>> {
   static constexpr int order = 1;
+  static xsimd::batch<float, xsimd::fma3<xsimd::avx2>> load1(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static void load(const uint8_t* p, xsimd::batch<float, xsimd::fma3<xsimd::avx2>>* w) {
-    for (int t = 0; t < 4; ++t)
-      w[t] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * t))));
+    for (int t = 0; t < 4; ++t) w[t] = load1(p + 8 * t);
   }
 };
 }  // namespace quant_detail

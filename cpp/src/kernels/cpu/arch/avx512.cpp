@@ -41,9 +41,11 @@ struct HalfLoader<xsimd::avx512f> {
 template <>
 struct Int8Loader<xsimd::avx512f> {
   static constexpr int order = 1;
+  static xsimd::batch<float, xsimd::avx512f> load1(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static void load(const uint8_t* p, xsimd::batch<float, xsimd::avx512f>* w) {
-    for (int t = 0; t < 4; ++t)
-      w[t] = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * t))));
+    for (int t = 0; t < 4; ++t) w[t] = load1(p + 16 * t);
   }
 };
 template <>
