@@ -27,7 +27,13 @@ for c in f16 bf16; do
   expect 0 "wrote" -- quantize --weights "$c" "$FIX/gpt2_$c" "g_$c.safetensors"
   expect 0 "^$greedy\$" -- generate --ckpt "g_$c.safetensors" --prompt-ids "${prompt// /,}" --max-tokens 8 \
     --temperature 0 --seed 1
+  # Kept in half precision at import (no float32 copy): the same checkpoint, byte for byte.
+  expect 0 "^weights +9 matrices kept in $c" -- import --weights keep "$FIX/gpt2_$c" "k_$c.safetensors"
+  cmp -s "g_$c.safetensors" "k_$c.safetensors" || fail "import --weights keep differs from quantize --weights $c"
 done
+expect 2 "--weights: fp16 not in" -- import --weights fp16 "$FIX/gpt2_f16" x.safetensors
+expect 1 "--weights applies to a model folder" -- import --weights keep "$FIX/nanogpt_bias.safetensors" x.safetensors \
+  --heads 4
 
 # Refusals: an unknown format, a checkpoint already quantized, training a quantized model, not a checkpoint.
 expect 2 "--weights: int3 not in" -- quantize --weights int3 lm.safetensors x.safetensors
