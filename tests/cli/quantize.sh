@@ -32,7 +32,7 @@ for c in f16 bf16; do
   cmp -s "g_$c.safetensors" "k_$c.safetensors" || fail "import --weights keep differs from quantize --weights $c"
 done
 expect 2 "--weights: fp16 not in" -- import --weights fp16 "$FIX/gpt2_f16" x.safetensors
-expect 1 "--weights applies to a model folder" -- import --weights keep "$FIX/nanogpt_bias.safetensors" x.safetensors \
+expect 2 "--weights applies to a model folder" -- import --weights keep "$FIX/nanogpt_bias.safetensors" x.safetensors \
   --heads 4
 
 # Refusals: an unknown format, a checkpoint already quantized, training a quantized model, not a checkpoint.
