@@ -13,6 +13,7 @@
 #include "exec/webgpu/webgpu_backend.h"
 #include "qkv/checkpoint_loader.h"
 #include "qkv/error.h"
+#include "qkv/import.h"
 #include "qkv/lora.h"
 #include "qkv/lora_files.h"
 
