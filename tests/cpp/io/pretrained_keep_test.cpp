@@ -217,6 +217,39 @@ TEST(PretrainedKeep, OddWidthsPadTheRowsAsQuantizeDoes) {
   fs::remove_all(dir);
 }
 
+// Sharded (model.safetensors.index.json and two shards of the f16 fixture): kept as one file is, from the folder and
+// through a loader given the shards' headers first.
+TEST(PretrainedKeep, ShardsAreKeptAsOneFileIs) {
+  const fs::path dir = fs::path(testing::TempDir()) / "qkv_keep_shards";
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(dir_of("f16")) / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
+  const auto file = read_safetensors(dir_of("f16") + "/model.safetensors");
+  std::vector<TensorRef> parts[2];
+  nlohmann::json map;
+  const std::string names[2] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+  for (const auto& t : file.tensors) {
+    const int s = t.name.rfind("h.1.", 0) == 0 ? 1 : 0;
+    parts[s].emplace_back(t.name, t.shape, t.dtype, std::span<const uint8_t>(t.bytes));
+    map[t.name] = names[s];
+  }
+  std::vector<uint8_t> bytes[2];
+  for (int s = 0; s < 2; ++s) {
+    bytes[s] = serialize_safetensors(parts[s], {{"format", "pt"}});
+    write_safetensors_atomic((dir / names[s]).string(), bytes[s]);
+  }
+  const std::string index = nlohmann::json{{"weight_map", map}}.dump();
+  std::ofstream(dir / "model.safetensors.index.json") << index;
+  const auto folder = load_pretrained(dir.string(), {}, Device::CPU, nullptr, kKeep);
+  expect_same_model(*folder, *quantized(dir_of("f16"), WeightFormat::F16), "sharded folder");
+  std::vector<PretrainedShard> heads;
+  for (int s = 0; s < 2; ++s) heads.push_back({names[s], bytes[s]});
+  PretrainedLoader loader(text_of(dir_of("f16") + "/config.json"), index, heads, {}, kKeep);
+  for (int s = 0; s < 2; ++s) loader.push(bytes[s]);
+  const auto streamed = loader.finish();
+  expect_same_model(*streamed, *quantized(dir_of("f16"), WeightFormat::F16), "sharded loader");
+  fs::remove_all(dir);
+}
+
 // What is not half precision stays float32: a float32 file loads as with F32 (and trains); a tied head of another
 // dtype than its embedding leaves the embedding float32 (its values are compared, not written twice).
 TEST(PretrainedKeep, Float32TensorsStayFloat32) {
