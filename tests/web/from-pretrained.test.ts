@@ -560,7 +560,7 @@ describe("LanguageModel.fromPretrained", () => {
   });
 
   it("weights too big for the wasm core are counted as they will be held: half-precision matrices kept, from the header", async () => {
-    // A GPT-2 of 96 layers 1600 wide: 3.03e9 parameters, 12.1 GB as float32, 6.1 GB with its matrices in F16: too
+    // A GPT-2 of 96 layers 1600 wide: 3.03e9 parameters, 12.1 GB as float32, 6.07 GB with its matrices in F16: too
     // big either way, so nothing is ever allocated. Its model.safetensors is a header that promises the tensors.
     const V = 50257, P = 1024, C = 1600, L = 96, F = 4 * C;
     const big = JSON.stringify({ model_type: "gpt2", n_layer: L, n_head: 25, n_embd: C, n_positions: P, vocab_size: V });
@@ -595,15 +595,17 @@ describe("LanguageModel.fromPretrained", () => {
     };
     let params = 0;
     let f32 = 0;
-    let kept = 0; // Parameters::layout: float32 tensors in 64-byte steps, F16 rows of round_up(2K, 4) bytes
+    // Parameters::layout: each tensor in 64-byte steps, float32 or (kept) F16 rows of 2 bytes an element (every width
+    // here is even: no row padding).
+    let kept = 0;
     for (const [, shape, packed] of tensors) {
       const n = shape.reduce((a, b) => a * b, 1);
       params += n;
-      f32 += Math.ceil(n / 16) * 64;
-      const [N, K] = shape.length === 2 && packed ? [shape[0]!, shape[1]!] : [0, 0];
-      kept += packed ? Math.ceil((N * Math.ceil((2 * K) / 4) * 4) / 64) * 64 : Math.ceil(n / 16) * 64;
+      f32 += Math.ceil((4 * n) / 64) * 64;
+      kept += Math.ceil(((packed ? 2 : 4) * n) / 64) * 64;
     }
-    expect(params).toBe(3_034_374_400);
+    expect(params).toBe(3_033_169_600);
+    expect([f32, kept]).toEqual([12_132_678_400, 6_073_616_000]);
 
     // F16 file, kept: its matrices count 2 bytes an element (the header read for their dtypes), before any allocation.
     const f16 = header("F16");
