@@ -2,7 +2,9 @@
 // A Hugging Face GPT-2's model.safetensors loaded as it arrives (a file read in chunks, a download, a stream in the
 // browser), written tensor by tensor straight into a LanguageModel's parameters: F16 / BF16 / F64 converted and
 // GPT-2's Conv1D weights transposed on the way, so that memory is the model's float32 weights and a 1 MiB staging
-// buffer, never the file nor a converted copy of it (load_pretrained uses it; qkv/import.h).
+// buffer, never the file nor a converted copy of it (load_pretrained uses it; qkv/import.h). With
+// PretrainedWeights::Keep, F16 / BF16 matrices are written as they are into the model's half-precision storage
+// instead: memory is then the half-precision weights.
 //
 //   PretrainedLoader loader(config_json_text, file_size);   // or std::nullopt when the size is unknown
 //   while (more) { auto to = loader.buffer(); size_t n = read_into(to); loader.commit(n); }
