@@ -74,19 +74,21 @@ using namespace qkv::js;
 EMSCRIPTEN_BINDINGS(qkv_language_model) {
   using emscripten::allow_raw_pointers;
   // A Hugging Face GPT-2's model.safetensors streamed in chunks (qkv/pretrained_loader.h), as LanguageModelLoader
-  // streams a checkpoint: PretrainedLoader.open(configJsonText, total); sharded weights with
-  // PretrainedLoader.openSharded(configJsonText, indexJsonText, [{ file, head }, ...]) (each shard's name and first
-  // bytes, in the order their files will stream).
+  // streams a checkpoint: PretrainedLoader.open(configJsonText, total, weights); sharded weights with
+  // PretrainedLoader.openSharded(configJsonText, indexJsonText, [{ file, head }, ...], weights) (each shard's name and
+  // first bytes, in the order their files will stream); weights: "f32" or "keep" (qkv/import.h PretrainedWeights).
   using Pretrained = JsLoader<JsLanguageModel, qkv::PretrainedLoader>;
   emscripten::class_<Pretrained>("PretrainedLoader")
       // A factory rather than a constructor: config.json's refusal goes to takeError() (null), never through wasm.
       .class_function(
           "open",
-          +[](std::string config, double total) { return guarded([&] { return new Pretrained(config, total); }); },
+          +[](std::string config, double total, std::string weights) {
+            return guarded([&] { return new Pretrained(config, total, weights); });
+          },
           allow_raw_pointers())
       .class_function(
           "openSharded",
-          +[](std::string config, std::string index, val shards) {
+          +[](std::string config, std::string index, val shards, std::string weights) {
             return guarded([&] {
               std::vector<qkv::PretrainedShard> heads;
               const size_t n = shards["length"].as<size_t>();
@@ -94,7 +96,8 @@ EMSCRIPTEN_BINDINGS(qkv_language_model) {
                 const val s = shards[i];
                 heads.push_back({s["file"].as<std::string>(), uint8_array(s["head"], "head")});
               }
-              return new Pretrained(std::in_place, config, index, std::move(heads));
+              return new Pretrained(std::in_place, config, index, std::move(heads), qkv::OptimizerConfig{},
+                                    qkv::pretrained_weights_from_string(weights, "options.weights"));
             });
           },
           allow_raw_pointers())

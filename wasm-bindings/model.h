@@ -13,6 +13,7 @@
 #include "exec/webgpu/webgpu_backend.h"
 #include "qkv/checkpoint_loader.h"
 #include "qkv/error.h"
+#include "qkv/import.h"
 #include "qkv/lora.h"
 #include "qkv/lora_files.h"
 
@@ -203,7 +204,10 @@ class JsLoader {
  public:
   // total: the file's size, or -1 when unknown.
   explicit JsLoader(double total) : l_(size_of(total)) {}
-  JsLoader(const std::string& config_json, double total) : l_(config_json, size_of(total)) {}
+  // A pretrained GPT-2's (PretrainedLoader): config.json's text, and how its weights are held ("f32" or "keep").
+  JsLoader(const std::string& config_json, double total, const std::string& weights)
+      : l_(config_json, size_of(total), OptimizerConfig{}, pretrained_weights_from_string(weights, "options.weights")) {
+  }
   // Any other constructor of L (a sharded PretrainedLoader's).
   template <class... A>
   explicit JsLoader(std::in_place_t, A&&... args) : l_(std::forward<A>(args)...) {}

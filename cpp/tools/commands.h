@@ -60,6 +60,7 @@ struct InfoArgs {
 
 struct ImportArgs {
   std::string from = "auto", in, out, activation, norm, tokenizer;
+  std::string weights;  // a folder: "f32" (default) or "keep" (qkv/import.h PretrainedWeights); "" = not given
   int heads = 0, context = 0, pad_id = 0;
   Flag<bool> scale_embedding;
 };

@@ -24,6 +24,11 @@ int run_import(const ImportArgs& a) {
     throw UsageError(a.in +
                      " is a model folder, whose config.json gives the architecture: --from, --heads, "
                      "--context, --activation, --norm and --scale-embedding do not apply");
+  if (!folder && !a.weights.empty())
+    throw UsageError("--weights applies to a model folder (config.json + model.safetensors); " + a.in +
+                     " is a file: its tensors are converted to float32 (qkv quantize packs them afterwards)");
+  const PretrainedWeights weights =
+      a.weights.empty() ? PretrainedWeights::F32 : pretrained_weights_from_string(a.weights, "--weights");
   ImportOptions o;
   o.from = a.from;
   o.heads = a.heads;
@@ -36,7 +41,7 @@ int run_import(const ImportArgs& a) {
   // weights, never the file nor a mapped copy); `r` reports what import_file / import_pretrained would.
   ImportedWeights r;
   const std::unique_ptr<Model> model =
-      folder ? std::unique_ptr<Model>(load_pretrained(a.in, {}, Device::CPU, &r)) : import_model(a.in, o, &r);
+      folder ? std::unique_ptr<Model>(load_pretrained(a.in, {}, Device::CPU, &r, weights)) : import_model(a.in, o, &r);
   std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
   if (!a.tokenizer.empty()) {
     const Tokenizer tok = Tokenizer::from_json(read_text(a.tokenizer));
@@ -60,6 +65,9 @@ int run_import(const ImportArgs& a) {
   std::printf("format      %s\nmodel       %s\nconfig      %s\n", r.format.c_str(), r.kind.c_str(),
               r.config_json.c_str());
   for (const auto& note : r.notes) std::printf("note        %s\n", note.c_str());
+  if (const auto formats = model->weight_formats(); !formats.empty())
+    std::printf("weights     %zu matrices kept in %s (inference only: qkv generate, eval)\n", formats.size(),
+                to_string(formats.begin()->second));
   std::printf("wrote       %s\n", a.out.c_str());
   return 0;
 }

@@ -218,6 +218,10 @@ int main(int argc, char** argv) {
   im->add_option("--pad-id", imp.pad_id, "Padding id of a seq2seq or classifier (default 0)")
       ->check(CLI::NonNegativeNumber);
   im->add_option("--tokenizer", imp.tokenizer, "A tokenizer JSON (qkv/tokenizer.h) to store in the checkpoint");
+  im->add_option("--weights", imp.weights,
+                 "A folder: f32 (default) converts every tensor to float32; keep stores its F16 / BF16 matrices in "
+                 "that format (as qkv quantize --weights f16 / bf16 would, without a float32 copy; inference only)")
+      ->check(CLI::IsMember({"f32", "keep"}));
   im->footer(
       "\nFormats: torch (nn.Transformer, nn.TransformerEncoder, the translation tutorial's Seq2SeqTransformer),\n"
       "nanogpt (nanoGPT's GPT), gpt2 (Hugging Face's GPT2Model / GPT2LMHeadModel: give the model's folder, whose\n"

@@ -16,11 +16,11 @@
 
 namespace qkv::cli {
 
-ModelFile read_model(const std::string& path) {
+ModelFile read_model(const std::string& path, PretrainedWeights weights) {
   ModelFile out;
   if (std::filesystem::is_directory(path)) {
     ImportedWeights r;
-    out.model.reset(load_pretrained(path, {}, Device::CPU, &r).release());
+    out.model.reset(load_pretrained(path, {}, Device::CPU, &r, weights).release());
     if (const std::optional<Tokenizer> tok = folder_tokenizer(path, r.tokenizer_files))
       out.metadata["qkv.tokenizer"] = tok->to_json();
     out.metadata["qkv.imported_from"] = r.format;

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "qkv/import.h"
 #include "qkv/model.h"
 #include "qkv/optimizer.h"
 #include "qkv/sampling.h"
@@ -58,7 +59,8 @@ struct ModelFile {
   std::unique_ptr<Model> model;
   std::map<std::string, std::string> metadata;
 };
-ModelFile read_model(const std::string& path);
+// `weights`: how a folder's weights are held (qkv/import.h); a checkpoint ignores it.
+ModelFile read_model(const std::string& path, PretrainedWeights weights = PretrainedWeights::F32);
 
 // A model configuration before the data fills in the vocabulary (and, for seq2seq and classifier, the
 // context when it is not given): the model's and optimizer's JSON fields and the batch size.

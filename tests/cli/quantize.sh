@@ -25,9 +25,19 @@ expect 0 "tok_emb.weight +F32" -- info nq.safetensors
 for c in f16 bf16; do
   { read -r prompt; read -r greedy; } <"$FIX/gpt2_$c.greedy.txt"
   expect 0 "wrote" -- quantize --weights "$c" "$FIX/gpt2_$c" "g_$c.safetensors"
+  grep -Eq "^weights +$c: 9 tensors packed \(kept as the folder stores them" "$OUT" ||
+    fail "quantize --weights $c of a $c folder went through float32"
   expect 0 "^$greedy\$" -- generate --ckpt "g_$c.safetensors" --prompt-ids "${prompt// /,}" --max-tokens 8 \
     --temperature 0 --seed 1
+  # Kept in half precision at import (no float32 copy): the same checkpoint, byte for byte.
+  expect 0 "^weights +9 matrices kept in $c" -- import --weights keep "$FIX/gpt2_$c" "k_$c.safetensors"
+  cmp -s "g_$c.safetensors" "k_$c.safetensors" || fail "import --weights keep differs from quantize --weights $c"
 done
+# Another half format than the file's: the float32 load, quantized (the same checkpoint as from float32 values).
+expect 0 "^weights +bf16: 9 tensors packed$" -- quantize --weights bf16 "$FIX/gpt2_f16" f16_as_bf16.safetensors
+expect 2 "--weights: fp16 not in" -- import --weights fp16 "$FIX/gpt2_f16" x.safetensors
+expect 2 "--weights applies to a model folder" -- import --weights keep "$FIX/nanogpt_bias.safetensors" x.safetensors \
+  --heads 4
 
 # Refusals: an unknown format, a checkpoint already quantized, training a quantized model, not a checkpoint.
 expect 2 "--weights: int3 not in" -- quantize --weights int3 lm.safetensors x.safetensors

@@ -3,6 +3,7 @@
 // from a local HTTP server (127.0.0.1, no network) and from Files and Blobs. The model it builds must be the one
 // importPretrained builds from the same bytes (logits bit for bit), generate text as tokenizer + ids do by
 // hand, report progress, cancel, and refuse what cannot load with a message that says why.
+import { readFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -104,7 +105,7 @@ let tokenizerText: string;
 let weights: Uint8Array;
 
 /** URL path -> response: bytes served whole, or a status, or a slow body, or a header promising too much. */
-type Route = Uint8Array | number | { slow: Uint8Array } | { claims: number };
+type Route = Uint8Array | number | { slow: Uint8Array } | { claims: number; head?: Uint8Array };
 const routes = new Map<string, Route>();
 const requested: string[] = [];
 let server: http.Server;
@@ -130,7 +131,7 @@ function serve(req: http.IncomingMessage, res: http.ServerResponse): void {
   if ("claims" in r) {
     // A Content-Length of gigabytes and a trickle of bytes: the client must refuse from the header alone.
     res.writeHead(200, { "content-length": String(r.claims) });
-    res.write(new Uint8Array(1024));
+    res.write(r.head ?? new Uint8Array(1024));
     return;
   }
   // 2 KiB every 5 ms: a download in pieces, that an abort can catch half way.
@@ -558,11 +559,136 @@ describe("LanguageModel.fromPretrained", () => {
     expect(f.message).toContain(`at least ${((4 * params) / 1e9).toFixed(2)} GB of float32 weights`);
   });
 
+  it("weights too big for the wasm core are counted as they will be held: half-precision matrices kept, from the header", async () => {
+    // A GPT-2 of 96 layers 1600 wide: 3.03e9 parameters, 12.1 GB as float32, 6.07 GB with its matrices in F16: too
+    // big either way, so nothing is ever allocated. Its model.safetensors is a header that promises the tensors.
+    const V = 50257, P = 1024, C = 1600, L = 96, F = 4 * C;
+    const big = JSON.stringify({ model_type: "gpt2", n_layer: L, n_head: 25, n_embd: C, n_positions: P, vocab_size: V });
+    // name, file shape, packed as quantize packs it (Linear weights, the tied embedding)
+    const tensors: [string, number[], boolean][] = [["wte.weight", [V, C], true], ["wpe.weight", [P, C], false]];
+    for (let l = 0; l < L; l++) {
+      const h = `h.${l}.`;
+      tensors.push(
+        [`${h}ln_1.weight`, [C], false], [`${h}ln_1.bias`, [C], false],
+        [`${h}attn.c_attn.weight`, [C, 3 * C], true], [`${h}attn.c_attn.bias`, [3 * C], false],
+        [`${h}attn.c_proj.weight`, [C, C], true], [`${h}attn.c_proj.bias`, [C], false],
+        [`${h}ln_2.weight`, [C], false], [`${h}ln_2.bias`, [C], false],
+        [`${h}mlp.c_fc.weight`, [C, F], true], [`${h}mlp.c_fc.bias`, [F], false],
+        [`${h}mlp.c_proj.weight`, [F, C], true], [`${h}mlp.c_proj.bias`, [C], false],
+      );
+    }
+    tensors.push(["ln_f.weight", [C], false], ["ln_f.bias", [C], false]);
+    const header = (dtype: string) => {
+      const h: Record<string, unknown> = {};
+      let at = 0;
+      const width = dtype === "F32" ? 4 : 2;
+      for (const [name, shape] of tensors) {
+        const n = shape.reduce((a, b) => a * b, 1) * width;
+        h[name] = { dtype, shape, data_offsets: [at, at + n] };
+        at += n;
+      }
+      const json = new TextEncoder().encode(JSON.stringify(h));
+      const out = new Uint8Array(8 + json.length);
+      new DataView(out.buffer).setBigUint64(0, BigInt(json.length), true);
+      out.set(json, 8);
+      return { head: out, claims: out.length + at };
+    };
+    let params = 0;
+    let f32 = 0;
+    // Parameters::layout: each tensor in 64-byte steps, float32 or (kept) F16 rows of 2 bytes an element (every width
+    // here is even: no row padding).
+    let kept = 0;
+    for (const [, shape, packed] of tensors) {
+      const n = shape.reduce((a, b) => a * b, 1);
+      params += n;
+      f32 += Math.ceil((4 * n) / 64) * 64;
+      kept += Math.ceil(((packed ? 2 : 4) * n) / 64) * 64;
+    }
+    expect(params).toBe(3_033_169_600);
+    expect([f32, kept]).toEqual([12_132_678_400, 6_073_616_000]);
+
+    // F16 file, kept: its matrices count 2 bytes an element (the header read for their dtypes), before any allocation.
+    const f16 = header("F16");
+    const url = folder("big-f16", { "config.json": utf8.encode(big), "model.safetensors": f16 });
+    const before = await memory();
+    const e = await errorOf(LanguageModel.fromPretrained(url, { weights: "keep" }));
+    expect(e.message).toContain(`${url}model.safetensors is too big for the wasm core`);
+    expect(e.message).toContain(`needs at least ${(kept / 1e9).toFixed(2)} GB of weights (${4 * L + 1} F16 matrices kept in half precision, the rest float32)`);
+    expect(e.message).toContain(`${kept} bytes needed, 4294967296 available`);
+    expect(e.message).toContain(`${params} parameters`);
+    expect((await memory()).models.length).toBe(before.models.length); // no model was built in the core
+    expect((await memory()).heapUsedBytes).toBe(before.heapUsedBytes); // nothing was allocated there
+    // The same file as float32 (the default): every tensor counts 4 bytes, the header unread.
+    const g = await errorOf(LanguageModel.fromPretrained(url));
+    expect(g.message).toContain(`needs at least ${(f32 / 1e9).toFixed(2)} GB of float32 weights`);
+    expect(g.message).toContain(`${f32} bytes needed, 4294967296 available`);
+    expect(g.message).toContain('weights: "keep" holds F16 / BF16 files in half the size');
+    // A float32 file, kept: nothing is half precision, so it counts as float32.
+    const f = await errorOf(
+      LanguageModel.fromPretrained([new File([big], "config.json"), new File([header("F32").head], "model.safetensors")], {
+        weights: "keep",
+      }),
+    );
+    expect(f.message).toContain(`${f32} bytes needed`);
+    // Sharded: the shards' headers say it.
+    const index = JSON.stringify({ weight_map: Object.fromEntries(tensors.map(([n]) => [n, "model-00001-of-00001.safetensors"])) });
+    const s = await errorOf(
+      LanguageModel.fromPretrained(
+        { "config.json": big, "model.safetensors.index.json": index, "model-00001-of-00001.safetensors": f16.head },
+        { weights: "keep" },
+      ),
+    );
+    expect(s.message).toContain(`${kept} bytes needed, 4294967296 available`);
+  });
+
   it("rejects a source of the wrong type and options of the wrong type", async () => {
     await expect(LanguageModel.fromPretrained(42 as never)).rejects.toThrow(TypeError);
     await expect(LanguageModel.fromPretrained([new Blob(["x"])] as never)).rejects.toThrow(/source\[0\] must be a File/);
     await expect(LanguageModel.fromPretrained({ "config.json": 7 } as never)).rejects.toThrow(/source\["config.json"\] must be/);
     await expect(LanguageModel.fromPretrained(`${base}/gpt2/`, { signal: "no" } as never)).rejects.toThrow(/options.signal/);
+    await expect(LanguageModel.fromPretrained(`${base}/gpt2/`, { weights: "f16" } as never)).rejects.toThrow(
+      /options.weights must be "f32" \(every tensor converted to float32\) or "keep"/,
+    );
     await expect(LanguageModel.fromPretrained({ "model.safetensors": weights })).rejects.toThrow(/config.json is missing/);
   });
+});
+
+// weights: "keep" on the committed half-precision folders (tests/fixtures/import/gpt2_f16, gpt2_bf16, written by
+// make_gpt2_fixtures.py): the model importPretrained + quantize({ weights: "f16" | "bf16" }) builds, bit for bit, at
+// its memory, generating PyTorch's greedy tokens.
+describe("LanguageModel.fromPretrained with weights: \"keep\"", () => {
+  const FIX = new URL("../fixtures/import/", import.meta.url);
+  const fix = (name: string) => new Uint8Array(readFileSync(new URL(name, FIX)));
+  for (const c of ["f16", "bf16"] as const) {
+    it(`${c}: the matrices stay ${c}, the float32 load quantized to ${c} bit for bit, at its memory`, async () => {
+      const config = new TextDecoder().decode(fix(`gpt2_${c}/config.json`));
+      const weights = fix(`gpt2_${c}/model.safetensors`);
+      const url = folder(`keep-${c}`, { "config.json": utf8.encode(config), "model.safetensors": { slow: weights } });
+      using kept = await LanguageModel.fromPretrained(url, { weights: "keep" });
+      using ref = await LanguageModel.importPretrained(config, weights);
+      const f32 = (await ref.memory()).parameters;
+      const formats = await ref.quantize({ weights: c });
+      expect(Object.keys(formats)).toHaveLength(9); // 4 Linear weights per layer and the tied embedding
+      expect((await kept.memory()).parameters).toBe((await ref.memory()).parameters);
+      expect((await kept.memory()).parameters).toBeLessThan(f32 * 0.6);
+      expect(Buffer.from(await kept.save({ optimizer: false })).equals(Buffer.from(await ref.save({ optimizer: false })))).toBe(true);
+      const ids = Int32Array.from({ length: 16 }, (_, i) => (i * 7 + 3) % 61);
+      const a = await kept.predict(ids);
+      const b = await ref.predict(ids);
+      expect(Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength))).toBe(true);
+      const [prompt, greedy] = new TextDecoder()
+        .decode(fix(`gpt2_${c}.greedy.txt`))
+        .trim()
+        .split("\n")
+        .map((line) => Int32Array.from(line.split(" "), Number));
+      expect(Array.from(await kept.generate(prompt!, { maxTokens: greedy!.length, temperature: 0 }))).toEqual(Array.from(greedy!));
+      // Inference only, as any quantized model.
+      await expect(kept.trainStep(ids.subarray(0, 8), ids.subarray(1, 9))).rejects.toThrow(/addLora/);
+      // From dropped Files too.
+      using dropped = await LanguageModel.fromPretrained([new File([config], "config.json"), new File([weights], "model.safetensors")], {
+        weights: "keep",
+      });
+      expect((await dropped.memory()).parameters).toBe((await ref.memory()).parameters);
+    });
+  }
 });

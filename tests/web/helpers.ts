@@ -45,12 +45,17 @@ export const EXPECT_RELAXED_SIMD =
  * [-0.02, 0.02): the big synthetic models of the memory tests, written in the test so that nothing that size is
  * committed.
  */
-export function randomSafetensors(tensors: [string, number[]][], metadata: Record<string, string>): Uint8Array {
+export function randomSafetensors(
+  tensors: [string, number[]][],
+  metadata: Record<string, string>,
+  dtype: "F32" | "BF16" = "F32",
+): Uint8Array {
   const header: Record<string, unknown> = { __metadata__: metadata };
+  const width = dtype === "F32" ? 4 : 2;
   let offset = 0;
   for (const [name, shape] of tensors) {
-    const n = shape.reduce((p, d) => p * d, 1) * 4;
-    header[name] = { dtype: "F32", shape, data_offsets: [offset, offset + n] };
+    const n = shape.reduce((p, d) => p * d, 1) * width;
+    header[name] = { dtype, shape, data_offsets: [offset, offset + n] };
     offset += n;
   }
   let text = JSON.stringify(header);
@@ -58,11 +63,23 @@ export function randomSafetensors(tensors: [string, number[]][], metadata: Recor
   const out = new Uint8Array(8 + text.length + offset);
   new DataView(out.buffer).setBigUint64(0, BigInt(text.length), true);
   out.set(new TextEncoder().encode(text), 8);
-  const floats = new Float32Array(out.buffer, 8 + text.length, offset / 4);
   let s = 12345;
-  for (let i = 0; i < floats.length; i++) {
+  const value = () => {
     s = (s * 1103515245 + 12345) >>> 0;
-    floats[i] = ((s >>> 8) / (1 << 24) - 0.5) * 0.04;
+    return ((s >>> 8) / (1 << 24) - 0.5) * 0.04;
+  };
+  if (dtype === "F32") {
+    const floats = new Float32Array(out.buffer, 8 + text.length, offset / 4);
+    for (let i = 0; i < floats.length; i++) floats[i] = value();
+  } else {
+    // bfloat16: the high half of the float32 (truncated: still a bfloat16 value).
+    const halves = new Uint16Array(out.buffer, 8 + text.length, offset / 2);
+    const one = new Float32Array(1);
+    const bits = new Uint32Array(one.buffer);
+    for (let i = 0; i < halves.length; i++) {
+      one[0] = value();
+      halves[i] = bits[0]! >>> 16;
+    }
   }
   return out;
 }

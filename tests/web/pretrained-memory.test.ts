@@ -12,8 +12,8 @@ import { randomSafetensors } from "./helpers.js";
 // (importPretrained's bytes beside the model: 2x) grows the heap by more than 1.3x the weights, and this test fails.
 const V = 16384, P = 512, C = 768, L = 2, H = 12;
 
-/** A GPT-2's model.safetensors in the Hub's names (GPT2Model: bare, no lm_head), random F32 values. */
-function gpt2File(): Uint8Array {
+/** A GPT-2's model.safetensors in the Hub's names (GPT2Model: bare, no lm_head), random F32 (or BF16) values. */
+function gpt2File(dtype: "F32" | "BF16" = "F32"): Uint8Array {
   const tensors: [string, number[]][] = [["wte.weight", [V, C]], ["wpe.weight", [P, C]]];
   for (let l = 0; l < L; l++) {
     const h = `h.${l}.`;
@@ -27,7 +27,7 @@ function gpt2File(): Uint8Array {
     );
   }
   tensors.push(["ln_f.weight", [C]], ["ln_f.bias", [C]]);
-  return randomSafetensors(tensors, { format: "pt" });
+  return randomSafetensors(tensors, { format: "pt" }, dtype);
 }
 
 const config = JSON.stringify({
@@ -125,5 +125,46 @@ describe("LanguageModel.fromPretrained memory", () => {
     const end = await memory();
     expect(end.models.length).toBe(before.models.length);
     expect(Math.abs(end.heapUsedBytes - before.heapUsedBytes)).toBeLessThan(1 << 20);
+  });
+  it('weights: "keep" on a BF16 file: the wasm heap and JS buffers grow by at most 1.3x the half-precision weights', async () => {
+    // The same GPT-2 in BF16 (54 MB): kept, its matrices are never float32 anywhere, so the load's peak is about the
+    // kept weights, half the float32 ones; converted (the default) it would be the float32 weights.
+    const half = gpt2File("BF16");
+    const before = await memory();
+    const base = process.memoryUsage().arrayBuffers;
+    let peak = base;
+    let heapPeak = before.heapUsedBytes;
+    const heapSamples: Promise<void>[] = [];
+    const sample = () => {
+      peak = Math.max(peak, process.memoryUsage().arrayBuffers);
+      heapSamples.push(memory().then((m) => void (heapPeak = Math.max(heapPeak, m.heapUsedBytes))));
+    };
+    using m = await LanguageModel.fromPretrained({ "config.json": config, "model.safetensors": half }, { onProgress: sample, weights: "keep" });
+    sample();
+    await Promise.all(heapSamples);
+    const after = await memory();
+    const kept = (await m.memory()).parameters;
+    const f32 = 4 * m.numParameters();
+    expect(kept).toBeLessThan(0.51 * f32); // the matrices in 2 bytes; positions, biases and norms in 4
+    const used = after.heapUsedBytes - before.heapUsedBytes;
+    const grown = after.heapBytes - before.heapBytes;
+    const wasmHere = process.memoryUsage().arrayBuffers - base >= grown;
+    const js = peak - base - (wasmHere ? grown : 0);
+    const usedPeak = heapPeak - before.heapUsedBytes;
+    console.log(
+      `pretrained-memory keep: kept weights ${kept} bytes (float32 ${f32}, file ${half.length}); wasm heap: ${used} ` +
+        `bytes allocated (${(used / kept).toFixed(2)}x; ${usedPeak} at the peak sampled between pieces); other JS ` +
+        `buffers at the peak: ${js} (${(js / kept).toFixed(2)}x)`,
+    );
+    expect(used).toBeGreaterThanOrEqual(kept * 0.95);
+    expect(usedPeak + js).toBeLessThanOrEqual(1.3 * kept);
+    expect(usedPeak + js).toBeLessThan(0.7 * f32);
+    // The model the float32 load quantized to bf16 gives, bit for bit.
+    using ref = await LanguageModel.importPretrained(config, half);
+    await ref.quantize({ weights: "bf16" });
+    const ids = Int32Array.of(1, 2, 3, 4000, V - 1);
+    const a = await m.predict(ids, { batch: 1 });
+    const b = await ref.predict(ids, { batch: 1 });
+    expect(Buffer.from(a.buffer, a.byteOffset, a.byteLength).equals(Buffer.from(b.buffer, b.byteOffset, b.byteLength))).toBe(true);
   });
 });

@@ -123,9 +123,15 @@ export interface QkvCore {
   LanguageModelLoader: new (total: number) => CoreLoader<CoreLanguageModel>;
   /** A Hugging Face GPT-2's model.safetensors streamed in (qkv/pretrained_loader.h); null on error (takeError). */
   PretrainedLoader: {
-    open(config: string, total: number): CoreLoader<CoreLanguageModel> | null;
+    /** weights: "f32" or "keep" (qkv/import.h PretrainedWeights). */
+    open(config: string, total: number, weights: string): CoreLoader<CoreLanguageModel> | null;
     /** Sharded weights: the index's text and every shard's name and first bytes, in the order their files stream. */
-    openSharded(config: string, index: string, shards: { file: string; head: Uint8Array }[]): CoreLoader<CoreLanguageModel> | null;
+    openSharded(
+      config: string,
+      index: string,
+      shards: { file: string; head: Uint8Array }[],
+      weights: string,
+    ): CoreLoader<CoreLanguageModel> | null;
   };
   Seq2SeqLoader: new (total: number) => CoreLoader<CoreSeq2Seq>;
   ClassifierLoader: new (total: number) => CoreLoader<CoreClassifier>;
@@ -344,6 +350,7 @@ export class Engine {
       }
       case "loadBegin": {
         const { kind, total, config, sharded } = req.in;
+        const weights = req.in.weights ?? "f32";
         const Loader = this.core[`${kind}Loader`] as new (total: number) => CoreLoader<Entry["core"]>;
         // A pretrained GPT-2's loader judges config.json (and a sharded one every shard's header) first: a refusal
         // is this call's error.
@@ -351,7 +358,11 @@ export class Engine {
         const core =
           config === undefined
             ? new Loader(total)
-            : this.run(() => (sharded ? pretrained.openSharded(config, sharded.index, sharded.shards) : pretrained.open(config, total)));
+            : this.run(() =>
+                sharded
+                  ? pretrained.openSharded(config, sharded.index, sharded.shards, weights)
+                  : pretrained.open(config, total, weights),
+              );
         if (!core) throw new Error("qkv: the core returned no PretrainedLoader and no error; please report this");
         const loader = this.nextId++;
         this.loaders.set(loader, { kind, core });

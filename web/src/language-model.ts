@@ -1,7 +1,7 @@
 // LanguageModel: a decoder-only (GPT-style) Transformer in the core (qkv/language_model.h).
 
 import { abortError } from "./load-stream.js";
-import { Model, callModel, createIn, importIn, loadIn, loadOptions, pretrainedIn, streamModel } from "./model.js";
+import { Model, callModel, createIn, importIn, loadIn, pretrainedIn, pretrainedOptions, streamModel } from "./model.js";
 import type { Backend, TokenStream } from "./platform.js";
 import { notGpt2, readPretrained } from "./pretrained.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
@@ -93,16 +93,20 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * {@link LanguageModel.importPretrained} builds from the same bytes.
    * `options.onProgress` reports `{ file, loaded, total }` as each file's bytes arrive; `options.signal` cancels
    * (the call rejects with the signal's reason; the download stops and nothing stays in the core).
+   * `options.weights: "keep"` keeps the F16 / BF16 matrices of a half-precision file in that format: half the
+   * memory, the model `"f32"` + `quantize({ weights: "f16" | "bf16" })` gives, for inference (see
+   * {@link PretrainedOptions.weights}).
    *
    * Rejects with an `Error` for an HTTP failure (its status and URL), a missing file (named, with where it was
    * looked for; a shard the index names, before any weights are read), a `config.json` of another architecture (the core's message names its `model_type`; before the
    * weights are downloaded), a folder with only `pytorch_model.bin` (with the line that converts it), and weights
-   * too big for the wasm core (the float32 weights config.json's shapes give, against its 4 GiB; checked before
-   * the weights are read); the core's own refusals (a missing or mis-shaped tensor, a truncated file) as the
+   * too big for the wasm core (the bytes needed against the 4 GiB available, checked before anything is allocated:
+   * the float32 weights config.json's shapes give, or with `weights: "keep"` the weights as they will be held, the
+   * file's F16 / BF16 matrices in half precision, read from its header); the core's own refusals (a missing or mis-shaped tensor, a truncated file) as the
    * weights stream in.
    */
   static async fromPretrained(source: PretrainedSource, options: PretrainedOptions = {}): Promise<LanguageModel> {
-    const o = loadOptions(options) as PretrainedOptions;
+    const o = pretrainedOptions(options);
     const files = await readPretrained(source, o, async (config) => {
       // Another architecture: the core refuses its config.json (naming model_type) before a download of
       // weights it could not use. The empty weights are never reached for a config it refuses.

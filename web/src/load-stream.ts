@@ -129,6 +129,7 @@ export interface StreamTarget {
   kind: ModelKind;
   config?: string;
   sharded?: { index: string; shards: { file: string; head: Uint8Array }[] };
+  weights?: "f32" | "keep";
 }
 
 /** How a stream reports: `taken` after each piece the core has taken, `arrived` after each chunk of the source. */
@@ -155,6 +156,7 @@ export async function streamIn(
     total: opened.total ?? -1,
     ...(target.config === undefined ? {} : { config: target.config }),
     ...(target.sharded === undefined ? {} : { sharded: target.sharded }),
+    ...(target.weights === undefined ? {} : { weights: target.weights }),
   };
   const { loader } = await be.call("loadBegin", begin);
   let taken = 0;

@@ -352,7 +352,12 @@ export async function pretrainedIn(
   try {
     const be = await backend();
     // The weights report their progress per file as they are read (pretrained.ts).
-    const target = { kind: "LanguageModel" as const, config, ...(weights.sharded ? { sharded: weights.sharded } : {}) };
+    const target = {
+      kind: "LanguageModel" as const,
+      config,
+      ...(weights.sharded ? { sharded: weights.sharded } : {}),
+      ...(options.weights === undefined ? {} : { weights: options.weights }),
+    };
     return [be, await streamIn(be, target, weights, { signal })];
   } catch (e) {
     weights.close();
@@ -386,4 +391,17 @@ export function loadOptions(options: unknown): LoadOptions {
     throw new TypeError(`options.signal must be an AbortSignal, got ${describe(o.signal)}`);
   }
   return { onProgress: o.onProgress, signal: o.signal };
+}
+
+/** `fromPretrained`'s options, checked: `load`'s and `weights`, checked before any file is read. */
+export function pretrainedOptions(options: unknown): PretrainedOptions {
+  const o = loadOptions(options) as PretrainedOptions;
+  const weights = options === undefined ? undefined : (options as PretrainedOptions).weights;
+  if (weights !== undefined && weights !== "f32" && weights !== "keep") {
+    throw new TypeError(
+      `options.weights must be "f32" (every tensor converted to float32) or "keep" (F16 / BF16 matrices kept in half ` +
+        `precision), got ${describe(weights)}`,
+    );
+  }
+  return weights === undefined ? o : { ...o, weights };
 }

@@ -252,36 +252,110 @@ function gb(bytes: number): string {
 }
 
 /**
- * Float32 parameters of the GPT-2 config.json describes, or undefined when a shape field is missing (the core
- * then names it). Per layer: ln_1, ln_2 (2C each), c_attn (C x 3C + 3C), attn c_proj (C x C + C), c_fc
- * (C x F + F), mlp c_proj (F x C + C); plus wte (V x C), wpe (P x C) and ln_f (2C); the head is tied to wte.
+ * GPT-2's parameters as config.json's shapes give them (the file's names without "transformer.", qkv's (out, in)
+ * shape, and whether Model::quantize packs it: the Linear weights and the tied token embedding), or undefined when
+ * a shape field is missing (the core then names it). Per layer: ln_1, ln_2 (C each, weight and bias), c_attn (3C x C
+ * + 3C), attn c_proj (C x C + C), c_fc (F x C + F), mlp c_proj (C x F + C); plus wte (V x C), wpe (P x C) and ln_f;
+ * the head is tied to wte.
  */
-function parameterCount(config: Record<string, unknown>): number | undefined {
+function gpt2Parameters(config: Record<string, unknown>): { name: string; rows: number; cols: number; packable: boolean }[] | undefined {
   const n = (k: string) => (typeof config[k] === "number" && (config[k] as number) > 0 ? (config[k] as number) : undefined);
   const V = n("vocab_size"), P = n("n_positions") ?? n("n_ctx"), C = n("n_embd"), L = n("n_layer");
   if (V === undefined || P === undefined || C === undefined || L === undefined) return undefined;
   const F = n("n_inner") ?? 4 * C;
-  return V * C + P * C + 2 * C + L * (4 * C + (3 * C * C + 3 * C) + (C * C + C) + (C * F + F) + (F * C + C));
+  const p = (name: string, rows: number, cols = 1, packable = false) => ({ name, rows, cols, packable });
+  const out = [p("wte.weight", V, C, true), p("wpe.weight", P, C)];
+  for (let l = 0; l < L; l++) {
+    const h = `h.${l}.`;
+    out.push(
+      p(`${h}ln_1.weight`, C), p(`${h}ln_1.bias`, C),
+      p(`${h}attn.c_attn.weight`, 3 * C, C, true), p(`${h}attn.c_attn.bias`, 3 * C),
+      p(`${h}attn.c_proj.weight`, C, C, true), p(`${h}attn.c_proj.bias`, C),
+      p(`${h}ln_2.weight`, C), p(`${h}ln_2.bias`, C),
+      p(`${h}mlp.c_fc.weight`, F, C, true), p(`${h}mlp.c_fc.bias`, F),
+      p(`${h}mlp.c_proj.weight`, C, F, true), p(`${h}mlp.c_proj.bias`, C),
+    );
+  }
+  out.push(p("ln_f.weight", C), p("ln_f.bias", C));
+  return out;
+}
+
+/** The tensors' dtypes, by name, of safetensors headers (each a file's first 8 + N bytes); undefined if one does not parse. */
+function dtypesOf(heads: Uint8Array[]): Map<string, string> | undefined {
+  const dtypes = new Map<string, string>();
+  try {
+    for (const head of heads) {
+      const header = JSON.parse(new TextDecoder().decode(head.subarray(8))) as Record<string, { dtype?: unknown }>;
+      for (const [name, t] of Object.entries(header)) if (typeof t?.dtype === "string") dtypes.set(name, t.dtype);
+    }
+  } catch {
+    return undefined;
+  }
+  return dtypes;
+}
+
+/** What the core will hold for a GPT-2's weights, in bytes, and how many matrices of which format it keeps. */
+interface Held {
+  parameters: number;
+  bytes: number;
+  /** "F16" or "BF16" matrices kept in half precision (weights: "keep"), by format. */
+  kept: Map<string, number>;
 }
 
 /**
- * Refuses weights the wasm core cannot hold. The file streams in without being held, so the core holds the model's
- * float32 parameters (and a staging buffer): they must fit the 4 GiB address space. This is a lower bound (the heap
- * also holds what other models use), so a model refused here can never load, whatever else is freed.
+ * The bytes of the weights the core will hold, laid out as Parameters::layout lays them out (cpp/src/nn/
+ * parameters.cpp): a float32 tensor in 16-float (64-byte) steps; a packed F16 / BF16 matrix N rows of
+ * round_up(2K, 4) bytes (ops/weight_format.h row_stride), in 64-byte steps. With `dtypes` (weights: "keep", from the
+ * file's header) the packable matrices stored F16 / BF16 are kept so, as io::kept_formats chooses them (the tied
+ * embedding only when lm_head.weight, if any, is of the same dtype); without, every tensor is float32.
  */
-function checkSize(where: string, config: Record<string, unknown>, fileBytes: number | undefined): void {
-  const params = parameterCount(config);
-  if (params === undefined) return; // the core names the missing shape field
-  const weights = 4 * params;
-  if (weights > WASM_ADDRESS_SPACE) {
-    throw new Error(
-      `qkv: ${where} is too big for the wasm core: loading it needs at least ${gb(weights)} of float32 weights for ` +
-        `${params} parameters` +
-        (fileBytes === undefined ? "" : ` (the file's ${gb(fileBytes)} stream in without being held)`) +
-        `, more than the ${gb(WASM_ADDRESS_SPACE)} (4 GiB) a wasm32 core can address; ` +
-        "run it natively (qkv generate --model DIR) or pick a smaller model",
-    );
+function heldBytes(config: Record<string, unknown>, dtypes: Map<string, string> | undefined): Held | undefined {
+  const params = gpt2Parameters(config);
+  if (params === undefined) return undefined;
+  const dtype = (name: string) => dtypes?.get(name) ?? dtypes?.get(`transformer.${name}`);
+  const head = dtype("lm_head.weight");
+  const held: Held = { parameters: 0, bytes: 0, kept: new Map() };
+  for (const { name, rows, cols, packable } of params) {
+    const numel = rows * cols;
+    held.parameters += numel;
+    const d = packable ? dtype(name) : undefined;
+    const tiedOk = name !== "wte.weight" || head === undefined || head === d;
+    if ((d === "F16" || d === "BF16") && tiedOk) {
+      held.bytes += Math.ceil((rows * Math.ceil((2 * cols) / 4) * 4) / 64) * 64;
+      held.kept.set(d, (held.kept.get(d) ?? 0) + 1);
+    } else {
+      held.bytes += Math.ceil(numel / 16) * 16 * 4;
+    }
   }
+  return held;
+}
+
+/**
+ * Refuses weights the wasm core cannot hold, before any is allocated. The file streams in without being held, so the
+ * core holds the model's weights as they will be laid out (float32, or with weights: "keep" the file's F16 / BF16
+ * matrices in half precision: `dtypes` from its header) and a staging buffer: they must fit the 4 GiB address space.
+ * This is a lower bound (the heap also holds what other models use), so a model refused here can never load,
+ * whatever else is freed.
+ */
+function checkSize(
+  where: string,
+  config: Record<string, unknown>,
+  fileBytes: number | undefined,
+  dtypes?: Map<string, string>,
+): void {
+  const held = heldBytes(config, dtypes);
+  if (held === undefined) return; // the core names the missing shape field
+  if (held.bytes <= WASM_ADDRESS_SPACE) return;
+  const kept = [...held.kept].map(([f, n]) => `${n} ${f} matrices kept in half precision`).join(", ");
+  throw new Error(
+    `qkv: ${where} is too big for the wasm core: loading it needs at least ${gb(held.bytes)} of ` +
+      (kept ? `weights (${kept}, the rest float32)` : "float32 weights") +
+      ` for ${held.parameters} parameters` +
+      (fileBytes === undefined ? "" : ` (the file's ${gb(fileBytes)} stream in without being held)`) +
+      `: ${held.bytes} bytes needed, ${WASM_ADDRESS_SPACE} available (4 GiB, what a wasm32 core can address); ` +
+      (dtypes === undefined ? 'weights: "keep" holds F16 / BF16 files in half the size; ' : "") +
+      "run it natively (qkv generate --model DIR) or pick a smaller model",
+  );
 }
 
 /**
@@ -377,13 +451,27 @@ export async function readPretrained(
     }
     throw missing("model.safetensors");
   }
+  const { total, close } = weightsFile;
+  let chunks = weightsFile.chunks;
   try {
-    checkSize(folder.at("model.safetensors"), parsed(config) ?? {}, weightsFile.total);
+    const c = parsed(config) ?? {};
+    const where = folder.at("model.safetensors");
+    if (options.weights !== "keep" || (heldBytes(c, undefined)?.bytes ?? 0) <= WASM_ADDRESS_SPACE) {
+      checkSize(where, c, total);
+    } else {
+      // Too big as float32, kept: what the file stores in half precision decides, so its header is read first (its
+      // chunks then stream in as they came).
+      const s = await readHead(folder, "model.safetensors", weightsFile, signal);
+      checkSize(where, c, total, dtypesOf([s.head]));
+      chunks = (async function* () {
+        yield* s.read;
+        for (let r = await s.rest.next(); !r.done; r = await s.rest.next()) yield r.value;
+      })();
+    }
   } catch (e) {
-    weightsFile.close();
+    close();
     throw e;
   }
-  const { total, chunks, close } = weightsFile;
   return { config, weights: { total, chunks: reported(chunks, "model.safetensors", total, options), close }, tokenizer };
 }
 
@@ -447,6 +535,11 @@ interface OpenShard {
 async function openShard(folder: Folder, file: string, signal: AbortSignal | undefined): Promise<OpenShard> {
   const opened = await folder.open(file, signal);
   if (!opened) throw new Error(`qkv: ${file} is missing: ${folder.missing(file)} (${INDEX} names it)`);
+  return readHead(folder, file, opened, signal);
+}
+
+/** Reads `opened`'s chunks until its 8-byte length and its header (8 + N bytes) have arrived. */
+async function readHead(folder: Folder, file: string, opened: Opened, signal: AbortSignal | undefined): Promise<OpenShard> {
   const rest = opened.chunks[Symbol.asyncIterator]();
   const read: Uint8Array[] = [];
   let have = 0;
@@ -526,7 +619,7 @@ async function openShards(
     for (const file of shardNames(folder, index)) open.push(await openShard(folder, file, signal));
     const sizes = open.map((s) => s.opened.total);
     const total = sizes.every((t) => t !== undefined) ? sizes.reduce((a, b) => a! + b!, 0) : undefined;
-    checkSize(folder.at(INDEX), config, total);
+    checkSize(folder.at(INDEX), config, total, options.weights === "keep" ? dtypesOf(open.map((s) => s.head)) : undefined);
     // The bytes stream into the core without their boundaries: each shard must be the size its header gives, or
     // the next shard's bytes would be read as its own.
     async function* all(): AsyncIterable<Uint8Array> {

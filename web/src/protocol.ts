@@ -149,10 +149,16 @@ export interface Calls {
   /**
    * With `config` (config.json's text, kind "LanguageModel"): a Hugging Face GPT-2's model.safetensors instead; with
    * `sharded` too, its shards' files one after another (model.safetensors.index.json's text, each shard's name and
-   * first bytes in the order they come).
+   * first bytes in the order they come); `weights` "keep" keeps its F16 / BF16 matrices so (PretrainedOptions.weights).
    */
   loadBegin: {
-    in: { kind: ModelKind; total: number; config?: string; sharded?: { index: string; shards: { file: string; head: Uint8Array }[] } };
+    in: {
+      kind: ModelKind;
+      total: number;
+      config?: string;
+      sharded?: { index: string; shards: { file: string; head: Uint8Array }[] };
+      weights?: "f32" | "keep";
+    };
     out: { loader: number };
   };
   loadChunk: { in: { loader: number; bytes: Uint8Array }; out: { received: number } };

@@ -496,4 +496,13 @@ export interface PretrainedOptions {
    * unless `abort()` was given another Error); nothing stays in the core.
    */
   signal?: AbortSignal;
+  /**
+   * How the weights are held. `"f32"` (the default): every tensor converted to float32, as trained; the model
+   * generates and fine-tunes. `"keep"`: the weight matrices that `model.safetensors` stores as F16 or BF16 (every
+   * Linear weight and the tied token embedding) stay in that format, written into the core without a float32 copy,
+   * so loading takes about half the memory (`memory().parameters`); the model is the one `"f32"` then
+   * `quantize({ weights: "f16" | "bf16" })` makes, bit for bit, and like it is for inference (LoRA adapters train on
+   * it). A float32 file loads as with `"f32"`.
+   */
+  weights?: "f32" | "keep";
 }

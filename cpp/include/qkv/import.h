@@ -85,17 +85,33 @@ std::unique_ptr<Model> import_model(const std::string& path, const ImportOptions
 ImportedWeights import_pretrained(const std::string& dir);
 // The same from the files' contents (where there are bytes, not paths): config.json's text and the weights.
 ImportedWeights import_pretrained(std::string_view config_json, std::span<const uint8_t> weights);
+// How load_pretrained and PretrainedLoader hold a folder's weights ("f32" and "keep" in the CLI and the package).
+//   F32   every tensor converted to float32, as trained: the model generates and fine-tunes (the default).
+//   Keep  the weight matrices Model::quantize packs (every Linear weight, and the token embedding tied to the head)
+//         that the file stores as F16 or BF16 are kept in that format (qkv/quantize.h: WeightFormat::F16 / BF16),
+//         written from the file's bytes into the packed storage without a float32 copy ever being allocated, so the
+//         load's memory is the half-precision weights (memory().parameters: about half of F32's). The model is the
+//         one F32 + quantize(F16 or BF16) makes, bit for bit, and like it is for inference (LoRA adapters train on
+//         it). Biases, LayerNorms, positions and any matrix the file stores as F32 (or a tied pair of two dtypes)
+//         are float32; a file of F32 tensors gives F32's model.
+enum class PretrainedWeights { F32, Keep };
+// "f32" or "keep"; qkv::Error naming `argument`, the value and the accepted names otherwise.
+PretrainedWeights pretrained_weights_from_string(const std::string& name, const char* argument = "weights");
+
 // import_pretrained(dir), built into a LanguageModel on `device` with the weights loaded: ready to generate
 // or to fine-tune with `optimizer`. model.safetensors is streamed straight into the parameters (PretrainedLoader,
-// qkv/pretrained_loader.h): memory is the model's float32 weights and a small staging buffer, never the file nor a
-// converted copy (shards one after another, all their headers checked first). `about`, when given, gets what import_pretrained reports
-// (format, kind, config_json, notes, tokenizer_files), its `weights` left empty: they are in the model.
+// qkv/pretrained_loader.h): memory is the model's weights (float32, or with `weights` Keep the file's half-precision
+// matrices) and a small staging buffer, never the file nor a converted copy (shards one after another, all their
+// headers checked first). `about`, when given, gets what import_pretrained reports (format, kind, config_json, notes,
+// tokenizer_files), its `weights` left empty: they are in the model.
 std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer = {},
-                                               Device device = Device::CPU, ImportedWeights* about = nullptr);
+                                               Device device = Device::CPU, ImportedWeights* about = nullptr,
+                                               PretrainedWeights weights = PretrainedWeights::F32);
 // The same from config.json's text and the weights' bytes (the package's LanguageModel.importPretrained), each
 // tensor copied once, into its parameter.
 std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
-                                               const OptimizerConfig& optimizer = {}, Device device = Device::CPU);
+                                               const OptimizerConfig& optimizer = {}, Device device = Device::CPU,
+                                               PretrainedWeights held = PretrainedWeights::F32);
 
 // The tokenizer of a Hugging Face folder's files (import_pretrained's tokenizer_files, by file name):
 // tokenizer.json when present, else vocab.json + merges.txt (GPT-2's older files); nullopt when there are

@@ -28,6 +28,9 @@ class GradientSync;
 
 template <class M>
 class CheckpointLoader;
+namespace io {
+struct ModelAccess;  // cpp/src/io/model_access.h: the loaders that write a file into a model's parameters
+}
 
 class Model {
  public:
@@ -143,6 +146,7 @@ class Model {
   Model() = default;
   template <class M>
   friend class CheckpointLoader;  // builds a model and streams a checkpoint into its core
+  friend struct io::ModelAccess;  // the same for a pretrained file (packed parameters have no public span)
 
   // What the shared calls work on, from the derived model.
   virtual models::ModelCore& core() = 0;

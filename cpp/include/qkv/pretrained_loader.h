@@ -2,7 +2,9 @@
 // A Hugging Face GPT-2's model.safetensors loaded as it arrives (a file read in chunks, a download, a stream in the
 // browser), written tensor by tensor straight into a LanguageModel's parameters: F16 / BF16 / F64 converted and
 // GPT-2's Conv1D weights transposed on the way, so that memory is the model's float32 weights and a 1 MiB staging
-// buffer, never the file nor a converted copy of it (load_pretrained uses it; qkv/import.h).
+// buffer, never the file nor a converted copy of it (load_pretrained uses it; qkv/import.h). With
+// PretrainedWeights::Keep, F16 / BF16 matrices are written as they are into the model's half-precision storage
+// instead: memory is then the half-precision weights.
 //
 //   PretrainedLoader loader(config_json_text, file_size);   // or std::nullopt when the size is unknown
 //   while (more) { auto to = loader.buffer(); size_t n = read_into(to); loader.commit(n); }
@@ -26,6 +28,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qkv/import.h"
 #include "qkv/language_model.h"
 
 namespace qkv {
@@ -40,14 +43,16 @@ struct PretrainedShard {
 class PretrainedLoader {
  public:
   // config_json: config.json's text. total: model.safetensors' size when known (a file's, a Content-Length).
+  // weights: PretrainedWeights::Keep keeps the file's F16 / BF16 matrices in that format (qkv/import.h); the model
+  // is then built when the header has arrived (the formats come from it), not here.
   explicit PretrainedLoader(std::string_view config_json, std::optional<uint64_t> total = std::nullopt,
-                            const OptimizerConfig& optimizer = {});
+                            const OptimizerConfig& optimizer = {}, PretrainedWeights weights = PretrainedWeights::F32);
   // Sharded: `index_json` is model.safetensors.index.json's text, `shards` every shard it names (each once) in the
   // order their bytes will come; the bytes pushed are then those files one after another, each whole (from its
   // header on). Refused here, at once: a shard the index names that is not given (or one it does not name), a
   // tensor the index puts in a shard whose header lacks it, and every missing or mis-shaped tensor of the model.
   PretrainedLoader(std::string_view config_json, std::string_view index_json, std::vector<PretrainedShard> shards,
-                   const OptimizerConfig& optimizer = {});
+                   const OptimizerConfig& optimizer = {}, PretrainedWeights weights = PretrainedWeights::F32);
   ~PretrainedLoader();
   PretrainedLoader(const PretrainedLoader&) = delete;
   PretrainedLoader& operator=(const PretrainedLoader&) = delete;

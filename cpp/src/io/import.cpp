@@ -697,8 +697,8 @@ SafetensorsFile mapped_weights(SafetensorsFile file, const std::string& format, 
   std::vector<io::Target> targets;
   int heads = 0;
   {
-    // A model built only for its parameters' names and shapes: no initial values, no training state.
-    const nn::Parameters::ForLoading names_only;
+    // A model built only for its parameters' names and shapes: no memory at all.
+    const nn::Parameters::ForLoading names_only{nn::Parameters::ShapesOnly{}};
     if (kind == "seq2seq") {
       Seq2Seq m(seq2seq_config_from_json(config_json));
       targets = targets_of(m), heads = m.config().heads;

@@ -197,15 +197,12 @@ auto from_folder(const std::string& dir, std::map<std::string, std::string>* tok
 // bytes are; memory is the model's weights and the reader's staging. `about` (when not null) gets the config and
 // the notes.
 std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const FolderWeights& w,
-                                        const OptimizerConfig& optimizer, Device device, ImportedWeights* about) {
+                                        const OptimizerConfig& optimizer, Device device, ImportedWeights* about,
+                                        PretrainedWeights weights) {
   std::vector<std::string> notes;
   const std::string config = config_of(config_text, notes);
-  std::unique_ptr<LanguageModel> m;
-  {
-    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
-    const nn::Parameters::ForLoading loading;
-    m = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
-  }
+  // The parameters' names and shapes first; the model's memory once the headers say how it is laid out.
+  const io::Gpt2Layout layout = io::gpt2_layout(config);
   // Each file and the tensors it gives (none listed: all of them); their headers joined, in the order they stream.
   std::vector<std::pair<fs::path, std::set<std::string>>> files;
   if (w.file.empty())
@@ -227,7 +224,9 @@ std::unique_ptr<LanguageModel> streamed(std::string_view config_text, const Fold
     });
   }
   check_shards(w.index, problems);
-  const std::unique_ptr<io::ImportSink> sink = io::gpt2_sink(*m, all, &order);
+  io::Gpt2Target target = io::gpt2_target(layout, config, optimizer, all, &order, weights);
+  std::unique_ptr<LanguageModel> m = std::move(target.model);
+  const std::unique_ptr<io::ImportSink> sink = std::move(target.sink);
   for (const auto& file : files)
     read_safetensors_stream(file.first.string(), [&](SafetensorsReader& reader) {
       sink->bind(reader.header(), file.second.empty() ? nullptr : &file.second);
@@ -293,11 +292,19 @@ ImportedWeights import_pretrained(const std::string& dir) {
   return r;
 }
 
+PretrainedWeights pretrained_weights_from_string(const std::string& name, const char* argument) {
+  if (name == "f32") return PretrainedWeights::F32;
+  if (name == "keep") return PretrainedWeights::Keep;
+  throw Error(detail::cat(argument, " = \"", name,
+                          "\" is not a way to hold pretrained weights: expected \"f32\" (every tensor converted to "
+                          "float32) or \"keep\" (F16 / BF16 matrices kept in half precision)"));
+}
+
 std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const OptimizerConfig& optimizer, Device device,
-                                               ImportedWeights* about) {
+                                               ImportedWeights* about, PretrainedWeights weights) {
   std::map<std::string, std::string> tokenizer_files;
   auto m = from_folder(dir, about ? &tokenizer_files : nullptr, [&](std::string_view config, const FolderWeights& w) {
-    return streamed(config, w, optimizer, device, about);
+    return streamed(config, w, optimizer, device, about, weights);
   });
   if (about) {
     about->weights = {};
@@ -307,9 +314,10 @@ std::unique_ptr<LanguageModel> load_pretrained(const std::string& dir, const Opt
 }
 
 std::unique_ptr<LanguageModel> load_pretrained(std::string_view config_json, std::span<const uint8_t> weights,
-                                               const OptimizerConfig& optimizer, Device device) {
+                                               const OptimizerConfig& optimizer, Device device,
+                                               PretrainedWeights held) {
   // Streamed from the bytes: each tensor copied (or converted) once, straight into its parameter.
-  PretrainedLoader loader(config_json, weights.size(), optimizer);
+  PretrainedLoader loader(config_json, weights.size(), optimizer, held);
   loader.push(weights);
   std::unique_ptr<LanguageModel> m = loader.finish();
   if (device != Device::CPU) m->to(device);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "io/checkpoint.h"
+#include "io/model_access.h"
 #include "io/pretrained.h"
 #include "io/push_through.h"
 #include "nn/parameters.h"
@@ -16,17 +17,62 @@
 namespace qkv {
 namespace io {
 
-std::unique_ptr<ImportSink> gpt2_sink(LanguageModel& model, const SafetensorsHeader& header,
-                                      const std::vector<std::string>* order) {
-  std::vector<Target> targets;
-  std::map<std::string, std::span<float>> values;
-  for (const ParameterView& p : model.parameters()) {
-    targets.push_back({p.name, {p.shape.begin(), p.shape.end()}});
-    values[p.name] = p.value;
+Gpt2Layout gpt2_layout(const std::string& config) {
+  Gpt2Layout l;
+  const nn::Parameters::ForLoading shapes_only{nn::Parameters::ShapesOnly{}};
+  LanguageModel m(language_model_config_from_json(config));
+  l.heads = m.config().heads;
+  for (const nn::Param& p : ModelAccess::core(m).params.all()) {
+    l.targets.push_back({p.name, p.shape});
+    // Model::quantize's set: the matrices, and the token embedding when it is the (tied) head.
+    if (p.matrix || (p.embedding && m.config().tie_head)) l.packable.insert(p.name);
   }
-  WeightPlan plan = plan_header(header, "gpt2", "language_model", targets, model.config().heads);
-  if (order) return std::make_unique<ImportSink>(std::move(plan), *order, values);
-  return std::make_unique<ImportSink>(std::move(plan), header, values);
+  return l;
+}
+
+nn::Formats kept_formats(const WeightPlan& plan, const SafetensorsHeader& header, const Gpt2Layout& layout) {
+  const auto dtype = [&](const std::string& name) -> std::string {
+    for (const TensorInfo& t : header.tensors)
+      if (t.name == name) return t.dtype;
+    return "";
+  };
+  nn::Formats out;
+  for (const ParamPlan& p : plan.params) {
+    if (!layout.packable.count(p.name) || p.parts.size() != 1 || (p.op != Op::Copy && p.op != Op::Transpose)) continue;
+    const std::string d = dtype(p.parts[0]);
+    // A tied head read into (or compared with) the embedding's storage must be of the same dtype.
+    if (p.parts[0] == plan.tied_to && dtype(plan.tied_head) != d) continue;
+    if (d == "F16") out[p.name] = ops::WeightFormat::F16;
+    if (d == "BF16") out[p.name] = ops::WeightFormat::BF16;
+  }
+  return out;
+}
+
+Gpt2Target gpt2_target(const Gpt2Layout& layout, const std::string& config, const OptimizerConfig& optimizer,
+                       const SafetensorsHeader& header, const std::vector<std::string>* order,
+                       PretrainedWeights weights) {
+  WeightPlan plan = plan_header(header, "gpt2", "language_model", layout.targets, layout.heads);
+  const nn::Formats formats = weights == PretrainedWeights::Keep ? kept_formats(plan, header, layout) : nn::Formats{};
+  Gpt2Target r;
+  {
+    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains;
+    // the kept matrices laid out packed at once, so their float32 values never exist.
+    const nn::Parameters::ForLoading loading(&formats);
+    r.model = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+  }
+  std::map<std::string, std::span<float>> values;
+  ImportSink::Packed packed;
+  for (nn::Param& p : ModelAccess::core(*r.model).params.all()) {
+    if (p.is_packed())
+      packed[p.name] = {p.format, p.packed, p.rows(), p.cols()};
+    else
+      values[p.name] = p.value;
+  }
+  if (order)
+    r.sink = std::make_unique<ImportSink>(std::move(plan), *order, values, packed);
+  else
+    r.sink = std::make_unique<ImportSink>(std::move(plan), header, values, packed);
+  return r;
 }
 
 }  // namespace io
@@ -44,18 +90,28 @@ struct PretrainedLoader::State {
   std::optional<uint64_t> total;
   std::string config;
   std::vector<std::string> config_notes, notes;
-  std::unique_ptr<LanguageModel> model;
+  io::Gpt2Layout layout;  // the model's parameters, known from config.json before the model is built
+  OptimizerConfig optimizer;
+  PretrainedWeights weights = PretrainedWeights::F32;
+  std::unique_ptr<LanguageModel> model;  // built once the header(s) are planned (io::gpt2_target)
   std::unique_ptr<io::ImportSink> sink;
   uint64_t received = 0;
   std::span<uint8_t> last;    // what buffer() gave
   std::vector<Shard> shards;  // empty for one model.safetensors
   size_t shard = 0;           // the shard `reader` reads
 
-  void build(std::string_view config_json, const OptimizerConfig& optimizer) {
+  // config.json read and the model's parameters listed (a config the model refuses is refused here); its memory is
+  // allocated only once the header says the formats (target()).
+  void build(std::string_view config_json, const OptimizerConfig& o, PretrainedWeights w) {
     config = io::gpt2_config(config_json, config_notes);
-    // Built as a loader builds it: no initial values to overwrite, gradients and moments made when it first trains.
-    const nn::Parameters::ForLoading loading;
-    model = std::make_unique<LanguageModel>(language_model_config_from_json(config), optimizer, Device::CPU);
+    layout = io::gpt2_layout(config);
+    optimizer = o;
+    weights = w;
+  }
+  void target(const SafetensorsHeader& header, const std::vector<std::string>* order) {
+    io::Gpt2Target t = io::gpt2_target(layout, config, optimizer, header, order, weights);
+    model = std::move(t.model);
+    sink = std::move(t.sink);
   }
   // Errors of the bytes of shard `shard` name its file.
   template <class F>
@@ -80,16 +136,17 @@ bool same_tensors(const SafetensorsHeader& a, const SafetensorsHeader& b) {
 }  // namespace
 
 PretrainedLoader::PretrainedLoader(std::string_view config_json, std::optional<uint64_t> total,
-                                   const OptimizerConfig& optimizer)
+                                   const OptimizerConfig& optimizer, PretrainedWeights weights)
     : s_(std::make_unique<State>(total)) {
-  s_->build(config_json, optimizer);
+  s_->build(config_json, optimizer, weights);
 }
 
 PretrainedLoader::PretrainedLoader(std::string_view config_json, std::string_view index_json,
-                                   std::vector<PretrainedShard> shards, const OptimizerConfig& optimizer)
+                                   std::vector<PretrainedShard> shards, const OptimizerConfig& optimizer,
+                                   PretrainedWeights weights)
     : s_(std::make_unique<State>(std::nullopt)) {
   State& s = *s_;
-  s.build(config_json, optimizer);
+  s.build(config_json, optimizer, weights);
   const std::string index = "model.safetensors.index.json";
   std::map<std::string, std::set<std::string>> wanted = io::shard_map(index_json, index);
   check(!wanted.empty(), index, ": its weight_map names no tensor");
@@ -118,7 +175,7 @@ PretrainedLoader::PretrainedLoader(std::string_view config_json, std::string_vie
     s.shards.push_back(std::move(shard));
   }
   io::check_shards(index, problems);
-  s.sink = io::gpt2_sink(*s.model, all, &order);
+  s.target(all, &order);
   s.total = bytes;
   // Each shard's reader knows no size: its header, compared with the one planned, gives where it ends.
   s.reader.emplace(std::nullopt);
@@ -143,7 +200,7 @@ void PretrainedLoader::commit(size_t n) {
     s.last = {};
     if (!in_header || !s.reader->has_header()) return;
     if (s.shards.empty()) {
-      s.sink = io::gpt2_sink(*s.model, s.reader->header());
+      s.target(s.reader->header(), nullptr);
     } else {
       // The plan was made from the header given first: the one that streams must be the same.
       const Shard& shard = s.shards[s.shard];

@@ -10,6 +10,7 @@
 namespace qkv::nn {
 
 thread_local bool Parameters::loading_ = false;
+thread_local bool Parameters::shapes_only_ = false;
 thread_local const Formats* Parameters::loading_formats_ = nullptr;
 
 namespace {
@@ -102,6 +103,7 @@ void Parameters::bind() {
 }
 
 void Parameters::finalize(uint64_t seed) {
+  if (loading_ && shapes_only_) return;  // names and shapes only (ForLoading(ShapesOnly)): nothing to hold
   const Device d = device();
   if (loading_ && loading_formats_ && !loading_formats_->empty()) {
     // A quantized checkpoint's tensors are laid out packed at once: their float32 values never exist. Names the

@@ -88,21 +88,29 @@ class Parameters {
   // parameter must then be written before the model is used.
   // `formats`: the tensors finalize() lays out packed from the start (a quantized checkpoint's, so that its float32
   // values are never allocated); the map must outlive the model's construction.
+  // ShapesOnly: finalize() allocates nothing and every span stays empty, for a loader that reads the parameters'
+  // names, shapes and kinds (matrix, embedding) before it decides their formats (a Hub file's half-precision
+  // matrices kept packed: io/pretrained_loader.cpp); such a model is good for nothing else.
+  struct ShapesOnly {};
   class ForLoading {
    public:
-    explicit ForLoading(const Formats* formats = nullptr) : was_(loading_), was_formats_(loading_formats_) {
+    explicit ForLoading(const Formats* formats = nullptr)
+        : was_(loading_), was_shapes_(shapes_only_), was_formats_(loading_formats_) {
       loading_ = true;
+      shapes_only_ = false;
       loading_formats_ = formats;
     }
+    explicit ForLoading(ShapesOnly) : ForLoading() { shapes_only_ = true; }
     ~ForLoading() {
       loading_ = was_;
+      shapes_only_ = was_shapes_;
       loading_formats_ = was_formats_;
     }
     ForLoading(const ForLoading&) = delete;
     ForLoading& operator=(const ForLoading&) = delete;
 
    private:
-    bool was_;
+    bool was_, was_shapes_;
     const Formats* was_formats_;
   };
 
@@ -191,7 +199,7 @@ class Parameters {
   Tensor values_, grads_, m_, v_, constants_buf_;
   Tensor packed_;  // the packed parameters' rows and scales (bytes, held as floats for 64-byte alignment)
   std::function<void(size_t)> grads_final_;
-  static thread_local bool loading_;
+  static thread_local bool loading_, shapes_only_;
   static thread_local const Formats* loading_formats_;
 };
 
