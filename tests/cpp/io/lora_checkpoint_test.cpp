@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/lora_cases.h"
 #include "qkv/checkpoint_loader.h"
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
@@ -18,25 +19,12 @@ namespace qkv {
 namespace {
 
 LanguageModelConfig tiny_lm() {
-  LanguageModelConfig c;
-  c.vocab_size = 13;
-  c.context = 8;
-  c.d_model = 16;
-  c.heads = 2;
-  c.layers = 2;
-  c.d_ff = 24;
-  c.dropout = 0.1f;
-  return c;
+  return {.vocab_size = 13, .context = 8, .d_model = 16, .heads = 2, .layers = 2, .d_ff = 24, .dropout = 0.1f};
 }
 
+// Adapter dropout on: the adapters' masks depend on the pass counter the checkpoint keeps.
 LoraOptions lora(std::vector<std::string> targets = {"qkv", "out", "up", "down"}) {
-  LoraOptions o;
-  o.rank = 2;
-  o.alpha = 4.f;
-  o.dropout = 0.2f;  // the adapters' masks depend on the pass counter the checkpoint keeps
-  o.targets = std::move(targets);
-  o.seed = 3;
-  return o;
+  return test::lora_options(std::move(targets), 2, 4.f, 0.2f, 3);
 }
 
 struct Batch {

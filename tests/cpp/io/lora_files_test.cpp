@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "models/lora_cases.h"
 #include "qkv/classifier.h"
 #include "qkv/import.h"
 #include "qkv/language_model.h"
@@ -30,57 +31,27 @@ using nlohmann::json;
 std::string fixture(const std::string& f) { return std::string(QKV_FIXTURES_DIR) + "/" + f; }
 
 LanguageModelConfig tiny_lm(bool tie = true) {
-  LanguageModelConfig c;
-  c.vocab_size = 11;
-  c.context = 8;
-  c.d_model = 8;
-  c.heads = 2;
-  c.layers = 2;
-  c.d_ff = 12;
-  c.tie_head = tie;
-  return c;
+  return {.vocab_size = 11, .context = 8, .d_model = 8, .heads = 2, .layers = 2, .d_ff = 12, .tie_head = tie};
 }
 Seq2SeqConfig tiny_seq2seq() {
-  Seq2SeqConfig c;
-  c.src_vocab = 9;
-  c.tgt_vocab = 7;
-  c.context = 8;
-  c.d_model = 8;
-  c.heads = 2;
-  c.encoder_layers = 1;
-  c.decoder_layers = 1;
-  c.d_ff = 12;
-  return c;
+  return {.src_vocab = 9,
+          .tgt_vocab = 7,
+          .context = 8,
+          .d_model = 8,
+          .heads = 2,
+          .encoder_layers = 1,
+          .decoder_layers = 1,
+          .d_ff = 12};
 }
 ClassifierConfig tiny_classifier() {
-  ClassifierConfig c;
-  c.vocab_size = 9;
-  c.context = 8;
-  c.d_model = 8;
-  c.heads = 2;
-  c.layers = 1;
-  c.d_ff = 12;
-  c.classes = 3;
-  return c;
+  return {.vocab_size = 9, .context = 8, .d_model = 8, .heads = 2, .layers = 1, .d_ff = 12, .classes = 3};
 }
 
 LoraOptions lora(std::vector<std::string> targets, int rank = 2, float alpha = 3.f, float dropout = 0.1f) {
-  LoraOptions o;
-  o.rank = rank;
-  o.alpha = alpha;
-  o.dropout = dropout;
-  o.targets = std::move(targets);
-  o.seed = 5;
-  return o;
+  return test::lora_options(std::move(targets), rank, alpha, dropout, 5);
 }
 
-// Gives every adapter tensor random values (B too: a fresh B is 0, which would hide a swapped or dropped tensor).
-void randomize_adapters(Model& m, uint64_t seed) {
-  for (const ParameterView& p : m.lora_parameters()) {
-    const auto r = test::randn(p.value.size(), seed++, 0.5f);
-    std::copy(r.begin(), r.end(), p.value.begin());
-  }
-}
+void randomize_adapters(Model& m, uint64_t seed) { test::randomize_adapters(m, seed, 0.5f); }
 
 // name -> values of the model's adapter tensors.
 std::map<std::string, std::vector<float>> adapters_of(Model& m) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/device_fixtures.h"
+#include "models/lora_cases.h"
 #include "nn/attention.h"
 #include "nn/linear.h"
 #include "ops/webgpu_loopback.h"
@@ -120,22 +121,10 @@ Case seq2seq() {
 }
 
 LoraOptions options(std::vector<std::string> targets, int rank = 2, float alpha = 3.f, float dropout = 0.f) {
-  LoraOptions o;
-  o.rank = rank;
-  o.alpha = alpha;
-  o.dropout = dropout;
-  o.targets = std::move(targets);
-  o.seed = 9;
-  return o;
+  return test::lora_options(std::move(targets), rank, alpha, dropout, 9);
 }
 
-// The adapters' values set to N(0, scale): B = 0 would make every dA zero (and the check blind to it).
-void randomize_adapters(Model& m, uint64_t seed, float scale = 0.3f) {
-  for (auto p : m.lora_parameters()) {
-    const auto r = test::randn(p.value.size(), seed++, scale);
-    std::copy(r.begin(), r.end(), p.value.begin());
-  }
-}
+void randomize_adapters(Model& m, uint64_t seed, float scale = 0.3f) { test::randomize_adapters(m, seed, scale); }
 
 std::vector<std::vector<float>> values_of(const std::vector<ParameterView>& views) {
   std::vector<std::vector<float>> out;

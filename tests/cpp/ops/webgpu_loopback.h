@@ -298,6 +298,10 @@ class WebGpuLoopback {
 
 // The process's loopback (for the op tests): connected on first use, and again after a test failed it.
 inline WebGpuLoopback& webgpu_loopback() {
+  // The loopback's thread runs the commands on the CPU backend, itself a function-local static: made first, it is
+  // destroyed after the loopback (statics go in reverse order), whose destructor joins the thread. Made second, it
+  // went first at exit while the thread still ran a command a test had left queued (ASan: heap-use-after-free).
+  ops::backend(Device::CPU);
   static WebGpuLoopback lb;
   if (!ops::webgpu_unavailable_reason().empty()) lb.connect(1 << 16, uint64_t{1} << 30);
   return lb;

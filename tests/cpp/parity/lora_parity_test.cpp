@@ -15,6 +15,7 @@
 // Each runs on the CPU (LoraParity) and, with the same tolerances, on CUDA (LoraParityCuda: skipped without a GPU).
 #include <map>
 
+#include "parity/fixture_configs.h"
 #include "parity/parity_util.h"
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
@@ -41,12 +42,7 @@ int dim(const SafetensorsFile& f, const std::string& name, int i) { return int(f
 Kind language_model() {
   Kind k{"lora_lm_gpt", "lm_gpt", {}, {}, {}, {}};
   k.make = [](const OptimizerConfig& o) -> std::unique_ptr<Model> {
-    LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 64};
-    c.activation = Activation::GELU;
-    c.norm = NormPosition::Pre;
-    c.positions = Positions::Learned;
-    c.tie_head = true;
-    return std::make_unique<LanguageModel>(c, o);
+    return std::make_unique<LanguageModel>(test::lm_gpt_config(), o);
   };
   const auto lm = [](Model& m) -> LanguageModel& { return dynamic_cast<LanguageModel&>(m); };
   k.logits = [lm](Model& m, const SafetensorsFile& f) {
@@ -66,21 +62,7 @@ Kind language_model() {
 Kind seq2seq() {
   Kind k{"lora_seq2seq", "seq2seq", {}, {}, {}, {}};
   k.make = [](const OptimizerConfig& o) -> std::unique_ptr<Model> {
-    Seq2SeqConfig c{.src_vocab = 11,
-                    .tgt_vocab = 12,
-                    .context = 16,
-                    .d_model = 32,
-                    .heads = 4,
-                    .encoder_layers = 2,
-                    .decoder_layers = 2,
-                    .d_ff = 48};
-    c.activation = Activation::ReLU;
-    c.norm = NormPosition::Post;
-    c.positions = Positions::Sinusoidal;
-    c.scale_embedding = true;
-    c.pad_id = 0;
-    c.label_smoothing = 0.1f;
-    return std::make_unique<Seq2Seq>(c, o);
+    return std::make_unique<Seq2Seq>(test::seq2seq_tutorial_config(), o);
   };
   const auto s2s = [](Model& m) -> Seq2Seq& { return dynamic_cast<Seq2Seq&>(m); };
   const auto B = [](const SafetensorsFile& f) { return dim(f, "input.src", 0); };
@@ -111,15 +93,7 @@ Kind seq2seq_fused() {
 Kind classifier() {
   Kind k{"lora_classifier", "classifier_mean_linear", {}, {}, {}, {}};
   k.make = [](const OptimizerConfig& o) -> std::unique_ptr<Model> {
-    ClassifierConfig c{
-        .vocab_size = 20, .context = 12, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 3};
-    c.activation = Activation::GELU;
-    c.norm = NormPosition::Pre;
-    c.positions = Positions::Learned;
-    c.scale_embedding = false;
-    c.pooling = Pooling::Mean;
-    c.head = ClassifierHead::Linear;
-    return std::make_unique<Classifier>(c, o);
+    return std::make_unique<Classifier>(test::classifier_mean_linear_config(), o);
   };
   const auto cls = [](Model& m) -> Classifier& { return dynamic_cast<Classifier&>(m); };
   k.logits = [cls](Model& m, const SafetensorsFile& f) {

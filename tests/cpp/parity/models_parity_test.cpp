@@ -3,6 +3,7 @@
 // Each case runs on the CPU (ParityModels) and, with the same tolerances, on CUDA (ParityModelsCuda: skipped
 // without a GPU). On CUDA the weights are loaded on the CPU and the model moved with to(), and it comes back
 // with to(Device::CPU) for the gradients to be read: the path a user's checkpoint takes.
+#include "parity/fixture_configs.h"
 #include "parity/parity_util.h"
 #include "qkv/classifier.h"
 #include "qkv/language_model.h"
@@ -64,11 +65,7 @@ void run_model_case(Device device, const std::string& name, const Config& config
 // A pre-LN decoder-only model (learned positions, tied head): lm_gpt with the exact GELU, lm_gpt_tanh with its
 // tanh approximation (GPT-2's gelu_new).
 void run_lm_case(Device device, const std::string& name, Activation activation) {
-  LanguageModelConfig c{.vocab_size = 13, .context = 10, .d_model = 32, .heads = 4, .layers = 2, .d_ff = 64};
-  c.activation = activation;
-  c.norm = NormPosition::Pre;
-  c.positions = Positions::Learned;
-  c.tie_head = true;
+  const LanguageModelConfig c = test::lm_gpt_config(activation);
   const auto shape = [](const SafetensorsFile& f) { return f.at("input.ids").shape; };
   run_model_case<LanguageModel>(
       device, name, c,
@@ -89,20 +86,7 @@ QKV_PARITY_CASE(LanguageModelGptStyle) { run_lm_case(device, "lm_gpt", Activatio
 QKV_PARITY_CASE(LanguageModelGptStyleTanhGelu) { run_lm_case(device, "lm_gpt_tanh", Activation::GELUTanh); }
 
 QKV_PARITY_CASE(Seq2SeqTranslationTutorial) {
-  Seq2SeqConfig c{.src_vocab = 11,
-                  .tgt_vocab = 12,
-                  .context = 16,
-                  .d_model = 32,
-                  .heads = 4,
-                  .encoder_layers = 2,
-                  .decoder_layers = 2,
-                  .d_ff = 48};
-  c.activation = Activation::ReLU;
-  c.norm = NormPosition::Post;
-  c.positions = Positions::Sinusoidal;
-  c.scale_embedding = true;
-  c.pad_id = 0;
-  c.label_smoothing = 0.1f;
+  const Seq2SeqConfig c = test::seq2seq_tutorial_config();
   struct Batch {
     std::vector<int32_t> src, in, out;
     int B, S, T;
@@ -156,14 +140,7 @@ QKV_PARITY_CASE(ClassifierFirstTokenMlpHeadPostLn) {
 }
 
 QKV_PARITY_CASE(ClassifierMeanPoolLinearHeadPreLn) {
-  ClassifierConfig c{.vocab_size = 20, .context = 12, .d_model = 16, .heads = 4, .layers = 2, .d_ff = 32, .classes = 3};
-  c.activation = Activation::GELU;
-  c.norm = NormPosition::Pre;
-  c.positions = Positions::Learned;
-  c.scale_embedding = false;
-  c.pooling = Pooling::Mean;
-  c.head = ClassifierHead::Linear;
-  run_classifier_case(device, "classifier_mean_linear", c);
+  run_classifier_case(device, "classifier_mean_linear", test::classifier_mean_linear_config());
 }
 
 }  // namespace
