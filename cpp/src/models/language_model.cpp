@@ -129,7 +129,7 @@ struct LanguageModel::Impl {
     whole_logits = whole_logits || whole;
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
-      stack.plan(w, B_cap, T_cap);
+      stack.plan(w, B_cap, T_cap, core.recomputes());
       embedding.plan(w, static_cast<int>(rows));
       head_rows = head_chunk(static_cast<int>(rows));
       const size_t chunk = std::min(rows, static_cast<size_t>(head_rows) + kTailRows);
@@ -207,8 +207,11 @@ struct LanguageModel::Impl {
   //   z (n,V) = top W^T (+ the head adapter);  losses[r0 + i], dz = weight * d(mean loss)/dz  (one sweep, into z)
   //   with the gradient: d top (n,C) = dz W;  dW (V,C) += dz^T top (not for a frozen base: LoRA);  the adapter's.
   // Each row's loss and d top is the whole pass's; dW sums over the chunks in turn (the same sum when one chunk).
-  // Without the gradient only the losses are kept (ModelCore::accumulate's checked order: its backward runs this
-  // again with the gradient once the loss is known finite, so that a refused loss leaves no gradient).
+  // Without the gradient (ModelCore::accumulate's checked order, where a refused loss must leave no gradient) a head
+  // that trains (head_trains) keeps only the losses, and the backward runs this again with the gradient once the
+  // loss is known finite: one more head product, (rows, C) x (C, V), for GPT-2 124M about 10% of a full step's
+  // FLOP. A head that does not train (LoRA without a "head" adapter) makes d top in this pass already: d top is no
+  // gradient (it is the stack's backward that adds the adapters'), so the head runs once.
   models::ModelCore::PendingLoss head_loss(int rows, float weight, bool gradient) {
     models::ModelCore::PendingLoss l{CSpan(losses.first(static_cast<size_t>(rows))), 0};
     for (int r = 0; r < rows; ++r) l.count += target_ids.host[static_cast<size_t>(r)] != INT32_MIN;
@@ -225,7 +228,7 @@ struct LanguageModel::Impl {
                          target_ids.device ? target_ids.device + r0 : nullptr};
       ops().crossentropy_forward_backward(losses.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)), z, z, ids,
                                           scale, n, V, INT32_MIN, 0.f);
-      if (!gradient) continue;
+      if (!gradient && head_trains()) continue;
       float* dx = d_top.data() + static_cast<size_t>(r0) * C;
       nn::weight_product_dx(ops(), head(), 0, V, z.data(), V, n, dx, C, 0.f, dequant);
       if (!core.params.frozen()) ops().gemm(true, false, V, C, n, 1.f, z.data(), V, x, C, 1.f, head_grad(), C);
@@ -244,9 +247,13 @@ struct LanguageModel::Impl {
   }
   float loss_weight = 1.f;
 
-  // The backward after forward_loss: the head's (unless fused), then the stack's and the embedding's.
+  // Whether the head's backward adds to any gradient: its weight's (a base that trains) or its adapter's.
+  bool head_trains() const { return !core.params.frozen() || head_adapter() != nullptr; }
+
+  // The backward after forward_loss: the head's (unless fused, or made with the loss: head_loss), then the stack's
+  // and the embedding's.
   void backward(int B, int T, bool fused) {
-    if (!fused) head_loss(B * T, loss_weight, true);
+    if (!fused && head_trains()) head_loss(B * T, loss_weight, true);
     const Span d_emb = stack.backward(d_top, {nullptr, true}, B, T, drop);
     embedding.backward(d_emb, token_ids, B, T, drop);
   }
@@ -331,11 +338,12 @@ std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int ba
 std::vector<float> LanguageModel::attention(int layer) const {
   const Impl& m = *impl_;
   check(layer >= 0 && layer < m.L, "layer = ", layer, " is out of range: expected 0 <= layer < ", m.L);
-  const nn::MultiHeadAttention& a = m.stack.layer(layer).self_attention();
-  std::vector<float> w = a.weights();
+  // Recomputing, the layer's forward may run again (nn/stack.h): the arena is scratch, so impl_ is not const here.
+  std::vector<float> w = impl_->stack.attention_weights(layer);
   check(!w.empty(), "attention(", layer,
         "): no weights to show: no full forward pass has run since the model was made, loaded or last generated "
-        "(generation keeps keys and values in its KV cache); run logits() or evaluate() on the sequence");
+        "(generation keeps keys and values in its KV cache), or since a training step of a model that recomputes its "
+        "activations (set_recompute; on with LoRA adapters); run logits() or evaluate() on the sequence");
   return w;
 }
 

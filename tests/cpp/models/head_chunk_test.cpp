@@ -186,6 +186,52 @@ TEST(HeadChunkNonFinite, RefusedStepLeavesZeroGradients) {
     for (float g : p.grad) ASSERT_EQ(g, 0.f) << p.name;
 }
 
+// LoRA without a "head" adapter: the head trains nothing, so accumulate's head runs once, d top made with the loss.
+// Against the same model with a head adapter of zeros (the head's values and d top unchanged, bit for bit: + 0),
+// which takes the path of a head that trains (its backward runs the head again once the loss is known), the losses
+// and every gradient are the same bit for bit. A refused loss leaves the gradients accumulated before it as they were.
+TEST(HeadChunkOnePass, AccumulateWithoutAHeadAdapterRunsTheHeadOnce) {
+  const int B = 2, T = 7, V = 37;
+  const auto make_lora = [](bool head) {
+    auto m = std::make_unique<LanguageModel>(config(false));
+    for (auto p : m->parameters())  // token 5's embedding: a batch holding it has a non-finite loss
+      if (std::string(p.name) == "tok_emb.weight") p.value[5 * 8] = std::numeric_limits<float>::infinity();
+    LoraOptions o;
+    o.rank = 2;
+    o.alpha = 3.f;
+    o.targets = {"qkv", "out", "up", "down"};
+    if (head) o.targets.push_back("head");
+    o.seed = 9;
+    m->add_lora(o);
+    Rng rng(17);
+    for (auto p : m->lora_parameters()) {
+      const bool zero = std::string(p.name).rfind("lm_head", 0) == 0;
+      for (float& x : p.value) x = zero ? 0.f : 0.3f * static_cast<float>(rng.uniform() * 2.0 - 1.0);
+    }
+    return m;
+  };
+  std::unique_ptr<LanguageModel> once = make_lora(false), twice = make_lora(true);
+  std::vector<int32_t> in = ids(B * T, V, 1), tg = ids(B * T, V, 2), in2 = ids(B * T, V, 3), tg2 = ids(B * T, V, 4);
+  for (auto* batch : {&in, &in2})
+    for (int32_t& t : *batch) t = t == 5 ? 6 : t;
+  EXPECT_EQ(once->forward_backward(in, tg, B, T), twice->forward_backward(in, tg, B, T));
+  EXPECT_EQ(once->accumulate(in2, tg2, B, T, 0.5f), twice->accumulate(in2, tg2, B, T, 0.5f));
+  const auto grads = [](LanguageModel& m) {
+    std::vector<std::vector<float>> g;
+    for (auto p : m.lora_parameters())
+      if (std::string(p.name).rfind("lm_head", 0) != 0) g.emplace_back(p.grad.begin(), p.grad.end());
+    return g;
+  };
+  const std::vector<std::vector<float>> before = grads(*once);
+  ASSERT_EQ(before.size(), 4u * 2 * 2);  // A and B of 4 targets in 2 layers
+  EXPECT_EQ(before, grads(*twice));
+  // A batch holding token 5: its loss is not finite, refused (NonFinite::Error), and no gradient moved.
+  std::vector<int32_t> bad = in;
+  bad[3] = 5;
+  EXPECT_THROW(once->accumulate(bad, tg, B, T, 1.f), Error);
+  EXPECT_EQ(grads(*once), before);
+}
+
 TEST(HeadChunkBadInput, RowsMustBePositive) {
   try {
     models::set_head_chunk_rows(0);
