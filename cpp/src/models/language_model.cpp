@@ -116,6 +116,8 @@ struct LanguageModel::Impl {
   // its row kernels (kernels/cpu/gemm.cpp), whose sums run in another order than its tiles', and each row's logits
   // and d top must be those of the whole product.
   static constexpr int kTailRows = 2;
+  // Vocabulary rows per head product in a training step (head_loss): a multiple of the gemm's K block (256).
+  static constexpr int kVocabBlock = 8192;
   // Rows of the chunk that begins at row r0 of rows.
   int chunk_at(int r0, int rows) const {
     const int left = rows - r0;
@@ -222,7 +224,10 @@ struct LanguageModel::Impl {
       n = chunk_at(r0, rows);
       const float* x = top + static_cast<size_t>(r0) * C;
       const Span z = logits.first(static_cast<size_t>(n) * V);
-      nn::weight_product(ops(), head(), 0, V, x, C, n, z.data(), V);
+      // The head's products over kVocabBlock of its rows at a time: the CPU gemm packs the whole of a transposed B
+      // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps; a block packs (8192, C).
+      for (int v0 = 0; v0 < V; v0 += kVocabBlock)
+        nn::weight_product(ops(), head(), v0, std::min(kVocabBlock, V - v0), x, C, n, z.data() + v0, V);
       if (a) a->forward(ops(), 0, 0, V, x, C, n, z.data(), V, drop);
       const ops::Ids ids{target_ids.host.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)),
                          target_ids.device ? target_ids.device + r0 : nullptr};
@@ -230,7 +235,9 @@ struct LanguageModel::Impl {
                                           scale, n, V, INT32_MIN, 0.f);
       if (!gradient && head_trains()) continue;
       float* dx = d_top.data() + static_cast<size_t>(r0) * C;
-      nn::weight_product_dx(ops(), head(), 0, V, z.data(), V, n, dx, C, 0.f, dequant);
+      for (int v0 = 0; v0 < V; v0 += kVocabBlock)  // dx = sum over the blocks of dz[:, block] W[block]
+        nn::weight_product_dx(ops(), head(), v0, std::min(kVocabBlock, V - v0), z.data() + v0, V, n, dx, C,
+                              v0 == 0 ? 0.f : 1.f, dequant);
       if (!core.params.frozen()) ops().gemm(true, false, V, C, n, 1.f, z.data(), V, x, C, 1.f, head_grad(), C);
       if (a) a->backward(ops(), 0, 0, V, z.data(), V, x, n, dx, drop);
     }
