@@ -29,6 +29,7 @@ int usage(const char* argv0) {
       stderr,
       "usage: %s peak|gemm|gemm-isas|gemm-quant|char-gpt|seq2seq|generate|lora [--threads N] [--steps N] [--warmup N]\n"
       "       [--batch N] [--config recipe|package] [--mode lora|full|lora-q4] [--layers N] [--isa NAME] [--quick]\n"
+      "       [--recompute auto|on|off] [--accumulate]\n"
       "       (bench/README.md)\n",
       argv0);
   return 2;
@@ -43,6 +44,10 @@ int run(int argc, char** argv) {
     const std::string flag = argv[i];
     if (flag == "--quick") {
       o.quick = true;
+      continue;
+    }
+    if (flag == "--accumulate") {
+      o.accumulate = true;
       continue;
     }
     if (i + 1 >= argc) return usage(argv[0]);
@@ -63,6 +68,8 @@ int run(int argc, char** argv) {
       o.mode = value;
     else if (flag == "--layers")
       o.layers = std::atoi(value);
+    else if (flag == "--recompute")
+      o.recompute = value;
     else
       return usage(argv[0]);
   }

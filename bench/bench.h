@@ -5,15 +5,17 @@
 namespace qkv::bench {
 
 struct Options {
-  int threads = 0;                // gemm, peak: measure 1..threads; training: run at this many. 0: qkv::max_threads()
-  int steps = 0;                  // timed training steps; 0: the command's default
-  int warmup = -1;                // untimed steps before them; -1: the command's default
-  int batch = 0;                  // 0: the reference configuration's batch
-  std::string config = "recipe";  // char-gpt: "recipe" (bench/char_gpt.cpp's) or "package" (the npm package's)
-  std::string isa;                // force this instruction set (qkv::force_isa); empty: the best one
-  std::string mode = "lora";      // lora: "lora", "full" or "lora-q4" (lora_bench.cpp)
-  int layers = 0;                 // lora: fewer layers than GPT-2's 12, for a smoke run; 0: 12
-  bool quick = false;             // shorter measurements, for a smoke run
+  int threads = 0;                 // gemm, peak: measure 1..threads; training: run at this many. 0: qkv::max_threads()
+  int steps = 0;                   // timed training steps; 0: the command's default
+  int warmup = -1;                 // untimed steps before them; -1: the command's default
+  int batch = 0;                   // 0: the reference configuration's batch
+  std::string config = "recipe";   // char-gpt: "recipe" (bench/char_gpt.cpp's) or "package" (the npm package's)
+  std::string isa;                 // force this instruction set (qkv::force_isa); empty: the best one
+  std::string mode = "lora";       // lora: "lora", "full" or "lora-q4" (lora_bench.cpp)
+  int layers = 0;                  // lora: fewer layers than GPT-2's 12, for a smoke run; 0: 12
+  bool quick = false;              // shorter measurements, for a smoke run
+  std::string recompute = "auto";  // lora: Model::set_recompute, "auto", "on" or "off"
+  bool accumulate = false;         // lora: forward_backward + apply_gradients instead of train_step
 };
 
 // Peak FLOP/s table (peak.cpp).

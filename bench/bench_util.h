@@ -63,6 +63,29 @@ inline std::string load_average() {
   return one + " " + five + " " + fifteen;
 }
 
+// Starts the process's resident high-water mark (VmHWM) over from its current resident size (Linux: writing 5 to
+// /proc/self/clear_refs), so that peak_rss_since_reset_mib() is the peak of what runs after; false where it cannot.
+inline bool reset_peak_rss() {
+  std::ofstream out("/proc/self/clear_refs");
+  return static_cast<bool>(out << "5" << std::flush);
+}
+
+// VmHWM of /proc/self/status in MiB: the peak resident memory since reset_peak_rss() (or since the start); -1 where
+// it cannot be read.
+inline double peak_rss_since_reset_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  double kib = -1;
+  while (in >> key) {
+    if (key == "VmHWM:") {
+      in >> kib;
+      break;
+    }
+    in.ignore(1 << 20, '\n');
+  }
+  return kib < 0 ? -1 : kib / 1024.0;
+}
+
 // The process's peak resident memory so far (getrusage ru_maxrss; KiB on Linux), in MiB.
 inline double peak_rss_mib() {
   rusage u{};

@@ -6,11 +6,16 @@
 //            attn.c_proj, mlp.c_fc, mlp.c_proj), the float32 base frozen
 //   lora-q4  the same on a base quantized to q4 (Model::quantize: the matrices and the tied embedding packed)
 // Before the steps, the peak loop (peak.h) at the same thread count: the step's model FLOP over it is "% of peak".
+// Memory: the process's peak RSS, which for lora-q4 is the float32 model built before it is quantized, and the
+// training phase's own peak ("step peak": the resident high-water mark started over once the model is ready).
+// --recompute auto|on|off: Model::set_recompute (auto: on with the adapters); --accumulate: each step as
+// forward_backward + apply_gradients (the checked order, where a head that trains runs twice) instead of train_step.
 //
 // Model FLOP of a step (nanoGPT's estimate_mfu count, per token; N the matrix weights 12 L C^2 + V C with the tied
 // head, attention 12 L T C for its forward and backward, causal positions counted whole):
 //   full  6 N + 12 L T C                 forward 2N, the input gradients 2N, the weight gradients 2N
 //   lora  4 N + 12 L T C + 6 N_adapters  no weight gradients of the frozen base; the adapters' products all three
+#include <algorithm>
 #include <cstdio>
 #include <span>
 #include <string>
@@ -64,6 +69,14 @@ int run_lora(const Options& o) {
     lo.targets = {"qkv", "out", "up", "down"};
     lm.add_lora(lo);
   }
+  if (o.recompute == "on")
+    lm.set_recompute(Recompute::On);
+  else if (o.recompute == "off")
+    lm.set_recompute(Recompute::Off);
+  else if (o.recompute != "auto") {
+    std::fprintf(stderr, "--recompute must be auto, on or off, got %s\n", o.recompute.c_str());
+    return 2;
+  }
   size_t trainable = 0;
   for (const auto& p : lora ? lm.lora_parameters() : lm.parameters()) trainable += p.value.size();
 
@@ -73,32 +86,39 @@ int run_lora(const Options& o) {
   std::vector<int32_t> inputs(kPool * n), targets(kPool * n);
   for (auto& t : inputs) t = int32_t(rng.next_u64() % kVocab);
   for (auto& t : targets) t = int32_t(rng.next_u64() % kVocab);
+  const char* recompute = lm.recompute() == Recompute::On ? "on" : lm.recompute() == Recompute::Off ? "off" : "auto";
   std::printf(
       "\n== qkv GPT-2 124M shape (%d layers) training step, %s, B %d x T %d, %d threads, %s; trainable %zu; %d "
-      "warm-up + %d timed steps; load average %s\n",
-      L, mode.c_str(), B, T, qkv::num_threads(), qkv::active_isa().c_str(), trainable, warmup, steps,
-      load_average().c_str());
-  for (int i = 0; i < warmup; ++i)
-    lm.train_step(std::span(inputs).subspan(size_t(i % kPool) * n, n),
-                  std::span(targets).subspan(size_t(i % kPool) * n, n), B, T);
+      "warm-up + %d timed steps; recompute %s; %s; load average %s\n",
+      L, mode.c_str(), B, T, qkv::num_threads(), qkv::active_isa().c_str(), trainable, warmup, steps, recompute,
+      o.accumulate ? "forward_backward + apply_gradients" : "train_step", load_average().c_str());
+  const auto step = [&](size_t at) {
+    const std::span<const int32_t> in = std::span(inputs).subspan(at, n), tg = std::span(targets).subspan(at, n);
+    if (!o.accumulate) return static_cast<void>(lm.train_step(in, tg, B, T));
+    lm.forward_backward(in, tg, B, T);
+    lm.apply_gradients();
+  };
+  const double setup_rss = peak_rss_mib();  // the model built (and quantized), before any step
+  const bool reset = reset_peak_rss();
+  for (int i = 0; i < warmup; ++i) step(size_t(i % kPool) * n);
   const Timer timer;
-  for (int i = 0; i < steps; ++i) {
-    const size_t at = size_t((warmup + i) % kPool) * n;
-    lm.train_step(std::span(inputs).subspan(at, n), std::span(targets).subspan(at, n), B, T);
-  }
+  for (int i = 0; i < steps; ++i) step(size_t((warmup + i) % kPool) * n);
   const double ms = 1e3 * timer.seconds() / steps, tokens_per_s = double(n) / (ms / 1e3);
-  const double gflops = step_flop(lora, L, kWidth, kVocab, B, T) / (ms / 1e3) * 1e-9, rss = peak_rss_mib();
+  const double gflops = step_flop(lora, L, kWidth, kVocab, B, T) / (ms / 1e3) * 1e-9;
+  const double step_rss = reset ? peak_rss_since_reset_mib() : -1,
+               rss = std::max({setup_rss, step_rss, peak_rss_mib()});
   const double pct = peak_gflops > 0 ? 100 * gflops / peak_gflops : 0;
-  std::printf("%-6s %-8s %-8s %10s %10s %9s %9s %7s %13s %10s\n", "side", "mode", "threads", "ms/step", "tokens/s",
-              "GFLOP/s", "peak", "% peak", "peak RSS MiB", "x weights");
-  std::printf("%-6s %-8s %-8d %10.1f %10.1f %9.1f %9.1f %7.1f %13.1f %10.2f\n", "qkv", mode.c_str(), qkv::num_threads(),
-              ms, tokens_per_s, gflops, peak_gflops, pct, rss, rss / base_mib);
+  std::printf("%-6s %-8s %-8s %10s %10s %9s %9s %7s %13s %10s %13s %10s\n", "side", "mode", "threads", "ms/step",
+              "tokens/s", "GFLOP/s", "peak", "% peak", "peak RSS MiB", "x weights", "step peak MiB", "x weights");
+  std::printf("%-6s %-8s %-8d %10.1f %10.1f %9.1f %9.1f %7.1f %13.1f %10.2f %13.1f %10.2f\n", "qkv", mode.c_str(),
+              qkv::num_threads(), ms, tokens_per_s, gflops, peak_gflops, pct, rss, rss / base_mib, step_rss,
+              step_rss / base_mib);
   std::printf(
       "RESULT bench=lora side=qkv mode=%s threads=%d isa=%s layers=%d batch=%d seq=%d rank=%d trainable=%zu "
       "base_mib=%.1f steps=%d ms_per_step=%.3f tokens_per_s=%.2f gflops=%.2f peak_gflops=%.2f peak_rss_mib=%.1f "
-      "load=\"%s\"\n",
+      "step_peak_rss_mib=%.1f recompute=%s accumulate=%d load=\"%s\"\n",
       mode.c_str(), qkv::num_threads(), qkv::active_isa().c_str(), L, B, T, kRank, trainable, base_mib, steps, ms,
-      tokens_per_s, gflops, peak_gflops, rss, load_average().c_str());
+      tokens_per_s, gflops, peak_gflops, rss, step_rss, recompute, o.accumulate ? 1 : 0, load_average().c_str());
   return 0;
 }
 

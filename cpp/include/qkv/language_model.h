@@ -82,7 +82,9 @@ class LanguageModel final : public Model {
   // Logits (batch, seq, V) of a batch; the model's context bounds seq.
   std::vector<float> logits(std::span<const int32_t> inputs, int batch, int seq);
 
-  // The attention weights (B, H, T, T) of one layer from the last forward pass.
+  // The attention weights (B, H, T, T) of one layer from the last forward pass. A model that recomputes its
+  // activations (Model::set_recompute; on with LoRA adapters) has none after a training step (qkv::Error: the update
+  // changed the weights the layer would be re-run with): run logits() or evaluate() first.
   std::vector<float> attention(int layer) const;
 
   // Samples max_tokens new tokens after `prompt` (temperature 0 = greedy); returns only the new tokens.

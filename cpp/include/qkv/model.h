@@ -12,6 +12,7 @@
 #include "qkv/lora.h"
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
+#include "qkv/options.h"
 #include "qkv/parameter.h"
 #include "qkv/quantize.h"
 #include "qkv/step_loss.h"
@@ -51,6 +52,15 @@ class Model {
   void set_non_finite(NonFinite policy);
   // Training mode (dropout on) is the default; eval mode turns dropout off everywhere.
   void set_training(bool training);
+  // Activation recomputation ("gradient checkpointing"): each transformer layer of an encoder stack (the language
+  // model's layers, the classifier's, seq2seq's encoder; not yet seq2seq's decoder) keeps only its input for the
+  // backward, which re-runs the layer's forward first. The activation arena then holds one layer's activations
+  // instead of every layer's (memory().activations falls; GPT-2 124M at batch 8 x 128: about 50 MiB a layer) for
+  // one more forward of every layer but the last. Losses, gradients and parameters are bit for bit those without
+  // it (the same ops in the same order, dropout's masks replayed). Recompute::Auto (the default) turns it on while
+  // the model has LoRA adapters. Takes effect at the next call (the arena is planned again).
+  void set_recompute(Recompute mode);
+  Recompute recompute() const;
   size_t num_parameters() const;
   // Bytes held: weights, gradients, Adam moments, and the activation arena of the largest shape planned.
   MemoryUsage memory() const;

@@ -12,6 +12,9 @@ enum class NormPosition { Post, Pre };
 enum class Positions { Sinusoidal, Learned };
 enum class Pooling { First, Mean };         // classifier: the first ([CLS]) token, or the mean over non-pad tokens
 enum class ClassifierHead { Linear, MLP };  // Linear(d, classes) or Linear(d, d/2) -> ReLU -> dropout -> Linear
+// Activation recomputation in training steps (Model::set_recompute): Auto is On with LoRA adapters (the base is
+// frozen, so the saved activations are most of a step's memory), Off without.
+enum class Recompute { Auto, On, Off };
 
 // Names as they appear in JSON configs; parse_* throw qkv::Error naming the field and the accepted values.
 std::string to_string(Activation a);

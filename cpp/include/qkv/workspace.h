@@ -3,7 +3,8 @@
 //
 // It is planned once per shape: plan(fn) runs fn twice, first counting what fn takes, then handing out
 // real memory from one allocation. Layers keep the spans they took, so the training loop itself never
-// allocates; a new (larger) shape means one new plan. The block lives on the workspace's device (the model's):
+// allocates; a new (larger) shape means one new plan, and a plan that needs less than the block holds (a model
+// planned again after a reset) gets a smaller block. The block lives on the workspace's device (the model's):
 // host memory on the CPU, GPU memory under CUDA, where the spans are only for the ops to read.
 #include <cstddef>
 #include <functional>

@@ -78,7 +78,7 @@ struct Classifier::Impl {
     T_cap = std::max(T, T_cap);
     core.ws.plan([&](Workspace& w) {
       const size_t b = static_cast<size_t>(B_cap);
-      encoder.plan(w, B_cap, T_cap);
+      encoder.plan(w, B_cap, T_cap, core.recomputes());
       embedding.plan(w, B_cap * T_cap);
       if (fc1) fc1->plan(w, B_cap);
       fc2->plan(w, B_cap);
@@ -228,8 +228,11 @@ std::vector<float> Classifier::attention(int layer) const {
   const Impl& m = *impl_;
   check(layer >= 0 && layer < m.encoder.size(), "layer = ", layer, " is out of range: expected 0 <= layer < ",
         m.encoder.size());
-  std::vector<float> w = m.encoder.layer(layer).self_attention().weights();
-  check(!w.empty(), "attention: no forward pass has run yet");
+  // Recomputing, the layer's forward may run again (nn/stack.h): the arena is scratch, so impl_ is not const here.
+  std::vector<float> w = impl_->encoder.attention_weights(layer);
+  check(!w.empty(),
+        "attention: no weights to show: no forward pass has run yet, or a training step of a model that recomputes its "
+        "activations (set_recompute; on with LoRA adapters) ran since; run logits() or evaluate() first");
   return w;
 }
 

@@ -3,6 +3,7 @@
 #include "qkv/language_model.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 #include "infer/kv_cache.h"
 #include "io/checkpoint.h"
 #include "models/checkpoint_config.h"
+#include "models/head_chunk.h"
 #include "models/model_core.h"
 #include "models/parameter_views.h"
 #include "nn/embedding.h"
@@ -20,6 +22,18 @@
 #include "runtime/random.h"
 
 namespace qkv {
+
+namespace models {
+namespace {
+std::atomic<int> chunk_rows{kHeadChunkRows};
+}
+int head_chunk_rows() { return chunk_rows.load(); }
+void set_head_chunk_rows(int rows) {
+  check(rows >= 1, "rows = ", rows, " is invalid: expected an integer >= 1");
+  chunk_rows.store(rows);
+}
+}  // namespace models
+
 namespace {
 
 const LanguageModelConfig& validated(const LanguageModelConfig& c) {
@@ -44,8 +58,13 @@ struct LanguageModel::Impl {
   nn::LoraSite* head_site = nullptr;  // LoRA's "head" target: the head product (tied or not)
   Span dequant;                       // a frozen quantized head's rows for d top (nn/weight_product.h)
 
-  // The workspace's model-level buffers, planned for (B_cap, T_cap).
-  int B_cap = 0, T_cap = 0;
+  // The workspace's model-level buffers, planned for (B_cap, T_cap). A training step runs the head and the loss
+  // over chunks of head_rows rows (head_loss), so logits holds (head_rows + kTailRows, V); the paths that return or
+  // read every row's logits (evaluate, logits(), generation) ask for the whole (B_cap * T_cap, V) once
+  // (whole_logits), which training then chunks as well.
+  int B_cap = 0, T_cap = 0, head_rows = 0;
+  const int chunk_setting = models::head_chunk_rows();  // models/head_chunk.h, when the model was made
+  bool whole_logits = false;
   Span logits, losses, d_top;                        // logits become d logits in a training step
   std::span<int32_t> tokens_dev, targets_dev, best;  // device ids of the batch (B,T); argmax (B,T)
   std::vector<int32_t> tokens, targets;              // host copies of the current batch, (B,T)
@@ -86,22 +105,44 @@ struct LanguageModel::Impl {
   float* head_grad() { return lm_head ? lm_head->grad.data() : embedding.token_weight().grad.data(); }
   nn::LoraAdapter* head_adapter() const { return head_site->adapter; }
 
-  void ensure_capacity(int B, int T) {
-    if (B <= B_cap && T <= T_cap) return;
+  // Rows of a training step's head chunk for `rows` rows. A head adapter with dropout draws its mask over its whole
+  // input at once (nn/lora.h), so it keeps one chunk: its masks stay those of the whole pass.
+  int head_chunk(int rows) const {
+    const nn::LoraAdapter* a = head_adapter();
+    if (a && a->p > 0.f) return rows;
+    return std::min(rows, chunk_setting);
+  }
+  // A last chunk of 1 or 2 rows joins the one before it: the CPU gemm takes products of one or two rows through
+  // its row kernels (kernels/cpu/gemm.cpp), whose sums run in another order than its tiles', and each row's logits
+  // and d top must be those of the whole product.
+  static constexpr int kTailRows = 2;
+  // Vocabulary rows per head product in a training step (head_loss): a multiple of the gemm's K block (256).
+  static constexpr int kVocabBlock = 8192;
+  // Rows of the chunk that begins at row r0 of rows.
+  int chunk_at(int r0, int rows) const {
+    const int left = rows - r0;
+    return left - head_rows <= kTailRows ? left : head_rows;
+  }
+
+  void ensure_capacity(int B, int T, bool whole) {
+    if (B <= B_cap && T <= T_cap && (whole_logits || !whole)) return;
     B_cap = std::max(B, B_cap);
     T_cap = std::max(T, T_cap);
+    whole_logits = whole_logits || whole;
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
-      stack.plan(w, B_cap, T_cap);
+      stack.plan(w, B_cap, T_cap, core.recomputes());
       embedding.plan(w, static_cast<int>(rows));
-      logits = w.take(rows * V);
+      head_rows = head_chunk(static_cast<int>(rows));
+      const size_t chunk = std::min(rows, static_cast<size_t>(head_rows) + kTailRows);
+      logits = w.take((whole_logits ? rows : chunk) * V);
       losses = w.take(rows);
       d_top = w.take(rows * C);
       tokens_dev = w.take_ints(rows);
       targets_dev = w.take_ints(rows);
       best = w.take_ints(rows);
       dequant = w.take_shared("weight.dequant", core.params.frozen() ? nn::weight_dx_scratch_size(head()) : 0);
-      if (nn::LoraAdapter* a = head_adapter()) a->plan(w, static_cast<int>(rows));
+      if (nn::LoraAdapter* a = head_adapter()) a->plan(w, static_cast<int>(whole_logits ? rows : chunk));
     });
     tokens.reserve(static_cast<size_t>(B_cap) * T_cap);
     targets.reserve(static_cast<size_t>(B_cap) * T_cap);
@@ -117,9 +158,10 @@ struct LanguageModel::Impl {
     }
   }
 
-  void load_batch(std::span<const int32_t> in, const std::span<const int32_t>* tg, int B, int T) {
+  // whole: the pass needs every row's logits at once (not a training step).
+  void load_batch(std::span<const int32_t> in, const std::span<const int32_t>* tg, int B, int T, bool whole) {
     check_batch(in, tg, B, T);
-    ensure_capacity(B, T);
+    ensure_capacity(B, T, whole);
     tokens.assign(in.begin(), in.end());
     token_ids = core.ids(tokens_dev, tokens);
     if (tg) {
@@ -128,12 +170,17 @@ struct LanguageModel::Impl {
     }
   }
 
-  // tokens (B,T) -> logits (B,T,V)
-  void forward(int B, int T, bool train_pass) {
+  // tokens (B,T) -> the stack's output (B,T,C)
+  void forward_stack(int B, int T, bool train_pass) {
     caches_owner = 0;  // the caches stay, but a paused Generation must not trust them (weights may change next)
     drop = core.next_dropout(train_pass);
     embedding.forward(stack.input(), token_ids, B, T, drop);
     stack.forward({nullptr, true}, B, T, drop);
+  }
+
+  // tokens (B,T) -> logits (B,T,V), every row at once (whole_logits)
+  void forward(int B, int T, bool train_pass) {
+    forward_stack(B, T, train_pass);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
     nn::weight_product(ops(), head(), 0, V, stack.output().data(), C, B * T, logits.data(), V);
     if (nn::LoraAdapter* a = head_adapter())
@@ -156,29 +203,87 @@ struct LanguageModel::Impl {
     return models::cross_entropy(core, losses, best, logits, target_ids, rows, V, INT32_MIN, 0.f);
   }
 
-  // Given d logits in the logits buffer, adds to the parameters' gradients.
-  void backward(int B, int T) {
-    const int rows = B * T;
-    const CSpan dlogits = logits;
-    // d top (rows,C) = dlogits (rows,V) W (V,C);  dW (V,C) += dlogits^T top (not for a frozen base: LoRA)
-    nn::weight_product_dx(ops(), head(), 0, V, dlogits.data(), V, rows, d_top.data(), C, 0.f, dequant);
-    if (!core.params.frozen())
-      ops().gemm(true, false, V, C, rows, 1.f, dlogits.data(), V, stack.output().data(), C, 1.f, head_grad(), C);
-    if (nn::LoraAdapter* a = head_adapter())
-      a->backward(ops(), 0, 0, V, dlogits.data(), V, stack.output().data(), rows, d_top.data(), drop);
+  // The head and the loss of a training pass, head_rows rows at a time (chunk_at), so that only a chunk's logits
+  // exist.
+  // For each chunk of rows [r0, r0 + n) of the stack's output top:
+  //   z (n,V) = top W^T (+ the head adapter);  losses[r0 + i], dz = weight * d(mean loss)/dz  (one sweep, into z)
+  //   with the gradient: d top (n,C) = dz W;  dW (V,C) += dz^T top (not for a frozen base: LoRA);  the adapter's.
+  // Each row's loss and d top is the whole pass's; dW sums over the chunks in turn (the same sum when one chunk).
+  // Without the gradient (ModelCore::accumulate's checked order, where a refused loss must leave no gradient) a head
+  // that trains (head_trains) keeps only the losses, and the backward runs this again with the gradient once the
+  // loss is known finite: one more head product, (rows, C) x (C, V), for GPT-2 124M about 10% of a full step's
+  // FLOP. A head that does not train (LoRA without a "head" adapter) makes d top in this pass already: d top is no
+  // gradient (it is the stack's backward that adds the adapters'), so the head runs once.
+  models::ModelCore::PendingLoss head_loss(int rows, float weight, bool gradient) {
+    models::ModelCore::PendingLoss l{CSpan(losses.first(static_cast<size_t>(rows))), 0};
+    for (int r = 0; r < rows; ++r) l.count += target_ids.host[static_cast<size_t>(r)] != INT32_MIN;
+    const float scale = l.count ? weight / static_cast<float>(l.count) : 0.f;
+    const float* top = stack.output().data();
+    nn::LoraAdapter* a = head_adapter();
+    for (int r0 = 0, n; r0 < rows; r0 += n) {
+      n = chunk_at(r0, rows);
+      const float* x = top + static_cast<size_t>(r0) * C;
+      const Span z = logits.first(static_cast<size_t>(n) * V);
+      // The head's products over kVocabBlock of its rows at a time: the CPU gemm packs the whole of a transposed B
+      // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps; a block packs (8192, C).
+      for (int v0 = 0; v0 < V; v0 += kVocabBlock)
+        nn::weight_product(ops(), head(), v0, std::min(kVocabBlock, V - v0), x, C, n, z.data() + v0, V);
+      if (a) a->forward(ops(), 0, 0, V, x, C, n, z.data(), V, drop);
+      const ops::Ids ids{target_ids.host.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)),
+                         target_ids.device ? target_ids.device + r0 : nullptr};
+      ops().crossentropy_forward_backward(losses.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)), z, z, ids,
+                                          scale, n, V, INT32_MIN, 0.f);
+      if (!gradient && head_trains()) continue;
+      float* dx = d_top.data() + static_cast<size_t>(r0) * C;
+      for (int v0 = 0; v0 < V; v0 += kVocabBlock)  // dx = sum over the blocks of dz[:, block] W[block]
+        nn::weight_product_dx(ops(), head(), v0, std::min(kVocabBlock, V - v0), z.data() + v0, V, n, dx, C,
+                              v0 == 0 ? 0.f : 1.f, dequant);
+      if (!core.params.frozen()) ops().gemm(true, false, V, C, n, 1.f, z.data(), V, x, C, 1.f, head_grad(), C);
+      if (a) a->backward(ops(), 0, 0, V, z.data(), V, x, n, dx, drop);
+    }
+    return l;
+  }
+
+  // A training pass's forward and loss with weight * d(mean loss)/d logits. fused: the head's backward too (d top
+  // and the head's gradients, head_loss), for the steps that begin from zero gradients (train_step), which the
+  // backward then completes; else the head's backward waits for backward().
+  models::ModelCore::PendingLoss forward_loss(int B, int T, float weight, bool fused) {
+    forward_stack(B, T, true);
+    loss_weight = weight;
+    return head_loss(B * T, weight, fused);
+  }
+  float loss_weight = 1.f;
+
+  // Whether the head's backward adds to any gradient: its weight's (a base that trains) or its adapter's.
+  bool head_trains() const { return !core.params.frozen() || head_adapter() != nullptr; }
+
+  // The backward after forward_loss: the head's (unless fused, or made with the loss: head_loss), then the stack's
+  // and the embedding's.
+  void backward(int B, int T, bool fused) {
+    if (!fused && head_trains()) head_loss(B * T, loss_weight, true);
     const Span d_emb = stack.backward(d_top, {nullptr, true}, B, T, drop);
     embedding.backward(d_emb, token_ids, B, T, drop);
   }
 
-  // The forward and the loss with weight * d(mean loss)/d logits in one sweep, into the logits buffer.
-  models::ModelCore::PendingLoss forward_loss(int B, int T, float weight) {
-    forward(B, T, true);
-    return models::cross_entropy_with_gradient(core, logits, losses, target_ids, weight, B * T, V, INT32_MIN, 0.f);
+  float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
+    load_batch(in, &tg, B, T, false);
+    return core.accumulate([&] { return forward_loss(B, T, weight, false); }, [&] { backward(B, T, false); });
   }
 
-  float accumulate(std::span<const int32_t> in, std::span<const int32_t> tg, int B, int T, float weight) {
-    load_batch(in, &tg, B, T);
-    return core.accumulate([&] { return forward_loss(B, T, weight); }, [&] { backward(B, T); });
+  // A fused training step's head gradients were added before its loss was checked: when the step throws on the
+  // CPU's checked path (a refused loss: NonFinite::Error), they are zeroed, as the step began (ModelCore::train_step
+  // zeroes them too where the step is queued whole).
+  template <class Step>
+  auto fused_step(Step&& step) {
+    models::ModelCore::PendingLoss pending{};
+    try {
+      return step(pending);
+    } catch (...) {
+      if (!pending.losses.empty() && (core.sync || !ops().queues_whole_steps()) &&
+          !std::isfinite(core.read_loss(pending)))
+        core.trained().zero_grad();
+      throw;
+    }
   }
 };
 
@@ -195,19 +300,23 @@ float LanguageModel::forward_backward(std::span<const int32_t> inputs, std::span
 
 float LanguageModel::train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
   Impl& m = *impl_;
-  m.load_batch(inputs, &targets, batch, seq);
-  return m.core.train_step(
-      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); },
-      [&] { m.backward(batch, seq); });
+  m.load_batch(inputs, &targets, batch, seq, false);
+  return m.fused_step([&](models::ModelCore::PendingLoss& pending) {
+    return m.core.train_step(
+        models::shape_key({batch, seq}), [&] { return pending = m.forward_loss(batch, seq, 1.f, true); },
+        [&] { m.backward(batch, seq, true); });
+  });
 }
 
 StepLoss LanguageModel::queue_train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch,
                                          int seq) {
   Impl& m = *impl_;
-  m.load_batch(inputs, &targets, batch, seq);
-  return m.core.queue_train_step(
-      models::shape_key({batch, seq}), [&] { return m.forward_loss(batch, seq, 1.f); },
-      [&] { m.backward(batch, seq); });
+  m.load_batch(inputs, &targets, batch, seq, false);
+  return m.fused_step([&](models::ModelCore::PendingLoss& pending) {
+    return m.core.queue_train_step(
+        models::shape_key({batch, seq}), [&] { return pending = m.forward_loss(batch, seq, 1.f, true); },
+        [&] { m.backward(batch, seq, true); });
+  });
 }
 
 float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
@@ -218,14 +327,14 @@ float LanguageModel::accumulate(std::span<const int32_t> inputs, std::span<const
 
 Metrics LanguageModel::evaluate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq) {
   Impl& m = *impl_;
-  m.load_batch(inputs, &targets, batch, seq);
+  m.load_batch(inputs, &targets, batch, seq, true);
   m.forward(batch, seq, false);
   return m.loss(batch * seq).metrics();
 }
 
 std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int batch, int seq) {
   Impl& m = *impl_;
-  m.load_batch(inputs, nullptr, batch, seq);
+  m.load_batch(inputs, nullptr, batch, seq, true);
   m.forward(batch, seq, false);
   const size_t n = static_cast<size_t>(batch) * seq * m.V;
   std::vector<float> out(n);
@@ -236,11 +345,12 @@ std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int ba
 std::vector<float> LanguageModel::attention(int layer) const {
   const Impl& m = *impl_;
   check(layer >= 0 && layer < m.L, "layer = ", layer, " is out of range: expected 0 <= layer < ", m.L);
-  const nn::MultiHeadAttention& a = m.stack.layer(layer).self_attention();
-  std::vector<float> w = a.weights();
+  // Recomputing, the layer's forward may run again (nn/stack.h): the arena is scratch, so impl_ is not const here.
+  std::vector<float> w = impl_->stack.attention_weights(layer);
   check(!w.empty(), "attention(", layer,
         "): no weights to show: no full forward pass has run since the model was made, loaded or last generated "
-        "(generation keeps keys and values in its KV cache); run logits() or evaluate() on the sequence");
+        "(generation keeps keys and values in its KV cache), or since a training step of a model that recomputes its "
+        "activations (set_recompute; on with LoRA adapters); run logits() or evaluate() on the sequence");
   return w;
 }
 
@@ -298,7 +408,7 @@ struct LanguageModel::Generation::State {
     // arena is planned for those (step()): a 124M GPT-2 with context 1024 would otherwise plan a training
     // forward's activations and (1024, V) logits, about 1 GB that decoding never reads, and the wasm build
     // clears and touches all of it.
-    if (!options.use_cache) m.ensure_capacity(batch, ctx);
+    if (!options.use_cache) m.ensure_capacity(batch, ctx, true);
     const size_t rows = static_cast<size_t>(batch);
     seq.resize(rows);
     out.resize(rows);
@@ -340,7 +450,7 @@ struct LanguageModel::Generation::State {
         m.caches.clear();
       }
       const int fed = start + m.caches.length(), Tn = n - fed;
-      m.ensure_capacity(batch, Tn);
+      m.ensure_capacity(batch, Tn, true);
       gather(fed, Tn);
       m.forward_cached(window.data(), batch, Tn);
       // The next-token logits (B,V) come to the host, where the sampler chooses (infer/sampling.cpp).
@@ -446,7 +556,10 @@ const char* LanguageModel::kind() const { return "language_model"; }
 std::string LanguageModel::config_json() const { return to_json(impl_->config); }
 bool LanguageModel::tied_head() const { return impl_->lm_head == nullptr; }
 void LanguageModel::reset(bool moved) {
-  if (moved) impl_->B_cap = impl_->T_cap = 0;
+  if (moved) {
+    impl_->B_cap = impl_->T_cap = 0;
+    impl_->whole_logits = false;
+  }
   impl_->caches_owner = 0;  // keys and values of the old weights, or of the old device
 }
 

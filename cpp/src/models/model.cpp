@@ -59,6 +59,13 @@ void Model::set_non_finite(NonFinite policy) {
   if (core().lora) core().lora->optimizer.set_non_finite(policy);
 }
 void Model::set_training(bool training) { core().training = training; }
+void Model::set_recompute(Recompute mode) {
+  models::ModelCore& c = settled(core());  // queued steps read the arena, which is planned again
+  if (c.recompute == mode) return;
+  c.recompute = mode;
+  reset(true);
+}
+Recompute Model::recompute() const { return core().recompute; }
 size_t Model::num_parameters() const { return const_cast<Model*>(this)->core().num_parameters(); }
 MemoryUsage Model::memory() const { return core().memory(); }
 int Model::step() const { return settled(core()).opt().steps(); }

@@ -28,6 +28,7 @@
 #include "qkv/error.h"
 #include "qkv/memory.h"
 #include "qkv/optimizer.h"
+#include "qkv/options.h"
 #include "qkv/step_loss.h"
 #include "qkv/workspace.h"
 #include "train/optimizer.h"
@@ -41,7 +42,8 @@ struct ModelCore {
   uint64_t seed;
   float dropout;
   bool training = true;
-  uint64_t passes = 0;  // forward passes run: each gets its own dropout seed
+  Recompute recompute = Recompute::Auto;  // Model::set_recompute
+  uint64_t passes = 0;                    // forward passes run: each gets its own dropout seed
 
   ModelCore(const OptimizerConfig& o, uint64_t seed_, float dropout_, ops::Backend& backend)
       : params(backend), optimizer(o), seed(seed_), dropout(dropout_) {
@@ -57,6 +59,8 @@ struct ModelCore {
   nn::Parameters& trained() { return lora ? lora->params : params; }
   const nn::Parameters& trained() const { return lora ? lora->params : params; }
   train::Optimizer& opt() { return lora ? lora->optimizer : optimizer; }
+  // Whether the stacks plan activation recomputation (nn/stack.h): Recompute::Auto means with adapters.
+  bool recomputes() const { return recompute == Recompute::On || (recompute == Recompute::Auto && lora); }
   const train::Optimizer& opt() const { return lora ? lora->optimizer : optimizer; }
   Device device() const { return params.device(); }
 
@@ -422,7 +426,7 @@ struct ModelCore {
   }
   // What the step's ops depend on beyond the model's shape: which model (a new model may get a freed model's
   // addresses, and its first step must run op by op: it makes what the model keeps), where its weights live, and
-  // whether dropout is on.
+  // whether dropout is on, and whether the layers are recomputed (more ops).
   uint64_t step_key() const {
     const auto at = reinterpret_cast<uintptr_t>(const_cast<nn::Parameters&>(params).values().data());
     // With adapters the step also reads and writes theirs: a new adapter set is a new step.
@@ -431,7 +435,7 @@ struct ModelCore {
     return (static_cast<uint64_t>(at) * 0x9E3779B97F4A7C15ull) ^
            (static_cast<uint64_t>(adapters) * 0xD6E8FEB86659FD93ull) ^ (lora_changes << 40) ^
            (id * 0xC2B2AE3D27D4EB4Full) ^ (training ? 1u : 0u) ^
-           (static_cast<uint64_t>(std::hash<float>{}(dropout)) << 1);
+           (static_cast<uint64_t>(std::hash<float>{}(dropout)) << 1) ^ (recomputes() ? uint64_t{1} << 63 : 0);
   }
   static uint64_t next_id() {
     static std::atomic<uint64_t> n{0};

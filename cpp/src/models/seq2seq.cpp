@@ -82,7 +82,7 @@ struct Seq2Seq::Impl {
     T_cap = std::max(T, T_cap);
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
-      encoder.plan(w, B_cap, S_cap);
+      encoder.plan(w, B_cap, S_cap, core.recomputes());
       decoder.plan(w, B_cap, T_cap, S_cap);
       generator.plan(w, static_cast<int>(rows));
       src_emb.plan(w, B_cap * S_cap);
@@ -334,12 +334,14 @@ std::vector<float> Seq2Seq::attention(AttentionKind kind, int layer) const {
   const Impl& m = *impl_;
   const int L = kind == AttentionKind::EncoderSelf ? m.encoder.size() : m.decoder.size();
   check(layer >= 0 && layer < L, "layer = ", layer, " is out of range: expected 0 <= layer < ", L);
-  const nn::MultiHeadAttention& a = kind == AttentionKind::EncoderSelf   ? m.encoder.layer(layer).self_attention()
-                                    : kind == AttentionKind::DecoderSelf ? m.decoder.layer(layer).self_attention()
-                                                                         : m.decoder.layer(layer).cross_attention();
-  std::vector<float> w = a.weights();
+  // The encoder's, when it recomputes, may run the layer's forward again (nn/stack.h): impl_ is not const.
+  std::vector<float> w = kind == AttentionKind::EncoderSelf   ? impl_->encoder.attention_weights(layer)
+                         : kind == AttentionKind::DecoderSelf ? m.decoder.layer(layer).self_attention().weights()
+                                                              : m.decoder.layer(layer).cross_attention().weights();
   check(!w.empty(), "attention: no weights to show: no full forward pass has run since the model was made, loaded or ",
-        "last generated (generation keeps keys and values in its KV caches); run logits() or evaluate() first");
+        "last generated (generation keeps keys and values in its KV caches), or, for the encoder's, since a training ",
+        "step of a model that recomputes its activations (set_recompute; on with LoRA adapters); run logits() or ",
+        "evaluate() first");
   return w;
 }
 

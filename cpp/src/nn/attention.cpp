@@ -29,12 +29,12 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
   w_in_.matrix = true;
 }
 
-void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk) {
+void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved) {
   const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
-  q_ = ws.take(rq * C_);
-  kv_ = ws.take(rk * 2 * C_);
-  y_ = ws.take(rq * C_);
-  lse_ = ws.take(rq * H_);
+  q_ = saved.take(ws, "q", rq * C_);
+  kv_ = saved.take(ws, "kv", rk * 2 * C_);
+  y_ = saved.take(ws, "y", rq * C_);
+  lse_ = saved.take(ws, "lse", rq * H_);
   out_proj_.plan(ws, B * Tq);
   // Live only inside one forward or backward call: every attention module of the model shares them.
   const ops::AttentionShape s{B, Tq, Tk, C_, H_, C_, 2 * C_, nullptr, true, 0.f, 0};

@@ -8,6 +8,7 @@
 
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/saved.h"
 #include "qkv/workspace.h"
 
 namespace qkv::nn {
@@ -36,7 +37,8 @@ class MultiHeadAttention {
  public:
   MultiHeadAttention(Parameters& params, const std::string& prefix, int C, int H, bool bias, float init_std,
                      float out_init_std);
-  void plan(Workspace& ws, int B, int Tq, int Tk);
+  // saved: where q, kv, y and lse go (nn/saved.h: the module's own buffers, or a recomputing stack's shared ones).
+  void plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved = {});
   // xq (B,Tq,C), xkv (B,Tk,C) -> out (B,Tq,C). Attention dropout from `drop`. With a cache (KvCache above)
   // the keys come from it; its key_pad, if any, is (B, capacity); weights() is then unavailable.
   void forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,

@@ -13,15 +13,15 @@ FeedForward::FeedForward(Parameters& params, const std::string& prefix, int C, i
       linear1_(params, prefix + "linear1.weight", bias ? prefix + "linear1.bias" : "", C, F, init_std, "up"),
       linear2_(params, prefix + "linear2.weight", bias ? prefix + "linear2.bias" : "", F, C, out_init_std, "down") {}
 
-void FeedForward::plan(Workspace& ws, int rows) {
+void FeedForward::plan(Workspace& ws, int rows, const Saved& saved) {
   const size_t n = static_cast<size_t>(rows) * F_;
   // ReLU's derivative reads the sign of its output (a > 0 exactly where h > 0, and dropout's zeros carry no
   // gradient either way), so with ReLU the pre-activation is scratch of the forward call and only a_ stays
   // per layer; GELU's derivative (either form) needs h. da_ lives inside one backward call: every layer shares it.
   linear1_.plan(ws, rows);
   linear2_.plan(ws, rows);
-  h_ = act_ == ops::Act::ReLU ? ws.take_shared("ffn.h", n) : ws.take(n);
-  a_ = ws.take(n);
+  h_ = act_ == ops::Act::ReLU ? ws.take_shared("ffn.h", n) : saved.take(ws, "h", n);
+  a_ = saved.take(ws, "a", n);
   da_ = ws.take_shared("ffn.da", n);
 }
 

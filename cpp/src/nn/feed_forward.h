@@ -5,6 +5,7 @@
 
 #include "nn/dropout.h"
 #include "nn/linear.h"
+#include "nn/saved.h"
 #include "qkv/options.h"
 #include "qkv/workspace.h"
 
@@ -14,7 +15,8 @@ class FeedForward {
  public:
   FeedForward(Parameters& params, const std::string& prefix, int C, int F, Activation activation, bool bias,
               float init_std, float out_init_std);
-  void plan(Workspace& ws, int rows);
+  // saved: where h and a go (nn/saved.h).
+  void plan(Workspace& ws, int rows, const Saved& saved = {});
   // x, y: (rows, C)
   void forward(Span y, CSpan x, int rows, const Dropout& drop);
   // dx (rows, C) is overwritten.

@@ -12,6 +12,7 @@
 
 #include "nn/dropout.h"
 #include "nn/layernorm.h"
+#include "nn/saved.h"
 #include "qkv/options.h"
 
 namespace qkv::nn {
@@ -24,7 +25,8 @@ class Residual {
   using Backward = std::function<void(Span, CSpan, CSpan)>;
 
   Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order);
-  void plan(Workspace& ws, int rows);
+  // saved: where the norm's side (n below) goes (nn/saved.h).
+  void plan(Workspace& ws, int rows, const Saved& saved = {});
   // x, out: (rows, C). Pre-LN only: x_normed says input_norm().y already holds LN(x) (the previous sublayer's
   // `next` wrote it); next, when it has a norm, gets LN(out) in the same pass as the add. Post-LN ignores both.
   void forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f, bool x_normed = false,

@@ -35,7 +35,7 @@ NormInto next_norm(const Layers& layers, size_t l, LayerNorm* final_norm, Span o
 
 EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o,
                            bool final_norm, const std::string& norm_name)
-    : params_(params), C_(o.C), pre_(o.norm == NormPosition::Pre) {
+    : params_(params), C_(o.C), pre_(o.norm == NormPosition::Pre), key_("saved:" + prefix + "layer.") {
   for (int l = 0; l < layers; ++l) {
     offsets_.push_back(params.count());
     layers_.push_back(std::make_unique<EncoderLayer>(params, prefix + "layers." + std::to_string(l) + ".", o));
@@ -44,17 +44,41 @@ EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int la
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
 }
 
-void EncoderStack::plan(Workspace& ws, int B, int T) {
-  for (auto& l : layers_) l->plan(ws, B, T);
+void EncoderStack::plan(Workspace& ws, int B, int T, bool recompute) {
+  recompute_ = recompute;
+  held_ = -1;
+  last_full_ = false;
+  const Saved saved = recompute ? Saved{key_} : Saved{};
+  for (auto& l : layers_) l->plan(ws, B, T, saved);
   if (norm_) norm_->plan(ws, B * T);
   plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_);
 }
 
+void EncoderStack::forward_layer(size_t l, const AttentionMask& mask, int B, int T, const Dropout& drop,
+                                 KvCache* cache) {
+  layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop, pre_ && l > 0,
+                      next_norm(layers_, l, norm_.get(), out_, pre_), cache);
+  held_ = static_cast<int>(l);
+}
+
 void EncoderStack::forward(const AttentionMask& mask, int B, int T, const Dropout& drop, std::span<KvCache> caches) {
-  for (size_t l = 0; l < layers_.size(); ++l)
-    layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop, pre_ && l > 0,
-                        next_norm(layers_, l, norm_.get(), out_, pre_), caches.empty() ? nullptr : &caches[l]);
+  for (size_t l = 0; l < layers_.size(); ++l) forward_layer(l, mask, B, T, drop, caches.empty() ? nullptr : &caches[l]);
   if (norm_ && (!pre_ || layers_.empty())) norm_->forward(out_, xs_.back(), B * T);
+  last_mask_ = mask;
+  last_drop_ = drop;
+  last_B_ = B;
+  last_T_ = T;
+  last_full_ = caches.empty();
+}
+
+std::vector<float> EncoderStack::attention_weights(int l) {
+  const size_t i = static_cast<size_t>(l);
+  if (recompute_ && held_ != l) {
+    if (!last_full_) return {};
+    // Re-running layer l writes what its first run wrote: its output and, pre-LN, the next norm's (the same values).
+    forward_layer(i, last_mask_, last_B_, last_T_, last_drop_, nullptr);
+  }
+  return layers_[i]->self_attention().weights();
 }
 
 Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop) {
@@ -62,9 +86,18 @@ Span EncoderStack::backward(CSpan d_output, const AttentionMask& mask, int B, in
   params_.grads_final_from(offsets_.back());
   Span d_out = d_a_, d_in = d_b_;
   for (int l = size() - 1; l >= 0; --l) {
+    // Recomputing: layer l's internals, as its forward made them, back in the shared buffers (its output and the
+    // next norm's are rewritten with the values they hold).
+    if (recompute_ && held_ != l) forward_layer(static_cast<size_t>(l), mask, B, T, drop, nullptr);
     layers_[static_cast<size_t>(l)]->backward(d_in, d_out, xs_[static_cast<size_t>(l)], mask, B, T, drop);
     params_.grads_final_from(offsets_[static_cast<size_t>(l)]);
     std::swap(d_in, d_out);
+  }
+  // A backward is a training pass: the weights change after it, so re-running a layer would no longer give the last
+  // forward's attention weights. Recomputing, none are kept (attention_weights: empty until the next forward).
+  if (recompute_) {
+    last_full_ = false;
+    held_ = -1;
   }
   return d_out;
 }

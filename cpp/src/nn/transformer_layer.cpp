@@ -4,18 +4,19 @@ namespace qkv::nn {
 
 EncoderLayer::EncoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o)
     : C_(o.C),
+      pre_(o.norm == NormPosition::Pre),
       attn_(params, prefix + "self_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
       ffn_(params, prefix, o.C, o.F, o.activation, o.bias, o.init_std, o.out_init_std),
       attn_res_(params, prefix + "norm1", o.C, o.norm),
       ffn_res_(params, prefix + "norm2", o.C, o.norm) {}
 
-void EncoderLayer::plan(Workspace& ws, int B, int T) {
+void EncoderLayer::plan(Workspace& ws, int B, int T, const Saved& saved) {
   const int rows = B * T;
-  attn_.plan(ws, B, T, T);
-  ffn_.plan(ws, rows);
-  attn_res_.plan(ws, rows);
-  ffn_res_.plan(ws, rows);
-  x1_ = ws.take(static_cast<size_t>(rows) * C_);
+  attn_.plan(ws, B, T, T, saved / "attn");
+  ffn_.plan(ws, rows, saved / "ffn");
+  attn_res_.plan(ws, rows, pre_ ? Saved{} : saved / "attn_res");
+  ffn_res_.plan(ws, rows, saved / "ffn_res");
+  x1_ = saved.take(ws, "x1", static_cast<size_t>(rows) * C_);
   dx1_ = ws.take_shared("layer.dx1", static_cast<size_t>(rows) * C_);  // inside one backward call
 }
 

@@ -25,7 +25,11 @@ struct LayerOptions {
 class EncoderLayer {
  public:
   EncoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o);
-  void plan(Workspace& ws, int B, int T);
+  // saved (nn/saved.h): where the layer keeps what its backward reads. Shared (a recomputing stack), everything but
+  // what another layer's forward writes: pre-LN, LN(x) and its statistics, which the previous layer's last add makes
+  // (Residual::forward's `next`), stay the layer's own, so that re-running this layer's forward alone restores the
+  // rest.
+  void plan(Workspace& ws, int B, int T, const Saved& saved = {});
   // x, y: (B,T,C). x_normed and next chain pre-LN layers in a stack (Residual::forward): x's LayerNorm is
   // already done, and next gets LN(y) in the pass that makes y.
   // With a cache, x holds T new positions after those the cache keeps (nn/attention.h's KvCache).
@@ -40,6 +44,7 @@ class EncoderLayer {
 
  private:
   int C_;
+  bool pre_;
   MultiHeadAttention attn_;
   FeedForward ffn_;
   Residual attn_res_, ffn_res_;

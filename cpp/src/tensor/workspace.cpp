@@ -27,9 +27,11 @@ void Workspace::plan(const std::function<void(Workspace&)>& fn) {
     offset_ += s.floats;
   }
   const size_t needed = offset_;
-  if (needed > capacity_) {
+  // A smaller plan than the block is one made again after a reset (the models' capacities only grow otherwise:
+  // adapters added, recomputation switched on): the block shrinks to it.
+  if (needed != capacity_) {
     buffer_.reset();
-    buffer_ = allocate_floats(needed, device_);
+    if (needed > 0) buffer_ = allocate_floats(needed, device_);
     capacity_ = needed;
   } else if (needed > 0) {
     ops::backend(device_).fill({buffer_.get(), needed}, 0.f);
