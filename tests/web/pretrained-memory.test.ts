@@ -35,42 +35,53 @@ const config = JSON.stringify({
   activation_function: "gelu_new", layer_norm_epsilon: 1e-5,
 });
 
+/**
+ * Runs a load with a progress callback and measures what it took: the wasm heap's allocated bytes after it (`used`)
+ * and at the peak sampled between pieces (`usedPeak`: memory() is answered between two of the load's calls, so a
+ * core that kept the bytes until the end shows here even if it freed them before the load resolved), the heap's
+ * growth (`grown`), and the JS buffers besides the wasm memory at the peak (`js`: the piece in flight and its
+ * clone; the wasm memory is one of this thread's ArrayBuffers only where the core runs on it, not in its Worker,
+ * and then its growth is taken out).
+ */
+async function measureLoad<T>(load: (onProgress: () => void) => Promise<T>) {
+  const before = await memory();
+  const base = process.memoryUsage().arrayBuffers;
+  let peak = base;
+  let events = 0;
+  let heapPeak = before.heapUsedBytes;
+  const heapSamples: Promise<void>[] = [];
+  const sample = () => {
+    events++;
+    peak = Math.max(peak, process.memoryUsage().arrayBuffers);
+    heapSamples.push(memory().then((m) => void (heapPeak = Math.max(heapPeak, m.heapUsedBytes))));
+  };
+  const model = await load(sample);
+  sample();
+  await Promise.all(heapSamples);
+  const after = await memory();
+  const used = after.heapUsedBytes - before.heapUsedBytes;
+  const grown = after.heapBytes - before.heapBytes;
+  const wasmHere = process.memoryUsage().arrayBuffers - base >= grown;
+  const js = peak - base - (wasmHere ? grown : 0);
+  return { model, used, grown, js, usedPeak: heapPeak - before.heapUsedBytes, events: events - 1, heapBefore: before.heapBytes };
+}
+
 describe("LanguageModel.fromPretrained memory", () => {
   const file = gpt2File();
 
   it("takes about the weights: wasm heap and JS buffers grow by at most 1.3x the weights while they stream in", async () => {
     expect(file.length).toBeGreaterThan(100e6);
-    const before = await memory();
-    const base = process.memoryUsage().arrayBuffers;
-    let peak = base;
-    let events = 0;
-    // The wasm heap between pieces too (memory() is answered between two of the load's calls): a core that kept
-    // the bytes until the end would show here, even if it freed them before the load resolved.
-    let heapPeak = before.heapUsedBytes;
-    const heapSamples: Promise<void>[] = [];
-    const sample = () => {
-      events++;
-      peak = Math.max(peak, process.memoryUsage().arrayBuffers);
-      heapSamples.push(memory().then((m) => void (heapPeak = Math.max(heapPeak, m.heapUsedBytes))));
-    };
     // The bytes given whole (what a user holding them passes): before, they were copied whole into the core.
-    using m = await LanguageModel.fromPretrained({ "config.json": config, "model.safetensors": file }, { onProgress: sample });
-    sample();
-    await Promise.all(heapSamples);
-    const after = await memory();
+    const { model, used, grown, js, usedPeak, events, heapBefore } = await measureLoad((sample) =>
+      LanguageModel.fromPretrained({ "config.json": config, "model.safetensors": file }, { onProgress: sample }),
+    );
+    using m = model;
     const weights = 4 * m.numParameters();
     expect(weights).toBeGreaterThan(0.99 * (file.length - 8192)); // F32, no buffers: the file is the weights
-    const used = after.heapUsedBytes - before.heapUsedBytes;
-    const grown = after.heapBytes - before.heapBytes;
-    // JS buffers besides the wasm memory: the piece in flight and its clone. The wasm memory is one of this thread's
-    // ArrayBuffers only where the core runs on it (not in its Worker): then its growth is taken out.
-    const wasmHere = process.memoryUsage().arrayBuffers - base >= grown;
-    const js = peak - base - (wasmHere ? grown : 0);
-    const usedPeak = heapPeak - before.heapUsedBytes;
     console.log(
       `pretrained-memory: weights ${weights} bytes (file ${file.length}); wasm heap: ${used} bytes allocated ` +
         `(${(used / weights).toFixed(2)}x; ${usedPeak} at the peak sampled between pieces), grown by ${grown} ` +
-        `(${(grown / weights).toFixed(2)}x) from ${before.heapBytes}; other JS buffers at the peak: ${js} ` +
+        `(${(grown / weights).toFixed(2)}x) from ${heapBefore}; other JS buffers at the peak: ${js} ` +
         `(${(js / weights).toFixed(2)}x); ${events} progress events`,
     );
     expect(used).toBeGreaterThanOrEqual(weights * 0.95); // the weights are there
@@ -130,27 +141,13 @@ describe("LanguageModel.fromPretrained memory", () => {
     // The same GPT-2 in BF16 (54 MB): kept, its matrices are never float32 anywhere, so the load's peak is about the
     // kept weights, half the float32 ones; converted (the default) it would be the float32 weights.
     const half = gpt2File("BF16");
-    const before = await memory();
-    const base = process.memoryUsage().arrayBuffers;
-    let peak = base;
-    let heapPeak = before.heapUsedBytes;
-    const heapSamples: Promise<void>[] = [];
-    const sample = () => {
-      peak = Math.max(peak, process.memoryUsage().arrayBuffers);
-      heapSamples.push(memory().then((m) => void (heapPeak = Math.max(heapPeak, m.heapUsedBytes))));
-    };
-    using m = await LanguageModel.fromPretrained({ "config.json": config, "model.safetensors": half }, { onProgress: sample, weights: "keep" });
-    sample();
-    await Promise.all(heapSamples);
-    const after = await memory();
+    const { model, used, js, usedPeak } = await measureLoad((sample) =>
+      LanguageModel.fromPretrained({ "config.json": config, "model.safetensors": half }, { onProgress: sample, weights: "keep" }),
+    );
+    using m = model;
     const kept = (await m.memory()).parameters;
     const f32 = 4 * m.numParameters();
     expect(kept).toBeLessThan(0.51 * f32); // the matrices in 2 bytes; positions, biases and norms in 4
-    const used = after.heapUsedBytes - before.heapUsedBytes;
-    const grown = after.heapBytes - before.heapBytes;
-    const wasmHere = process.memoryUsage().arrayBuffers - base >= grown;
-    const js = peak - base - (wasmHere ? grown : 0);
-    const usedPeak = heapPeak - before.heapUsedBytes;
     console.log(
       `pretrained-memory keep: kept weights ${kept} bytes (float32 ${f32}, file ${half.length}); wasm heap: ${used} ` +
         `bytes allocated (${(used / kept).toFixed(2)}x; ${usedPeak} at the peak sampled between pieces); other JS ` +
