@@ -87,10 +87,12 @@ struct Simd {
   // is applied to the row's sum).
   template <WeightFormat f>
   static void block(const uint8_t* p, const float* s, const GroupLanes& lanes, F* w) {
-    const I x = words(p);
+    // Only the branches that shift words load them: a block of the 16-byte Q4 loader is shorter than a word vector,
+    // and an unused load (kept by an unoptimized build) would read past the row.
     if constexpr (f == WeightFormat::Int8 && Int8Loader<Arch>::order == 1) {
       Int8Loader<Arch>::load(p, w);
     } else if constexpr (f == WeightFormat::Int8) {
+      const I x = words(p);
       w[0] = xsimd::to_float((x << 24) >> 24);
       w[1] = xsimd::to_float((x << 16) >> 24);
       w[2] = xsimd::to_float((x << 8) >> 24);
@@ -100,15 +102,17 @@ struct Simd {
       w[0] *= F(s[0]);
       w[1] *= F(s[0]);
     } else if constexpr (f == WeightFormat::Q4) {
-      q4_codes(x, w);
+      q4_codes(words(p), w);
       const F scale = group_scales(s, lanes);
       for (int t = 0; t < 8; ++t) w[t] *= scale;
     } else if constexpr (f == WeightFormat::BF16) {
+      const I x = words(p);
       w[0] = xsimd::bitwise_cast<F>(x << 16);
       w[1] = xsimd::bitwise_cast<F>(x & I(static_cast<int32_t>(0xffff0000u)));
     } else if constexpr (HalfLoader<Arch>::order == 1) {
       HalfLoader<Arch>::load(p, w);
     } else {
+      const I x = words(p);
       w[0] = half(x & I(0xffff));
       w[1] = half((x >> 16) & I(0xffff));
     }
