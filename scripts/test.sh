@@ -17,9 +17,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0${ASAN_OPTIONS:+:$ASAN_OPTION
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}
 cmake --preset native-asan >/dev/null
 cmake --build --preset native-asan -j "$(nproc)"
-# The learning tests (minutes of training) run in the Release suite above; under the sanitizers every
-# other test exercises the same layers and kernels, in seconds.
-ctest --preset native-asan -j "$(nproc)" -E "^Learning\."
+# The learning tests and the quantization accuracy tests (each trains a model: seconds in Release, 2.5 minutes
+# apiece under the sanitizers) run in the Release suite above; under the sanitizers every other test exercises the
+# same layers and kernels, in seconds.
+ctest --preset native-asan -j "$(nproc)" -E "^(Learning|QuantizeAccuracy)\."
 
 echo "== fuzz (libFuzzer, a bounded run of each parser's target; the long run: scripts/fuzz.sh --seconds N)"
 bash scripts/fuzz.sh --short
