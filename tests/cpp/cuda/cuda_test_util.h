@@ -4,8 +4,10 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,5 +75,37 @@ inline ::testing::AssertionResult near(const char* what, std::span<const float> 
   return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " differ; first [" << first
                                        << "] = " << got[first] << ", CPU " << want[first] << "; max |diff| " << worst;
 }
+
+// The same bits (NaN included): `==` on vectors fails wherever both hold a NaN, as the poisoned columns an op leaves
+// unwritten do, so a determinism check compares bytes.
+inline bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// |got - want| <= rtol * max(1, |want|, scale[k]): for a result that cancels terms of magnitude scale[k] (each side's
+// rounding is a few ulp of the terms, not of the result), as near() otherwise.
+inline ::testing::AssertionResult near_scaled(const char* what, std::span<const float> got, std::span<const float> want,
+                                              std::span<const double> scale, double rtol) {
+  size_t bad = 0, first = 0;
+  for (size_t k = 0; k < got.size() && k < want.size(); ++k)
+    if (!(std::abs(double(got[k]) - want[k]) <= rtol * std::max({1.0, std::abs(double(want[k])), scale[k]})) &&
+        bad++ == 0)
+      first = k;
+  if (bad == 0 && got.size() == want.size()) return ::testing::AssertionSuccess();
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << want.size();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size() << " differ; first [" << first
+                                       << "] = " << got[first] << ", CPU " << want[first] << " (scale " << scale[first]
+                                       << ")";
+}
+
+// The products' precision for one scope, back to Fp32 at its end, also when an assertion or an exception leaves
+// the test early: a precision left set would run the next tests' products (and attention) in TF32 or bf16.
+struct MatmulPrecisionScope {
+  explicit MatmulPrecisionScope(kernels::cuda::MatmulPrecision p) { kernels::cuda::set_matmul_precision(p); }
+  ~MatmulPrecisionScope() { kernels::cuda::set_matmul_precision(kernels::cuda::MatmulPrecision::Fp32); }
+  MatmulPrecisionScope(const MatmulPrecisionScope&) = delete;
+  MatmulPrecisionScope& operator=(const MatmulPrecisionScope&) = delete;
+};
 
 }  // namespace qkv::test

@@ -99,8 +99,9 @@ void check_flash(const FlashCase& c, uint64_t seed, bool twice = false) {
     if (twice) {
       kc::attention_backward_flash(dq_, dkv_, dkv_ + in.C, scratch_, dout_, q_, kv_, kv_ + in.C, out_, lse_, s,
                                    precision);
-      EXPECT_EQ(download(dq_, in.q.size()), dq) << "dq differs between two identical runs";
-      EXPECT_EQ(download(dkv_, in.kv.size()), dkv) << "dk, dv differ between two identical runs";
+      // Bytes, not ==: the columns outside q (and k, v) keep their poison, and NaN == NaN is false.
+      EXPECT_TRUE(test::same_bits(download(dq_, in.q.size()), dq)) << "dq differs between two identical runs";
+      EXPECT_TRUE(test::same_bits(download(dkv_, in.kv.size()), dkv)) << "dk, dv differ between two identical runs";
     }
   }
 }
@@ -175,13 +176,12 @@ TEST(CudaFlashAttention, TheSelectionFollowsTheProductsPrecision) {
   const std::pair<M, AttentionPrecision> pairs[] = {
       {M::Fp32, AttentionPrecision::Fp32}, {M::Tf32, AttentionPrecision::Tf32}, {M::Bf16, AttentionPrecision::Bf16}};
   for (const auto& [matmul, attention] : pairs) {
-    kc::set_matmul_precision(matmul);
+    const test::MatmulPrecisionScope scope(matmul);
     kc::attention_forward(d.f[2], d.f[3], d.f[0], d.f[1], d.f[1] + in.C, s);
     kc::attention_forward_flash(d.f[4], d.f[5], d.f[0], d.f[1], d.f[1] + in.C, s, attention);
     EXPECT_EQ(download(d.f[2], nout), download(d.f[4], nout)) << static_cast<int>(matmul);
     EXPECT_EQ(download(d.f[3], nl), download(d.f[5], nl)) << static_cast<int>(matmul);
   }
-  kc::set_matmul_precision(M::Fp32);
 }
 
 }  // namespace

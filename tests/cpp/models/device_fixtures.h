@@ -68,7 +68,7 @@ inline void expect_near_all(const std::vector<float>& got, const std::vector<flo
     const double d = std::abs(static_cast<double>(got[i]) - want[i]) / std::max(1.0, std::abs(double(want[i])));
     if (d > worst) worst = d, at = i;
   }
-  EXPECT_LE(worst, tol) << what << "[" << at << "]: " << device << " " << got[at] << ", cpu " << want[at];
+  EXPECT_LE(worst, tol) << what << "[" << at << "]: " << device << " " << got[at] << ", want " << want[at];
 }
 
 }  // namespace qkv::test

@@ -65,8 +65,8 @@ bool gemm_tf32();
 // h (rows, out) = x (rows, in) w^T + b (w row-major (out, in), b (out)), every matrix dense, the bias added in
 // cuBLASLt's epilogue in the products' precision (gemm_bias.cpp); with relu, h = max(x w^T + b, 0) (what a NaN
 // gives is cuBLASLt's, undocumented; bias_act_forward's fmaxf and the CPU's SIMD max give 0). Returns false, having
-// done nothing, where it cannot (no cuBLASLt, no algorithm for the shape, QKV_CUDA_LT=0): the caller then runs gemm and
-// bias_act_forward.
+// done nothing, where it cannot (no cuBLASLt, no algorithm for the shape, a bias not 16-byte aligned, cuBLASLt
+// refusing the call, QKV_CUDA_LT=0): the caller then runs gemm and bias_act_forward.
 bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h, bool relu = false);
 // Whether gemm_bias has a plan for this call (made here on first use; nothing is queued): the CUDA backend
 // chooses its path before it queues anything, so that a replayed training step walks the captured ops.

@@ -161,13 +161,16 @@ Plan make_plan(State& s, int rows, int out, int in, MatmulPrecision precision, b
 
 namespace {
 
-// The shape's plan, made on first use (null where cuBLASLt is off, absent, or has no algorithm). s.mutex held.
-const Plan* plan_for(State& s, int rows, int out, int in, const float* x, const float* w, const float* b,
-                     const float* h, bool relu) {
+// The shape's plan, made on first use (null where cuBLASLt is off, absent, or has no algorithm, or the bias is not
+// 16-byte aligned: the heuristic is not told the bias pointer, and on an H200 with cuBLAS 13 the algorithm it picks
+// for a 4-byte-aligned bias fails in cublasLtMatmul with CUBLAS_STATUS_NOT_SUPPORTED). s.mutex held.
+Plan* plan_for(State& s, int rows, int out, int in, const float* x, const float* w, const float* b, const float* h,
+               bool relu) {
   if (!enabled() || rows <= 0 || out <= 0 || in <= 0 || !x || !w || !b || !h) return nullptr;
   if (!start(s)) return nullptr;
   const MatmulPrecision precision = matmul_precision();
   const int align[4] = {alignment(x), alignment(w), alignment(h), alignment(b)};
+  if (align[3] < 16) return nullptr;
   const Key key{rows, out, in, static_cast<int>(precision), relu, align[0], align[1], align[2], align[3]};
   auto it = s.plans.find(key);
   if (it == s.plans.end()) it = s.plans.emplace(key, make_plan(s, rows, out, in, precision, relu, align)).first;
@@ -186,13 +189,18 @@ bool gemm_bias_planned(int rows, int out, int in, const float* x, const float* w
 bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const float* b, float* h, bool relu) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  const Plan* plan = plan_for(s, rows, out, in, x, w, b, h, relu);
+  Plan* plan = plan_for(s, rows, out, in, x, w, b, h, relu);
   if (!plan) return false;
-  const Plan& p = *plan;
+  Plan& p = *plan;
   if (s.api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) != CUBLAS_STATUS_SUCCESS) return false;
   const float one = 1.f, zero = 0.f;
   const cublasStatus_t st = s.api.matmul(s.handle, p.desc, &one, w, p.a, x, p.b, &zero, h, p.c, h, p.c, &p.algo,
                                          s.workspace, kWorkspaceBytes, stream());
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
+    // Refused before anything was queued: this shape takes the plain path from now on.
+    p.ok = false;
+    return false;
+  }
   if (st != CUBLAS_STATUS_SUCCESS) throw_cublas_error("gemm_bias", "cublasLtMatmul", static_cast<int>(st));
   check_launch("gemm_bias");
   return true;

@@ -1,0 +1,139 @@
+#!/bin/bash
+# One short GPU session (issue 34) with binaries built HERE, so that the lent machine's minutes go to running, not
+# compiling. Here (the native preset builds the CUDA objects for sm_90 when nvcc is installed):
+#   cmake --build build/native && bash bench/cuda_session.sh --pack      # copies the binaries into .devbin/
+# then, through the device tool, with carry [".devbin"]:
+#   bash bench/cuda_session.sh                                           # logs.tgz and summary.txt under $OUT
+# Phase A runs the GPU test groups side by side (correctness only; each under `timeout`), and compute-sanitizer
+# memcheck and racecheck beside them; phase B, alone on the card, the training table (qkv, PyTorch eager, then
+# torch.compile while the time lasts), the ops table and the A/Bs. CUDA_SESSION_SECONDS (default 380) bounds the
+# whole; a stage that would start after it is skipped and says so. For a second session that completes the first:
+# CUDA_SESSION_TABLE=0 skips qkv's and PyTorch eager's rows, the A/Bs and the ops table; CUDA_SESSION_COMPILE lists
+# the torch.compile rows ("char-gpt:tf32 seq2seq:bf16 ..."; default all six); CUDA_SESSION_MEMCHECK and
+# CUDA_SESSION_RACECHECK replace the sanitizers' gtest filters (empty: skipped); CUDA_SESSION_SHARE (45) is phase
+# A's percentage of the time. If the carried binaries cannot start there (a
+# library missing), it builds the three targets there with bench/cuda_carry.sh's headers, if carried.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bins=(tests/cpp/qkv_tests bench/qkv_cuda_train bench/qkv_cuda_bench)
+if [ "${1:-}" = --pack ]; then
+  rm -rf .devbin && mkdir -p .devbin
+  grep -qx "/.devbin/" .git/info/exclude 2>/dev/null || echo "/.devbin/" >>.git/info/exclude
+  for b in "${bins[@]}"; do strip -o ".devbin/$(basename "$b")" "build/native/$b"; done
+  du -sh .devbin
+  exit 0
+fi
+
+budget="${CUDA_SESSION_SECONDS:-380}"
+t0=$(date +%s)
+out="${OUT:-build/cuda-session}"
+logs=/tmp/qkv-logs
+rm -rf "$logs" && mkdir -p "$logs" "$out"
+left() { echo $((budget - ($(date +%s) - t0))); }
+say() { echo "[$(($(date +%s) - t0)) s] $*" | tee -a "$logs/summary.txt"; }
+
+# The tests read their fixtures at the source path compiled in here (/work/main/tests/fixtures).
+here="$PWD"
+if [ ! -e /work/main ]; then mkdir -p /work && ln -s "$here" /work/main; fi
+
+# Libraries: NCCL and the CUDA runtime are linked; cuBLAS is opened on first use. Look where the image keeps them.
+libdirs=/usr/local/cuda/lib64:/usr/local/cuda/lib
+for d in $(python3 -c 'import nvidia, os; [print(os.path.join(p, q, "lib")) for p in nvidia.__path__ for q in os.listdir(p)]' 2>/dev/null); do
+  [ -d "$d" ] && libdirs="$libdirs:$d"
+done
+export LD_LIBRARY_PATH="$libdirs:${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | tee -a "$logs/summary.txt"
+nproc | sed 's/^/cpus: /' | tee -a "$logs/summary.txt"
+
+bin=.devbin
+if ! ldd "$bin/qkv_tests" 2>&1 | tee "$logs/ldd.txt" | grep -q "not found" && "$bin/qkv_tests" --gtest_list_tests >/dev/null 2>&1; then
+  say "carried binaries start"
+else
+  say "carried binaries do not start ($(grep 'not found' "$logs/ldd.txt" | tr -s ' \t' ' ')): building here"
+  extra=()
+  [ -d .carry/usr ] && extra=(-DQKV_SYSTEM_INCLUDE="$PWD/.carry/usr/include" -DCMAKE_PREFIX_PATH="$PWD/.carry/usr")
+  cmake --preset cuda -G Ninja "${extra[@]}" >"$logs/configure.log" 2>&1 &&
+    cmake --build build/cuda -j 16 --target qkv_tests qkv_cuda_train qkv_cuda_bench >"$logs/build.log" 2>&1 ||
+    { say "build failed"; tail -20 "$logs/build.log"; }
+  mkdir -p .devbin-built && for b in "${bins[@]}"; do cp "build/cuda/$b" .devbin-built/; done
+  bin=.devbin-built
+  say "built"
+fi
+tests="$bin/qkv_tests"
+
+# --- Phase A: correctness, the groups side by side -------------------------------------------------------------
+group() {  # name seconds env... -- filter
+  local name=$1 secs=$2
+  shift 2
+  local envs=()
+  while [ "$1" != -- ]; do envs+=("$1"); shift; done
+  shift
+  env "${envs[@]}" timeout -k 5 "$secs" "$tests" --gtest_filter="$1" >"$logs/test_$name.log" 2>&1
+  echo "$?" >"$logs/test_$name.rc"
+}
+a_secs=$(($(left) * ${CUDA_SESSION_SHARE:-45} / 100))
+say "phase A: test groups and sanitizers, ${a_secs} s each at most"
+group ops "$a_secs" -- 'CudaOps.*:CudaGraph.*:CudaQuantOps.*:Device.*:CudaHost.*:CudaQuantHost.*' &
+group flash "$a_secs" -- 'CudaFlashAttention.*' &
+group flash_sync "$a_secs" QKV_CUDA_SYNC=1 -- 'CudaOps.Attention*:CudaFlashAttention.*' &
+group models "$a_secs" -- 'CudaStepGraph.*:BackendOps.*:ModelDevice*:Quantize.OnCuda*:Lora.OnCuda*:PretrainedKeepCuda.*' &
+group parity "$a_secs" -- 'ParityModelsCuda.*:Gpt2ParityCuda.*' &
+group parity_no_graph "$a_secs" QKV_CUDA_GRAPH=0 -- 'ModelDeviceCuda.*:ParityModelsCuda.*' &
+group lora "$a_secs" -- 'LoraParityCuda.*' &
+group nccl "$a_secs" -- 'NcclCommunicator.*' &
+sanitize() {  # tool filter
+  timeout -k 5 "$a_secs" compute-sanitizer --tool "$1" --error-exitcode 3 "$tests" --gtest_filter="$2" \
+    >"$logs/sanitize_$1.log" 2>&1
+  echo "$?" >"$logs/sanitize_$1.rc"
+}
+memcheck="${CUDA_SESSION_MEMCHECK-CudaOps.*:ModelDeviceCuda.*:CudaStepGraph.*:-CudaOps.Gemm*:CudaOps.AnInjected*}"
+racecheck="${CUDA_SESSION_RACECHECK-CudaOps.LayerNorm*:CudaOps.CrossEntropy*:CudaFlashAttention.*:ModelDeviceCuda.*}"
+if command -v compute-sanitizer >/dev/null; then
+  [ -n "$memcheck" ] && sanitize memcheck "$memcheck" &
+  [ -n "$racecheck" ] && sanitize racecheck "$racecheck" &
+else
+  say "compute-sanitizer: not installed"
+fi
+wait
+for f in "$logs"/test_*.rc "$logs"/sanitize_*.rc; do
+  [ -e "$f" ] || continue
+  n=$(basename "$f" .rc) l="$logs/$(basename "$f" .rc).log"
+  say "$n: rc $(cat "$f"); $(grep -E '^\[  PASSED  \]|^\[  FAILED  \] [0-9]|^\[  SKIPPED \] [0-9]|ERROR SUMMARY|RACECHECK SUMMARY' "$l" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \] [A-Z]' "$l" | sort -u | head -20 | tee -a "$logs/summary.txt"
+  [ "$(cat "$f")" = 124 ] && say "  $n timed out in: $(grep -E '^\[ RUN      \]' "$l" | tail -1)"
+done
+
+# --- Phase B: timings, alone on the card ------------------------------------------------------------------------
+steps="${CUDA_BENCH_STEPS:-30}" warmup="${CUDA_BENCH_WARMUP:-5}"
+train() {  # log args...
+  local log=$1
+  shift
+  [ "$(left)" -gt 15 ] || { say "skipped (time): $*"; return; }
+  timeout -k 5 60 "$@" --steps "$steps" --warmup "$warmup" >>"$logs/$log" 2>&1 || say "failed ($?): $* (see $log)"
+}
+say "phase B: training table"
+table="${CUDA_SESSION_TABLE:-1}"
+[ "$table" = 1 ] && for b in char-gpt seq2seq; do
+  for p in fp32 tf32 bf16; do
+    train qkv_train.log "$bin/qkv_cuda_train" "$b" --device cuda --precision "$p"
+    train torch.log python3 bench/cuda_torch.py "$b" --precision "$p" --mode eager
+  done
+done
+[ "$table" = 1 ] && train train_rowwise.log env QKV_CUDA_ATTENTION=rowwise "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
+[ "$table" = 1 ] && train train_no_lt.log env QKV_CUDA_LT=0 "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
+[ "$table" = 1 ] && train train_no_graph.log env QKV_CUDA_GRAPH=0 "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
+if [ "$table" = 1 ] && [ "$(left)" -gt 30 ]; then
+  timeout -k 5 $(($(left) > 90 ? 60 : $(left) - 20)) "$bin/qkv_cuda_bench" >"$logs/ops.log" 2>&1 || say "ops bench: rc $?"
+fi
+for bp in ${CUDA_SESSION_COMPILE:-char-gpt:tf32 char-gpt:bf16 seq2seq:tf32 char-gpt:fp32 seq2seq:bf16 seq2seq:fp32}; do
+  set -- ${bp/:/ }
+  [ "$(left)" -gt 70 ] || { say "torch.compile $1 $2: skipped (time)"; continue; }
+  timeout -k 5 $(($(left) - 10)) python3 bench/cuda_torch.py "$1" --precision "$2" --mode compile --steps "$steps" \
+    --warmup "$warmup" >>"$logs/torch.log" 2>&1 || say "torch.compile $1 $2: rc $?"
+done
+python3 bench/cuda_report.py "$logs" 2>&1 | tee "$logs/report.txt"
+grep -v '^RESULT' "$logs/ops.log" 2>/dev/null | tail -40
+say "done"
+tar czf "$out/logs.tgz" -C /tmp qkv-logs
+cp "$logs/summary.txt" "$out/"
+cat "$logs/summary.txt"
