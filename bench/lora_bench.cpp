@@ -113,6 +113,12 @@ int run_lora(const Options& o) {
   std::printf("%-6s %-8s %-8d %10.1f %10.1f %9.1f %9.1f %7.1f %13.1f %10.2f %13.1f %10.2f\n", "qkv", mode.c_str(),
               qkv::num_threads(), ms, tokens_per_s, gflops, peak_gflops, pct, rss, rss / base_mib, step_rss,
               step_rss / base_mib);
+  // Where the step peak goes: the model's own accounting (qkv/memory.h); the rest of the resident set is the
+  // process (libraries, the thread pool) and the CPU gemm's per-thread packing buffers.
+  const MemoryUsage mem = lm.memory();
+  const auto mib = [](size_t bytes) { return double(bytes) / (1 << 20); };
+  std::printf("memory() MiB: parameters %.1f, gradients %.1f, optimizer %.1f, activations (arena) %.1f\n",
+              mib(mem.parameters), mib(mem.gradients), mib(mem.optimizer), mib(mem.activations));
   std::printf(
       "RESULT bench=lora side=qkv mode=%s threads=%d isa=%s layers=%d batch=%d seq=%d rank=%d trainable=%zu "
       "base_mib=%.1f steps=%d ms_per_step=%.3f tokens_per_s=%.2f gflops=%.2f peak_gflops=%.2f peak_rss_mib=%.1f "

@@ -56,8 +56,11 @@ void EncoderStack::plan(Workspace& ws, int B, int T, bool recompute) {
 
 void EncoderStack::forward_layer(size_t l, const AttentionMask& mask, int B, int T, const Dropout& drop,
                                  KvCache* cache) {
-  layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop, pre_ && l > 0,
-                      next_norm(layers_, l, norm_.get(), out_, pre_), cache);
+  // Recomputing, only the final norm is fused into a layer's last add (the stack's own buffer): a layer's input norm
+  // lives in the shared buffers (header).
+  const bool fuse = !recompute_ || l + 1 == layers_.size();
+  layers_[l]->forward(xs_[l + 1], xs_[l], mask, B, T, drop, pre_ && l > 0 && !recompute_,
+                      fuse ? next_norm(layers_, l, norm_.get(), out_, pre_) : NormInto{}, cache);
   held_ = static_cast<int>(l);
 }
 

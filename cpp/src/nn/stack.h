@@ -4,13 +4,15 @@
 // Classifier an encoder stack with a padding mask, Seq2Seq one of each.
 //
 // Activation recomputation ("gradient checkpointing", EncoderStack::plan with recompute): the stack keeps each
-// layer's input (the residual stream xs, which it keeps anyway) and, pre-LN, the LayerNorm of it that the previous
-// layer's last add makes; everything else a layer saves for its backward lives in buffers all its layers share
-// (nn/saved.h). The backward re-runs layer l's forward, the same call on the same input with the same Dropout (the
-// masks are counter-based hashes of the pass's seed: replayed, not redrawn), right before layer l's backward, so
-// the gradients are bit for bit those of the stack that keeps everything, for one more forward of every layer but
-// the last (whose internals the buffers still hold). GPT-2 124M at 8 x 128 rows: about 50 MiB of saved activations
-// per layer, 12 layers, down to one layer's.
+// layer's input (the residual stream xs, which it keeps anyway); everything else a layer saves for its backward,
+// pre-LN its input's LayerNorm too, lives in buffers all its layers share (nn/saved.h). Pre-LN, a layer then
+// normalises its own input (a pass over it) instead of taking the norm the previous layer's last add makes: that
+// norm would land in the shared buffer the previous layer is still reading (the same values either way: the norm
+// reads the sum the fused add stores). The backward re-runs layer l's forward, the same call on the same input with the
+// same Dropout (the masks are counter-based hashes of the pass's seed: replayed, not redrawn), right before layer l's
+// backward, so the gradients are bit for bit those of the stack that keeps everything, for one more forward of every
+// layer but the last (whose internals the buffers still hold). GPT-2 124M at 8 x 128 rows: about 50 MiB of saved
+// activations per layer, 12 layers, down to one layer's.
 #include <memory>
 #include <span>
 #include <string>

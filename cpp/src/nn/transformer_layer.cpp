@@ -14,7 +14,9 @@ void EncoderLayer::plan(Workspace& ws, int B, int T, const Saved& saved) {
   const int rows = B * T;
   attn_.plan(ws, B, T, T, saved / "attn");
   ffn_.plan(ws, rows, saved / "ffn");
-  attn_res_.plan(ws, rows, pre_ ? Saved{} : saved / "attn_res");
+  // Shared only when recomputing: then every layer normalises its own input (EncoderStack); otherwise, pre-LN, the
+  // previous layer's last add writes this norm into the layer's own buffer.
+  attn_res_.plan(ws, rows, saved / "attn_res");
   ffn_res_.plan(ws, rows, saved / "ffn_res");
   x1_ = saved.take(ws, "x1", static_cast<size_t>(rows) * C_);
   dx1_ = ws.take_shared("layer.dx1", static_cast<size_t>(rows) * C_);  // inside one backward call

@@ -215,8 +215,8 @@ TEST(RecomputeSeq2Seq, StepsAreBitIdentical) {
 
 // The arena: a recomputing stack holds one layer's saved activations instead of L. For a pre-LN GELU layer of R rows
 // those are q (R,C), k|v (R,2C), the attention output (R,C) and its log-sum-exp (R,H), the feed-forward's pre- and
-// post-activation (R,F) each, LN(x1) (R,C) and x1 (R,C), each rounded up to 16 floats (qkv/workspace.h); the layer's
-// input and its LN (written by the layer before) stay per layer.
+// post-activation (R,F) each, LN(x1) (R,C), x1 (R,C) and the LN of the layer's input (R,C: recomputing, each layer
+// normalises its own input), each rounded up to 16 floats (qkv/workspace.h); the layer's input stays per layer.
 TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
   LanguageModelConfig c;
   c.vocab_size = 50;
@@ -230,7 +230,7 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
   const size_t R = static_cast<size_t>(B) * T, C = 24, H = 3, F = 40;
   const auto round = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t per_layer = sizeof(float) * (round(R * C) + round(R * 2 * C) + round(R * C) + round(R * H) +
-                                            2 * round(R * F) + 2 * round(R * C));
+                                            2 * round(R * F) + 3 * round(R * C));
   const std::vector<int32_t> in = ids(R, c.vocab_size, 1), tg = ids(R, c.vocab_size, 2);
   for (const bool lora : {false, true}) {
     LanguageModel kept(c), recomputed(c);
