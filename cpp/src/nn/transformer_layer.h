@@ -44,6 +44,7 @@ class EncoderLayer {
 
  private:
   int C_;
+  bool pre_;
   MultiHeadAttention attn_;
   FeedForward ffn_;
   Residual attn_res_, ffn_res_;

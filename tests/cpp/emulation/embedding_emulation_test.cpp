@@ -35,10 +35,9 @@ TEST(EmbeddingEmulated, ForwardAndBackwardMatchTheCpuBitForBit) {
   // (B, T): a single row, ragged rows, more rows than most vocabularies here (every token present).
   const int shapes[][2] = {{1, 1}, {3, 17}, {2, 67}};
   for (int V : {1, 3, 65, 129})
-    for (const auto &shape : shapes)
+    for (const auto &[B, T] : shapes)
       for (int C : {1, 260}) {
-        const int B = shape[0], T = shape[1];  // not a structured binding: clang 14's lambdas cannot capture one
-        if (V * C > 65 * 260) continue;        // the emulator runs a fiber per thread: the large corner costs seconds
+        if (V * C > 65 * 260) continue;  // the emulator runs a fiber per thread: the large corner costs seconds
         SCOPED_TRACE(::testing::Message() << "V " << V << " B " << B << " T " << T << " C " << C);
         const int n = B * T;
         const test::EmbeddingCase e(V, B, T, C, seed);

@@ -57,10 +57,7 @@ TEST(GemmQuantEmulated, BothProductsMatchTheDequantizedFp32Product) {
                           {9, 17, 33, 36, 0},    {67, 3, 100, 103, 4},  {67, 67, 31, 34, 8},   {9, 3, 1000, 1003, 12}};
   int vector_launches = 0;
   for (WeightFormat f : test::kPackedFormats)
-    for (const Shape& shape : shapes) {
-      // Not a structured binding: clang 14's lambdas cannot capture one.
-      const int M = shape.M, N = shape.N, K = shape.K, lda = shape.lda;
-      const size_t offset = shape.offset;
+    for (const auto& [M, N, K, lda, offset] : shapes) {
       SCOPED_TRACE(::testing::Message() << ops::format_name(f) << " M " << M << " N " << N << " K " << K << " lda "
                                         << lda << " W at 16n + " << offset);
       const PackedMatrix w(f, N, K, seed++, offset);

@@ -588,8 +588,7 @@ TEST(Lora, BadOptionStringsNameTheKey) {
       {"targets=q+qkv", "qkv"},    {"targets=", "targets"},    {"size=3", "size"},
       {"rank", "key=value"},       {"rank=2,rank=3", "twice"}, {"seed=-1", "seed"},
       {"rank=2,,alpha=1", "empty"}};
-  for (const auto& c : cases) {
-    const char *spec = c.first, *word = c.second;  // not a structured binding: clang 14's lambdas cannot capture one
+  for (const auto& [spec, word] : cases) {
     const std::string msg = test::message_of([&] { lora_options_from_string(spec); });
     EXPECT_NE(msg.find(word), std::string::npos) << spec << ": " << msg;
   }
