@@ -418,7 +418,7 @@ void restore(models::ModelCore& core, const SafetensorsFile& file, bool with_mom
     }
 }
 
-std::vector<Target> targets_of(models::ModelCore& core) {
+std::vector<Target> core_targets(models::ModelCore& core) {
   std::vector<Target> t;
   for (nn::Param& p : core.params.all()) t.push_back({p.name, p.shape});
   return t;
@@ -466,7 +466,7 @@ bool restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
 void restore_checkpoint_tensors(models::ModelCore& core, const Checkpoint& c) {
   if (c.format != "qkv") {
     // heads: seed 004's, which its config holds; the other formats' mappings do not use them.
-    const std::vector<Target> targets = targets_of(core);
+    const std::vector<Target> targets = core_targets(core);
     const auto config = nlohmann::json::parse(c.config_json);
     restore(core, map_weights(c.file, c.format, kind_of(targets), targets, config.value("heads", 0)), false, {}, {});
   } else {
@@ -487,7 +487,7 @@ void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, co
     // Names of no known format: reported below as qkv's (every missing and left-over tensor).
   }
   const int heads = nlohmann::json::parse(config_json).at("heads").get<int>();
-  const std::vector<Target> targets = targets_of(core);
+  const std::vector<Target> targets = core_targets(core);
   if (format != "qkv") {
     restore(core, map_weights(file, format, kind_of(targets), targets, heads), false, {}, {});
     return;

@@ -22,7 +22,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::cuda_backend_ops_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -685,4 +685,4 @@ TEST(CudaOps, BadIdsAreRefusedBeforeTheGpuSeesThem) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::cuda_backend_ops_test

@@ -15,7 +15,7 @@
 #include "ops/ops.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::cuda_graph_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -216,4 +216,4 @@ TEST(CudaGraph, ALayersForwardAndBackwardCaptureAndReplayBitForBit) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::cuda_graph_test

@@ -12,7 +12,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::cuda_host_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -122,4 +122,4 @@ TEST(CudaHost, WithoutADeviceEveryOpRaisesAnErrorNamingIt) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::cuda_host_test

@@ -34,7 +34,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::flash_attention_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -185,4 +185,4 @@ TEST(CudaFlashAttention, TheSelectionFollowsTheProductsPrecision) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::flash_attention_test

@@ -19,7 +19,7 @@
 #include "kernels/kernels.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::cuda_gemm_quant_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -112,4 +112,4 @@ TEST(CudaQuantHost, BadArgumentsAreRefusedBeforeAnyLaunch) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::cuda_gemm_quant_test

@@ -16,7 +16,7 @@
 #include "qkv/language_model.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::nccl_test {
 namespace {
 
 TEST(NcclCommunicator, OneRankSumsAndGathersInPlace) {
@@ -73,4 +73,4 @@ TEST(NcclCommunicator, OneRankTrainsAsAlone) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::nccl_test

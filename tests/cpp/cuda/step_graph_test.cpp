@@ -22,7 +22,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::step_graph_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -144,4 +144,4 @@ TEST(CudaStepGraph, QueuedStepsReadLaterAreTheStepsRunOpByOp) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::step_graph_test

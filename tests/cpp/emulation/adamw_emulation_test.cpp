@@ -19,7 +19,7 @@
 #include "ops/clip.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::adamw_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -234,4 +234,4 @@ TEST(AdamEmulated, StepsQueuedAheadPickTheirStepNumberOnTheDevice) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::adamw_emulation_test

@@ -16,7 +16,7 @@
 #include "kernels/kernels.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::bias_act_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -70,4 +70,4 @@ TEST(BiasActEmulated, EveryActivationMatchesTheCpuForwardAndBackward) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::bias_act_emulation_test

@@ -18,7 +18,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::crossentropy_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -113,4 +113,4 @@ TEST(CrossEntropyEmulated, TheScaleOfACapturedStepComesFromDeviceMemory) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::crossentropy_emulation_test

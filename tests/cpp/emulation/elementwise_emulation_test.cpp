@@ -16,7 +16,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::elementwise_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -80,4 +80,4 @@ TEST(ElementwiseEmulated, MeanPoolingOverNonPadPositions) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::elementwise_emulation_test

@@ -19,7 +19,7 @@
 #include "kernels/kernels.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::embedding_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -87,4 +87,4 @@ TEST(EmbeddingEmulated, ForwardAndBackwardMatchTheCpuBitForBit) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::embedding_emulation_test

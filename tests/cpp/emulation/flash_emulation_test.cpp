@@ -24,7 +24,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::flash_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -223,4 +223,4 @@ TEST(FlashAttentionEmulated, KeyPaddingDropoutAndTheKvCacheShape) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::flash_emulation_test

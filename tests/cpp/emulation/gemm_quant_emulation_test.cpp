@@ -23,7 +23,7 @@
 #include "kernels/kernels.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::gemm_quant_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -138,4 +138,4 @@ TEST(GemmQuantEmulated, EmbeddingForwardQuantEqualsTheCpuBitForBit) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::gemm_quant_emulation_test

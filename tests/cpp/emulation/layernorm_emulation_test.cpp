@@ -18,7 +18,7 @@
 #include "kernels/kernels.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::layernorm_emulation_test {
 namespace {
 
 namespace kc = kernels::cuda;
@@ -138,4 +138,4 @@ TEST(LayerNormEmulated, WideRowsTakeTheTwoKernelPath) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::layernorm_emulation_test

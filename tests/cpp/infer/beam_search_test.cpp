@@ -13,7 +13,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::beam_search_test {
 namespace {
 
 // Tokens: eos 0, a 1, b 2, bos 3 (never generated: probability 0, logit -inf).
@@ -243,4 +243,4 @@ TEST(BeamSearch, Seq2SeqRejectsBadOptions) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::beam_search_test

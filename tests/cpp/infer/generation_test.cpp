@@ -13,7 +13,7 @@
 #include "qkv/language_model.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::generation_test {
 namespace {
 
 LanguageModelConfig config(uint64_t seed, int context) {
@@ -166,4 +166,4 @@ TEST(Generation, RejectsBadArgumentsLikeGenerate) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::generation_test

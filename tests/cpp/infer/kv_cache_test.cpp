@@ -12,7 +12,7 @@
 #include "qkv/language_model.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::kv_cache_test {
 namespace {
 
 struct Generated {
@@ -176,4 +176,4 @@ TEST(KvCache, ReorderGathersRows) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::kv_cache_test

@@ -15,7 +15,7 @@
 #include "runtime/random.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::sampling_test {
 namespace {
 
 using test::message_of;
@@ -286,4 +286,4 @@ TEST(Sampling, StopTokensAndTheCallbackEndGeneration) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::sampling_test

@@ -16,7 +16,7 @@
 #include "qkv/tokenizer.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::bpe_tokenizer_test {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -250,4 +250,4 @@ TEST(BpeTokenizer, RefusesBadIdsAndText) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::bpe_tokenizer_test

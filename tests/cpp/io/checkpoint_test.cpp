@@ -20,7 +20,7 @@
 #include "qkv/tokenizer.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::checkpoint_test {
 namespace {
 
 using test::message_of;
@@ -218,9 +218,9 @@ TEST(Checkpoint, MetadataKeysTheCheckpointWritesAreRefused) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::checkpoint_test
 
-namespace qkv {
+namespace qkv::checkpoint_test {
 namespace {
 
 // A PyTorch state dict saved with qkv's names (here: the lm_gpt fixture's initial weights, written by the
@@ -251,4 +251,4 @@ TEST(Checkpoint, LoadWeightsFromAPyTorchFile) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::checkpoint_test

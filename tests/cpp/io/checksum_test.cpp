@@ -18,7 +18,7 @@
 #include "qkv/safetensors.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::checksum_test {
 namespace {
 
 using test::message_of;
@@ -130,4 +130,4 @@ TEST(Checksum, MalformedChecksumMetadataIsRefused) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::checksum_test

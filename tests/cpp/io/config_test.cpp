@@ -8,7 +8,7 @@
 #include "qkv/error.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::config_test {
 namespace {
 
 using test::message_of;
@@ -124,4 +124,4 @@ TEST(ConfigJson, ModelRejectsValuesTheJsonAllows) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::config_test

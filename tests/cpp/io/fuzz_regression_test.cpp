@@ -10,7 +10,7 @@
 #include "qkv/tokenizer.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::fuzz_regression_test {
 namespace {
 
 using test::message_of;
@@ -68,4 +68,4 @@ TEST(FuzzRegression, TokenizerJsonNumberBeyondADouble) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::fuzz_regression_test

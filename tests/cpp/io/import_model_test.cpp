@@ -21,7 +21,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::import_model_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -139,4 +139,4 @@ TEST(ImportModel, RefusesAsImportFileDoes) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::import_model_test

@@ -13,18 +13,12 @@
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
 #include "qkv/seq2seq.h"
+#include "test_util.h"
 
-namespace qkv {
+namespace qkv::import_test {
 namespace {
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::message_of;
 
 #define EXPECT_HAS(message, part) EXPECT_NE((message).find(part), std::string::npos) << (message)
 
@@ -162,9 +156,9 @@ TEST(Import, DetectsEachFormat) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::import_test
 
-namespace qkv {
+namespace qkv::import_test {
 namespace {
 
 // load_state and load take a foreign state dict too: its config is what its shapes and format fix (seed 004:
@@ -200,9 +194,9 @@ TEST(Import, LoadStateTakesAForeignStateDict) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::import_test
 
-namespace qkv {
+namespace qkv::import_test {
 namespace {
 
 // The tensors of `bytes` renamed by `rename` (an empty name drops the tensor).
@@ -255,4 +249,4 @@ TEST(Import, TransformerEncoderStateDictsWithAndWithoutPrefix) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::import_test

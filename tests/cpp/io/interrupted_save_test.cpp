@@ -18,7 +18,7 @@
 #include "qkv/language_model.h"
 #include "qkv/safetensors.h"
 
-namespace qkv {
+namespace qkv::interrupted_save_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -113,4 +113,4 @@ TEST(InterruptedSave, AKilledSaveLeavesThePreviousCheckpointLoadable) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::interrupted_save_test

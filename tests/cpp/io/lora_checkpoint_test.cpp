@@ -15,7 +15,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::lora_checkpoint_test {
 namespace {
 
 LanguageModelConfig tiny_lm() {
@@ -210,4 +210,4 @@ TEST(LoraCheckpoint, Refusals) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::lora_checkpoint_test

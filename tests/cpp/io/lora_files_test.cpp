@@ -23,7 +23,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::lora_files_test {
 namespace {
 
 using nlohmann::json;
@@ -305,4 +305,4 @@ TEST(LoraFiles, SaveRefusals) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::lora_files_test

@@ -22,7 +22,7 @@
 #include "qkv/safetensors.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::pretrained_keep_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -347,4 +347,4 @@ TEST(PretrainedKeepCuda, TheKeptModelRunsOnTheGpu) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::pretrained_keep_test

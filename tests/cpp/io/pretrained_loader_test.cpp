@@ -23,7 +23,7 @@
 #include "qkv/safetensors.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::pretrained_loader_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -217,9 +217,9 @@ TEST(PretrainedLoader, BuffersAreCheckedAsTheyPass) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::pretrained_loader_test
 
-namespace qkv {
+namespace qkv::pretrained_loader_test {
 namespace {
 
 // `c`'s tensors split into two shards (those `second` picks in the second) with the index naming them.
@@ -400,4 +400,4 @@ TEST(PretrainedLoader, ShardsStreamThroughOneLoaderGivenTheirHeadersFirst) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::pretrained_loader_test

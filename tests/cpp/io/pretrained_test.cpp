@@ -18,7 +18,7 @@
 #include "qkv/tokenizer.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::pretrained_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -159,7 +159,7 @@ TEST(Pretrained, BuffersAreCheckedBeforeTheyAreIgnored) {
 
 TEST(Pretrained, ATruncatedFileIsRefused) {
   auto w = weights_of("hub");
-  w.resize(w.size() - 100);
+  w.erase(w.end() - 100, w.end());
   const std::string config = text_of(fs::path(dir_of("hub")) / "config.json");
   EXPECT_HAS(message_of([&] { import_pretrained(config, w); }), "truncated file?");
   TempDir d("truncated");
@@ -361,4 +361,4 @@ TEST(Pretrained, AMalformedTokenizerJsonIsRefusedNamingItAndTheFolder) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::pretrained_test

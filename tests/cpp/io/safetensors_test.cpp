@@ -19,7 +19,7 @@
 
 #include "qkv/error.h"
 
-namespace qkv {
+namespace qkv::safetensors_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -472,4 +472,4 @@ TEST_F(SafetensorsFiles, ReadErrorsNameThePath) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::safetensors_test

@@ -18,7 +18,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::stream_load_test {
 namespace {
 
 using test::message_of;
@@ -317,4 +317,4 @@ TEST(StreamLoad, LoadFileOfTruncatedCorruptAndForeignFiles) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::stream_load_test

@@ -9,22 +9,14 @@
 #include <vector>
 
 #include "qkv/error.h"
+#include "test_util.h"
 
-namespace qkv {
+namespace qkv::tokenizer_test {
 namespace {
 
-using Ids = std::vector<int32_t>;
+using test::message_of;
 
-// The message of the qkv::Error that fn throws ("" when it throws none, which fails the caller's check).
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a qkv::Error";
-  return "";
-}
+using Ids = std::vector<int32_t>;
 
 #define EXPECT_ERROR_HAS(statement, text) \
   EXPECT_NE(message_of([&] { (void)(statement); }).find(text), std::string::npos) << "expected: " << (text)
@@ -309,4 +301,4 @@ TEST(TokenizerJson, DuplicateVocabularyEntries) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::tokenizer_test

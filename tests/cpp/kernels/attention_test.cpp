@@ -14,7 +14,7 @@
 #include "qkv/thread_pool.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::attention_test {
 namespace {
 
 // Key padding (B,Tk), a pattern per batch: the last third of the keys; every key (no query sees anything);
@@ -398,4 +398,4 @@ TEST(Attention, LayerWeightsEqualReferenceAtt) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::attention_test

@@ -14,7 +14,7 @@
 #include "qkv/thread_pool.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::gemm_quant_test {
 namespace {
 
 using ops::WeightFormat;
@@ -139,4 +139,4 @@ TEST(GemmQuant, EveryIsaDequantizesEveryCodeExactly) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::gemm_quant_test

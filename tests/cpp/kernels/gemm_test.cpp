@@ -10,7 +10,7 @@
 #include "qkv/thread_pool.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::gemm_test {
 namespace {
 
 struct Case {
@@ -176,4 +176,4 @@ TEST(Gemm, ForceIsaRejectsUnknownName) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::gemm_test

@@ -14,7 +14,7 @@
 #include "qkv/thread_pool.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::rowwise_test {
 namespace {
 
 constexpr int kWidths[] = {1, 3, 17, 64, 67, 257, 1000};
@@ -545,4 +545,4 @@ TEST(Embedding, ForwardAddsRowsAndBackwardScatters) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::rowwise_test

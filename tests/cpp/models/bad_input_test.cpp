@@ -14,7 +14,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::bad_input_test {
 namespace {
 
 using test::message_of;
@@ -124,4 +124,4 @@ TEST(BadInput, LoadOfAForeignStateDictSaysHowItLoads) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::bad_input_test

@@ -33,7 +33,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::deferred_step_test {
 namespace {
 
 using ops::Act;
@@ -717,4 +717,4 @@ TEST(DeferredStep, QueueTrainStepRefusesBadInputAndRunsAtOnceOnTheCpu) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::deferred_step_test

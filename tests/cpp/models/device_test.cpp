@@ -20,7 +20,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::models_device_test {
 namespace {
 
 using test::classifier_config;
@@ -265,4 +265,4 @@ TEST(ModelDeviceCuda, BadInputIsRefusedBeforeAnyLaunchAndTheModelStaysUsable) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::models_device_test

@@ -21,7 +21,7 @@
 #include "qkv/lora.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::head_chunk_test {
 namespace {
 
 // Sets the chunk for the models made (and planned) inside its scope.
@@ -243,4 +243,4 @@ TEST(HeadChunkBadInput, RowsMustBePositive) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::head_chunk_test

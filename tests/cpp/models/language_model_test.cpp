@@ -11,7 +11,7 @@
 #include "qkv/thread_pool.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::language_model_test {
 namespace {
 
 LanguageModelConfig small_config() {
@@ -246,4 +246,4 @@ TEST(LanguageModel, ParameterCountAndNames) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::language_model_test

@@ -12,7 +12,7 @@
 #include "qkv/tokenizer.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::learning_test {
 namespace {
 
 constexpr int kPad = 0, kBos = 1, kEos = 2, kFirstSymbol = 3, kSymbols = 10;
@@ -161,4 +161,4 @@ TEST(Learning, LanguageModelFitsASmallText) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::learning_test

@@ -23,7 +23,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::lora_test {
 namespace {
 
 // One model kind behind one interface: a fixed batch, its loss (dropout off, summed in double) and its logits.
@@ -655,4 +655,4 @@ TEST(Lora, ParameterNamesAndShapes) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::lora_test

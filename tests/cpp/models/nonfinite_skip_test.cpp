@@ -27,7 +27,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::nonfinite_skip_test {
 namespace {
 
 using test::message_of;
@@ -332,4 +332,4 @@ TEST(NonFiniteSkipCheckpoint, ABadCountIsRefusedNamingTheKeyAndAMissingOneIsZero
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::nonfinite_skip_test

@@ -14,7 +14,7 @@
 #include "qkv/tokenizer.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::quantize_accuracy_test {
 namespace {
 
 // Sentences of a small grammar: predictable enough to learn in seconds, varied enough that the held-out text
@@ -129,4 +129,4 @@ TEST(QuantizeAccuracy, HalfPrecisionLogitsStayWithinTheStatedBounds) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::quantize_accuracy_test

@@ -24,7 +24,7 @@
 #include "qkv/seq2seq.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::quantize_test {
 namespace {
 
 using ops::row_stride;
@@ -404,4 +404,4 @@ TEST(Quantize, OnCudaThePackedWeightsMoveLoadAndQuantizeThere) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::quantize_test

@@ -17,7 +17,7 @@
 #include "qkv/seq2seq.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::recompute_test {
 namespace {
 
 std::vector<int32_t> ids(size_t n, int V, uint64_t seed, int lowest = 0) {
@@ -260,4 +260,4 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::recompute_test

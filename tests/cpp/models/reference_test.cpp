@@ -13,7 +13,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::reference_test {
 namespace {
 
 constexpr double kLogitTol = 1e-5, kLossTol = 1e-4;
@@ -111,4 +111,4 @@ TEST(ReferenceModels, ClassifierFollowsTheCpuExecutorWithBothPoolings) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::reference_test

@@ -18,7 +18,7 @@
 #include "qkv/thread_pool.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::gradcheck_test {
 namespace {
 
 constexpr float kH = 1e-2f;
@@ -302,4 +302,4 @@ TEST(GradCheck, LanguageModelEndToEnd) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::gradcheck_test

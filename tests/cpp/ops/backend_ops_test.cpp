@@ -14,7 +14,7 @@
 #include "qkv/device.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::backend_ops_test {
 namespace {
 
 using ops::Backend;
@@ -166,4 +166,4 @@ TEST(BackendOps, CudaIsCheckedWhereAGpuIsPresent) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::backend_ops_test

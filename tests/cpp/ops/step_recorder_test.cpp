@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-namespace qkv {
+namespace qkv::step_recorder_test {
 namespace {
 
 using ops::StepRecorder;
@@ -167,4 +167,4 @@ TEST(StepRecorder, DeclaredSignaturesHashEachKindAsDeclared) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::step_recorder_test

@@ -21,7 +21,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::webgpu_backend_test {
 namespace {
 
 using test::expect_near_all;
@@ -156,4 +156,4 @@ TEST(WebGpuStream, AModelTooBigForTheAdaptersBufferIsRefusedWithNeededVsAvailabl
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::webgpu_backend_test

@@ -18,7 +18,7 @@
 #include "ops/webgpu_loopback.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::weight_quantize_test {
 namespace {
 
 using ops::WeightFormat;
@@ -364,4 +364,4 @@ TEST(WeightQuantize, TheQuantizedOpsRefuseBadArgumentsOnEveryExecutor) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::weight_quantize_test

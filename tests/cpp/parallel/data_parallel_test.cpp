@@ -16,7 +16,7 @@
 #include "qkv/seq2seq.h"
 #include "runtime/random.h"
 
-namespace qkv {
+namespace qkv::data_parallel_test {
 namespace {
 
 std::vector<int32_t> random_ids(size_t n, int V, uint64_t seed, int low = 0) {
@@ -253,4 +253,4 @@ TEST(DataParallel, LoraReducesOnlyTheAdaptersGradients) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::data_parallel_test

@@ -17,7 +17,7 @@
 #include "qkv/tokenizer.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::gpt2_parity_test {
 namespace {
 
 constexpr double kOutputTol = 1e-5, kLossTol = 1e-4;
@@ -187,4 +187,4 @@ TEST(Gpt2Parity, LoadPretrainedAndTheBareFileAgree) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::gpt2_parity_test

@@ -14,7 +14,7 @@
 #include "qkv/language_model.h"
 #include "qkv/seq2seq.h"
 
-namespace qkv {
+namespace qkv::import_parity_test {
 namespace {
 
 constexpr double kOutputTol = 1e-5, kLossTol = 1e-4;
@@ -217,4 +217,4 @@ TEST(ImportParity, NanoGptWithoutBias) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::import_parity_test

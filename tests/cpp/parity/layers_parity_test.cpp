@@ -4,7 +4,7 @@
 #include "parity/parity_util.h"
 #include "qkv/workspace.h"
 
-namespace qkv {
+namespace qkv::layers_parity_test {
 namespace {
 
 constexpr double kOutputTol = 1e-5, kGradTol = 1e-4;
@@ -89,4 +89,4 @@ TEST(ParityLayers, DecoderPostLnRelu) { run_decoder_case("decoder_layer_post_rel
 TEST(ParityLayers, DecoderPreLnGelu) { run_decoder_case("decoder_layer_pre_gelu"); }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::layers_parity_test

@@ -24,7 +24,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::lora_parity_test {
 namespace {
 
 constexpr double kOutputTol = 1e-5, kGradTol = 1e-4, kLossTol = 1e-4, kFinalTol = 1e-4;
@@ -322,4 +322,4 @@ TEST(LoraParity, ClassifierFiniteDifferences) { check_finite_differences(classif
 TEST(LoraParity, ClassifierMerged) { check_merged(classifier()); }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::lora_parity_test

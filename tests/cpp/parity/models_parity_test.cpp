@@ -10,7 +10,7 @@
 #include "qkv/seq2seq.h"
 #include "test_util.h"
 
-namespace qkv {
+namespace qkv::models_parity_test {
 namespace {
 
 constexpr double kOutputTol = 1e-5, kGradTol = 1e-4, kLossTol = 1e-4;
@@ -144,4 +144,4 @@ QKV_PARITY_CASE(ClassifierMeanPoolLinearHeadPreLn) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::models_parity_test

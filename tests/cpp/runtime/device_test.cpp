@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-namespace qkv {
+namespace qkv::device_test {
 namespace {
 
 TEST(Device, SummaryNamesTheCpuPath) {
@@ -41,4 +41,4 @@ TEST(Device, TheCudaGraphSwitch) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::device_test

@@ -10,7 +10,7 @@
 
 #include "qkv/error.h"
 
-namespace qkv {
+namespace qkv::thread_pool_test {
 namespace {
 
 TEST(ThreadPool, CoversEveryIndexExactlyOnce) {
@@ -119,4 +119,4 @@ TEST(ThreadPool, RejectsBadThreadCounts) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::thread_pool_test

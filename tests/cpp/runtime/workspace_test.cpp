@@ -6,7 +6,7 @@
 
 #include "qkv/error.h"
 
-namespace qkv {
+namespace qkv::workspace_test {
 namespace {
 
 TEST(Workspace, PlansAlignedDisjointZeroedBuffersOnce) {
@@ -64,4 +64,4 @@ TEST(Workspace, SharedSpansAliasPerKeyAndNothingElse) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::workspace_test

@@ -14,7 +14,7 @@
 #include "test_util.h"
 #include "train/optimizer.h"
 
-namespace qkv {
+namespace qkv::nonfinite_test {
 namespace {
 
 TEST(NonFinite, AGradientNaNOrInfStopsTheStepAndChangesNothing) {
@@ -124,4 +124,4 @@ TEST(NonFinite, UnderErrorNothingIsCounted) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::nonfinite_test

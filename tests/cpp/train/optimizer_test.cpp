@@ -9,7 +9,7 @@
 #include "qkv/error.h"
 #include "qkv/language_model.h"
 
-namespace qkv {
+namespace qkv::optimizer_test {
 namespace {
 
 TEST(Schedule, ConstantWithWarmup) {
@@ -91,4 +91,4 @@ TEST(GradientAccumulation, ClassifierEqualsOneBigBatch) {
 }
 
 }  // namespace
-}  // namespace qkv
+}  // namespace qkv::optimizer_test

@@ -37,7 +37,7 @@
 namespace qkv::kernels::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's split-K and stream-K algorithms use some
+constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's split-K and stream-K algorithms use some
 
 struct Lt {
   decltype(&cublasLtCreate) create;
@@ -106,7 +106,7 @@ bool start(State& s) {
     return false;
   }
   if (s.api.create(&s.handle) != CUBLAS_STATUS_SUCCESS) return false;
-  if (cudaMalloc(&s.workspace, kWorkspaceBytes) != cudaSuccess) {
+  if (cudaMalloc(&s.workspace, kLtWorkspaceBytes) != cudaSuccess) {
     cudaGetLastError();  // not sticky: leave nothing behind for the next call to report
     return false;
   }
@@ -139,7 +139,7 @@ Plan make_plan(State& s, int rows, int out, int in, MatmulPrecision precision, b
     return p;
   cublasLtMatmulPreference_t pref = nullptr;
   if (api.pref_create(&pref) != CUBLAS_STATUS_SUCCESS) return p;
-  const uint64_t ws = kWorkspaceBytes;
+  const uint64_t ws = kLtWorkspaceBytes;
   const uint32_t a_align = static_cast<uint32_t>(align[1]), b_align = static_cast<uint32_t>(align[0]),
                  c_align = static_cast<uint32_t>(align[2]);
   api.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
@@ -195,7 +195,7 @@ bool gemm_bias(int rows, int out, int in, const float* x, const float* w, const 
   if (s.api.desc_set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b) != CUBLAS_STATUS_SUCCESS) return false;
   const float one = 1.f, zero = 0.f;
   const cublasStatus_t st = s.api.matmul(s.handle, p.desc, &one, w, p.a, x, p.b, &zero, h, p.c, h, p.c, &p.algo,
-                                         s.workspace, kWorkspaceBytes, stream());
+                                         s.workspace, kLtWorkspaceBytes, stream());
   if (st == CUBLAS_STATUS_NOT_SUPPORTED) {
     // Refused before anything was queued: this shape takes the plain path from now on.
     p.ok = false;
