@@ -4,7 +4,6 @@ namespace qkv::nn {
 
 EncoderLayer::EncoderLayer(Parameters& params, const std::string& prefix, const LayerOptions& o)
     : C_(o.C),
-      pre_(o.norm == NormPosition::Pre),
       attn_(params, prefix + "self_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
       ffn_(params, prefix, o.C, o.F, o.activation, o.bias, o.init_std, o.out_init_std),
       attn_res_(params, prefix + "norm1", o.C, o.norm),

@@ -44,7 +44,6 @@ class EncoderLayer {
 
  private:
   int C_;
-  bool pre_;
   MultiHeadAttention attn_;
   FeedForward ffn_;
   Residual attn_res_, ffn_res_;

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace qkv::emu {
@@ -42,7 +43,7 @@ struct Launch {
   const std::function<void()>* kernel = nullptr;
   std::vector<Fiber> fibers;
   std::vector<WarpState> warps;
-  std::vector<char> stacks;
+  char* stacks = nullptr;      // threads * kStackBytes, from fiber_stacks
   std::vector<float4> shared;  // 16-byte aligned
   ucontext_t scheduler;
   int current = -1, arrived = 0, alive = 0;
@@ -50,6 +51,21 @@ struct Launch {
 };
 
 thread_local Launch* active = nullptr;
+
+// The fibers' stacks, kept from launch to launch and never cleared: a 1024-thread block needs 256 MiB of address
+// space, of which a kernel touches a few KiB per fiber. Zero-filling them at every launch (a std::vector's
+// resize) cost more than the kernels themselves: the emulated tests spent most of their time in that memset and
+// its page faults.
+char* fiber_stacks(size_t bytes) {
+  thread_local std::unique_ptr<char[]> stacks;
+  thread_local size_t size = 0;
+  if (size < bytes) {
+    stacks.reset();
+    stacks.reset(new char[bytes]);  // default-initialised: the pages are only mapped when a fiber touches them
+    size = bytes;
+  }
+  return stacks.get();
+}
 
 Launch& launch_state() {
   if (!active) throw std::logic_error("warp emulation: a CUDA built-in was used outside emu::launch");
@@ -106,7 +122,7 @@ void run_block(Launch& l, size_t threads) {
     f = Fiber{};
     f.index = {static_cast<unsigned>(i), 0, 0};
     getcontext(&f.context);
-    f.context.uc_stack.ss_sp = l.stacks.data() + i * kStackBytes;
+    f.context.uc_stack.ss_sp = l.stacks + i * kStackBytes;
     f.context.uc_stack.ss_size = kStackBytes;
     f.context.uc_link = &l.scheduler;
     makecontext(&f.context, reinterpret_cast<void (*)()>(&fiber_main), 1, static_cast<int>(i));
@@ -176,7 +192,7 @@ void launch(Dim3 grid, unsigned threads, size_t shared_bytes, const std::functio
   l.kernel = &kernel;
   l.fibers.resize(threads);
   l.warps.resize((threads + kWarp - 1) / kWarp);
-  l.stacks.resize(threads * kStackBytes);
+  l.stacks = fiber_stacks(threads * kStackBytes);
   l.shared.resize((shared_bytes + sizeof(float4) - 1) / sizeof(float4));
   active = &l;
   try {
