@@ -162,11 +162,17 @@ using ops::WeightFormat;
 // order (the row kernels apply int8's row scale to a row's sum and q4's group scales to each block's sum; the
 // panels hold dequantize_element's floats exactly). Sizes are the caller's to check (ops/weight_quantize.h:
 // check_gemm_quant).
+// int8_act (int8 and q4 weights, up to 8 rows of A: decoding): A's rows quantized to int8 in blocks of 32 and
+// integer dot products instead, a different numerical contract (kernels/cpu/gemm_quant_dot.h); otherwise ignored.
 void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
-                float* C, int ldc);
+                float* C, int ldc, bool int8_act = false);
 // The naive oracle: three loops, each element dequantized where it is used, float accumulation in k order.
 void gemm_quant_reference(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W,
                           const float* scales, float* C, int ldc);
+// int8_act's oracle: A quantized (gemm_quant_dot.h: quantize_activations), each block's integer sum, the blocks'
+// scaled sums added in order; int8 and q4 weights only.
+void gemm_quant_int8_act_reference(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W,
+                                   const float* scales, float* C, int ldc);
 // out (rows, K), row r at out + r * ld_out = W's row r dequantized.
 void dequantize_rows(float* out, int ld_out, WeightFormat f, const uint8_t* W, const float* scales, int rows, int K);
 // embedding_forward with a packed table: x (B,T,C) = scale * deq(wte[tokens]) + pos[t] (pos may be empty).

@@ -49,6 +49,9 @@ struct Param {
   ops::WeightFormat format = ops::WeightFormat::F32;
   std::span<uint8_t> packed;
   Span scales;
+  // The products with this packed (int8 or q4) matrix may quantize their activations to int8 and take integer dot
+  // products (ops/op_list.def gemm_quant's int8_act; QuantizeOptions::activations).
+  bool int8_act = false;
 
   bool is_packed() const { return format != ops::WeightFormat::F32; }
   int rows() const { return shape.empty() ? 1 : static_cast<int>(shape[0]); }

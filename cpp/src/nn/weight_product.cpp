@@ -12,7 +12,7 @@ void weight_product(ops::Backend& ops, const Param& w, int n0, int n, const floa
   const size_t stride = ops::row_stride(w.format, K), per_row = static_cast<size_t>(ops::scales_per_row(w.format, K));
   const float* scales = w.scales.empty() ? nullptr : w.scales.data() + static_cast<size_t>(n0) * per_row;
   ops.gemm_quant(rows, n, K, x, ldx, static_cast<int>(w.format), w.packed.data() + static_cast<size_t>(n0) * stride,
-                 scales, y, ldy);
+                 scales, y, ldy, w.int8_act);
 }
 
 void weight_product_dx(ops::Backend& ops, const Param& w, int n0, int n, const float* dy, int lddy, int rows, float* dx,

@@ -177,9 +177,9 @@ class DeferringBackend final : public ops::Backend {
        [=, this] { cpu_.embedding_forward_quant(x, tokens, format, wte, wte_scales, pos, scale, B, T, C); });
   }
   void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
-                  float* C, int ldc) override {
-    op(signature::gemm_quant(M, N, K, A, lda, format, W, scales, C, ldc).h,
-       [=, this] { cpu_.gemm_quant(M, N, K, A, lda, format, W, scales, C, ldc); });
+                  float* C, int ldc, bool int8_act) override {
+    op(signature::gemm_quant(M, N, K, A, lda, format, W, scales, C, ldc, int8_act).h,
+       [=, this] { cpu_.gemm_quant(M, N, K, A, lda, format, W, scales, C, ldc, int8_act); });
   }
   void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
                        int K) override {

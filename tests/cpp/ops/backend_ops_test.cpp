@@ -129,8 +129,8 @@ TEST(BackendOps, TheCheckFindsAWrongElement) {
                 (p, m, v, g, r, h, s))
     QKV_FORWARD(void, gemm_quant,
                 (int M, int N, int K, const float* A, int lda, int f, const uint8_t* W, const float* s, float* C,
-                 int ldc),
-                (M, N, K, A, lda, f, W, s, C, ldc))
+                 int ldc, bool i8),
+                (M, N, K, A, lda, f, W, s, C, ldc, i8))
     QKV_FORWARD(void, dequantize_rows, (float* o, int ld, int f, const uint8_t* W, const float* s, int rows, int K),
                 (o, ld, f, W, s, rows, K))
     QKV_FORWARD(void, embedding_forward_quant,

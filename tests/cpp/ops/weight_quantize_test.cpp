@@ -314,24 +314,25 @@ TEST(WeightQuantize, TheQuantizedOpsRefuseBadArgumentsOnEveryExecutor) {
     float* C = static_cast<float*>(be->allocate(1024));
     auto* W = static_cast<uint8_t*>(be->allocate(1024));
     const std::string who = be->name();
-    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 4, 0, W, A, C, 3); }).find("gemm_quant ("),
+    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 4, 0, W, A, C, 3, false); }).find("gemm_quant ("),
               std::string::npos)
         << who;
-    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 4, 0, W, A, C, 3); }).find("format = 0: expected f16"),
+    EXPECT_NE(
+        test::message_of([&] { be->gemm_quant(2, 3, 4, A, 4, 0, W, A, C, 3, true); }).find("format = 0: expected f16"),
+        std::string::npos)
+        << who;
+    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 4, 9, W, A, C, 3, false); }).find("format = 9"),
               std::string::npos)
         << who;
-    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 4, 9, W, A, C, 3); }).find("format = 9"),
-              std::string::npos)
-        << who;
-    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 3, 3, W, A, C, 3); }).find("lda = 3"),
+    EXPECT_NE(test::message_of([&] { be->gemm_quant(2, 3, 4, A, 3, 3, W, A, C, 3, true); }).find("lda = 3"),
               std::string::npos)
         << who;
     EXPECT_NE(test::message_of([&] {
-                be->gemm_quant(2, 3, 4, A, 4, 3, W, nullptr, C, 3);
+                be->gemm_quant(2, 3, 4, A, 4, 3, W, nullptr, C, 3, false);
               }).find("the scales of W are null: format int8 has 1 per row"),
               std::string::npos)
         << who;
-    EXPECT_NE(test::message_of([&] { be->gemm_quant(-1, 3, 4, A, 4, 1, W, nullptr, C, 3); }).find("M = -1"),
+    EXPECT_NE(test::message_of([&] { be->gemm_quant(-1, 3, 4, A, 4, 1, W, nullptr, C, 3, true); }).find("M = -1"),
               std::string::npos)
         << who;
     EXPECT_NE(test::message_of([&] { be->dequantize_rows(C, 3, 4, W, A, 2, 4); }).find("ld_out = 3 is below K = 4"),

@@ -387,6 +387,7 @@ export const read = {
     scales: a[7]!,
     C: a[8]!,
     ldc: a[9]!,
+    int8_act: a[10]!,
   }),
   DequantizeRows: (a: Uint32Array) => ({
     out: a[0]!,
@@ -439,7 +440,7 @@ export const write = {
   ArgmaxRows: (x: ReturnType<(typeof read)["ArgmaxRows"]>) => Uint32Array.from([x.best >>> 0, x.best_n >>> 0, x.logits >>> 0, x.logits_n >>> 0, x.rows >>> 0, x.V >>> 0]),
   AdamStep: (x: ReturnType<(typeof read)["AdamStep"]>) => Uint32Array.from([x.p >>> 0, x.p_n >>> 0, x.m >>> 0, x.m_n >>> 0, x.v >>> 0, x.v_n >>> 0, x.g >>> 0, x.g_n >>> 0, x.ranges_n >>> 0, x.ranges_end >>> 0, f32bits(x.beta1), f32bits(x.beta2), f32bits(x.eps), f32bits(x.grad_scale), f32bits(x.step), f32bits(x.sqrt_bc2), x.scratch >>> 0, x.scratch_n >>> 0]),
   SumSquares: (x: ReturnType<(typeof read)["SumSquares"]>) => Uint32Array.from([x.x >>> 0, x.x_n >>> 0, x.scratch >>> 0, x.scratch_n >>> 0]),
-  GemmQuant: (x: ReturnType<(typeof read)["GemmQuant"]>) => Uint32Array.from([x.M >>> 0, x.N >>> 0, x.K >>> 0, x.A >>> 0, x.lda >>> 0, x.format >>> 0, x.W >>> 0, x.scales >>> 0, x.C >>> 0, x.ldc >>> 0]),
+  GemmQuant: (x: ReturnType<(typeof read)["GemmQuant"]>) => Uint32Array.from([x.M >>> 0, x.N >>> 0, x.K >>> 0, x.A >>> 0, x.lda >>> 0, x.format >>> 0, x.W >>> 0, x.scales >>> 0, x.C >>> 0, x.ldc >>> 0, x.int8_act >>> 0]),
   DequantizeRows: (x: ReturnType<(typeof read)["DequantizeRows"]>) => Uint32Array.from([x.out >>> 0, x.ld_out >>> 0, x.format >>> 0, x.W >>> 0, x.scales >>> 0, x.rows >>> 0, x.K >>> 0]),
   EmbeddingForwardQuant: (x: ReturnType<(typeof read)["EmbeddingForwardQuant"]>) => Uint32Array.from([x.x >>> 0, x.x_n >>> 0, x.tokens >>> 0, x.tokens_n >>> 0, x.format >>> 0, x.wte >>> 0, x.wte_scales >>> 0, x.pos >>> 0, x.pos_n >>> 0, f32bits(x.scale), x.B >>> 0, x.T >>> 0, x.C >>> 0]),
 };
@@ -472,7 +473,7 @@ export const wgslArgs = {
   ArgmaxRows: "struct Args { best: u32, best_n: u32, logits: u32, logits_n: u32, rows: u32, V: u32 }",
   AdamStep: "struct Args { p: u32, p_n: u32, m: u32, m_n: u32, v: u32, v_n: u32, g: u32, g_n: u32, ranges_n: u32, ranges_end: u32, beta1: f32, beta2: f32, eps: f32, grad_scale: f32, step: f32, sqrt_bc2: f32, scratch: u32, scratch_n: u32 }",
   SumSquares: "struct Args { x: u32, x_n: u32, scratch: u32, scratch_n: u32 }",
-  GemmQuant: "struct Args { M: u32, N: u32, K: u32, A: u32, lda: u32, format: i32, W: u32, scales: u32, C: u32, ldc: u32 }",
+  GemmQuant: "struct Args { M: u32, N: u32, K: u32, A: u32, lda: u32, format: i32, W: u32, scales: u32, C: u32, ldc: u32, int8_act: u32 }",
   DequantizeRows: "struct Args { out: u32, ld_out: u32, format: i32, W: u32, scales: u32, rows: u32, K: u32 }",
   EmbeddingForwardQuant: "struct Args { x: u32, x_n: u32, tokens: u32, tokens_n: u32, format: i32, wte: u32, wte_scales: u32, pos: u32, pos_n: u32, scale: f32, B: u32, T: u32, C: u32 }",
 };
@@ -502,7 +503,7 @@ export const coreWords = {
   ArgmaxRows: 6,
   AdamStep: 18,
   SumSquares: 4,
-  GemmQuant: 10,
+  GemmQuant: 11,
   DequantizeRows: 7,
   EmbeddingForwardQuant: 13,
 };

@@ -46,9 +46,9 @@ class CpuBackend final : public Backend {
   }
   void add(Span out, CSpan a, CSpan b) override { kernels::add(out, a, b); }
   void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
-                  float* C, int ldc) override {
+                  float* C, int ldc, bool int8_act) override {
     check_gemm_quant("gemm_quant (cpu)", M, N, K, A, lda, format, W, scales, C, ldc);
-    kernels::gemm_quant(M, N, K, A, lda, static_cast<WeightFormat>(format), W, scales, C, ldc);
+    kernels::gemm_quant(M, N, K, A, lda, static_cast<WeightFormat>(format), W, scales, C, ldc, int8_act);
   }
   void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
                        int K) override {

@@ -242,10 +242,11 @@ class CudaBackend final : public Backend {
     kc::embedding_forward_quant(x.data(), tokens.device, static_cast<WeightFormat>(format), wte, wte_scales,
                                 pos.empty() ? nullptr : pos.data(), scale, B, T, C);
   }
+  // int8_act: a permission not taken (the decoding kernels dequantize in registers, bound by the bytes they read).
   void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
-                  float* C, int ldc) override {
+                  float* C, int ldc, bool int8_act) override {
     check_gemm_quant("gemm_quant (cuda)", M, N, K, A, lda, format, W, scales, C, ldc);
-    if (replayed(signature::gemm_quant, M, N, K, A, lda, format, W, scales, C, ldc)) return;
+    if (replayed(signature::gemm_quant, M, N, K, A, lda, format, W, scales, C, ldc, int8_act)) return;
     kc::gemm_quant(M, N, K, A, lda, static_cast<WeightFormat>(format), W, scales, C, ldc);
   }
   void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,

@@ -99,8 +99,9 @@ class ReferenceBackend final : public Backend {
   }
 
   // C (M,N) = A (M,K) deq(W)^T: gemm_reference's loops (float accumulation over k in order) on the dequantized W.
+  // int8_act is a permission this executor does not take: the reference stays the fp32 product.
   void gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W, const float* scales,
-                  float* C, int ldc) override {
+                  float* C, int ldc, bool) override {
     check_gemm_quant("gemm_quant (reference)", M, N, K, A, lda, format, W, scales, C, ldc);
     const WeightFormat f = static_cast<WeightFormat>(format);
     const int spr = scales_per_row(f, K);

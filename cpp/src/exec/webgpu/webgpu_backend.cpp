@@ -329,8 +329,9 @@ class WebGpuBackend final : public Backend {
 
   // The quantized ops read packed rows as u32 words (web/src/webgpu/kernels.ts): W and wte must be 4-byte aligned,
   // which every row of a packed matrix is (ops/weight_format.h) in an arena block (256-byte aligned).
+  // int8_act: a permission the WGSL kernels do not take (they compute in fp32).
   bool prepare_gemm_quant(int M, int N, int K, const float* A, int lda, int format, const uint8_t* W,
-                          const float* scales, float* C, int ldc) {
+                          const float* scales, float* C, int ldc, bool) {
     check_gemm_quant("gemm_quant (webgpu)", M, N, K, A, lda, format, W, scales, C, ldc);
     aligned_check("gemm_quant", W);
     return M && N;

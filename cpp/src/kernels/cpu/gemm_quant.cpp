@@ -12,9 +12,12 @@
 //     register-tiled micro-kernel) against A in the same order; each panel is used by all M rows.
 // Both compute in fp32; they differ from the reference in rounding order only (the row kernels scale int8 rows' and
 // q4 blocks' partial sums rather than each element).
+// With int8_act, int8 and q4 weights on the row path quantize A's rows to int8 and take integer dot products
+// instead (gemm_quant_dot.h: a different numerical contract, asked for explicitly).
 #include <algorithm>
 #include <vector>
 
+#include "kernels/cpu/gemm_quant_dot.h"
 #include "kernels/cpu/gemm_quant_kernel.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/kernels.h"
@@ -61,6 +64,49 @@ void to_block_order(float* dst, const float* A, int lda, int M, int K, int V, in
   }
 }
 
+// The int8-activation kernel of the active instruction set (AVX-512 machines run AVX2's: every one has AVX2).
+QuantDotFn select_dot_kernel() {
+  switch (active_isa()) {
+#if QKV_ISA_AVX2
+    case Isa::AVX512:
+    case Isa::AVX2: return &quant_dot_rows_avx2;
+#endif
+#if QKV_ISA_SSE41
+    case Isa::SSE41: return &quant_dot_rows_sse41;
+#endif
+    default: return &quant_dot_rows_scalar;
+  }
+}
+
+// The row path with int8 activations: A quantized once on this thread, rows of W split over the pool as the fp32
+// row path splits them.
+void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
+                    float* C, int ldc) {
+  const int nb = (K + kDotBlock - 1) / kDotBlock;
+  thread_local std::vector<int16_t> q;
+  thread_local std::vector<float> d;
+  q.resize(static_cast<size_t>(M) * nb * kDotBlock);
+  d.resize(static_cast<size_t>(M) * nb);
+  quantize_activations(A, lda, M, K, f, q.data(), d.data());
+  // The workers read this thread's buffers (a thread_local named in the lambda would be each worker's own).
+  const int16_t* qa = q.data();
+  const float* da = d.data();
+  const QuantDotFn kernel = select_dot_kernel();
+  const size_t stride = ops::row_stride(f, K);
+  const int spr = ops::scales_per_row(f, K);
+  const int chunks = (N + kRowChunk - 1) / kRowChunk;
+  parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int n0 = static_cast<int>(c) * kRowChunk, n1 = std::min(N, n0 + kRowChunk);
+      for (int m0 = 0; m0 < M; m0 += kQuantRowsMax) {
+        const size_t at = static_cast<size_t>(m0) * nb;
+        const Int8Rows a{std::min(kQuantRowsMax, M - m0), K, nb, qa + at * kDotBlock, da + at};
+        kernel({f, a, W, stride, scales, spr, C + static_cast<size_t>(m0) * ldc, ldc}, n0, n1);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 QuantKernels select_quant_kernels() {
@@ -92,8 +138,10 @@ void dequantize_rows(float* out, int ld_out, WeightFormat f, const uint8_t* W, c
 }
 
 void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
-                float* C, int ldc) {
+                float* C, int ldc, bool int8_act) {
   if (M == 0 || N == 0) return;
+  if (int8_act && (f == WeightFormat::Int8 || f == WeightFormat::Q4) && M <= kRowPathMax && K > 0)
+    return gemm_quant_dot(M, N, K, A, lda, f, W, scales, C, ldc);
   const QuantKernels qk = select_quant_kernels();
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);

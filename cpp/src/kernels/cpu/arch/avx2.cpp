@@ -46,3 +46,34 @@ struct Int8Loader<xsimd::fma3<xsimd::avx2>> {
 }  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::fma3<xsimd::avx2>>();
 }  // namespace qkv::kernels
+
+// The int8-activation product (gemm_quant_dot.h) on 256-bit vectors: vpmovsxbw loads 16 codes as int16, vpmaddwd
+// multiplies and adds pairs.
+#include "kernels/cpu/gemm_quant_dot_simd.h"
+namespace qkv::kernels {
+namespace {
+struct Avx2Dot {
+  using I = __m256i;
+  using F = __m256;
+  static constexpr int E = 16;
+  static I load16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static I int8(const uint8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void q4(const uint8_t* p, I* w) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    w[0] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, mask), eight));
+    w[1] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), eight));
+  }
+  static I madd(I a, I b) { return _mm256_madd_epi16(a, b); }
+  static I add(I a, I b) { return _mm256_add_epi32(a, b); }
+  static F scale(float s, I x, F acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_set1_ps(s), acc); }
+  static F zero() { return _mm256_setzero_ps(); }
+  static float hsum(F v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+  }
+};
+}  // namespace
+void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Avx2Dot>(q, n0, n1); }
+}  // namespace qkv::kernels

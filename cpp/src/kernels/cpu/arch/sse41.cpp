@@ -26,3 +26,53 @@ template const RowwiseKernels& rowwise_kernels_for<xsimd::sse4_1>();
 namespace qkv::kernels {
 template QuantKernels quant_kernels<xsimd::sse4_1>();
 }  // namespace qkv::kernels
+
+// The int8-activation product (gemm_quant_dot.h) on 128-bit vectors. In the WebAssembly build the emulated SSE
+// intrinsics map one to one onto SIMD128 (pmaddwd is i32x4.dot_i16x8_s), except where SIMD128 has a shorter way,
+// written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
+#include "kernels/cpu/gemm_quant_dot_simd.h"
+namespace qkv::kernels {
+namespace {
+struct Sse41Dot {
+  using I = __m128i;
+  using F = __m128;
+  static constexpr int E = 8;
+  static I load16(const int16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+  static I int8(const uint8_t* p) {
+#ifdef __EMSCRIPTEN__
+    return (I)wasm_i16x8_load8x8(p);
+#else
+    return _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#endif
+  }
+  static void q4(const uint8_t* p, I* w) {
+    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), eight = _mm_set1_epi8(8);
+#ifdef __EMSCRIPTEN__
+    const I lo = _mm_sub_epi8(_mm_and_si128(v, _mm_set1_epi8(0x0f)), eight);
+    const I hi = _mm_sub_epi8((I)wasm_u8x16_shr((v128_t)v, 4), eight);
+    w[0] = (I)wasm_i16x8_extend_low_i8x16((v128_t)lo);
+    w[1] = (I)wasm_i16x8_extend_high_i8x16((v128_t)lo);
+    w[2] = (I)wasm_i16x8_extend_low_i8x16((v128_t)hi);
+    w[3] = (I)wasm_i16x8_extend_high_i8x16((v128_t)hi);
+#else
+    const I mask = _mm_set1_epi8(0x0f);
+    const I lo = _mm_sub_epi8(_mm_and_si128(v, mask), eight);
+    const I hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), eight);
+    w[0] = _mm_cvtepi8_epi16(lo);
+    w[1] = _mm_cvtepi8_epi16(_mm_srli_si128(lo, 8));
+    w[2] = _mm_cvtepi8_epi16(hi);
+    w[3] = _mm_cvtepi8_epi16(_mm_srli_si128(hi, 8));
+#endif
+  }
+  static I madd(I a, I b) { return _mm_madd_epi16(a, b); }
+  static I add(I a, I b) { return _mm_add_epi32(a, b); }
+  static F scale(float s, I x, F acc) { return _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(x), _mm_set1_ps(s))); }
+  static F zero() { return _mm_setzero_ps(); }
+  static float hsum(F v) {
+    const F h = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+  }
+};
+}  // namespace
+void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Sse41Dot>(q, n0, n1); }
+}  // namespace qkv::kernels

@@ -1,0 +1,63 @@
+#pragma once
+// The product with quantized weights and int8 activations (gemm_quant's int8_act, ops/op_list.def): what
+// gemm_quant.cpp and the per-instruction-set files share.
+//
+// The numbers. Each row of A is cut into blocks of 32 along K (the Q4 group) and quantized as llama.cpp's Q8_0
+// quantizes activations: d = max |a| / 127 over the block, q = round(a / d) (nearest even) in [-127, 127], so
+// a ~= q d. Then, with W's codes c and scales s (ops/weight_format.h),
+//   int8:  C[m, n] = s[n] * sum_b d[m, b] * sum_{k in b} c[n, k] q[m, k]
+//   q4:    C[m, n] =        sum_b s[n, b] d[m, b] * sum_{k in b} (c[n, k] - 8) q[m, k]
+// The inner sums are integers, exact in int32 (|sum| <= 32 * 127 * 127); only their scaling is float. So the
+// result differs from the fp32 product by A's rounding to 8 bits (about 0.4% of a product's size for Gaussian
+// activations), and a kernel from the reference (gemm_quant_int8_act_reference) by the float order only.
+//
+// Why: the fp32 row kernels turn every code into a float and multiply it by a float activation, about three
+// operations per weight, which bounds them by instructions, not by the bytes read; integer multiply-adds of
+// 16-bit pairs (pmaddwd, wasm's i32x4.dot_i16x8_s) take eight weights an operation. The activations are
+// quantized once per call and widened to int16 (they are read once per row of W: N times).
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/weight_format.h"
+
+namespace qkv::kernels {
+
+using ops::WeightFormat;
+
+constexpr int kDotBlock = 32;
+
+// A quantized: M rows of nb blocks, widened to int16, row m's block b at q + (m * nb + b) * 32 with its scale at
+// d[m * nb + b]. Within a Q4 block the codes are in the nibbles' order (the 16 even elements, then the 16 odd ones:
+// byte i of a group holds elements 2i and 2i + 1), within an int8 block in natural order; 0 past K.
+struct Int8Rows {
+  int M = 0, K = 0, nb = 0;
+  const int16_t* q = nullptr;
+  const float* d = nullptr;
+};
+
+// Quantizes A (M rows of K, lda apart) into q (M * nb * 32) and d (M * nb), nb = ceil(K / 32), in f's order. A
+// block with a NaN or infinity gets d = NaN (its products are NaN, as the fp32 product's would be), codes 0.
+void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d);
+
+// C[m, n] for the M <= kQuantRowsMax rows of a and n in [n0, n1); W's row n at W + n * stride, its scales at
+// scales + n * spr.
+struct QuantDotRows {
+  WeightFormat f;
+  Int8Rows a;
+  const uint8_t* W;
+  size_t stride;
+  const float* scales;
+  int spr;
+  float* C;
+  int ldc;
+};
+using QuantDotFn = void (*)(const QuantDotRows& q, int n0, int n1);
+
+// The scalar kernel (every instruction set without its own: NEON, scalar).
+void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
+// The SSE4.1 kernel, which the WebAssembly build compiles to SIMD128 (kernels/cpu/arch/sse41.cpp), and the AVX2 one
+// (arch/avx2.cpp; AVX-512 machines run it too).
+void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
+void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);
+
+}  // namespace qkv::kernels

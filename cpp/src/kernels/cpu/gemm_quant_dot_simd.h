@@ -1,0 +1,80 @@
+#pragma once
+// The vector body of the int8-activation product (gemm_quant_dot.h has the numbers), one template over a small
+// trait of integer vector operations: included by kernels/cpu/arch/sse41.cpp (SSE4.1, and SIMD128 in the
+// WebAssembly build) and arch/avx2.cpp, each with its trait.
+//
+// A trait T has E int16 lanes per vector (I), a float vector F of E / 2 lanes, and
+//   T::load16(p)       E int16 activations
+//   T::int8(p)         E int8 codes at p, sign-extended to int16
+//   T::q4(p, w)        16 bytes (a group's 32 codes) as 32 / E vectors of code - 8: first the low nibbles (the even
+//                      elements), then the high ones, the order quantize_activations puts a Q4 block's codes in
+//   T::madd(a, b)      E / 2 int32 lanes, lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (pmaddwd, i32x4.dot_i16x8_s)
+//   T::add(a, b)       int32 lanes added
+//   T::scale(s, x, acc)  acc + float(s) * x
+//   T::zero(), T::hsum(F)
+#include <algorithm>
+
+#include "kernels/cpu/gemm_quant_dot.h"
+#include "kernels/cpu/gemm_quant_kernel.h"
+
+namespace qkv::kernels::dot_detail {
+
+template <class T, WeightFormat f, int MR>
+void rows(const QuantDotRows& q, int n0, int n1) {
+  using I = typename T::I;
+  using F = typename T::F;
+  constexpr int E = T::E, P = kDotBlock / E;  // vectors per block
+  const int nb = q.a.nb;
+  // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code. A Q4 row holds
+  // every group whole (padding codes are 8, i.e. 0, and the activations past K are 0 too).
+  const int whole = f == WeightFormat::Int8 ? q.a.K / kDotBlock : nb;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
+    F acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = T::zero();
+    for (int b = 0; b < whole; ++b) {
+      I w[P];
+      if constexpr (f == WeightFormat::Int8) {
+        for (int p = 0; p < P; ++p) w[p] = T::int8(row + b * kDotBlock + p * E);
+      } else {
+        T::q4(row + b * 16, w);
+      }
+      for (int m = 0; m < MR; ++m) {
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        const int16_t* a = q.a.q + block * kDotBlock;
+        I sum = T::madd(w[0], T::load16(a));
+        for (int p = 1; p < P; ++p) sum = T::add(sum, T::madd(w[p], T::load16(a + p * E)));
+        const float scale = f == WeightFormat::Int8 ? q.a.d[block] : s[b] * q.a.d[block];
+        acc[m] = T::scale(scale, sum, acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      float c = T::hsum(acc[m]);
+      if constexpr (f == WeightFormat::Int8) {
+        if (whole < nb) {  // the partial last block
+          const size_t block = static_cast<size_t>(m) * nb + whole;
+          const int16_t* a = q.a.q + block * kDotBlock;
+          int32_t sum = 0;
+          for (int k = whole * kDotBlock; k < q.a.K; ++k) sum += static_cast<int8_t>(row[k]) * a[k - whole * kDotBlock];
+          c += static_cast<float>(sum) * q.a.d[block];
+        }
+        c *= s[0];
+      }
+      q.C[static_cast<size_t>(m) * q.ldc + n] = c;
+    }
+  }
+}
+
+template <class T>
+void rows_fn(const QuantDotRows& q, int n0, int n1) {
+  const bool i8 = q.f == WeightFormat::Int8;
+  switch (q.a.M) {
+    case 1: return i8 ? rows<T, WeightFormat::Int8, 1>(q, n0, n1) : rows<T, WeightFormat::Q4, 1>(q, n0, n1);
+    case 2: return i8 ? rows<T, WeightFormat::Int8, 2>(q, n0, n1) : rows<T, WeightFormat::Q4, 2>(q, n0, n1);
+    case 3: return i8 ? rows<T, WeightFormat::Int8, 3>(q, n0, n1) : rows<T, WeightFormat::Q4, 3>(q, n0, n1);
+    default: return i8 ? rows<T, WeightFormat::Int8, 4>(q, n0, n1) : rows<T, WeightFormat::Q4, 4>(q, n0, n1);
+  }
+}
+
+}  // namespace qkv::kernels::dot_detail
