@@ -25,7 +25,8 @@ import sys
 LAYERS, WIDTH, POSITIONS = 12, 768, 1024
 WPE_BYTES = POSITIONS * WIDTH * 4
 KV_BYTES_MEDIAN_STEP = LAYERS * 2 * (32 + 32) * WIDTH * 4
-FORMATS = ["f32", "f16", "bf16", "int8", "q4"]
+# int8a8, q4a8: the int8 and q4 weights with int8 activations (qkv quantize --activations int8).
+FORMATS = ["f32", "f16", "bf16", "int8", "q4", "int8a8", "q4a8"]
 PEER_FORMATS = {"": "fp32", "q8": "8-bit, MatMulInteger (Transformers.js q8)", "q8nbits": "8-bit, MatMulNBits",
                 "q4": "4-bit, MatMulNBits", "q4a4": "4-bit, MatMulNBits accuracy_level 4",
                 "q8nbitsa4": "8-bit, MatMulNBits accuracy_level 4"}
@@ -134,20 +135,21 @@ def main():
         cells += [f"{params:.1f}" if params else "-", f"{p32 / params:.2f}x" if params and p32 else "-"]
         print("| " + " | ".join(cells) + " |")
         for engine, base, this in [("native", n32, n), ("wasm", w32, w)]:
-            if base and this and f in ("int8", "q4"):
-                target = 2.5 if f == "int8" else 4.0
+            if base and this and f in ("int8", "q4", "int8a8", "q4a8"):
+                target = 2.5 if f.startswith("int8") else 4.0
                 checks.append((f"{engine} {f} tokens/s >= {target}x fp32's", base["decode"] / this["decode"], target,
                                "{:.2f}x"))
         if params and p32 and f in ("int8", "q4"):
             checks.append((f"resident weights {f}: fp32's / this >= {4.0 if f == 'int8' else 6.5}x", p32 / params,
                            4.0 if f == "int8" else 6.5, "{:.2f}x"))
     for q in ["q8", "q8nbits"]:
-        if "wasm-int8" in best and f"ort-web-{q}" in best:
-            checks.append((f"wasm int8 vs onnxruntime-web {q}, best processes >= 1.2x",
-                           best[f"ort-web-{q}"]["decode"] / best["wasm-int8"]["decode"], 1.2, "{:.2f}x"))
+        for mine in ["wasm-int8", "wasm-int8a8"]:
+            if mine in best and f"ort-web-{q}" in best:
+                checks.append((f"{mine[5:]} vs onnxruntime-web {q}, best processes >= 1.2x",
+                               best[f"ort-web-{q}"]["decode"] / best[mine]["decode"], 1.2, "{:.2f}x"))
     for kv in pairs:
-        if kv["a"] == "wasm-int8" and kv["b"].startswith("ort-web-q8"):
-            checks.append((f"wasm int8 vs onnxruntime-web {kv['b'][8:]}, median of alternated rounds (range "
+        if kv["a"] in ("wasm-int8", "wasm-int8a8") and kv["b"].startswith("ort-web-q8"):
+            checks.append((f"{kv['a'][5:]} vs onnxruntime-web {kv['b'][8:]}, median of alternated rounds (range "
                            f"{kv['range']}) >= 1.2x", float(kv["decode_median"]), 1.2, "{:.2f}x"))
     if "wasm-q4" in best and "ort-web-q4" in best:
         print(f"\nwasm q4 vs onnxruntime-web q4 (MatMulNBits), best processes: "

@@ -22,7 +22,8 @@
 #   bandwidth             qkv_gpt2_bench bandwidth: the streaming read bandwidth at the same threads, each round
 #                         (and each native-<f> process measures it again right after its generations: its floor)
 #   native-<f>            qkv_gpt2_bench file gpt2_<f>.safetensors: `qkv quantize --weights <f>` of the imported
-#                         checkpoint (native-f32 = the imported checkpoint itself), f in f32 f16 bf16 int8 q4
+#                         checkpoint (native-f32 = the imported checkpoint itself), f in f32 f16 bf16 int8 q4, and
+#                         int8a8 q4a8: the same weights with `--activations int8` (integer dot products while decoding)
 #   wasm-<f>              the package's LanguageModel.load of the same file (bench/gpt2_node.mjs wasm FILE)
 #   ort-web-<q>, ort-node-<q>   the peers on gpt2_<q>.onnx (bench/gpt2_quantize_onnx.py: q8 = MatMulInteger, as
 #                         Transformers.js's q8 models; q4 = MatMulNBits 4-bit, block 32; q8nbits = MatMulNBits 8-bit)
@@ -47,8 +48,8 @@ ROUNDS=${GPT2_BENCH_ROUNDS:-3}
 RUNS=${GPT2_BENCH_RUNS:-3}
 QUANT=${GPT2_BENCH_QUANT:-0}
 if [[ $QUANT == 1 ]]; then
-  ONLY=${GPT2_BENCH_ONLY:-bandwidth native-f32 native-f16 native-int8 native-q4 wasm-f32 wasm-f16 wasm-int8 wasm-q4 ort-web ort-web-q8 ort-web-q4 ort-node ort-node-q8 ort-node-q4 alternate}
-  ALT_SIDES=${GPT2_BENCH_ALT_SIDES:-wasm-f32,wasm-int8,wasm-q4,ort-web,ort-web-q8}
+  ONLY=${GPT2_BENCH_ONLY:-bandwidth native-f32 native-f16 native-int8 native-q4 native-int8a8 native-q4a8 wasm-f32 wasm-f16 wasm-int8 wasm-q4 wasm-int8a8 wasm-q4a8 ort-web ort-web-q8 ort-web-q4 ort-node ort-node-q8 ort-node-q4 alternate}
+  ALT_SIDES=${GPT2_BENCH_ALT_SIDES:-wasm-f32,wasm-int8,wasm-q4,wasm-int8a8,wasm-q4a8,ort-web,ort-web-q8}
 else
   ONLY=${GPT2_BENCH_ONLY:-native file wasm ort-web ort-node alternate}
   ALT_SIDES=${GPT2_BENCH_ALT_SIDES:-wasm,ort-web,ort-node}
@@ -95,8 +96,9 @@ if [[ $report_only != 1 ]]; then
       native-* | wasm-*)
         f=${side#*-}
         if [[ ! -f "$DIR/gpt2_$f.safetensors" ]]; then
-          echo "== qkv quantize --weights $f (gpt2_$f.safetensors)"
-          "$BUILD_DIR/cpp/tools/qkv" quantize --weights "$f" "$DIR/imported.safetensors" "$DIR/gpt2_$f.safetensors" ||
+          echo "== qkv quantize --weights ${f%a8}$([[ $f == *a8 ]] && echo ' --activations int8') (gpt2_$f.safetensors)"
+          "$BUILD_DIR/cpp/tools/qkv" quantize --weights "${f%a8}" $([[ $f == *a8 ]] && echo --activations int8) \
+            "$DIR/imported.safetensors" "$DIR/gpt2_$f.safetensors" ||
             echo "run_gpt2: qkv quantize --weights $f failed: the $side side will fail"
         fi ;;
       ort-web-* | ort-node-*)

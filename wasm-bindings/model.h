@@ -85,9 +85,15 @@ class JsModel {
       QuantizeOptions o;
       const val embedding = options["embedding"];
       if (!embedding.isUndefined()) o.embedding = embedding.as<bool>();
+      const val activations = options["activations"];
+      if (!activations.isUndefined())
+        o.activations = quant_activations_from_string(activations.as<std::string>(), "options.activations");
       m_->quantize(weight_format_from_string(options["weights"].as<std::string>(), "options.weights"), o);
       keep({});  // a model on the GPU falls back to its quantized state
     });
+  }
+  void set_quant_activations(const std::string& activations) {
+    run([&] { m_->set_quant_activations(quant_activations_from_string(activations, "activations")); });
   }
   // { name: "int8", ... } for each packed tensor.
   val weight_formats() const {
@@ -262,6 +268,8 @@ emscripten::class_<T> model_class(const char* name) {
           "loadWeights", +[](T& t, val bytes) { t.load_weights(bytes); })
       .function(
           "setLearningRate", +[](T& t, float lr) { t.set_learning_rate(lr); })
+      .function(
+          "setQuantActivations", +[](T& t, const std::string& a) { t.set_quant_activations(a); })
       .function(
           "numParameters", +[](const T& t) { return t.num_parameters(); })
       .function(

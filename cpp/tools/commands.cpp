@@ -677,6 +677,9 @@ int run_info(const InfoArgs& a) {
     formats += (formats.empty() ? "" : ", ") + format + ": " + std::to_string(n.first) + " tensors, " +
                std::to_string(n.second) + " bytes";
   row("weights", std::to_string(weight_bytes) + " bytes (" + formats + ")");
+  const auto activations = f.metadata.find("qkv.activations");
+  if (activations != f.metadata.end())
+    row("activations", activations->second + " (decoding's products with the int8 / q4 weights: qkv quantize)");
   row("tensors", std::to_string(weights) + " weights" +
                      (moments ? " + " + std::to_string(moments) + " optimizer moments" +
                                     (a.all ? "" : " (not listed; --all lists them)")

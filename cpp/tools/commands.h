@@ -67,7 +67,8 @@ struct ImportArgs {
 
 struct QuantizeArgs {
   std::string in, out, weights;
-  Flag<bool> embedding;  // unset: the model's default (qkv/quantize.h)
+  Flag<bool> embedding;             // unset: the model's default (qkv/quantize.h)
+  std::string activations = "f32";  // QuantizeOptions::activations
 };
 
 struct BenchArgs {

@@ -240,6 +240,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"int8", "q4", "f16", "bf16"}));
   flags.add(q, "--embedding", quant.embedding,
             "Also the token embedding (true/false; default: true when it is the tied output head)");
+  q->add_option("--activations", quant.activations,
+                "int8: decoding quantizes the activations of the int8 / q4 products to int8 and takes integer dot "
+                "products (faster on the CPU and in WebAssembly; saved in the checkpoint). Default f32")
+      ->check(CLI::IsMember({"f32", "int8"}));
   q->footer(
       "\nEvery Linear weight (attention, feed-forward, heads) is stored packed; biases, LayerNorms and positions\n"
       "stay float32. The checkpoint loads everywhere a checkpoint does, for inference: generate, eval, predict.\n"

@@ -23,6 +23,9 @@ int run_quantize(const QuantizeArgs& a) {
     throw UsageError("--weights f32 is not a quantized format: expected int8, q4, f16 or bf16");
   QuantizeOptions options;
   if (a.embedding.given) options.embedding = a.embedding.value;
+  options.activations = quant_activations_from_string(a.activations, "--activations");
+  if (options.activations == QuantActivations::Int8 && format != WeightFormat::Int8 && format != WeightFormat::Q4)
+    throw UsageError("--activations int8 needs --weights int8 or q4 (integer dot products), not " + a.weights);
   // A folder to f16 / bf16 whose matrices the file stores so: loaded kept (PretrainedWeights::Keep), never as
   // float32, when that packs what quantize would (every Linear weight and the tied embedding: 4 per layer + 1), all
   // in this format; else (another dtype, a mixed file, --embedding given) the float32 load, quantized.
@@ -48,6 +51,8 @@ int run_quantize(const QuantizeArgs& a) {
   const size_t after = model.memory().parameters;
   std::printf("weights     %s: %zu tensors packed%s\n", to_string(format), model.weight_formats().size(),
               done ? " (kept as the folder stores them: no float32 copy)" : "");
+  if (options.activations == QuantActivations::Int8)
+    std::printf("activations int8 (decoding's products with the packed weights)\n");
   std::printf("bytes       %zu -> %zu (%.2fx smaller)\n", before, after,
               static_cast<double>(before) / static_cast<double>(after));
   std::printf("wrote       %s\n", a.out.c_str());

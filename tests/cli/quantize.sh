@@ -20,6 +20,15 @@ grep -Eq "layers.0.self_attn.in_proj_weight.scales +F32 +\[96, 1\] .* scales" "$
 expect 0 "tok_emb.weight +U8 .* q4" -- info lm_q4.safetensors
 expect 0 "^weights +q4: 4 tensors packed" -- quantize --weights q4 --embedding false lm.safetensors nq.safetensors
 expect 0 "tok_emb.weight +F32" -- info nq.safetensors
+# Int8 activations (integer dot products while decoding): saved in the checkpoint, shown by info, generating.
+for w in int8 q4; do
+  expect 0 "^activations int8" -- quantize --weights "$w" --activations int8 lm.safetensors "lm_${w}_a8.safetensors"
+  expect 0 "^activations +int8 \(decoding" -- info "lm_${w}_a8.safetensors"
+  expect 0 "^the" -- generate --ckpt "lm_${w}_a8.safetensors" --prompt "the" --max-tokens 5 --temperature 0
+done
+expect 2 "--activations: int4 not in" -- quantize --weights q4 --activations int4 lm.safetensors x.safetensors
+expect 2 "--activations int8 needs --weights int8 or q4" -- quantize --weights f16 --activations int8 lm.safetensors \
+  x.safetensors
 
 # A Hugging Face folder in half precision, stored as such: PyTorch's greedy tokens, bit-exact weights.
 for c in f16 bf16; do

@@ -129,3 +129,61 @@ describe("quantized checkpoints across the native build", () => {
     }
   });
 });
+
+/** The largest |a - b| over the largest |b|. */
+function maxRel(a: Float32Array, b: Float32Array): number {
+  let worst = 0;
+  let scale = 0;
+  for (let i = 0; i < b.length; i++) {
+    scale = Math.max(scale, Math.abs(b[i]!));
+    worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
+  }
+  return worst / scale;
+}
+
+describe("int8 activations (integer dot products while decoding)", () => {
+  it("moves decoding's logits by the activations' rounding, travels in the checkpoint, and switches off", async () => {
+    for (const weights of ["int8", "q4"] as const) {
+      const a8 = await LanguageModel.load(trained);
+      await a8.quantize({ weights, activations: "int8" });
+      const f32 = await LanguageModel.load(trained);
+      await f32.quantize({ weights });
+      // 5 rows (up to 8 take the integer path): near the float32 activations' logits, not equal to them.
+      const got = await a8.predict(PROMPT, { batch: 1, seq: 5 });
+      const want = await f32.predict(PROMPT, { batch: 1, seq: 5 });
+      const rel = maxRel(got, want);
+      expect(rel).toBeLessThan(3e-2);
+      expect(rel).toBeGreaterThan(1e-6);
+      // Saved with the checkpoint: loaded (whole and streamed), the same logits bit for bit.
+      const bytes = await a8.save();
+      for (const again of [await LanguageModel.load(bytes), await LanguageModel.load(new Blob([bytes]))]) {
+        expect(Array.from(await again.predict(PROMPT, { batch: 1, seq: 5 }))).toEqual(Array.from(got));
+        again.dispose();
+      }
+      await a8.setQuantActivations("f32");
+      expect(Array.from(await a8.predict(PROMPT, { batch: 1, seq: 5 }))).toEqual(Array.from(want));
+      a8.dispose();
+      f32.dispose();
+    }
+  });
+
+  it("rejects what it cannot do with Errors naming the argument, changing nothing", async () => {
+    const m = await LanguageModel.load(trained);
+    const logits = await m.predict(PROMPT, { batch: 1, seq: 5 });
+    await expect(m.quantize({ weights: "q4", activations: "int4" as "int8" })).rejects.toThrow(/options\.activations = "int4" is not an activation format: expected "int8" or "f32"/);
+    await expect(m.quantize({ weights: "f16", activations: "int8" })).rejects.toThrow(/activations = int8 needs int8 or q4 weights \(integer dot products\), not f16/);
+    await expect(m.setQuantActivations("int8")).rejects.toThrow(/activations = int8 needs int8 or q4 weights, and this model has none/);
+    await expect(m.setQuantActivations(7 as unknown as "int8")).rejects.toThrow(/activations must be a string/);
+    expect(Array.from(await m.predict(PROMPT, { batch: 1, seq: 5 }))).toEqual(Array.from(logits));
+    expect(await m.quantize({ weights: "q4" })).toHaveProperty(["tok_emb.weight"], "q4"); // still float32 until now
+    m.dispose();
+  });
+
+  it("generates a native `qkv quantize --activations int8` checkpoint's native tokens", { timeout: 60_000 }, async () => {
+    writeFileSync(path.join(dir, "fp32.safetensors"), trained);
+    native(["quantize", "--weights", "q4", "--activations", "int8", "fp32.safetensors", "native_q4_a8.safetensors"]);
+    const m = await LanguageModel.load(readFileSync(path.join(dir, "native_q4_a8.safetensors")));
+    expect(Array.from(await m.generate(PROMPT, { maxTokens: 12, temperature: 0 }))).toEqual(nativeGreedy("native_q4_a8.safetensors", 12));
+    m.dispose();
+  });
+});

@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import { UNKNOWN_TOKENIZER, type Calls, type ConfigIn, type ModelOut, type ModelRequest, type TokenizerIn, type TokenizerOut, type TokenizerRef } from "./protocol.js";
-import type { AdapterFiles, BackendCheck, LoraInfo, MemoryUsage, Metrics, ModelKind, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
+import type { AdapterFiles, BackendCheck, LoraInfo, MemoryUsage, Metrics, ModelKind, QuantActivations, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -11,6 +11,7 @@ interface CoreModelBase {
   save(withOptimizer: boolean, metadata: Record<string, string>): Uint8Array;
   loadWeights(bytes: Uint8Array): void;
   setLearningRate(lr: number): void;
+  setQuantActivations(activations: QuantActivations): void;
   numParameters(): number;
   step(): number;
   config(): Record<string, number | string | boolean>;
@@ -460,6 +461,11 @@ export class Engine {
       case "setLearningRate": {
         const { model, lr } = req.in;
         this.run(() => this.get(model).core.setLearningRate(lr));
+        return null;
+      }
+      case "setQuantActivations": {
+        const { model, activations } = req.in;
+        this.run(() => this.get(model).core.setQuantActivations(activations));
         return null;
       }
       case "quantize": {

@@ -16,6 +16,7 @@ export type {
   PretrainedOptions,
   PretrainedProgress,
   PretrainedSource,
+  QuantActivations,
   QuantizeOptions,
   WeightFormat,
   AdapterFiles,

@@ -20,6 +20,7 @@ import type {
   MemoryUsage,
   ModelKind,
   PretrainedOptions,
+  QuantActivations,
   QuantizeOptions,
   SaveAdapterOptions,
   WeightFormat,
@@ -184,10 +185,23 @@ export abstract class Model<C extends object> {
     // Only the JS types are checked here; the format's name is the core's to judge (its error names the choices).
     const o = object("options", options, '{ weights: "int8" }');
     const weights = string("options.weights", o["weights"]) as WeightFormat;
-    const out = await callModel(this, "quantize", "quantize", {
-      options: o["embedding"] === undefined ? { weights } : { weights, embedding: boolean("options.embedding", o["embedding"]) },
-    });
+    const options: QuantizeOptions = { weights };
+    if (o["embedding"] !== undefined) options.embedding = boolean("options.embedding", o["embedding"]);
+    if (o["activations"] !== undefined)
+      options.activations = string("options.activations", o["activations"]) as QuantActivations;
+    const out = await callModel(this, "quantize", "quantize", { options });
     return out.formats;
+  }
+
+  /**
+   * Sets the activations of the products with the int8 and q4 weights ({@link QuantizeOptions.activations}), for
+   * a model quantized or loaded quantized; saved with it. Rejects, changing nothing, for an unknown name, or
+   * `"int8"` on a model without int8 or q4 weights.
+   */
+  async setQuantActivations(activations: QuantActivations): Promise<void> {
+    await callModel(this, "setQuantActivations", "setQuantActivations", {
+      activations: string("activations", activations) as QuantActivations,
+    });
   }
 
   /**

@@ -337,7 +337,18 @@ export interface QuantizeOptions {
    * model with `tieHead`, GPT-2's), whose product every generated token reads whole.
    */
   embedding?: boolean;
+  /**
+   * `"int8"` (int8 and q4 weights only): while decoding, each product with the packed weights quantizes its
+   * activations to int8 in blocks of 32 (llama.cpp's Q8_0 rule) and sums integer products: faster in the wasm core,
+   * each product moved by the activations' rounding to 8 bits (README "Quantized weights" has the figures). Saved in
+   * the checkpoint. Default `"f32"`: the float32 product of the dequantized weights. {@link Model.setQuantActivations}
+   * changes it later.
+   */
+  activations?: QuantActivations;
 }
+
+/** The activations of the products with int8 and q4 weights ({@link QuantizeOptions.activations}). */
+export type QuantActivations = "f32" | "int8";
 
 /**
  * The Linear roles a LoRA adapter can sit on ({@link Model.addLora}): `"q"`, `"k"`, `"v"` the rows of attention's

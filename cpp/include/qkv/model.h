@@ -94,6 +94,10 @@ class Model {
   // qkv::Error and changes nothing. A model on another device is quantized there (the rounding is done on the
   // host: the same bytes on every device).
   void quantize(WeightFormat format, const QuantizeOptions& options = {});
+  // The activations of the products with the int8 and q4 weights (qkv/quantize.h), saved in the checkpoint
+  // ("qkv.activations"). Int8 on a model without int8 or q4 weights throws qkv::Error and changes nothing.
+  void set_quant_activations(QuantActivations activations);
+  QuantActivations quant_activations() const;
   // The packed tensors' formats by name (empty for a float32 model).
   std::map<std::string, WeightFormat> weight_formats() const;
 

@@ -25,6 +25,7 @@ const char* const kM = "optimizer.m.";
 const char* const kV = "optimizer.v.";
 const char* const kQuantized = "qkv.quantized";
 const char* const kLora = "qkv.lora";
+const char* const kActivations = "qkv.activations";  // "int8": Model::set_quant_activations (absent: f32)
 const char* const kScales = ".scales";
 
 // How a packed parameter is stored in a file: its rows as they are on the device, under a dtype and shape a
@@ -176,11 +177,12 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
   // checkpoint that lies about its config or fails its own checksums, so they are refused, not overwritten.
   if (core.params.packed_count() > 0) meta[kQuantized] = formats_to_json(core.params);
   if (lora) meta[kLora] = to_string(core.lora->options);
+  if (core.params.int8_act()) meta[kActivations] = "int8";
   for (const auto& [key, value] : extra) {
-    if (!meta.count(key) && key != kQuantized && key != kLora) continue;
+    if (!meta.count(key) && key != kQuantized && key != kLora && key != kActivations) continue;
     std::string reserved;
     for (const auto& [own, unused] : meta) reserved += (reserved.empty() ? "" : ", ") + own;
-    for (const char* k : {kQuantized, kLora})
+    for (const char* k : {kQuantized, kLora, kActivations})
       if (!meta.count(k)) reserved += std::string(", ") + k;
     throw Error(detail::cat("checkpoint: metadata key \"", key, "\" is reserved: the checkpoint writes it itself (",
                             reserved, "); use another key"));
@@ -272,6 +274,14 @@ void read_metadata(const std::map<std::string, std::string>& meta, const char* k
       throw Error(detail::cat("checkpoint: \"", kLora, "\" = \"", meta.at(kLora), "\" is invalid: ", e.what()));
     }
   }
+  if (meta.count(kActivations)) {
+    const std::string& a = meta.at(kActivations);
+    check(a == "int8" || a == "f32", "checkpoint: \"", kActivations, "\" = \"", a,
+          "\" is invalid: expected \"int8\" or \"f32\"");
+    c.int8_act = a == "int8";
+  }
+  check(!c.int8_act || !c.formats.empty(), "checkpoint: \"", kActivations,
+        "\" = \"int8\" but the file holds no quantized weights (\"", kQuantized, "\")");
   check(c.formats.empty() || !c.has_optimizer_state || c.lora, "checkpoint: the file holds quantized weights (\"",
         kQuantized, "\") and an optimizer state but no LoRA adapters (\"", kLora,
         "\"): a quantized model without adapters has none (it does not train)");
@@ -472,6 +482,7 @@ void restore_checkpoint_tensors(models::ModelCore& core, const Checkpoint& c) {
   } else {
     restore(core, c.file, c.has_optimizer_state, c.formats, c.packed_shapes);
   }
+  core.params.set_int8_act(c.int8_act);
   core.opt().set_steps(c.has_optimizer_state ? c.step : 0);
   core.opt().set_skipped(c.has_optimizer_state ? c.skipped : 0);
   core.passes = c.passes;
@@ -527,6 +538,7 @@ CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, con
     names.push_back(t.name);
   }
   check_matches(core, metas, c.has_optimizer_state, c.formats, c.packed_shapes);
+  core.params.set_int8_act(c.int8_act);
   sums_ = expected_checksums(header.metadata, names);
   if (c.has_optimizer_state) core.trained().ensure_training();
   std::map<std::string, Span> dst;

@@ -43,6 +43,7 @@ struct Checkpoint {
   std::string format = "qkv";  // a foreign state dict's format (io/import.h): mapped when restored
   nn::Formats formats;         // the packed tensors ("qkv.quantized"): the model is built with them (ForLoading)
   std::map<std::string, std::vector<int64_t>> packed_shapes;  // and their matrices' shapes, checked against the model's
+  bool int8_act = false;            // "qkv.activations" = "int8": the int8 and q4 products quantize their activations
   std::optional<LoraOptions> lora;  // the adapters ("qkv.lora"): added to the model before its tensors are restored
 };
 

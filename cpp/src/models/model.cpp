@@ -94,11 +94,21 @@ WeightFormat weight_format_from_string(const std::string& name, const char* argu
                           "\"bf16\" or \"f32\""));
 }
 
+const char* to_string(QuantActivations activations) { return activations == QuantActivations::Int8 ? "int8" : "f32"; }
+
+QuantActivations quant_activations_from_string(const std::string& name, const char* argument) {
+  for (QuantActivations a : {QuantActivations::F32, QuantActivations::Int8})
+    if (name == to_string(a)) return a;
+  throw Error(detail::cat(argument, " = \"", name, "\" is not an activation format: expected \"int8\" or \"f32\""));
+}
+
 void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
   const int f = static_cast<int>(format);
   check(f >= static_cast<int>(WeightFormat::F16) && f <= static_cast<int>(WeightFormat::Q4),
         "quantize: format = ", f == 0 ? std::string("f32") : std::to_string(f),
         " is not a quantized format: expected int8, q4, f16 or bf16");
+  check(options.activations == QuantActivations::F32 || format == WeightFormat::Int8 || format == WeightFormat::Q4,
+        "quantize: activations = int8 needs int8 or q4 weights (integer dot products), not ", to_string(format));
   models::ModelCore& c = settled(core());
   // An if, not check(): check's arguments are all evaluated, and an unquantized model's formats() is empty.
   if (c.params.packed_count() != 0)
@@ -111,10 +121,31 @@ void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
   std::vector<std::pair<nn::Param*, ops::WeightFormat>> which;
   for (nn::Param& p : c.params.all())
     if (p.matrix || (embedding && p.embedding)) which.emplace_back(&p, static_cast<ops::WeightFormat>(format));
-  c.params.quantize(which);
+  const bool was = c.params.int8_act();
+  c.params.set_int8_act(options.activations == QuantActivations::Int8);
+  try {
+    c.params.quantize(which);
+  } catch (...) {
+    c.params.set_int8_act(was);
+    throw;
+  }
   // KV caches hold keys of the old weights; with adapters, the frozen base's backward now needs scratch for the
   // dequantized rows (planned again).
   reset(c.lora != nullptr);
+}
+
+void Model::set_quant_activations(QuantActivations activations) {
+  models::ModelCore& c = settled(core());
+  const bool on = activations == QuantActivations::Int8;
+  bool has = false;
+  for (const nn::Param& p : c.params.all())
+    has = has || p.format == ops::WeightFormat::Int8 || p.format == ops::WeightFormat::Q4;
+  check(!on || has, "set_quant_activations: activations = int8 needs int8 or q4 weights, and this model has none ",
+        "(quantize it with weights int8 or q4 first)");
+  c.params.set_int8_act(on);
+}
+QuantActivations Model::quant_activations() const {
+  return core().params.int8_act() ? QuantActivations::Int8 : QuantActivations::F32;
 }
 
 std::map<std::string, WeightFormat> Model::weight_formats() const {

@@ -274,7 +274,14 @@ void Parameters::quantize(const std::vector<std::pair<Param*, ops::WeightFormat>
     p.offset = offsets[i++];
     packed_count_ += p.is_packed();
   }
+  set_int8_act(int8_act_);
   bind();
+}
+
+void Parameters::set_int8_act(bool on) {
+  int8_act_ = on;
+  for (Param& p : params_)
+    p.int8_act = on && (p.format == ops::WeightFormat::Int8 || p.format == ops::WeightFormat::Q4);
 }
 
 void Parameters::to(ops::Backend& target) {

@@ -134,6 +134,10 @@ class Parameters {
   void quantize(const std::vector<std::pair<Param*, ops::WeightFormat>>& which);
   // How many parameters are packed, and the formats by name (what a checkpoint records).
   size_t packed_count() const { return packed_count_; }
+  // The int8 and q4 matrices' products may quantize their activations (Param::int8_act): every such matrix now and
+  // every one quantize() makes later. Off after finalize().
+  void set_int8_act(bool on);
+  bool int8_act() const { return int8_act_; }
   Formats formats() const;
   // Bytes of weights held on the device: the float32 buffer and the packed one.
   size_t weight_bytes() const { return values_.numel() * sizeof(float) + packed_.numel() * sizeof(float); }
@@ -204,6 +208,7 @@ class Parameters {
   std::function<void(size_t)> grads_final_;
   static thread_local bool loading_, shapes_only_;
   static thread_local const Formats* loading_formats_;
+  bool int8_act_ = false;
 };
 
 }  // namespace qkv::nn
