@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,41 @@ TEST(QuantizeAccuracy, HeldOutPerplexityStaysWithinTheStatedBounds) {
     std::printf("[ measured ] %s: held-out perplexity %.5f vs float32 %.5f (%+.3f%%)\n", to_string(c.format), ppl, base,
                 100.0 * (ppl - base) / base);
     EXPECT_LT(rel, c.bound) << to_string(c.format) << ": " << ppl << " vs " << base;
+  }
+}
+
+// Int8 activations (QuantActivations::Int8) change only the products of decoding, up to 8 rows at a time: the
+// held-out text is scored in windows of 8 tokens (one call each, so every product takes the integer path), float32
+// on the same windows as the reference, with the same bounds as the weights' formats alone.
+double perplexity_in_eights(LanguageModel& m) {
+  const Trained& t = trained();
+  constexpr int kRows = 8;
+  double log_sum = 0;
+  int windows = 0;
+  for (size_t at = 0; at + kRows <= t.held_in.size(); at += kRows, ++windows) {
+    const std::span<const int32_t> in(t.held_in.data() + at, kRows), tg(t.held_tg.data() + at, kRows);
+    log_sum += std::log(m.evaluate(in, tg, 1, kRows).perplexity);
+  }
+  return std::exp(log_sum / windows);
+}
+
+TEST(QuantizeAccuracy, Int8ActivationsInDecodingSizedProductsStayWithinTheSameBounds) {
+  const double base = perplexity_in_eights(*trained().fp32);
+  const struct {
+    WeightFormat format;
+    double bound;
+  } cases[] = {{WeightFormat::Int8, 0.005}, {WeightFormat::Q4, 0.05}};
+  for (const auto& c : cases) {
+    const auto m = quantized(c.format);
+    const double weights_only = perplexity_in_eights(*m);
+    m->set_quant_activations(QuantActivations::Int8);
+    const double ppl = perplexity_in_eights(*m), rel = std::abs(ppl - base) / base;
+    std::printf(
+        "[ measured ] %s, int8 activations: perplexity in 8-token windows %.5f vs float32 %.5f (%+.3f%%; "
+        "float32 activations %+.3f%%)\n",
+        to_string(c.format), ppl, base, 100.0 * (ppl - base) / base, 100.0 * (weights_only - base) / base);
+    EXPECT_LT(rel, c.bound) << to_string(c.format) << ": " << ppl << " vs " << base;
+    EXPECT_NE(ppl, weights_only) << "the integer path was not taken";
   }
 }
 
