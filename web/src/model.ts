@@ -185,11 +185,11 @@ export abstract class Model<C extends object> {
     // Only the JS types are checked here; the format's name is the core's to judge (its error names the choices).
     const o = object("options", options, '{ weights: "int8" }');
     const weights = string("options.weights", o["weights"]) as WeightFormat;
-    const options: QuantizeOptions = { weights };
-    if (o["embedding"] !== undefined) options.embedding = boolean("options.embedding", o["embedding"]);
+    const checked: QuantizeOptions = { weights };
+    if (o["embedding"] !== undefined) checked.embedding = boolean("options.embedding", o["embedding"]);
     if (o["activations"] !== undefined)
-      options.activations = string("options.activations", o["activations"]) as QuantActivations;
-    const out = await callModel(this, "quantize", "quantize", { options });
+      checked.activations = string("options.activations", o["activations"]) as QuantActivations;
+    const out = await callModel(this, "quantize", "quantize", { options: checked });
     return out.formats;
   }
 
