@@ -94,14 +94,17 @@ std::unique_ptr<LanguageModel> quantized(WeightFormat f) {
   return m;
 }
 
+// Issue 36's perplexity bounds: int8 within 0.5% of float32, q4 within 5%.
+struct PerplexityBound {
+  WeightFormat format;
+  double bound;
+};
+constexpr PerplexityBound kPerplexityBounds[] = {{WeightFormat::Int8, 0.005}, {WeightFormat::Q4, 0.05}};
+
 TEST(QuantizeAccuracy, HeldOutPerplexityStaysWithinTheStatedBounds) {
   const double base = held_out_perplexity(*trained().fp32);
   ASSERT_LT(base, 3.0) << "the model did not learn the grammar: the bounds below would say little";
-  const struct {
-    WeightFormat format;
-    double bound;
-  } cases[] = {{WeightFormat::Int8, 0.005}, {WeightFormat::Q4, 0.05}};
-  for (const auto& c : cases) {
+  for (const auto& c : kPerplexityBounds) {
     const auto m = quantized(c.format);
     const double ppl = held_out_perplexity(*m), rel = std::abs(ppl - base) / base;
     std::printf("[ measured ] %s: held-out perplexity %.5f vs float32 %.5f (%+.3f%%)\n", to_string(c.format), ppl, base,
@@ -127,11 +130,7 @@ double perplexity_in_eights(LanguageModel& m) {
 
 TEST(QuantizeAccuracy, Int8ActivationsInDecodingSizedProductsStayWithinTheSameBounds) {
   const double base = perplexity_in_eights(*trained().fp32);
-  const struct {
-    WeightFormat format;
-    double bound;
-  } cases[] = {{WeightFormat::Int8, 0.005}, {WeightFormat::Q4, 0.05}};
-  for (const auto& c : cases) {
+  for (const auto& c : kPerplexityBounds) {
     const auto m = quantized(c.format);
     const double weights_only = perplexity_in_eights(*m);
     m->set_quant_activations(QuantActivations::Int8);
