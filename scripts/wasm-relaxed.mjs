@@ -1,6 +1,13 @@
 // Rewrites the relaxed-SIMD multiply-add of a .wasm that Debian's Emscripten 3.1.6 (clang 14) linked into the
 // opcode that engines run: node scripts/wasm-relaxed.mjs <file.wasm> [<expected count>]
 //
+// And the integer dot product: clang 14 has no i16x8.relaxed_dot_i8x16_i7x16_s (LLVM 16 added it), so the kernel
+// that wants it (cpp/src/kernels/cpu/arch/sse41.cpp, the Q4 product with int8 activations) emits the prototype's
+// i8x16.relaxed_swizzle in its place (0xfd 0xa2 0x01: two v128 operands to one v128, like the dot; used nowhere
+// else), and this rewrites each into the dot (0xfd 0x92 0x02, the same length): lane i = a[2i] b[2i] + a[2i+1]
+// b[2i+1] of a's signed bytes and b's 7-bit ones, a, b in stack order. (Not the i32x4 ..._add_s form: Node 20's V8
+// returns twice the dot and drops the addend.)
+//
 // Clang 14 knows relaxed SIMD only as the pre-standard prototype: `__builtin_wasm_fma_f32x4` is emitted as
 // 0xfd 0xaf 0x01, which no engine accepts today. The standard `f32x4.relaxed_madd` is 0xfd 0x85 0x02 (the
 // same length, so no size changes) and computes a * b + c of its operands in stack order, which is the order
@@ -14,6 +21,9 @@ import { readFileSync, writeFileSync } from "node:fs";
 
 const OLD_MADD = 0xaf; // f32x4.fma in the relaxed-SIMD prototype (LLVM 14)
 const NEW_MADD = 0x105; // f32x4.relaxed_madd
+const OLD_SWIZZLE = 0xa2; // i8x16.relaxed_swizzle in the prototype: the dot's stand-in
+const NEW_DOT = 0x112; // i16x8.relaxed_dot_i8x16_i7x16_s
+let dots = 0;
 
 const [file, expected] = process.argv.slice(2);
 if (!file) {
@@ -81,6 +91,11 @@ function simd(at) {
     bytes[at + 1] = 0x80 | (NEW_MADD & 0x7f);
     bytes[at + 2] = NEW_MADD >> 7;
     return 1;
+  } else if (op === OLD_SWIZZLE) {
+    if (pos - at !== 3) fail("unexpected encoding of the prototype i8x16.relaxed_swizzle");
+    bytes[at + 1] = 0x80 | (NEW_DOT & 0x7f);
+    bytes[at + 2] = NEW_DOT >> 7;
+    dots++;
   } else if (op === NEW_MADD) {
     fail("f32x4.relaxed_madd is already there: rewrite the linker's output once");
   } else if (op > 0xff || GAPS.includes(op)) {
@@ -184,4 +199,4 @@ if (expected !== undefined && rewritten !== Number(expected)) {
 }
 if (rewritten === 0) fail("found no relaxed multiply-add: was the kernel unit compiled with -mrelaxed-simd?");
 writeFileSync(file, bytes);
-console.log(`wasm-relaxed: ${file}: ${rewritten} f32x4.relaxed_madd`);
+console.log(`wasm-relaxed: ${file}: ${rewritten} f32x4.relaxed_madd, ${dots} i16x8.relaxed_dot_i8x16_i7x16_s`);

@@ -69,6 +69,46 @@ describe("scripts/wasm-relaxed.mjs", () => {
     expect(WebAssembly.validate(out)).toBe(EXPECT_RELAXED_SIMD);
   });
 
+  it("rewrites the stand-in swizzle into the integer dot, which computes the dot where the engine has relaxed SIMD", async () => {
+    // f(): the dot of the 16 signed bytes at 0 and the 16 7-bit ones at 16, stored at 32 (and a multiply-add of
+    // three constants, dropped: the rewriter wants one). Exports f and the memory m.
+    const V128 = (n: number) => [0xfd, 0x0c, ...new Array<number>(16).fill(n)];
+    const code = [
+      ...V128(1), ...V128(2), ...V128(3), ...OLD, 0x1a,
+      0x41, 0x20, // i32.const 32: the store's address
+      0x41, 0x00, 0xfd, 0x00, 0x00, 0x00, // v128.load offset=0
+      0x41, 0x00, 0xfd, 0x00, 0x00, 0x10, // v128.load offset=16
+      0xfd, 0xa2, 0x01, // the prototype i8x16.relaxed_swizzle: the dot's stand-in
+      0xfd, 0x0b, 0x00, 0x00, // v128.store offset=0
+      0x0b,
+    ];
+    const body = [0x00, ...code];
+    const wasm = Uint8Array.from([
+      0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00,
+      0x01, 0x04, 0x01, 0x60, 0x00, 0x00, // type () -> ()
+      0x03, 0x02, 0x01, 0x00,
+      0x05, 0x03, 0x01, 0x00, 0x01,
+      0x07, 0x09, 0x02, 0x01, 0x66, 0x00, 0x00, 0x01, 0x6d, 0x02, 0x00, // export "f", "m"
+      0x0a, body.length + 2, 0x01, body.length, ...body,
+    ]);
+    const { out, stdout } = rewrite(wasm);
+    expect(stdout).toMatch(/: 1 f32x4\.relaxed_madd, 1 i16x8\.relaxed_dot_i8x16_i7x16_s/);
+    const at = Array.from(out).findIndex((b, i) => b === 0xfd && out[i + 1] === 0x92 && out[i + 2] === 0x02);
+    expect(at).toBeGreaterThan(0);
+    expect(WebAssembly.validate(out)).toBe(EXPECT_RELAXED_SIMD);
+    if (!EXPECT_RELAXED_SIMD) return;
+    const { instance } = await WebAssembly.instantiate(out);
+    const { f, m } = instance.exports as { f: () => void; m: WebAssembly.Memory };
+    const a = new Int8Array(m.buffer, 0, 16), b = new Uint8Array(m.buffer, 16, 16);
+    for (let i = 0; i < 16; i++) {
+      a[i] = ((i * 37) % 255) - 127; // -127 .. 127
+      b[i] = (i * 7) % 16; // Q4's codes
+    }
+    f();
+    const want = Array.from({ length: 8 }, (_, l) => a[2 * l]! * b[2 * l]! + a[2 * l + 1]! * b[2 * l + 1]!);
+    expect(Array.from(new Int16Array(m.buffer, 32, 8))).toEqual(want);
+  });
+
   it("refuses a module it cannot decode, a second run, a count other than the expected, and no multiply-add", () => {
     expect(rewriteError(module(CODE, 1))).toMatch(/unexpected end|does not end where its size says/);
     expect(rewriteError(module(CODE, -1))).toMatch(/does not end where its size says/);

@@ -78,20 +78,36 @@ QuantDotFn select_dot_kernel() {
   }
 }
 
+// Whether the kernel reads Int8Rows' q8 and sum8 for Q4 (the relaxed-SIMD WebAssembly build's).
+bool reads_bytes([[maybe_unused]] QuantDotFn kernel) {
+#if QKV_ISA_SSE41
+  return kernel == &quant_dot_rows_sse41 && kQuantDotBytes;
+#else
+  return false;
+#endif
+}
+
 // The row path with int8 activations: A quantized once on this thread, rows of W split over the pool as the fp32
 // row path splits them.
 void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
                     float* C, int ldc) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
+  const QuantDotFn kernel = select_dot_kernel();
+  const bool bytes = f == WeightFormat::Q4 && reads_bytes(kernel);
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> d;
+  thread_local std::vector<int8_t> q8;
+  thread_local std::vector<int32_t> sum8;
   q.resize(static_cast<size_t>(M) * nb * kDotBlock);
   d.resize(static_cast<size_t>(M) * nb);
-  quantize_activations(A, lda, M, K, f, q.data(), d.data());
+  q8.resize(bytes ? q.size() : 0);
+  sum8.resize(bytes ? d.size() : 0);
+  quantize_activations(A, lda, M, K, f, q.data(), d.data(), bytes ? q8.data() : nullptr, bytes ? sum8.data() : nullptr);
   // The workers read this thread's buffers (a thread_local named in the lambda would be each worker's own).
   const int16_t* qa = q.data();
   const float* da = d.data();
-  const QuantDotFn kernel = select_dot_kernel();
+  const int8_t* q8a = bytes ? q8.data() : nullptr;
+  const int32_t* s8a = bytes ? sum8.data() : nullptr;
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
@@ -100,7 +116,9 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
       const int n0 = static_cast<int>(c) * kRowChunk, n1 = std::min(N, n0 + kRowChunk);
       for (int m0 = 0; m0 < M; m0 += kQuantRowsMax) {
         const size_t at = static_cast<size_t>(m0) * nb;
-        const Int8Rows a{std::min(kQuantRowsMax, M - m0), K, nb, qa + at * kDotBlock, da + at};
+        const Int8Rows a{
+            std::min(kQuantRowsMax, M - m0), K, nb, qa + at * kDotBlock, da + at, q8a ? q8a + at * kDotBlock : nullptr,
+            s8a ? s8a + at : nullptr};
         kernel({f, a, W, stride, scales, spr, C + static_cast<size_t>(m0) * ldc, ldc}, n0, n1);
       }
     }

@@ -9,7 +9,8 @@
 
 namespace qkv::kernels {
 
-void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d) {
+void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d, int8_t* q8,
+                          int32_t* sum8) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
   for (int m = 0; m < M; ++m) {
     const float* a = A + static_cast<size_t>(m) * lda;
@@ -35,6 +36,15 @@ void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f,
       }
     }
   }
+  const size_t blocks = static_cast<size_t>(M) * nb;
+  if (q8)
+    for (size_t i = 0; i < blocks * kDotBlock; ++i) q8[i] = static_cast<int8_t>(q[i]);
+  if (sum8)
+    for (size_t b = 0; b < blocks; ++b) {
+      int32_t s = 0;
+      for (int i = 0; i < kDotBlock; ++i) s += q[b * kDotBlock + i];
+      sum8[b] = 8 * s;
+    }
 }
 
 namespace {

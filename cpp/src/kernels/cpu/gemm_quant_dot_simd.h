@@ -12,6 +12,9 @@
 //   T::add(a, b)       int32 lanes added
 //   T::scale(s, x, acc)  acc + float(s) * x
 //   T::zero(), T::hsum(F)
+//   T::kQ4Bytes        true: Q4 blocks go through w = T::q4_nibbles(p) (the 16 bytes' codes as they are) and
+//                      T::q4_dot(w, a8, sum8) instead of q4 and madd: int32 lanes summing to sum (c - 8) q, from
+//                      the int8 activations (Int8Rows' q8, the nibbles' order) and 8 x their sum (sum8)
 #include <algorithm>
 
 #include "kernels/cpu/gemm_quant_dot.h"
@@ -34,6 +37,15 @@ void rows(const QuantDotRows& q, int n0, int n1) {
     F acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = T::zero();
     for (int b = 0; b < whole; ++b) {
+      if constexpr (f == WeightFormat::Q4 && T::kQ4Bytes) {
+        const auto w = T::q4_nibbles(row + b * 16);
+        for (int m = 0; m < MR; ++m) {
+          const size_t block = static_cast<size_t>(m) * nb + b;
+          const I sum = T::q4_dot(w, q.a.q8 + block * kDotBlock, q.a.sum8[block]);
+          acc[m] = T::scale(s[b] * q.a.d[block], sum, acc[m]);
+        }
+        continue;
+      }
       I w[P];
       if constexpr (f == WeightFormat::Int8) {
         for (int p = 0; p < P; ++p) w[p] = T::int8(row + b * kDotBlock + p * E);

@@ -56,6 +56,7 @@ struct Avx2Dot {
   using I = __m256i;
   using F = __m256;
   static constexpr int E = 16;
+  static constexpr bool kQ4Bytes = false;
   static I load16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I int8(const uint8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void q4(const uint8_t* p, I* w) {

@@ -30,6 +30,9 @@ template QuantKernels quant_kernels<xsimd::sse4_1>();
 // The int8-activation product (gemm_quant_dot.h) on 128-bit vectors. In the WebAssembly build the emulated SSE
 // intrinsics map one to one onto SIMD128 (pmaddwd is i32x4.dot_i16x8_s), except where SIMD128 has a shorter way,
 // written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
+// The relaxed-SIMD build multiplies Q4's bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of an
+// int8 activation and a code at once (the codes 0..15 fit its 7-bit operand, so every engine gives the exact sums;
+// V8 on x86: one pmaddubsw), the recentring by 8 being the block's activation sum (Int8Rows::sum8).
 #include "kernels/cpu/gemm_quant_dot_simd.h"
 namespace qkv::kernels {
 namespace {
@@ -72,7 +75,33 @@ struct Sse41Dot {
     const F h = _mm_add_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
   }
+#if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
+  static constexpr bool kQ4Bytes = true;
+  struct Nibbles {
+    v128_t lo, hi;  // the even elements' codes, the odd ones'
+  };
+  static Nibbles q4_nibbles(const uint8_t* p) {
+    const v128_t v = wasm_v128_load(p);
+    return {wasm_v128_and(v, wasm_i8x16_splat(0x0f)), wasm_u8x16_shr(v, 4)};
+  }
+  // Lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (int8 a, 7-bit b): i16x8.relaxed_dot_i8x16_i7x16_s, written as clang 14's
+  // prototype i8x16.relaxed_swizzle, which scripts/wasm-relaxed.mjs rewrites into it after linking (clang 14 has no
+  // dot). Here |lane| <= 2 * 127 * 15 = 3810.
+  static v128_t dot(v128_t a, v128_t b) { return (v128_t)__builtin_wasm_relaxed_swizzle_i8x16((__i8x16)a, (__i8x16)b); }
+  // The two halves' dots added in 16 bits (|lane| <= 7620), widened in pairs, less 8 x the activations' sum.
+  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t sum8) {
+    const v128_t d = wasm_i16x8_add(dot(wasm_v128_load(a), w.lo), dot(wasm_v128_load(a + 16), w.hi));
+    return (I)wasm_i32x4_sub(wasm_i32x4_extadd_pairwise_i16x8(d), wasm_i32x4_make(sum8, 0, 0, 0));
+  }
+#else
+  static constexpr bool kQ4Bytes = false;
+#endif
 };
 }  // namespace
+#if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
+extern const bool kQuantDotBytes = true;
+#else
+extern const bool kQuantDotBytes = false;
+#endif
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Sse41Dot>(q, n0, n1); }
 }  // namespace qkv::kernels
