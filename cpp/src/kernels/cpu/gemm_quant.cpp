@@ -78,13 +78,15 @@ QuantDotFn select_dot_kernel() {
   }
 }
 
-// Whether the kernel reads Int8Rows' q8 and sum8 for Q4 (the relaxed-SIMD WebAssembly build's).
+// Whether the kernel reads Int8Rows' q8 and sum8 for Q4 (AVX2's, and the relaxed-SIMD WebAssembly build's).
 bool reads_bytes([[maybe_unused]] QuantDotFn kernel) {
-#if QKV_ISA_SSE41
-  return kernel == &quant_dot_rows_sse41 && kQuantDotBytes;
-#else
-  return false;
+#if QKV_ISA_AVX2
+  if (kernel == &quant_dot_rows_avx2) return true;
 #endif
+#if QKV_ISA_SSE41
+  if (kernel == &quant_dot_rows_sse41) return kQuantDotBytes;
+#endif
+  return false;
 }
 
 // The row path with int8 activations: A quantized once on this thread, rows of W split over the pool as the fp32

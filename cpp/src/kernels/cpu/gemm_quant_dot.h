@@ -62,8 +62,8 @@ using QuantDotFn = void (*)(const QuantDotRows& q, int n0, int n1);
 // The scalar kernel (every instruction set without its own: NEON, scalar).
 void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
 // The SSE4.1 kernel, which the WebAssembly build compiles to SIMD128 (kernels/cpu/arch/sse41.cpp), and the AVX2 one
-// (arch/avx2.cpp; AVX-512 machines run it too). The relaxed-SIMD WebAssembly build's reads q8 and sum8 for Q4
-// (kQuantDotBytes).
+// (arch/avx2.cpp; AVX-512 machines run it too). For Q4 the AVX2 one and the relaxed-SIMD WebAssembly build's
+// (kQuantDotBytes) read q8 and sum8.
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
 extern const bool kQuantDotBytes;
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);

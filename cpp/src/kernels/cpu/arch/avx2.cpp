@@ -56,7 +56,21 @@ struct Avx2Dot {
   using I = __m256i;
   using F = __m256;
   static constexpr int E = 16;
-  static constexpr bool kQ4Bytes = false;
+  // Q4 multiplies bytes: vpmaddubsw takes the codes (0..15) as its unsigned operand and the int8 activations as its
+  // signed one, 32 products summed in pairs (|pair| <= 2 * 15 * 127, no saturation), then vpmaddwd adds the pairs.
+  static constexpr bool kQ4Bytes = true;
+  struct Nibbles {
+    __m256i codes;  // the even elements' codes, then the odd ones' (the activations' order in a Q4 block)
+  };
+  static Nibbles q4_nibbles(const uint8_t* p) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
+    return {_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask))};
+  }
+  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t sum8) {
+    const __m256i pairs = _mm256_maddubs_epi16(w.codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
+    return _mm256_sub_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
+                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(sum8)));
+  }
   static I load16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I int8(const uint8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static void q4(const uint8_t* p, I* w) {
