@@ -64,11 +64,18 @@ void to_block_order(float* dst, const float* A, int lda, int M, int K, int V, in
   }
 }
 
-// The int8-activation kernel of the active instruction set (AVX-512 machines run AVX2's: every one has AVX2).
+// The int8-activation kernel of the active instruction set: on AVX-512 machines the VNNI one where the CPU has VNNI,
+// else AVX2's (every AVX-512 machine has AVX2).
 QuantDotFn select_dot_kernel() {
   switch (active_isa()) {
 #if QKV_ISA_AVX2
-    case Isa::AVX512:
+    case Isa::AVX512: {
+#if QKV_ISA_AVX512VNNI
+      static const bool vnni = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
+      if (vnni) return &quant_dot_rows_avx512vnni;
+#endif
+      return &quant_dot_rows_avx2;
+    }
     case Isa::AVX2: return &quant_dot_rows_avx2;
 #endif
 #if QKV_ISA_SSE41
@@ -82,6 +89,9 @@ QuantDotFn select_dot_kernel() {
 bool reads_bytes([[maybe_unused]] QuantDotFn kernel) {
 #if QKV_ISA_AVX2
   if (kernel == &quant_dot_rows_avx2) return true;
+#endif
+#if QKV_ISA_AVX512VNNI
+  if (kernel == &quant_dot_rows_avx512vnni) return true;
 #endif
 #if QKV_ISA_SSE41
   if (kernel == &quant_dot_rows_sse41) return kQuantDotBytes;

@@ -67,5 +67,8 @@ void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
 extern const bool kQuantDotBytes;
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);
+// AVX-512 VNNI (arch/avx512vnni.cpp): Q4 two groups at a time with vpdpbusd, reading q8 and sum8; int8 weights go to
+// the AVX2 kernel.
+void quant_dot_rows_avx512vnni(const QuantDotRows& q, int n0, int n1);
 
 }  // namespace qkv::kernels

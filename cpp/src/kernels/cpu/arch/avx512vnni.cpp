@@ -1,0 +1,81 @@
+// The Q4 product with int8 activations (gemm_quant_dot.h) on AVX-512 VNNI: vpdpbusd multiplies 64 unsigned codes by
+// 64 int8 activations and adds them in fours into 16 int32 lanes, two Q4 groups at once. This file alone is compiled
+// with AVX-512 BW + VNNI (cpp/CMakeLists.txt); gemm_quant.cpp picks it on an AVX-512 machine whose CPU has VNNI
+// (has_avx512_vnni), int8 weights going to the AVX2 kernel.
+//
+// Per pair of blocks b, b + 1 (32 bytes of codes, 64 activations, which Int8Rows keeps contiguous for a row of A):
+// the nibbles become [even codes of b | odd of b | even of b + 1 | odd of b + 1] (the activations' order), lanes
+// 0-7 sum block b's 32 products and lanes 8-15 block b + 1's, less 8 x each block's activation sum (Int8Rows::sum8:
+// sum (c - 8) q = sum c q - 8 sum q, exact in int32), then scaled by each block's s[n, b] d[m, b].
+#include <immintrin.h>
+
+#include "kernels/cpu/gemm_quant_dot.h"
+#include "kernels/cpu/gemm_quant_kernel.h"
+
+namespace qkv::kernels {
+namespace {
+
+// The integer sum of a single Q4 block (an odd last one) with its activations in the nibbles' order.
+int32_t one_block(const uint8_t* codes, const int8_t* a, int32_t sum8) {
+  int32_t sum = -sum8;
+  for (int i = 0; i < 16; ++i) sum += (codes[i] & 0xf) * a[i] + (codes[i] >> 4) * a[16 + i];
+  return sum;
+}
+
+template <int MR>
+void rows(const QuantDotRows& q, int n0, int n1) {
+  const int nb = q.a.nb, pairs = nb / 2;
+  const __m256i mask = _mm256_set1_epi8(0x0f);
+  // Lanes 0-7 take element 0 of a two-float (or two-int) load, lanes 8-15 element 1; firsts: lanes 0 and 8 alone.
+  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const auto two = [](const void* p) {
+    return _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
+  };
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int p = 0; p < pairs; ++p) {
+      const int b = 2 * p;
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16));
+      // [lo b | lo b+1 | hi b | hi b+1] in 128-bit lanes, then reordered to [lo b | hi b | lo b+1 | hi b+1].
+      const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, mask)),
+                                              _mm256_and_si256(_mm256_srli_epi16(v, 4), mask), 1);
+      const __m512i codes = _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0));
+      const __m512 sw = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(s + b)));
+      for (int m = 0; m < MR; ++m) {
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        const __m512i a = _mm512_loadu_si512(q.a.q8 + block * kDotBlock);
+        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x0101, halves, two(q.a.sum8 + block));
+        const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, a), corr);
+        const __m512 d = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(q.a.d + block)));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw, d), acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      float c = _mm512_reduce_add_ps(acc[m]);
+      if (nb % 2) {
+        const int b = nb - 1;
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        c += static_cast<float>(one_block(row + b * 16, q.a.q8 + block * kDotBlock, q.a.sum8[block])) *
+             (s[b] * q.a.d[block]);
+      }
+      q.C[static_cast<size_t>(m) * q.ldc + n] = c;
+    }
+  }
+}
+
+}  // namespace
+
+void quant_dot_rows_avx512vnni(const QuantDotRows& q, int n0, int n1) {
+  if (q.f != WeightFormat::Q4) return quant_dot_rows_avx2(q, n0, n1);
+  switch (q.a.M) {
+    case 1: return rows<1>(q, n0, n1);
+    case 2: return rows<2>(q, n0, n1);
+    case 3: return rows<3>(q, n0, n1);
+    default: return rows<4>(q, n0, n1);
+  }
+}
+
+}  // namespace qkv::kernels
