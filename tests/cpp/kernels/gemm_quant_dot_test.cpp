@@ -48,16 +48,16 @@ TEST(GemmQuantDot, ActivationsAreQuantizedByQ8ZerosRule) {
     std::vector<int16_t> q(static_cast<size_t>(M) * nb * kDotBlock, 99);
     std::vector<float> d(static_cast<size_t>(M) * nb);
     std::vector<int8_t> q8(q.size(), 99);
-    std::vector<int32_t> sum8(d.size(), 99);
-    kernels::quantize_activations(A.data(), lda, M, K, f, q.data(), d.data(), q8.data(), sum8.data());
-    // The byte copy and 8 x each block's sum (for the kernels that multiply bytes).
+    std::vector<int32_t> zsum(d.size(), 99);
+    kernels::quantize_activations(A.data(), lda, M, K, f, q.data(), d.data(), q8.data(), zsum.data());
+    // The byte copy and z x each block's sum, z = 8 (q4) or 128 (int8): the kernels that multiply bytes.
     for (size_t b = 0; b < d.size(); ++b) {
       int32_t sum = 0;
       for (int i = 0; i < kDotBlock; ++i) {
         EXPECT_EQ(q8[b * kDotBlock + i], q[b * kDotBlock + i]);
         sum += q[b * kDotBlock + i];
       }
-      EXPECT_EQ(sum8[b], 8 * sum);
+      EXPECT_EQ(zsum[b], (f == WeightFormat::Q4 ? 8 : 128) * sum);
     }
     for (int m = 0; m < M; ++m)
       for (int b = 0; b < nb; ++b) {

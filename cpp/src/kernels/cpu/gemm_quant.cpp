@@ -85,13 +85,15 @@ QuantDotFn select_dot_kernel() {
   }
 }
 
-// Whether the kernel reads Int8Rows' q8 and sum8 for Q4 (AVX2's, and the relaxed-SIMD WebAssembly build's).
-bool reads_bytes([[maybe_unused]] QuantDotFn kernel) {
-#if QKV_ISA_AVX2
-  if (kernel == &quant_dot_rows_avx2) return true;
-#endif
+// Whether the kernel reads Int8Rows' q8 and zsum for format f: for Q4 AVX2's, the VNNI one and the relaxed-SIMD
+// WebAssembly build's; for int8 the VNNI one.
+bool reads_bytes([[maybe_unused]] QuantDotFn kernel, WeightFormat f) {
 #if QKV_ISA_AVX512VNNI
   if (kernel == &quant_dot_rows_avx512vnni) return true;
+#endif
+  if (f != WeightFormat::Q4) return false;
+#if QKV_ISA_AVX2
+  if (kernel == &quant_dot_rows_avx2) return true;
 #endif
 #if QKV_ISA_SSE41
   if (kernel == &quant_dot_rows_sse41) return kQuantDotBytes;
@@ -105,21 +107,21 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
                     float* C, int ldc) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
   const QuantDotFn kernel = select_dot_kernel();
-  const bool bytes = f == WeightFormat::Q4 && reads_bytes(kernel);
+  const bool bytes = reads_bytes(kernel, f);
   thread_local std::vector<int16_t> q;
   thread_local std::vector<float> d;
   thread_local std::vector<int8_t> q8;
-  thread_local std::vector<int32_t> sum8;
+  thread_local std::vector<int32_t> zsum;
   q.resize(static_cast<size_t>(M) * nb * kDotBlock);
   d.resize(static_cast<size_t>(M) * nb);
   q8.resize(bytes ? q.size() : 0);
-  sum8.resize(bytes ? d.size() : 0);
-  quantize_activations(A, lda, M, K, f, q.data(), d.data(), bytes ? q8.data() : nullptr, bytes ? sum8.data() : nullptr);
+  zsum.resize(bytes ? d.size() : 0);
+  quantize_activations(A, lda, M, K, f, q.data(), d.data(), bytes ? q8.data() : nullptr, bytes ? zsum.data() : nullptr);
   // The workers read this thread's buffers (a thread_local named in the lambda would be each worker's own).
   const int16_t* qa = q.data();
   const float* da = d.data();
   const int8_t* q8a = bytes ? q8.data() : nullptr;
-  const int32_t* s8a = bytes ? sum8.data() : nullptr;
+  const int32_t* zsa = bytes ? zsum.data() : nullptr;
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
@@ -130,7 +132,7 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
         const size_t at = static_cast<size_t>(m0) * nb;
         const Int8Rows a{
             std::min(kQuantRowsMax, M - m0), K, nb, qa + at * kDotBlock, da + at, q8a ? q8a + at * kDotBlock : nullptr,
-            s8a ? s8a + at : nullptr};
+            zsa ? zsa + at : nullptr};
         kernel({f, a, W, stride, scales, spr, C + static_cast<size_t>(m0) * ldc, ldc}, n0, n1);
       }
     }

@@ -10,7 +10,7 @@
 namespace qkv::kernels {
 
 void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d, int8_t* q8,
-                          int32_t* sum8) {
+                          int32_t* zsum) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
   for (int m = 0; m < M; ++m) {
     const float* a = A + static_cast<size_t>(m) * lda;
@@ -39,11 +39,11 @@ void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f,
   const size_t blocks = static_cast<size_t>(M) * nb;
   if (q8)
     for (size_t i = 0; i < blocks * kDotBlock; ++i) q8[i] = static_cast<int8_t>(q[i]);
-  if (sum8)
+  if (zsum)
     for (size_t b = 0; b < blocks; ++b) {
       int32_t s = 0;
       for (int i = 0; i < kDotBlock; ++i) s += q[b * kDotBlock + i];
-      sum8[b] = 8 * s;
+      zsum[b] = (f == WeightFormat::Q4 ? 8 : 128) * s;
     }
 }
 

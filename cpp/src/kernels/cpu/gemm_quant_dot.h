@@ -29,21 +29,23 @@ constexpr int kDotBlock = 32;
 // A quantized: M rows of nb blocks, widened to int16, row m's block b at q + (m * nb + b) * 32 with its scale at
 // d[m * nb + b]. Within a Q4 block the codes are in the nibbles' order (the 16 even elements, then the 16 odd ones:
 // byte i of a group holds elements 2i and 2i + 1), within an int8 block in natural order; 0 past K. q8: the same
-// codes as int8 (a kernel that multiplies bytes reads these), sum8: 8 x each block's sum of codes (Q4's recentring
-// for such a kernel: sum (c - 8) q = sum c q - 8 sum q). Both may be null for kernels that do not read them.
+// codes as int8 (a kernel that multiplies bytes reads these), zsum: z x each block's sum of codes, z the offset that
+// makes f's weight codes c unsigned bytes for such a kernel (sum (c - z) q = sum c q - z sum q): Q4's implicit zero
+// point 8 (its codes are 0..15, standing for c - 8), int8's 128 (c + 128 = c ^ 0x80, so sum c q = sum (c ^ 0x80) q -
+// 128 sum q). Both may be null for kernels that do not read them.
 struct Int8Rows {
   int M = 0, K = 0, nb = 0;
   const int16_t* q = nullptr;
   const float* d = nullptr;
   const int8_t* q8 = nullptr;
-  const int32_t* sum8 = nullptr;
+  const int32_t* zsum = nullptr;
 };
 
 // Quantizes A (M rows of K, lda apart) into q (M * nb * 32) and d (M * nb), nb = ceil(K / 32), in f's order, and,
-// where not null, q8 (M * nb * 32) and sum8 (M * nb). A block with a NaN or infinity gets d = NaN (its products are
+// where not null, q8 (M * nb * 32) and zsum (M * nb). A block with a NaN or infinity gets d = NaN (its products are
 // NaN, as the fp32 product's would be), codes 0.
 void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d,
-                          int8_t* q8 = nullptr, int32_t* sum8 = nullptr);
+                          int8_t* q8 = nullptr, int32_t* zsum = nullptr);
 
 // C[m, n] for the M <= kQuantRowsMax rows of a and n in [n0, n1); W's row n at W + n * stride, its scales at
 // scales + n * spr.
@@ -63,12 +65,11 @@ using QuantDotFn = void (*)(const QuantDotRows& q, int n0, int n1);
 void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
 // The SSE4.1 kernel, which the WebAssembly build compiles to SIMD128 (kernels/cpu/arch/sse41.cpp), and the AVX2 one
 // (arch/avx2.cpp; AVX-512 machines run it too). For Q4 the AVX2 one and the relaxed-SIMD WebAssembly build's
-// (kQuantDotBytes) read q8 and sum8.
+// (kQuantDotBytes) read q8 and zsum.
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
 extern const bool kQuantDotBytes;
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);
-// AVX-512 VNNI (arch/avx512vnni.cpp): Q4 two groups at a time with vpdpbusd, reading q8 and sum8; int8 weights go to
-// the AVX2 kernel.
+// AVX-512 VNNI (arch/avx512vnni.cpp): two blocks at a time with vpdpbusd, reading q8 and zsum.
 void quant_dot_rows_avx512vnni(const QuantDotRows& q, int n0, int n1);
 
 }  // namespace qkv::kernels

@@ -13,8 +13,8 @@
 //   T::scale(s, x, acc)  acc + float(s) * x
 //   T::zero(), T::hsum(F)
 //   T::kQ4Bytes        true: Q4 blocks go through w = T::q4_nibbles(p) (the 16 bytes' codes as they are) and
-//                      T::q4_dot(w, a8, sum8) instead of q4 and madd: int32 lanes summing to sum (c - 8) q, from
-//                      the int8 activations (Int8Rows' q8, the nibbles' order) and 8 x their sum (sum8)
+//                      T::q4_dot(w, a8, zsum) instead of q4 and madd: int32 lanes summing to sum (c - 8) q, from
+//                      the int8 activations (Int8Rows' q8, the nibbles' order) and 8 x their sum (zsum)
 #include <algorithm>
 
 #include "kernels/cpu/gemm_quant_dot.h"
@@ -41,7 +41,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
         const auto w = T::q4_nibbles(row + b * 16);
         for (int m = 0; m < MR; ++m) {
           const size_t block = static_cast<size_t>(m) * nb + b;
-          const I sum = T::q4_dot(w, q.a.q8 + block * kDotBlock, q.a.sum8[block]);
+          const I sum = T::q4_dot(w, q.a.q8 + block * kDotBlock, q.a.zsum[block]);
           acc[m] = T::scale(s[b] * q.a.d[block], sum, acc[m]);
         }
         continue;

@@ -66,10 +66,10 @@ struct Avx2Dot {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
     return {_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask))};
   }
-  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t sum8) {
+  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t zsum) {
     const __m256i pairs = _mm256_maddubs_epi16(w.codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
     return _mm256_sub_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
-                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(sum8)));
+                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(zsum)));
   }
   static I load16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I int8(const uint8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }

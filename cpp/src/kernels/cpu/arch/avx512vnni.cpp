@@ -1,13 +1,15 @@
-// The Q4 product with int8 activations (gemm_quant_dot.h) on AVX-512 VNNI: vpdpbusd multiplies 64 unsigned codes by
-// 64 int8 activations and adds them in fours into 16 int32 lanes, two Q4 groups at once. This file alone is compiled
-// with AVX-512 BW + VNNI (cpp/CMakeLists.txt); gemm_quant.cpp picks it on an AVX-512 machine whose CPU has VNNI
-// (has_avx512_vnni), int8 weights going to the AVX2 kernel.
+// The products with int8 activations (gemm_quant_dot.h) on AVX-512 VNNI: vpdpbusd multiplies 64 unsigned bytes by
+// 64 int8 activations and adds them in fours into 16 int32 lanes, two blocks of 32 at once. This file alone is
+// compiled with AVX-512 BW + VNNI (cpp/CMakeLists.txt); gemm_quant.cpp picks it on an AVX-512 machine whose CPU has
+// VNNI.
 //
 // Per pair of blocks b, b + 1 (32 bytes of codes, 64 activations, which Int8Rows keeps contiguous for a row of A):
 // the nibbles become [even codes of b | odd of b | even of b + 1 | odd of b + 1] (the activations' order), lanes
-// 0-7 sum block b's 32 products and lanes 8-15 block b + 1's, less 8 x each block's activation sum (Int8Rows::sum8:
+// 0-7 sum block b's 32 products and lanes 8-15 block b + 1's, less 8 x each block's activation sum (Int8Rows::zsum:
 // sum (c - 8) q = sum c q - 8 sum q, exact in int32), then scaled by each block's s[n, b] d[m, b].
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "kernels/cpu/gemm_quant_dot.h"
 #include "kernels/cpu/gemm_quant_kernel.h"
@@ -15,9 +17,13 @@
 namespace qkv::kernels {
 namespace {
 
+// The blocks past the last whole pair are summed in scalar code from the int16 copy of the activations (Int8Rows::q):
+// GCC 12 vectorizes a sum of int8 x int8 products in this unit (-mavx512vnni) into vpdpbusd, which reads one side as
+// unsigned bytes, and the sums came out wrong (GemmQuantDot.EveryIsaMatchesTheOracleOverRaggedShapes, K = 32).
+
 // The integer sum of a single Q4 block (an odd last one) with its activations in the nibbles' order.
-int32_t one_block(const uint8_t* codes, const int8_t* a, int32_t sum8) {
-  int32_t sum = -sum8;
+int32_t one_block(const uint8_t* codes, const int16_t* a) {
+  int32_t sum = 0;
   for (int i = 0; i < 16; ++i) sum += (codes[i] & 0xf) * a[i] + (codes[i] >> 4) * a[16 + i];
   return sum;
 }
@@ -47,7 +53,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
         const __m512i a = _mm512_loadu_si512(q.a.q8 + block * kDotBlock);
-        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x0101, halves, two(q.a.sum8 + block));
+        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x0101, halves, two(q.a.zsum + block));
         const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, a), corr);
         const __m512 d = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(q.a.d + block)));
         acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw, d), acc[m]);
@@ -58,7 +64,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
       if (nb % 2) {
         const int b = nb - 1;
         const size_t block = static_cast<size_t>(m) * nb + b;
-        c += static_cast<float>(one_block(row + b * 16, q.a.q8 + block * kDotBlock, q.a.sum8[block])) *
+        c += static_cast<float>(one_block(row + b * 16, q.a.q + block * kDotBlock) - q.a.zsum[block]) *
              (s[b] * q.a.d[block]);
       }
       q.C[static_cast<size_t>(m) * q.ldc + n] = c;
@@ -66,15 +72,56 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   }
 }
 
+// Int8 weights: 64 codes (two blocks) per vpdpbusd, made unsigned by flipping their sign bits (c ^ 0x80 = c + 128),
+// the 128 x the activations' sums (Int8Rows::zsum) taken off; one scale per row, applied to the row's sum. Blocks
+// past the last whole pair (one whole block, a partial one) are summed in scalar code, reading no byte past K.
+template <int MR>
+void rows_int8(const QuantDotRows& q, int n0, int n1) {
+  const int nb = q.a.nb, pairs = q.a.K / (2 * kDotBlock);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const auto two = [](const void* p) {
+    return _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
+  };
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
+    __m512 acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
+    for (int p = 0; p < pairs; ++p) {
+      const int b = 2 * p;
+      const __m512i codes = _mm512_xor_si512(_mm512_loadu_si512(row + b * kDotBlock), flip);
+      for (int m = 0; m < MR; ++m) {
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        const __m512i a = _mm512_loadu_si512(q.a.q8 + block * kDotBlock);
+        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x0101, halves, two(q.a.zsum + block));
+        const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, a), corr);
+        const __m512 d = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(q.a.d + block)));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) {
+      float c = _mm512_reduce_add_ps(acc[m]);
+      for (int b = 2 * pairs; b < nb; ++b) {
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        int32_t sum = 0;
+        for (int k = b * kDotBlock; k < std::min(q.a.K, (b + 1) * kDotBlock); ++k)
+          sum += static_cast<int8_t>(row[k]) * q.a.q[block * kDotBlock + (k - b * kDotBlock)];
+        c += static_cast<float>(sum) * q.a.d[block];
+      }
+      q.C[static_cast<size_t>(m) * q.ldc + n] = c * q.scales[static_cast<size_t>(n) * q.spr];
+    }
+  }
+}
+
 }  // namespace
 
 void quant_dot_rows_avx512vnni(const QuantDotRows& q, int n0, int n1) {
-  if (q.f != WeightFormat::Q4) return quant_dot_rows_avx2(q, n0, n1);
+  const bool q4 = q.f == WeightFormat::Q4;
   switch (q.a.M) {
-    case 1: return rows<1>(q, n0, n1);
-    case 2: return rows<2>(q, n0, n1);
-    case 3: return rows<3>(q, n0, n1);
-    default: return rows<4>(q, n0, n1);
+    case 1: return q4 ? rows<1>(q, n0, n1) : rows_int8<1>(q, n0, n1);
+    case 2: return q4 ? rows<2>(q, n0, n1) : rows_int8<2>(q, n0, n1);
+    case 3: return q4 ? rows<3>(q, n0, n1) : rows_int8<3>(q, n0, n1);
+    default: return q4 ? rows<4>(q, n0, n1) : rows_int8<4>(q, n0, n1);
   }
 }
 

@@ -32,7 +32,7 @@ template QuantKernels quant_kernels<xsimd::sse4_1>();
 // written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
 // The relaxed-SIMD build multiplies Q4's bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of an
 // int8 activation and a code at once (the codes 0..15 fit its 7-bit operand, so every engine gives the exact sums;
-// V8 on x86: one pmaddubsw), the recentring by 8 being the block's activation sum (Int8Rows::sum8).
+// V8 on x86: one pmaddubsw), the recentring by 8 being the block's activation sum (Int8Rows::zsum).
 #include "kernels/cpu/gemm_quant_dot_simd.h"
 namespace qkv::kernels {
 namespace {
@@ -89,9 +89,9 @@ struct Sse41Dot {
   // dot). Here |lane| <= 2 * 127 * 15 = 3810.
   static v128_t dot(v128_t a, v128_t b) { return (v128_t)__builtin_wasm_relaxed_swizzle_i8x16((__i8x16)a, (__i8x16)b); }
   // The two halves' dots added in 16 bits (|lane| <= 7620), widened in pairs, less 8 x the activations' sum.
-  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t sum8) {
+  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t zsum) {
     const v128_t d = wasm_i16x8_add(dot(wasm_v128_load(a), w.lo), dot(wasm_v128_load(a + 16), w.hi));
-    return (I)wasm_i32x4_sub(wasm_i32x4_extadd_pairwise_i16x8(d), wasm_i32x4_make(sum8, 0, 0, 0));
+    return (I)wasm_i32x4_sub(wasm_i32x4_extadd_pairwise_i16x8(d), wasm_i32x4_make(zsum, 0, 0, 0));
   }
 #else
   static constexpr bool kQ4Bytes = false;
