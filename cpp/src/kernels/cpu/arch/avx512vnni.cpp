@@ -31,7 +31,8 @@ int32_t one_block(const uint8_t* codes, const int16_t* a) {
 template <int MR>
 void rows(const QuantDotRows& q, int n0, int n1) {
   const int nb = q.a.nb, pairs = nb / 2;
-  const __m256i mask = _mm256_set1_epi8(0x0f);
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), nibble = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
   // Lanes 0-7 take element 0 of a two-float (or two-int) load, lanes 8-15 element 1; firsts: lanes 0 and 8 alone.
   const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const auto two = [](const void* p) {
@@ -44,11 +45,10 @@ void rows(const QuantDotRows& q, int n0, int n1) {
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int p = 0; p < pairs; ++p) {
       const int b = 2 * p;
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16));
-      // [lo b | lo b+1 | hi b | hi b+1] in 128-bit lanes, then reordered to [lo b | hi b | lo b+1 | hi b+1].
-      const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, mask)),
-                                              _mm256_and_si256(_mm256_srli_epi16(v, 4), mask), 1);
-      const __m512i codes = _mm512_shuffle_i64x2(both, both, _MM_SHUFFLE(3, 1, 2, 0));
+      // The 32 bytes' 64-bit quarters [v0 v0 v1 v1] (v0: block b's 16 bytes, v1: block b + 1's), the second copy of
+      // each shifted down a nibble, then masked: [lo b | hi b | lo b+1 | hi b+1], the activations' order.
+      const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16)));
+      const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(spread, v), nibble), mask);
       const __m512 sw = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(s + b)));
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
