@@ -28,16 +28,27 @@ int32_t one_block(const uint8_t* codes, const int16_t* a) {
   return sum;
 }
 
+// Two consecutive 32-bit values (floats or ints) spread over a vector: p[0] in lanes 0-7 (block b's), p[1] in lanes
+// 8-15 (block b + 1's).
+inline __m512i spread_pair(const void* p) {
+  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  return _mm512_permutexvar_epi32(halves, _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+}
+
+// The exact integer sums of blocks b and b + 1 of a row of A (at `block` = m * nb + b) with 64 weight codes as
+// unsigned bytes: lanes 0-7 add up to block b's, lanes 8-15 to block b + 1's, each less its offset (zsum, taken off
+// lanes 0 and 8).
+inline __m512i pair_sums(__m512i codes, const Int8Rows& a, size_t block) {
+  const __m512i offsets = _mm512_maskz_mov_epi32(0x0101, spread_pair(a.zsum + block));
+  const __m512i x = _mm512_loadu_si512(a.q8 + block * kDotBlock);
+  return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x), offsets);
+}
+
 template <int MR>
 void rows(const QuantDotRows& q, int n0, int n1) {
   const int nb = q.a.nb, pairs = nb / 2;
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), nibble = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-  // Lanes 0-7 take element 0 of a two-float (or two-int) load, lanes 8-15 element 1; firsts: lanes 0 and 8 alone.
-  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const auto two = [](const void* p) {
-    return _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
-  };
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
     const float* s = q.scales + static_cast<size_t>(n) * q.spr;
@@ -49,14 +60,11 @@ void rows(const QuantDotRows& q, int n0, int n1) {
       // each shifted down a nibble, then masked: [lo b | hi b | lo b+1 | hi b+1], the activations' order.
       const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16)));
       const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(spread, v), nibble), mask);
-      const __m512 sw = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(s + b)));
+      const __m512 sw = _mm512_castsi512_ps(spread_pair(s + b));
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
-        const __m512i a = _mm512_loadu_si512(q.a.q8 + block * kDotBlock);
-        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x0101, halves, two(q.a.zsum + block));
-        const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, a), corr);
-        const __m512 d = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(q.a.d + block)));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(sw, d), acc[m]);
+        const __m512 d = _mm512_castsi512_ps(spread_pair(q.a.d + block));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_sums(codes, q.a, block)), _mm512_mul_ps(sw, d), acc[m]);
       }
     }
     for (int m = 0; m < MR; ++m) {
@@ -79,10 +87,6 @@ template <int MR>
 void rows_int8(const QuantDotRows& q, int n0, int n1) {
   const int nb = q.a.nb, pairs = q.a.K / (2 * kDotBlock);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const auto two = [](const void* p) {
-    return _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p)));
-  };
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
     __m512 acc[MR];
@@ -92,11 +96,8 @@ void rows_int8(const QuantDotRows& q, int n0, int n1) {
       const __m512i codes = _mm512_xor_si512(_mm512_loadu_si512(row + b * kDotBlock), flip);
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
-        const __m512i a = _mm512_loadu_si512(q.a.q8 + block * kDotBlock);
-        const __m512i corr = _mm512_maskz_permutexvar_epi32(0x0101, halves, two(q.a.zsum + block));
-        const __m512i sum = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, a), corr);
-        const __m512 d = _mm512_permutexvar_ps(halves, _mm512_castsi512_ps(two(q.a.d + block)));
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), d, acc[m]);
+        const __m512 d = _mm512_castsi512_ps(spread_pair(q.a.d + block));
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(pair_sums(codes, q.a, block)), d, acc[m]);
       }
     }
     for (int m = 0; m < MR; ++m) {
