@@ -98,6 +98,19 @@ std::set<std::string> lm_matrices(bool tied, bool embedding) {
   return out;
 }
 
+// A checkpoint loaded every way a user can: its bytes, its file (already written at `path`), streamed in pieces.
+std::vector<std::unique_ptr<LanguageModel>> loaded_every_way(const std::vector<uint8_t>& bytes, const std::string& path,
+                                                             size_t piece) {
+  std::vector<std::unique_ptr<LanguageModel>> loaded;
+  loaded.push_back(LanguageModel::load(bytes));
+  loaded.push_back(LanguageModel::load_file(path));
+  CheckpointLoader<LanguageModel> stream(bytes.size());
+  for (size_t at = 0; at < bytes.size(); at += piece)
+    stream.push(std::span<const uint8_t>(bytes).subspan(at, std::min(piece, bytes.size() - at)));
+  loaded.push_back(stream.finish());
+  return loaded;
+}
+
 TEST(Quantize, PacksEveryLinearAndTheTiedEmbeddingByDefault) {
   for (bool tied : {true, false}) {
     LanguageModel lm(lm_config(tied), {});
@@ -278,14 +291,8 @@ TEST(Quantize, CheckpointsRoundTrip) {
     lm.save_file(path);
     const auto x = ids(2 * 7, 23, 6);
     const auto want = lm.logits(x, 2, 7);
-    std::vector<std::unique_ptr<LanguageModel>> loaded;
-    loaded.push_back(LanguageModel::load(bytes));
-    loaded.push_back(LanguageModel::load_file(path));
-    CheckpointLoader<LanguageModel> stream(bytes.size());
-    for (size_t at = 0; at < bytes.size(); at += 1000)
-      stream.push(std::span<const uint8_t>(bytes).subspan(at, std::min<size_t>(1000, bytes.size() - at)));
-    loaded.push_back(stream.finish());
-    for (auto& m : loaded) {
+    const auto loaded = loaded_every_way(bytes, path, 1000);
+    for (const auto& m : loaded) {
       EXPECT_EQ(m->weight_formats(), lm.weight_formats()) << to_string(f);
       const auto again = m->save();  // before any forward pass: the pass count is saved too
       EXPECT_EQ(again, bytes) << to_string(f) << " loaded #" << (&m - loaded.data()) << " differs at byte "
@@ -459,14 +466,8 @@ TEST(QuantActivations, TheSettingTravelsInTheCheckpoint) {
   lm->save_file(path);
   const auto x = ids(5, 23, 33);
   const auto want = lm->logits(x, 1, 5);
-  std::vector<std::unique_ptr<LanguageModel>> loaded;
-  loaded.push_back(LanguageModel::load(bytes));
-  loaded.push_back(LanguageModel::load_file(path));
-  CheckpointLoader<LanguageModel> stream(bytes.size());
-  for (size_t at = 0; at < bytes.size(); at += 999)
-    stream.push(std::span<const uint8_t>(bytes).subspan(at, std::min<size_t>(999, bytes.size() - at)));
-  loaded.push_back(stream.finish());
-  for (auto& m : loaded) {
+  const auto loaded = loaded_every_way(bytes, path, 999);
+  for (const auto& m : loaded) {
     EXPECT_EQ(m->quant_activations(), QuantActivations::Int8);
     EXPECT_EQ(m->save(), bytes);
     EXPECT_EQ(m->logits(x, 1, 5), want);
