@@ -6,6 +6,7 @@
 #define QKV_WARP_EMULATION 1
 #include "emulation/warp_emulation.h"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <atomic>
@@ -23,7 +24,9 @@ constexpr size_t kStackBytes = 256 * 1024;  // a kernel's frame: its register ar
 enum class Wait { None, Block, Warp };
 
 struct Fiber {
-  ucontext_t context;
+  ucontext_t context;  // its first entry (makecontext's stack and function)
+  jmp_buf jump;        // where it resumes after a barrier
+  bool started = false;
   Dim3 index;
   int round = 0;
   bool done = false;
@@ -45,7 +48,8 @@ struct Launch {
   std::vector<WarpState> warps;
   char* stacks = nullptr;      // threads * kStackBytes, from fiber_stacks
   std::vector<float4> shared;  // 16-byte aligned
-  ucontext_t scheduler;
+  ucontext_t scheduler;        // the first entry's swapcontext saves here (the fiber never returns through it)
+  jmp_buf scheduler_jump;      // where every barrier and every fiber's end jumps back to
   int current = -1, arrived = 0, alive = 0;
   uint64_t generation = 0;
 };
@@ -74,12 +78,16 @@ Launch& launch_state() {
 Fiber& self() { return launch_state().fibers[static_cast<size_t>(launch_state().current)]; }
 WarpState& warp_of(const Fiber& f) { return launch_state().warps[f.index.x / kWarp]; }
 
-// Back to the scheduler until the barrier's generation moves past `generation`.
+// Back to the scheduler until the barrier's generation moves past `generation`. The switches between a fiber and the
+// scheduler are _setjmp/_longjmp (callee-saved registers and the stack pointer, no system call): swapcontext saves and
+// restores the signal mask with a system call at every switch, two per barrier per thread, which was most of the
+// emulated tests' time (a 512-block reduction of 256 threads is a million switches). Only a fiber's first entry, onto
+// its own stack, goes through swapcontext.
 void wait_for(Wait kind, uint64_t generation) {
   Fiber& f = self();
   f.wait = kind;
   f.wait_generation = generation;
-  swapcontext(&f.context, &launch_state().scheduler);
+  if (_setjmp(f.jump) == 0) _longjmp(launch_state().scheduler_jump, 1);
 }
 
 bool runnable(const Launch& l, const Fiber& f) {
@@ -102,7 +110,8 @@ void fiber_main(int i) {
   // Those already waiting no longer wait for this thread.
   if (l.arrived > 0 && l.arrived == l.alive) l.arrived = 0, ++l.generation;
   if (w.arrived > 0 && w.arrived == w.alive) w.arrived = 0, ++w.generation;
-}  // returns to the scheduler (uc_link)
+  _longjmp(l.scheduler_jump, 1);  // never returns: the fiber's stack is abandoned
+}
 
 std::string describe(const Launch& l) {
   std::string s = "warp emulation: deadlock in block (" + std::to_string(l.block_index.x) + ", " +
@@ -114,6 +123,16 @@ std::string describe(const Launch& l) {
   }
   return s + " " + std::to_string(block) + " threads wait at __syncthreads, " + std::to_string(warp) +
          " at a warp-wide operation, " + std::to_string(l.fibers.size() - static_cast<size_t>(l.alive)) + " have ended";
+}
+
+// Runs fiber f until its next barrier or its end (a function of its own, so that no loop variable of the caller
+// lives across the _setjmp).
+[[gnu::noinline]] void resume(Launch& l, Fiber& f) {
+  if (_setjmp(l.scheduler_jump) == 0) {
+    if (f.started) _longjmp(f.jump, 1);
+    f.started = true;
+    swapcontext(&l.scheduler, &f.context);  // the fiber comes back by _longjmp, never through here
+  }
 }
 
 void run_block(Launch& l, size_t threads) {
@@ -148,7 +167,7 @@ void run_block(Launch& l, size_t threads) {
       if (!runnable(l, f)) continue;
       f.wait = Wait::None;
       l.current = static_cast<int>(i);
-      swapcontext(&l.scheduler, &f.context);
+      resume(l, f);
       ran = true;
     }
     if (!ran) throw Deadlock(describe(l));
