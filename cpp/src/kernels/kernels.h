@@ -30,6 +30,10 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 // The naive oracle: three loops, float accumulation, no threads.
 void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                     const float* B, int ldb, float beta, float* C, int ldc);
+// The most floats of op(A) that gemm packs at a time (its row panels in blocks, gemm.cpp): 4 Mi by default. Process-
+// wide; tests set it small (>= 1, else qkv::Error) to cross the blocks at small shapes.
+int64_t gemm_packed_a_floats();
+void set_gemm_packed_a_floats(int64_t floats);
 
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html (eps 1e-5, biased variance)
 //   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + 1e-5), y = (x - mean) * rstd * w + b

@@ -117,7 +117,7 @@ struct LanguageModel::Impl {
   // and d top must be those of the whole product.
   static constexpr int kTailRows = 2;
   // Vocabulary rows per head product in a training step (head_loss): a multiple of the gemm's K block (256).
-  static constexpr int kVocabBlock = 8192;
+  static constexpr int kVocabBlock = 2048;
   // Rows of the chunk that begins at row r0 of rows.
   int chunk_at(int r0, int rows) const {
     const int left = rows - r0;
@@ -225,7 +225,8 @@ struct LanguageModel::Impl {
       const float* x = top + static_cast<size_t>(r0) * C;
       const Span z = logits.first(static_cast<size_t>(n) * V);
       // The head's products over kVocabBlock of its rows at a time: the CPU gemm packs the whole of a transposed B
-      // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps; a block packs (8192, C).
+      // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps; a block packs (2048, C), 6 MiB,
+      // no more than the stack's products pack (8192 rows: 24 MiB, the largest of the LoRA step's packing).
       for (int v0 = 0; v0 < V; v0 += kVocabBlock)
         nn::weight_product(ops(), head(), v0, std::min(kVocabBlock, V - v0), x, C, n, z.data() + v0, V);
       if (a) a->forward(ops(), 0, 0, V, x, C, n, z.data(), V, drop);

@@ -63,10 +63,13 @@ void Linear::products_backward(Span dx, CSpan dy, CSpan x, int rows) {
   // dW (out, in) += dy^T (out, rows) x (rows, in)
   if (!params_.frozen())
     ops().gemm(true, false, out_, in_, rows, 1.f, dy.data(), out_, x.data(), in_, 1.f, w_.grad.data(), in_);
-  // dx (rows, in) = dy (rows, out) W (out, in)
-  if (!dx.empty()) weight_product_dx(ops(), w_, 0, out_, dy.data(), out_, rows, dx.data(), in_, 0.f, dequant_);
-  if (LoraAdapter* a = adapter())
-    a->backward(ops(), 0, 0, out_, dy.data(), out_, x.data(), rows, dx.empty() ? nullptr : dx.data(), drop_);
+  // The adapter's gradients before dx: they are the last to read x, whose buffer dx may be (nn/linear.h).
+  LoraAdapter* const a = adapter();
+  if (a) a->backward_params(ops(), 0, 0, out_, dy.data(), out_, x.data(), rows, drop_);
+  if (dx.empty()) return;
+  // dx (rows, in) = dy (rows, out) W (out, in), then the adapter's part
+  weight_product_dx(ops(), w_, 0, out_, dy.data(), out_, rows, dx.data(), in_, 0.f, dequant_);
+  if (a) a->backward_input(ops(), rows, dx.data(), drop_);
 }
 
 }  // namespace qkv::nn

@@ -26,6 +26,7 @@ class Linear {
   void forward(Span y, CSpan x, int rows, const Dropout& drop = {});
   // dW += dy^T x, db += sum_rows dy; dx (rows, in) = dy W is overwritten, or skipped when dx is empty.
   // A frozen base (Parameters::frozen) skips dW and db; an adapter adds its gradients and its part of dx.
+  // dx may be x's buffer: x is read (dW, the adapter's dA) before dx is written. dx must not alias dy.
   void backward(Span dx, CSpan dy, CSpan x, int rows);
 
   // With an activation: h (rows, out) = x W^T + b is kept for the backward, y = act(h); y must not alias h.

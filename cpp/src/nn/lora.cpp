@@ -34,8 +34,8 @@ void LoraAdapter::forward(ops::Backend& ops, int slot, int n0, int n, const floa
   ops.gemm(false, true, rows, n, r, scale, t, r, b->value.data() + static_cast<size_t>(n0) * r, r, 1.f, y, ldy);
 }
 
-void LoraAdapter::backward(ops::Backend& ops, int slot, int n0, int n, const float* dy, int lddy, const float* x,
-                           int rows, float* dx, const Dropout& drop) {
+void LoraAdapter::backward_params(ops::Backend& ops, int slot, int n0, int n, const float* dy, int lddy, const float* x,
+                                  int rows, const Dropout& drop) {
   const int r = rank;
   const float* t = t_[slot].data();
   float* dt = dt_.data();
@@ -45,7 +45,11 @@ void LoraAdapter::backward(ops::Backend& ops, int slot, int n0, int n, const flo
   // dA (r, in) += dt^T xd
   const float* xd = dropped(ops, x, rows, drop);
   ops.gemm(true, false, r, in, rows, 1.f, dt, r, xd, in, 1.f, a->grad.data(), in);
-  if (!dx) return;
+}
+
+void LoraAdapter::backward_input(ops::Backend& ops, int rows, float* dx, const Dropout& drop) {
+  const int r = rank;
+  const float* dt = dt_.data();
   if (!dropping(drop)) {
     // dx (rows, in) += dt A
     ops.gemm(false, false, rows, in, r, 1.f, dt, r, a->value.data(), in, 1.f, dx, in);

@@ -43,7 +43,15 @@ struct LoraAdapter {
   // dy's rows lddy apart; x as in the forward (contiguous); dx (rows, in), contiguous, accumulates (+=), or is
   // skipped when null (an input nothing upstream needs the gradient of).
   void backward(ops::Backend& ops, int slot, int n0, int n, const float* dy, int lddy, const float* x, int rows,
-                float* dx, const Dropout& drop);
+                float* dx, const Dropout& drop) {
+    backward_params(ops, slot, n0, n, dy, lddy, x, rows, drop);
+    if (dx) backward_input(ops, rows, dx, drop);
+  }
+  // The backward in its two halves: dB, dt and dA (the last read of x), then dx += mask(dt A) from that dt. A layer
+  // that writes its input's other gradient over x's buffer runs the first, its product, then the second (nn/linear.h).
+  void backward_params(ops::Backend& ops, int slot, int n0, int n, const float* dy, int lddy, const float* x, int rows,
+                       const Dropout& drop);
+  void backward_input(ops::Backend& ops, int rows, float* dx, const Dropout& drop);
 
  private:
   bool dropping(const Dropout& drop) const { return drop.train && p > 0.f; }

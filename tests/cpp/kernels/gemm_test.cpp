@@ -90,6 +90,42 @@ TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {
   set_num_threads(max_threads());
 }
 
+// op(A), where gemm packs it, is packed a block of row panels at a time (at most gemm_packed_a_floats()), each block
+// swept over all of op(B). With the bound cut to a few panels, these shapes cross several blocks, ragged last ones
+// included, in all four transpositions: C meets the reference's bound and equals, bit for bit, the product packed in
+// one block (each element the same sum: only the tiles change).
+TEST(Gemm, PackedARowBlocksGiveTheSameProduct) {
+  const Case cases[] = {{false, false, 130, 531, 129, 0.5f, 1.f},
+                        {true, false, 531, 40, 257, 1.f, 0.5f},
+                        {false, true, 257, 600, 130, 2.f, 0.f},
+                        {true, true, 67, 515, 67, 1.f, -0.5f}};
+  auto product = [](const Case& c) {
+    const int lda = c.ta ? c.M : c.K, ldb = c.tb ? c.K : c.N;
+    const auto A = test::randn(static_cast<size_t>(c.ta ? c.K : c.M) * lda, 5);
+    const auto B = test::randn(static_cast<size_t>(c.tb ? c.N : c.K) * ldb, 6);
+    auto C = test::randn(static_cast<size_t>(c.M) * c.N, 7);
+    kernels::gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), c.N);
+    return C;
+  };
+  const int64_t whole = kernels::gemm_packed_a_floats();
+  for (int threads = 1; threads <= std::min(2, max_threads()); ++threads) {
+    set_num_threads(threads);
+    test::for_each_isa([&](const std::string& isa) {
+      for (const Case& c : cases) {
+        const std::vector<float> one_block = product(c);
+        kernels::set_gemm_packed_a_floats(3000);  // 1 to 3 panels of MR rows a block at these K
+        const std::vector<float> blocks = product(c);
+        check_case(c, isa);
+        kernels::set_gemm_packed_a_floats(whole);
+        ASSERT_EQ(one_block, blocks) << "isa=" << isa << " M=" << c.M << " N=" << c.N << " K=" << c.K;
+      }
+    });
+  }
+  set_num_threads(max_threads());
+  EXPECT_NE(test::message_of([] { kernels::set_gemm_packed_a_floats(0); }).find("floats must be >= 1, got 0"),
+            std::string::npos);
+}
+
 // The row kernel behind batch-1 decoding (M = 1, B transposed: y = x W^T) takes B's rows 8, then 4, then 1 at a
 // time, with k two vectors a step and then one: at every instruction set and K around those steps (W = 4, 8, 16
 // lanes: K = 2W - 1, 2W, 2W + 1, 3W + 3, ...) and N leaving every block size a remainder, each element matches

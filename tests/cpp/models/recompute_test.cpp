@@ -259,5 +259,39 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
   EXPECT_EQ(plain.memory().activations, off.memory().activations);
 }
 
+// The feed-forward's share of the arena: per layer that keeps its activations, GELU's pre- and post-activation
+// (R, F) and ReLU's output only (its pre-activation is scratch all layers share); the gradient of the activation
+// output has no buffer of its own (nn/feed_forward.cpp: it is written over one the backward is done with). Read
+// as the arena's growth when F grows by dF, every other buffer staying the same size: kept, 2 L R dF floats (GELU)
+// and (L + 1) R dF (ReLU); recomputing, 2 R dF either way (the shared h and a). That the gradients stay right is the
+// other tests' part (the steps above, the gradient checks, the PyTorch parity); here a third (R, F) would show.
+TEST(RecomputeMemory, TheFeedForwardGradientHasNoBufferOfItsOwn) {
+  const int B = 2, T = 8, L = 3;
+  const size_t R = static_cast<size_t>(B) * T, dF = 32;
+  for (const Activation act : {Activation::GELU, Activation::ReLU}) {
+    for (const bool recompute : {false, true}) {
+      size_t arena[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) {
+        LanguageModelConfig c;
+        c.vocab_size = 20;
+        c.context = 8;
+        c.d_model = 16;
+        c.heads = 2;
+        c.layers = L;
+        c.d_ff = 32 + static_cast<int>(dF) * i;
+        c.activation = act;
+        LanguageModel lm(c);
+        lm.set_recompute(recompute ? Recompute::On : Recompute::Off);
+        lm.train_step(ids(R, c.vocab_size, 3), ids(R, c.vocab_size, 4), B, T);
+        arena[i] = lm.memory().activations;
+      }
+      const bool gelu = act == Activation::GELU;
+      const size_t buffers = recompute ? 2 : gelu ? 2 * L : L + 1;
+      EXPECT_EQ(arena[1] - arena[0], sizeof(float) * buffers * R * dF)
+          << (gelu ? "GELU" : "ReLU") << (recompute ? ", recomputing" : ", kept");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace qkv::recompute_test

@@ -16,9 +16,11 @@
 // Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
 // (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place.
 // op(A) is likewise read in place when N is small (see gemm()).
-// Packed panels live in a per-thread buffer that grows to the largest product seen and is then reused: a
-// training loop with fixed shapes allocates nothing after its first step.
+// Packed panels live in a per-thread buffer that grows to the largest product seen (of op(A), a block of its panels
+// of at most 4 MiB at a time: gemm()) and is then reused: a training loop with fixed shapes allocates nothing after
+// its first step.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -77,6 +79,8 @@ namespace {
 constexpr int kKC = 256;  // K block: an MR x KC panel of A is 6 KB at MR = 6, a KC x NR panel of B 64 KB at NR = 64
 constexpr int kMC = 192;  // rows per tile (rounded down to a multiple of MR)
 constexpr int kNC = 512;  // columns per tile (a multiple of every NR): KC x NC of B is 512 KB of L2
+constexpr int64_t kPackedAFloats = int64_t{1} << 20;  // packed op(A) per block of row panels: 4 MiB (gemm())
+std::atomic<int64_t> packed_a_limit{kPackedAFloats};
 
 // The scalar fallback's register tile, and the micro-kernel's contract (gemm_kernel.h) in plain loops.
 constexpr int kScalarMR = 4, kScalarNR = 4;
@@ -299,7 +303,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   // 128-512 x 128 x 768 1.23-1.36x, 512 x 512 x 6400 1.11-1.15x, but 1024 x 512 x 6400 (rows of 4 KB) 0.92x.
   const bool a_in_place = N <= 512 && (!trans_a || M <= 512);
   const bool full_last_a = M % mr == 0;
-  const int64_t packed_a = a_in_place ? (full_last_a ? 0 : 1) : panels_a;
+  // A packed op(A) is packed a block of panels at a time, at most gemm_packed_a_floats(), each block swept over all of
+  // op(B) before the next is packed (op(B) is packed once, with the first): the per-thread buffer then holds that
+  // block, not all of op(A). Every C element is the same sum either way (its K blocks in order, by the same
+  // micro-kernel): the blocks change only which tiles exist. GPT-2 124M's feed-forward products at 1024 rows packed 12
+  // MiB of A.
+  const int64_t block_panels =
+      a_in_place ? panels_a : std::clamp<int64_t>(packed_a_limit.load() / (static_cast<int64_t>(mr) * K), 1, panels_a);
+  const int64_t packed_a = a_in_place ? (full_last_a ? 0 : 1) : block_panels;
   const size_t a_floats = static_cast<size_t>(packed_a) * mr * K;
   float* const packed = pack_buffer(a_floats + static_cast<size_t>(packed_b) * nr * K);
   float* const pa = packed;
@@ -308,31 +319,6 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   // Threads pay off from a few hundred thousand multiply-adds on; below that one thread is faster than a
   // wake-up of the pool.
   const bool threaded = static_cast<int64_t>(M) * N * K >= (1 << 18) && num_threads() > 1;
-
-  // Work items: the packed A panels, then op(B)'s: blocks of kRowBlock rows across all panels when all of a
-  // row-major B is packed, else one panel each.
-  constexpr int kRowBlock = 16;
-  const bool b_by_rows = pack_all_b && !trans_b;
-  const int64_t b_items = b_by_rows ? ceil_div(K, kRowBlock) : packed_b;
-  const int64_t pack_items = packed_a + b_items;
-  auto pack = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      if (i < packed_a) {
-        pack_a(pa + static_cast<size_t>(i) * mr * K, g, mk, a_in_place ? panels_a - 1 : i);
-      } else if (b_by_rows) {
-        const int k0 = static_cast<int>((i - packed_a) * kRowBlock);
-        pack_b_rows(pb, g, mk, k0, std::min(kRowBlock, K - k0));
-      } else {
-        const int64_t slot = i - packed_a;
-        pack_b(pb + static_cast<size_t>(slot) * nr * K, g, mk, pack_all_b ? slot : panels_b - 1);
-      }
-    }
-  };
-  if (threaded) {
-    parallel_for(pack_items, pack);
-  } else {
-    pack(0, pack_items);
-  }
 
   // Where B panel q's row k starts, and its row stride.
   auto b_panel = [&](int64_t q, int k0, int& ld) -> const float* {
@@ -345,79 +331,114 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     return B + static_cast<size_t>(k0) * ldb + q * nr;
   };
 
-  // Tiles of C in panel units; with threads, cut them finer until each thread has a few.
-  int64_t mc = std::max<int64_t>(1, kMC / mr), nc = std::max<int64_t>(1, kNC / nr);
-  mc = std::min(mc, panels_a);
-  nc = std::min(nc, panels_b);
-  if (threaded) {
-    const int64_t want = 4 * num_threads();
-    while (ceil_div(panels_a, mc) * ceil_div(panels_b, nc) < want && (mc > 1 || nc > 1)) {
-      if (mc >= nc && mc > 1) {
-        mc = ceil_div(mc, 2);
-      } else {
-        nc = ceil_div(nc, 2);
+  for (int64_t p0 = 0; p0 < panels_a; p0 += block_panels) {
+    const int64_t p1 = std::min(panels_a, p0 + block_panels), block = p1 - p0;
+    // Work items: this block's packed A panels, then (first block only) op(B)'s: blocks of kRowBlock rows across
+    // all panels when all of a row-major B is packed, else one panel each.
+    constexpr int kRowBlock = 16;
+    const bool b_by_rows = pack_all_b && !trans_b;
+    const int64_t a_items = a_in_place ? (full_last_a || p1 < panels_a ? 0 : 1) : block;
+    const int64_t b_items = p0 > 0 ? 0 : b_by_rows ? ceil_div(K, kRowBlock) : packed_b;
+    auto pack = [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        if (i < a_items) {
+          pack_a(pa + static_cast<size_t>(i) * mr * K, g, mk, a_in_place ? panels_a - 1 : p0 + i);
+        } else if (b_by_rows) {
+          const int k0 = static_cast<int>((i - a_items) * kRowBlock);
+          pack_b_rows(pb, g, mk, k0, std::min(kRowBlock, K - k0));
+        } else {
+          const int64_t slot = i - a_items;
+          pack_b(pb + static_cast<size_t>(slot) * nr * K, g, mk, pack_all_b ? slot : panels_b - 1);
+        }
+      }
+    };
+    if (threaded) {
+      parallel_for(a_items + b_items, pack);
+    } else {
+      pack(0, a_items + b_items);
+    }
+
+    // Tiles of C in panel units; with threads, cut them finer until each thread has a few.
+    int64_t mc = std::max<int64_t>(1, kMC / mr), nc = std::max<int64_t>(1, kNC / nr);
+    mc = std::min(mc, block);
+    nc = std::min(nc, panels_b);
+    if (threaded) {
+      const int64_t want = 4 * num_threads();
+      while (ceil_div(block, mc) * ceil_div(panels_b, nc) < want && (mc > 1 || nc > 1)) {
+        if (mc >= nc && mc > 1) {
+          mc = ceil_div(mc, 2);
+        } else {
+          nc = ceil_div(nc, 2);
+        }
       }
     }
-  }
-  const int64_t tiles_m = ceil_div(panels_a, mc), tiles_n = ceil_div(panels_b, nc);
+    const int64_t tiles_m = ceil_div(block, mc), tiles_n = ceil_div(panels_b, nc);
 
-  auto compute = [&](int64_t t0, int64_t t1) {
-    alignas(64) float edge[16 * 64];  // one MR x NR tile for the ragged edges of C (MR <= 16, NR <= 64)
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t p_begin = (t / tiles_n) * mc, p_end = std::min(p_begin + mc, panels_a);
-      const int64_t q_begin = (t % tiles_n) * nc, q_end = std::min(q_begin + nc, panels_b);
-      for (int k0 = 0; k0 < K; k0 += kKC) {
-        const int kc = std::min(kKC, K - k0);
-        const float blk_beta = k0 == 0 ? beta : 1.f;
-        for (int64_t p = p_begin; p < p_end; ++p) {
-          const int i0 = static_cast<int>(p * mr), rows = std::min(mr, M - i0);
-          const bool direct = a_in_place && rows == mr;
-          // op(A)(i0 + r, k0 + k): A[(i0 + r) * lda + k0 + k] in place, or A[(k0 + k) * lda + i0 + r] with trans_a
-          const float* ap = !direct
-                                ? pa + static_cast<size_t>(a_in_place ? 0 : p) * mr * K + static_cast<size_t>(k0) * mr
-                            : trans_a ? A + static_cast<size_t>(k0) * lda + i0
-                                      : A + static_cast<size_t>(i0) * lda + k0;
-          const int rs_a = !direct ? 1 : trans_a ? 1 : lda, cs_a = !direct ? mr : trans_a ? lda : 1;
-          // The row panel's sweep over its full column panels is one call, the loop inside the SIMD code (the
-          // ragged last panel, if any, goes below). Called per panel, the arguments, the indirect call and this
-          // loop's bookkeeping per 4 x 8 tile cost the wasm build 3-4% of the char GPT step (Node 20, relaxed
-          // SIMD, the two builds alternated in one process: 2 threads 58.0 -> 55.8 ms, 1 thread 107.3 -> 103.9);
-          // natively, with tiles of 6 x 64 floats, the same within noise.
-          const int64_t q_full = full_last_b ? q_end : std::min(q_end, panels_b - 1);
-          int64_t q = q_begin;
-          if (mk.panels && rows == mr && q < q_full) {
-            int ldbp = 0;
-            const float* bp = b_panel(q, k0, ldbp);
-            const ptrdiff_t b_step = pack_all_b ? static_cast<ptrdiff_t>(nr) * K : nr;
-            mk.panels(static_cast<int>(q_full - q), b_step, kc, ap, rs_a, cs_a, bp, ldbp,
-                      C + static_cast<size_t>(i0) * ldc + q * nr, ldc, alpha, blk_beta);
-            q = q_full;
-          }
-          for (; q < q_end; ++q) {
-            int ldbp = 0;
-            const float* bp = b_panel(q, k0, ldbp);
-            const int j0 = static_cast<int>(q * nr), cols = std::min(nr, N - j0);
-            float* c = C + static_cast<size_t>(i0) * ldc + j0;
-            if (cols == nr && (rows == mr || mk.rows[rows])) {  // a ragged last panel: the tile cut to its rows
-              (rows == mr ? mk.fn : mk.rows[rows])(kc, ap, rs_a, cs_a, bp, ldbp, c, ldc, alpha, blk_beta);
-              continue;
+    auto compute = [&](int64_t t0, int64_t t1) {
+      alignas(64) float edge[16 * 64];  // one MR x NR tile for the ragged edges of C (MR <= 16, NR <= 64)
+      for (int64_t t = t0; t < t1; ++t) {
+        const int64_t p_begin = p0 + (t / tiles_n) * mc, p_end = std::min(p_begin + mc, p1);
+        const int64_t q_begin = (t % tiles_n) * nc, q_end = std::min(q_begin + nc, panels_b);
+        for (int k0 = 0; k0 < K; k0 += kKC) {
+          const int kc = std::min(kKC, K - k0);
+          const float blk_beta = k0 == 0 ? beta : 1.f;
+          for (int64_t p = p_begin; p < p_end; ++p) {
+            const int i0 = static_cast<int>(p * mr), rows = std::min(mr, M - i0);
+            const bool direct = a_in_place && rows == mr;
+            // op(A)(i0 + r, k0 + k): A[(i0 + r) * lda + k0 + k] in place, or A[(k0 + k) * lda + i0 + r] with trans_a
+            const float* ap =
+                !direct   ? pa + static_cast<size_t>(a_in_place ? 0 : p - p0) * mr * K + static_cast<size_t>(k0) * mr
+                : trans_a ? A + static_cast<size_t>(k0) * lda + i0
+                          : A + static_cast<size_t>(i0) * lda + k0;
+            const int rs_a = !direct ? 1 : trans_a ? 1 : lda, cs_a = !direct ? mr : trans_a ? lda : 1;
+            // The row panel's sweep over its full column panels is one call, the loop inside the SIMD code (the
+            // ragged last panel, if any, goes below). Called per panel, the arguments, the indirect call and this
+            // loop's bookkeeping per 4 x 8 tile cost the wasm build 3-4% of the char GPT step (Node 20, relaxed
+            // SIMD, the two builds alternated in one process: 2 threads 58.0 -> 55.8 ms, 1 thread 107.3 -> 103.9);
+            // natively, with tiles of 6 x 64 floats, the same within noise.
+            const int64_t q_full = full_last_b ? q_end : std::min(q_end, panels_b - 1);
+            int64_t q = q_begin;
+            if (mk.panels && rows == mr && q < q_full) {
+              int ldbp = 0;
+              const float* bp = b_panel(q, k0, ldbp);
+              const ptrdiff_t b_step = pack_all_b ? static_cast<ptrdiff_t>(nr) * K : nr;
+              mk.panels(static_cast<int>(q_full - q), b_step, kc, ap, rs_a, cs_a, bp, ldbp,
+                        C + static_cast<size_t>(i0) * ldc + q * nr, ldc, alpha, blk_beta);
+              q = q_full;
             }
-            mk.fn(kc, ap, rs_a, cs_a, bp, ldbp, edge, nr, 1.f, 0.f);
-            for (int r = 0; r < rows; ++r) {
-              float* cr = c + static_cast<size_t>(r) * ldc;
-              const float* er = edge + r * nr;
-              for (int j = 0; j < cols; ++j) cr[j] = blk_beta == 0.f ? alpha * er[j] : alpha * er[j] + blk_beta * cr[j];
+            for (; q < q_end; ++q) {
+              int ldbp = 0;
+              const float* bp = b_panel(q, k0, ldbp);
+              const int j0 = static_cast<int>(q * nr), cols = std::min(nr, N - j0);
+              float* c = C + static_cast<size_t>(i0) * ldc + j0;
+              if (cols == nr && (rows == mr || mk.rows[rows])) {  // a ragged last panel: the tile cut to its rows
+                (rows == mr ? mk.fn : mk.rows[rows])(kc, ap, rs_a, cs_a, bp, ldbp, c, ldc, alpha, blk_beta);
+                continue;
+              }
+              mk.fn(kc, ap, rs_a, cs_a, bp, ldbp, edge, nr, 1.f, 0.f);
+              for (int r = 0; r < rows; ++r) {
+                float* cr = c + static_cast<size_t>(r) * ldc;
+                const float* er = edge + r * nr;
+                for (int j = 0; j < cols; ++j)
+                  cr[j] = blk_beta == 0.f ? alpha * er[j] : alpha * er[j] + blk_beta * cr[j];
+              }
             }
           }
         }
       }
+    };
+    if (threaded) {
+      parallel_for(tiles_m * tiles_n, compute);
+    } else {
+      compute(0, tiles_m * tiles_n);
     }
-  };
-  if (threaded) {
-    parallel_for(tiles_m * tiles_n, compute);
-  } else {
-    compute(0, tiles_m * tiles_n);
   }
+}
+
+int64_t gemm_packed_a_floats() { return packed_a_limit.load(); }
+void set_gemm_packed_a_floats(int64_t floats) {
+  check(floats >= 1, "set_gemm_packed_a_floats: floats must be >= 1, got ", floats);
+  packed_a_limit.store(floats);
 }
 
 void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
