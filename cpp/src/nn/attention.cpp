@@ -29,7 +29,8 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
   w_in_.matrix = true;
 }
 
-void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved) {
+void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved,
+                              const FeedForward::Spare& spare) {
   const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
   q_ = saved.take(ws, "q", rq * C_);
   kv_ = saved.take(ws, "kv", rk * 2 * C_);
@@ -41,9 +42,14 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved&
   scratch_ = ws.take_shared("attention.scratch", ops().attention_scratch_size(s, std::min(max_threads(), B * H_)));
   bias_scratch_ = ws.take_shared("bias_act.scratch",
                                  ops().bias_act_backward_scratch_size(static_cast<int>(std::max(rq, rk)), 2 * C_));
-  dq_ = ws.take_shared("attention.dq", rq * C_);
-  dkv_ = ws.take_shared("attention.dkv", rk * 2 * C_);
-  dy_ = ws.take_shared("attention.dy", rq * C_);
+  // dq and dy in the spare's first buffer, dkv in its second, when they fit (decided by sizes: the plan's counting
+  // pass has the sizes, not the spans); else scratch every attention module of the model shares.
+  const size_t q_floats = rq * C_, kv_floats = rk * 2 * C_;
+  const bool in_spare = 2 * q_floats <= spare.floats && kv_floats <= spare.floats;
+  const auto part = [](Span s, size_t offset, size_t n) { return s.empty() ? Span() : s.subspan(offset, n); };
+  dq_ = in_spare ? part(spare.first, 0, q_floats) : ws.take_shared("attention.dq", q_floats);
+  dy_ = in_spare ? part(spare.first, q_floats, q_floats) : ws.take_shared("attention.dy", q_floats);
+  dkv_ = in_spare ? part(spare.second, 0, kv_floats) : ws.take_shared("attention.dkv", kv_floats);
   pad_ = ws.take_bytes(rk);
   dequant_ = ws.take_shared("weight.dequant", params_.frozen() ? weight_dx_scratch_size(w_in_) : 0);
   if (LoraAdapter* a = site_qkv_->adapter) a->plan(ws, static_cast<int>(rq), static_cast<int>(rk));

@@ -27,6 +27,7 @@ void FeedForward::plan(Workspace& ws, int rows, const Saved& saved) {
   // scratch h; else a, which linear2's backward reads (its input, for dW and its adapter's dA) before it writes
   // da over it (nn/linear.h), while GELU's derivative reads h. GPT-2 124M at 8 x 128 rows: 12 MiB.
   da_ = relu ? h_ : a_;
+  spare_floats_ = n;
 }
 
 void FeedForward::forward(Span y, CSpan x, int rows, const Dropout& drop) {

@@ -22,6 +22,15 @@ class FeedForward {
   // dx (rows, C) is overwritten.
   void backward(Span dx, CSpan dy, CSpan x, int rows, const Dropout& drop);
 
+  // Two (rows, F) buffers whose contents are dead once backward() has returned (h and a, da written over one of
+  // them): the layer's later backward work may use them as scratch until the next forward. Sizes as of the last
+  // plan; the spans are empty during the plan's counting pass, the sizes are not.
+  struct Spare {
+    Span first, second;
+    size_t floats = 0;  // each
+  };
+  Spare spare() const { return {h_, a_, spare_floats_}; }
+
  private:
   ops::Backend& ops() const { return params_.ops(); }
 
@@ -31,6 +40,7 @@ class FeedForward {
   uint64_t stream_;
   Linear linear1_, linear2_;
   Span h_, a_, da_;  // (rows, F): pre-activation (bias added), activation output (after dropout), gradient
+  size_t spare_floats_ = 0;
 };
 
 }  // namespace qkv::nn

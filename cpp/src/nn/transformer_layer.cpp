@@ -11,8 +11,8 @@ EncoderLayer::EncoderLayer(Parameters& params, const std::string& prefix, const 
 
 void EncoderLayer::plan(Workspace& ws, int B, int T, const Saved& saved) {
   const int rows = B * T;
-  attn_.plan(ws, B, T, T, saved / "attn");
   ffn_.plan(ws, rows, saved / "ffn");
+  attn_.plan(ws, B, T, T, saved / "attn", ffn_.spare());  // its backward runs after the feed-forward's
   // Shared only when recomputing: then every layer normalises its own input (EncoderStack); otherwise, pre-LN, the
   // previous layer's last add writes this norm into the layer's own buffer.
   attn_res_.plan(ws, rows, saved / "attn_res");
@@ -52,9 +52,10 @@ DecoderLayer::DecoderLayer(Parameters& params, const std::string& prefix, const 
 
 void DecoderLayer::plan(Workspace& ws, int B, int T, int S) {
   const int rows = B * T;
-  self_attn_.plan(ws, B, T, T);
-  cross_attn_.plan(ws, B, T, S);
   ffn_.plan(ws, rows);
+  // Both attention backwards run after the feed-forward's, one after the other.
+  self_attn_.plan(ws, B, T, T, {}, ffn_.spare());
+  cross_attn_.plan(ws, B, T, S, {}, ffn_.spare());
   self_res_.plan(ws, rows);
   cross_res_.plan(ws, rows);
   ffn_res_.plan(ws, rows);

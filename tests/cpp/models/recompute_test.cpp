@@ -259,6 +259,22 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
   EXPECT_EQ(plain.memory().activations, off.memory().activations);
 }
 
+// The arena of a 3-layer language model (C 16, 2 heads) after a training step of 2 x 8 rows, at a given d_ff.
+size_t arena_of(int F, Activation act, bool recompute) {
+  LanguageModelConfig c;
+  c.vocab_size = 20;
+  c.context = 8;
+  c.d_model = 16;
+  c.heads = 2;
+  c.layers = 3;
+  c.d_ff = F;
+  c.activation = act;
+  LanguageModel lm(c);
+  lm.set_recompute(recompute ? Recompute::On : Recompute::Off);
+  lm.train_step(ids(16, c.vocab_size, 3), ids(16, c.vocab_size, 4), 2, 8);
+  return lm.memory().activations;
+}
+
 // The feed-forward's share of the arena: per layer that keeps its activations, GELU's pre- and post-activation
 // (R, F) and ReLU's output only (its pre-activation is scratch all layers share); the gradient of the activation
 // output has no buffer of its own (nn/feed_forward.cpp: it is written over one the backward is done with). Read
@@ -266,30 +282,27 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
 // and (L + 1) R dF (ReLU); recomputing, 2 R dF either way (the shared h and a). That the gradients stay right is the
 // other tests' part (the steps above, the gradient checks, the PyTorch parity); here a third (R, F) would show.
 TEST(RecomputeMemory, TheFeedForwardGradientHasNoBufferOfItsOwn) {
-  const int B = 2, T = 8, L = 3;
-  const size_t R = static_cast<size_t>(B) * T, dF = 32;
+  const size_t R = 16, L = 3, dF = 32;
   for (const Activation act : {Activation::GELU, Activation::ReLU}) {
     for (const bool recompute : {false, true}) {
-      size_t arena[2] = {0, 0};
-      for (int i = 0; i < 2; ++i) {
-        LanguageModelConfig c;
-        c.vocab_size = 20;
-        c.context = 8;
-        c.d_model = 16;
-        c.heads = 2;
-        c.layers = L;
-        c.d_ff = 32 + static_cast<int>(dF) * i;
-        c.activation = act;
-        LanguageModel lm(c);
-        lm.set_recompute(recompute ? Recompute::On : Recompute::Off);
-        lm.train_step(ids(R, c.vocab_size, 3), ids(R, c.vocab_size, 4), B, T);
-        arena[i] = lm.memory().activations;
-      }
       const bool gelu = act == Activation::GELU;
       const size_t buffers = recompute ? 2 : gelu ? 2 * L : L + 1;
-      EXPECT_EQ(arena[1] - arena[0], sizeof(float) * buffers * R * dF)
+      EXPECT_EQ(arena_of(32 + dF, act, recompute) - arena_of(32, act, recompute), sizeof(float) * buffers * R * dF)
           << (gelu ? "GELU" : "ReLU") << (recompute ? ", recomputing" : ", kept");
     }
+  }
+}
+
+// The attention's backward scratch (dq and dy (R, C), dkv (R, 2C)) lives in its layer's feed-forward buffers, dead by
+// the time it runs, when they hold it (F >= 2C; nn/attention.h): from F = C to F = 2C the arena grows by the
+// feed-forward's buffers and sheds the 4 R C floats of scratch it held beside them.
+TEST(RecomputeMemory, TheAttentionBackwardScratchLivesInTheFeedForwardBuffers) {
+  const size_t R = 16, L = 3, C = 16;
+  for (const bool recompute : {false, true}) {
+    const size_t buffers = recompute ? 2 : 2 * L;
+    const size_t narrow = arena_of(16, Activation::GELU, recompute), wide = arena_of(32, Activation::GELU, recompute);
+    EXPECT_EQ(wide + sizeof(float) * 4 * R * C, narrow + sizeof(float) * buffers * R * C)
+        << (recompute ? "recomputing" : "kept");
   }
 }
 
