@@ -83,6 +83,32 @@ TEST(GemmQuant, MatchesDoubleReferenceOverRaggedShapesOnEveryIsa) {
   set_num_threads(max_threads());
 }
 
+// The panel path puts A in block order a block of rows at a time (at most 1 Mi floats: 700 x 1600 takes two, 701 x
+// 3000 three of 234, 234 and 233), each W panel dequantized per block: every row of C is the one a call with
+// that row's block alone gives, bit for bit, and meets the reference's bound.
+TEST(GemmQuant, RowBlocksOfThePanelPathGiveTheSameRows) {
+  for (const WeightFormat f : {WeightFormat::Q4, WeightFormat::Int8}) {
+    test::for_each_isa([&](const std::string& isa) {
+      for (const auto& [M, K] : {std::pair{700, 1600}, std::pair{701, 3000}}) {
+        const int N = 37, blocks = M * K / (1 << 20) + 1, mb = (M + blocks - 1) / blocks;
+        const Packed w = pack(f, N, K, 11);
+        const auto A = test::randn(static_cast<size_t>(M) * K, 12);
+        std::vector<float> C(static_cast<size_t>(M) * N), part(static_cast<size_t>(mb) * N);
+        kernels::gemm_quant(M, N, K, A.data(), K, f, w.bytes.data(), w.scales.data(), C.data(), N);
+        for (int m0 = 0; m0 < M; m0 += mb) {
+          const int rows = std::min(mb, M - m0);
+          kernels::gemm_quant(rows, N, K, A.data() + static_cast<size_t>(m0) * K, K, f, w.bytes.data(), w.scales.data(),
+                              part.data(), N);
+          for (size_t i = 0; i < static_cast<size_t>(rows) * N; ++i)
+            ASSERT_EQ(C[static_cast<size_t>(m0) * N + i], part[i])
+                << "isa=" << isa << " " << ops::format_name(f) << " M=" << M << " K=" << K << " row block at " << m0;
+        }
+      }
+      check_case(f, 700, 5, 1600, isa);
+    });
+  }
+}
+
 TEST(GemmQuant, TheNaiveOracleIsTheDequantizedProduct) {
   for (WeightFormat f : kFormats) {
     const int M = 3, N = 5, K = 70;

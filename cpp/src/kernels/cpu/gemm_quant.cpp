@@ -177,13 +177,22 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
   const QuantKernels qk = select_quant_kernels();
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
-  // A in the kernels' block order, on this thread (the workers read it).
+  // A in the kernels' block order, on this thread (the workers read it): all M rows on the row path; on the panel
+  // path a block of rows at a time, at most kBlockedAFloats, each W panel dequantized once per block. Only products
+  // with many rows and a long K take more than one (a LoRA step's feed-forward down-projection at 1024 x 3072: 12 MiB
+  // of A whole); the blocks are of equal size, none of one or two rows, so that each C element is the same sum (the
+  // gemm takes one or two rows through its row kernels, in another order: a last block of 1 or 2 joins the one before).
+  constexpr size_t kBlockedAFloats = size_t{1} << 20;
+  const int k1 = std::max(K, 1);
+  const int blocks = M <= kRowPathMax ? 1 : static_cast<int>((static_cast<size_t>(M) * k1 - 1) / kBlockedAFloats + 1);
+  const int m_block = std::max((M + blocks - 1) / blocks, std::min(M, 3));
   thread_local std::vector<float> a_blocked;
-  a_blocked.resize(static_cast<size_t>(M) * std::max(K, 1));
-  to_block_order(a_blocked.data(), A, lda, M, K, qk.lanes, qk.order[static_cast<int>(f)]);
-  const float* Ab = a_blocked.data();
+  a_blocked.resize(static_cast<size_t>(M <= kRowPathMax ? M : std::min(M, m_block + 2)) * k1);
+  const int order = qk.order[static_cast<int>(f)];
+  float* const Ab = a_blocked.data();
 
   if (M <= kRowPathMax) {
+    to_block_order(Ab, A, lda, M, K, qk.lanes, order);
     const int chunks = (N + kRowChunk - 1) / kRowChunk;
     parallel_for(chunks, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
@@ -201,17 +210,21 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
 
   const int nb_max = panel_rows(K);
   thread_local std::vector<float> panel;
-  panel.resize(static_cast<size_t>(std::min(N, nb_max)) * std::max(K, 1));
-  for (int n0 = 0; n0 < N; n0 += nb_max) {
-    const int nb = std::min(nb_max, N - n0);
-    float* p = panel.data();
-    parallel_for(nb, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const size_t n = static_cast<size_t>(n0 + r);
-        qk.dequantize(f, W + n * stride, spr ? scales + n * spr : nullptr, K, p + static_cast<size_t>(r) * K);
-      }
-    });
-    gemm(false, true, M, nb, K, 1.f, Ab, std::max(K, 1), p, std::max(K, 1), 0.f, C + n0, ldc);
+  panel.resize(static_cast<size_t>(std::min(N, nb_max)) * k1);
+  for (int m0 = 0, mb = 0; m0 < M; m0 += mb) {
+    mb = M - m0 - m_block < 3 ? M - m0 : m_block;
+    to_block_order(Ab, A + static_cast<size_t>(m0) * lda, lda, mb, K, qk.lanes, order);
+    for (int n0 = 0; n0 < N; n0 += nb_max) {
+      const int nb = std::min(nb_max, N - n0);
+      float* p = panel.data();
+      parallel_for(nb, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const size_t n = static_cast<size_t>(n0 + r);
+          qk.dequantize(f, W + n * stride, spr ? scales + n * spr : nullptr, K, p + static_cast<size_t>(r) * K);
+        }
+      });
+      gemm(false, true, mb, nb, K, 1.f, Ab, k1, p, k1, 0.f, C + static_cast<size_t>(m0) * ldc + n0, ldc);
+    }
   }
 }
 
