@@ -137,7 +137,7 @@ struct LanguageModel::Impl {
       const size_t chunk = std::min(rows, static_cast<size_t>(head_rows) + kTailRows);
       logits = w.take((whole_logits ? rows : chunk) * V);
       losses = w.take(rows);
-      d_top = w.take(rows * C);
+      d_top = stack.d_output_buffer();  // planned above; d top is read once, first, by the stack's backward
       tokens_dev = w.take_ints(rows);
       targets_dev = w.take_ints(rows);
       best = w.take_ints(rows);

@@ -37,6 +37,9 @@ class EncoderStack {
   void forward(const AttentionMask& mask, int B, int T, const Dropout& drop, std::span<KvCache> caches = {});
   // Given d output (B,T,C), returns d input (B,T,C), a span owned by the stack.
   Span backward(CSpan d_output, const AttentionMask& mask, int B, int T, const Dropout& drop);
+  // A (B,T,C) buffer of the stack's that the caller may fill with backward()'s d_output (the language model's d top)
+  // instead of one of its own: backward reads it, first, before it writes there (it is the layers' gradient scratch).
+  Span d_output_buffer() const { return d_b_; }
 
   int size() const { return static_cast<int>(layers_.size()); }
   const EncoderLayer& layer(int l) const { return *layers_[static_cast<size_t>(l)]; }
