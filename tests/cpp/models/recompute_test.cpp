@@ -261,17 +261,10 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
 
 // The arena of a 3-layer language model (C 16, 2 heads) after a training step of 2 x 8 rows, at a given d_ff.
 size_t arena_of(int F, Activation act, bool recompute) {
-  LanguageModelConfig c;
-  c.vocab_size = 20;
-  c.context = 8;
-  c.d_model = 16;
-  c.heads = 2;
-  c.layers = 3;
-  c.d_ff = F;
-  c.activation = act;
-  LanguageModel lm(c);
+  LanguageModel lm(LanguageModelConfig{
+      .vocab_size = 20, .context = 8, .d_model = 16, .heads = 2, .layers = 3, .d_ff = F, .activation = act});
   lm.set_recompute(recompute ? Recompute::On : Recompute::Off);
-  lm.train_step(ids(16, c.vocab_size, 3), ids(16, c.vocab_size, 4), 2, 8);
+  lm.train_step(ids(16, 20, 3), ids(16, 20, 4), 2, 8);
   return lm.memory().activations;
 }
 
