@@ -24,12 +24,15 @@ class FeedForward {
 
   // Two (rows, F) buffers whose contents are dead once backward() has returned (h and a, da written over one of
   // them): the layer's later backward work may use them as scratch until the next forward. Sizes as of the last
-  // plan; the spans are empty during the plan's counting pass, the sizes are not.
+  // plan; the spans are empty during the plan's counting pass, the sizes are not. `free` is the one of the two that
+  // backward() no longer reads by the time it writes its dx (GELU: h, read by the activation's derivative before
+  // the last product; ReLU: a, likewise; the other holds da), so dx itself may be written there.
   struct Spare {
     Span first, second;
     size_t floats = 0;  // each
+    Span free;
   };
-  Spare spare() const { return {h_, a_, spare_floats_}; }
+  Spare spare() const { return {h_, a_, spare_floats_, da_.data() == a_.data() ? h_ : a_}; }
 
  private:
   ops::Backend& ops() const { return params_.ops(); }

@@ -5,14 +5,14 @@ namespace qkv::nn {
 Residual::Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order)
     : params_(params), C_(C), order_(order), stream_(params.new_stream()), norm_(params, norm_name, C) {}
 
-void Residual::plan(Workspace& ws, int rows, const Saved& saved) {
+void Residual::plan(Workspace& ws, int rows, const Saved& saved, const Span* dn) {
   const size_t n = static_cast<size_t>(rows) * C_;
   norm_.plan(ws, rows);
   n_ = saved.take(ws, "n", n);
   // f's output is consumed by the add inside forward(), and the backward's buffers live inside one call:
   // every residual block of the model shares them.
   fo_ = ws.take_shared("residual.fo", n);
-  dn_ = ws.take_shared("residual.dn", n);
+  dn_ = dn ? *dn : ws.take_shared("residual.dn", n);
   ds_ = ws.take_shared("residual.ds", n);
 }
 

@@ -26,7 +26,10 @@ class Residual {
 
   Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order);
   // saved: where the norm's side (n below) goes (nn/saved.h).
-  void plan(Workspace& ws, int rows, const Saved& saved = {});
+  // dn: where the sublayer's backward writes d LN(x) (post-LN: d x through f), (rows, C): a caller's buffer free
+  // during this block's backward (its spans empty in the plan's counting pass, as every plan's are), or, when null,
+  // scratch every residual block of the model shares.
+  void plan(Workspace& ws, int rows, const Saved& saved = {}, const Span* dn = nullptr);
   // x, out: (rows, C). Pre-LN only: x_normed says input_norm().y already holds LN(x) (the previous sublayer's
   // `next` wrote it); next, when it has a norm, gets LN(out) in the same pass as the add. Post-LN ignores both.
   void forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f, bool x_normed = false,

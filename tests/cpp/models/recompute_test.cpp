@@ -271,7 +271,8 @@ size_t arena_of(int F, Activation act, bool recompute) {
 // The feed-forward's share of the arena: per layer that keeps its activations, GELU's pre- and post-activation
 // (R, F) and ReLU's output only (its pre-activation is scratch all layers share); the gradient of the activation
 // output has no buffer of its own (nn/feed_forward.cpp: it is written over one the backward is done with). Read
-// as the arena's growth when F grows by dF, every other buffer staying the same size: kept, 2 L R dF floats (GELU)
+// as the arena's growth when F grows by dF (from 3C, so that the layer's scratch is in its buffers at both widths:
+// below), every other buffer staying the same size: kept, 2 L R dF floats (GELU)
 // and (L + 1) R dF (ReLU); recomputing, 2 R dF either way (the shared h and a). That the gradients stay right is the
 // other tests' part (the steps above, the gradient checks, the PyTorch parity); here a third (R, F) would show.
 TEST(RecomputeMemory, TheFeedForwardGradientHasNoBufferOfItsOwn) {
@@ -280,7 +281,7 @@ TEST(RecomputeMemory, TheFeedForwardGradientHasNoBufferOfItsOwn) {
     for (const bool recompute : {false, true}) {
       const bool gelu = act == Activation::GELU;
       const size_t buffers = recompute ? 2 : gelu ? 2 * L : L + 1;
-      EXPECT_EQ(arena_of(32 + dF, act, recompute) - arena_of(32, act, recompute), sizeof(float) * buffers * R * dF)
+      EXPECT_EQ(arena_of(48 + dF, act, recompute) - arena_of(48, act, recompute), sizeof(float) * buffers * R * dF)
           << (gelu ? "GELU" : "ReLU") << (recompute ? ", recomputing" : ", kept");
     }
   }
@@ -296,6 +297,22 @@ TEST(RecomputeMemory, TheAttentionBackwardScratchLivesInTheFeedForwardBuffers) {
     const size_t narrow = arena_of(16, Activation::GELU, recompute), wide = arena_of(32, Activation::GELU, recompute);
     EXPECT_EQ(wide + sizeof(float) * 4 * R * C, narrow + sizeof(float) * buffers * R * C)
         << (recompute ? "recomputing" : "kept");
+  }
+}
+
+// The rest of a layer's backward scratch (each residual block's dn and the layer's dx1, (R, C) each) lives there too
+// when the feed-forward's buffers hold 3 R C (F >= 3C; nn/transformer_layer.cpp): from F = 2C to F = 3C the arena
+// grows by the feed-forward's buffers and sheds 2 R C floats (the shared dn and dx1).
+TEST(RecomputeMemory, TheLayerBackwardScratchLivesInTheFeedForwardBuffers) {
+  const size_t R = 16, L = 3, C = 16;
+  for (const Activation act : {Activation::GELU, Activation::ReLU}) {
+    for (const bool recompute : {false, true}) {
+      const bool gelu = act == Activation::GELU;
+      const size_t buffers = recompute ? 2 : gelu ? 2 * L : L + 1;
+      EXPECT_EQ(arena_of(48, act, recompute) + sizeof(float) * 2 * R * C,
+                arena_of(32, act, recompute) + sizeof(float) * buffers * R * C)
+          << (gelu ? "GELU" : "ReLU") << (recompute ? ", recomputing" : ", kept");
+    }
   }
 }
 
