@@ -34,6 +34,9 @@ void gemm_reference(bool trans_a, bool trans_b, int M, int N, int K, float alpha
 // wide; tests set it small (>= 1, else qkv::Error) to cross the blocks at small shapes.
 int64_t gemm_packed_a_floats();
 void set_gemm_packed_a_floats(int64_t floats);
+// Likewise the most floats of op(B) that gemm packs at a time (blocks of its columns): 4 Mi by default.
+int64_t gemm_packed_b_floats();
+void set_gemm_packed_b_floats(int64_t floats);
 
 // reference: https://pytorch.org/docs/stable/generated/torch.nn.LayerNorm.html (eps 1e-5, biased variance)
 //   mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + 1e-5), y = (x - mean) * rstd * w + b

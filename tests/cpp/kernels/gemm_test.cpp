@@ -91,10 +91,11 @@ TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {
 }
 
 // op(A), where gemm packs it, is packed a block of row panels at a time (at most gemm_packed_a_floats()), each block
-// swept over all of op(B). With the bound cut to a few panels, these shapes cross several blocks, ragged last ones
-// included, in all four transpositions: C meets the reference's bound and equals, bit for bit, the product packed in
-// one block (each element the same sum: only the tiles change).
-TEST(Gemm, PackedARowBlocksGiveTheSameProduct) {
+// swept over all of op(B); an op(B) packed whole is cut into blocks of columns (gemm_packed_b_floats()). With the
+// bounds cut to a few panels, these shapes cross several blocks, ragged last ones included, in all four
+// transpositions: C meets the reference's bound and equals, bit for bit, the product packed in one block (each
+// element the same sum: only the tiles change).
+TEST(Gemm, PackedRowAndColumnBlocksGiveTheSameProduct) {
   const Case cases[] = {{false, false, 130, 531, 129, 0.5f, 1.f},
                         {true, false, 531, 40, 257, 1.f, 0.5f},
                         {false, true, 257, 600, 130, 2.f, 0.f},
@@ -107,7 +108,7 @@ TEST(Gemm, PackedARowBlocksGiveTheSameProduct) {
     kernels::gemm(c.ta, c.tb, c.M, c.N, c.K, c.alpha, A.data(), lda, B.data(), ldb, c.beta, C.data(), c.N);
     return C;
   };
-  const int64_t whole = kernels::gemm_packed_a_floats();
+  const int64_t whole = kernels::gemm_packed_a_floats(), whole_b = kernels::gemm_packed_b_floats();
   for (int threads = 1; threads <= std::min(2, max_threads()); ++threads) {
     set_num_threads(threads);
     test::for_each_isa([&](const std::string& isa) {
@@ -118,11 +119,23 @@ TEST(Gemm, PackedARowBlocksGiveTheSameProduct) {
         check_case(c, isa);
         kernels::set_gemm_packed_a_floats(whole);
         ASSERT_EQ(one_block, blocks) << "isa=" << isa << " M=" << c.M << " N=" << c.N << " K=" << c.K;
+        // And op(B) in blocks of 64 columns (its bound cut below one panel's worth), with A's blocks too.
+        kernels::set_gemm_packed_b_floats(1000);
+        const std::vector<float> b_blocks = product(c);
+        kernels::set_gemm_packed_a_floats(3000);
+        const std::vector<float> both = product(c);
+        check_case(c, isa);
+        kernels::set_gemm_packed_a_floats(whole);
+        kernels::set_gemm_packed_b_floats(whole_b);
+        ASSERT_EQ(one_block, b_blocks) << "isa=" << isa << " M=" << c.M << " N=" << c.N << " K=" << c.K;
+        ASSERT_EQ(one_block, both) << "isa=" << isa << " M=" << c.M << " N=" << c.N << " K=" << c.K;
       }
     });
   }
   set_num_threads(max_threads());
   EXPECT_NE(test::message_of([] { kernels::set_gemm_packed_a_floats(0); }).find("floats must be >= 1, got 0"),
+            std::string::npos);
+  EXPECT_NE(test::message_of([] { kernels::set_gemm_packed_b_floats(-1); }).find("floats must be >= 1, got -1"),
             std::string::npos);
 }
 

@@ -81,6 +81,8 @@ constexpr int kMC = 192;  // rows per tile (rounded down to a multiple of MR)
 constexpr int kNC = 512;  // columns per tile (a multiple of every NR): KC x NC of B is 512 KB of L2
 constexpr int64_t kPackedAFloats = int64_t{1} << 20;  // packed op(A) per block of row panels: 4 MiB (gemm())
 std::atomic<int64_t> packed_a_limit{kPackedAFloats};
+constexpr int64_t kPackedBFloats = int64_t{1} << 20;  // packed op(B) per block of columns: 4 MiB (gemm())
+std::atomic<int64_t> packed_b_limit{kPackedBFloats};
 
 // The scalar fallback's register tile, and the micro-kernel's contract (gemm_kernel.h) in plain loops.
 constexpr int kScalarMR = 4, kScalarNR = 4;
@@ -268,6 +270,10 @@ void gemm_rows(const Problem& g) {
 
 }  // namespace
 
+namespace {
+void gemm_tiled(const Problem& g, const GemmMicroKernel& mk);
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
   check(M >= 0 && N >= 0 && K >= 0, "gemm: M, N and K must be >= 0, got ", M, ", ", N, ", ", K);
@@ -277,6 +283,37 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (M <= kRowKernelMaxM) return gemm_rows(g);
 
   const GemmMicroKernel mk = select(M, N, trans_a);
+  // An op(B) that gemm_tiled would pack whole (its rule below) and that is larger than gemm_packed_b_floats() is cut
+  // into blocks of columns, multiples of 64 (of every NR), each a product of its own with the same micro-kernel: the
+  // per-thread buffer then holds one block. Every C element is the same sum (its column panel and tile are those of
+  // the whole product). A block no wider than 512 reads a row-major B in place (the rule below); a transposed one
+  // still packs its block. GPT-2 124M's feed-forward weights (3072 x 768) packed 9 MiB.
+  const bool packs_b = trans_b || (M > 64 && (N > 512 || M > 2048));
+  const int64_t b_limit = packed_b_limit.load();
+  if (packs_b && static_cast<int64_t>(K) * N > b_limit) {
+    const int cols = static_cast<int>(std::max<int64_t>(64, b_limit / K / 64 * 64));
+    if (cols < N) {
+      for (int n0 = 0; n0 < N; n0 += cols) {
+        Problem part = g;
+        part.N = std::min(cols, N - n0);
+        part.B = trans_b ? B + static_cast<size_t>(n0) * ldb : B + n0;
+        part.C = C + n0;
+        gemm_tiled(part, mk);
+      }
+      return;
+    }
+  }
+  gemm_tiled(g, mk);
+}
+
+namespace {
+
+// The packed, tiled product (the file's header) with the micro-kernel mk.
+void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
+  const bool trans_a = g.trans_a, trans_b = g.trans_b;
+  const int M = g.M, N = g.N, K = g.K, lda = g.lda, ldb = g.ldb, ldc = g.ldc;
+  const float alpha = g.alpha, beta = g.beta, *const A = g.A, *const B = g.B;
+  float* const C = g.C;
   const int mr = mk.mr, nr = mk.nr;
   const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
   const bool full_last_b = N % nr == 0;
@@ -435,7 +472,14 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   }
 }
 
+}  // namespace
+
 int64_t gemm_packed_a_floats() { return packed_a_limit.load(); }
+int64_t gemm_packed_b_floats() { return packed_b_limit.load(); }
+void set_gemm_packed_b_floats(int64_t floats) {
+  check(floats >= 1, "set_gemm_packed_b_floats: floats must be >= 1, got ", floats);
+  packed_b_limit.store(floats);
+}
 void set_gemm_packed_a_floats(int64_t floats) {
   check(floats >= 1, "set_gemm_packed_a_floats: floats must be >= 1, got ", floats);
   packed_a_limit.store(floats);
