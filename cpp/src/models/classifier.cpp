@@ -58,8 +58,8 @@ struct Classifier::Impl {
         embedding(core.params, "tok_emb.weight", "pos_emb.weight", c.vocab_size, c.context, C, c.scale_embedding,
                   c.positions, 0.02f),
         encoder(core.params, "encoder.", c.layers,
-                {C, c.heads, c.d_ff > 0 ? c.d_ff : 4 * C, c.activation, c.norm, c.bias, 0.02f, 0.02f}, c.final_norm,
-                "encoder.norm"),
+                {C, c.heads, c.d_ff > 0 ? c.d_ff : 4 * C, c.activation, c.norm, c.bias, 0.02f, 0.02f, c.dropout > 0.f},
+                c.final_norm, "encoder.norm"),
         head_stream(core.params.new_stream()) {
     if (c.head == ClassifierHead::MLP) {
       fc1 = std::make_unique<nn::Linear>(core.params, "classifier.0.weight", "classifier.0.bias", C, H2, 0.02f, "head");

@@ -86,8 +86,8 @@ struct LanguageModel::Impl {
         embedding(core.params, "tok_emb.weight", "pos_emb.weight", V, c.context, C, c.scale_embedding, c.positions,
                   0.02f),
         stack(core.params, "", L,
-              {C, c.heads, F, c.activation, c.norm, c.bias, 0.02f, 0.02f / std::sqrt(2.f * c.layers)}, c.final_norm,
-              "norm") {
+              {C, c.heads, F, c.activation, c.norm, c.bias, 0.02f, 0.02f / std::sqrt(2.f * c.layers), c.dropout > 0.f},
+              c.final_norm, "norm") {
     if (!c.tie_head) {
       lm_head = &core.params.add("lm_head.weight", {V, C}, nn::Init::Normal, 0.02f);
       lm_head->matrix = true;

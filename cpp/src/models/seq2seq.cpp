@@ -55,7 +55,8 @@ struct Seq2Seq::Impl {
   infer::KvCaches self_caches, cross_caches;  // generation's, one per decoder layer each
 
   static nn::LayerOptions layer_options(const Seq2SeqConfig& c) {
-    return {c.d_model, c.heads, c.d_ff > 0 ? c.d_ff : 4 * c.d_model, c.activation, c.norm, c.bias, 0.02f, 0.02f};
+    return {c.d_model, c.heads,        c.d_ff > 0 ? c.d_ff : 4 * c.d_model, c.activation, c.norm, c.bias, 0.02f,
+            0.02f,     c.dropout > 0.f};
   }
 
   Impl(const Seq2SeqConfig& c, const OptimizerConfig& o, Device device)

@@ -2,8 +2,13 @@
 
 namespace qkv::nn {
 
-Residual::Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order)
-    : params_(params), C_(C), order_(order), stream_(params.new_stream()), norm_(params, norm_name, C) {}
+Residual::Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order, bool dropout)
+    : params_(params),
+      C_(C),
+      order_(order),
+      dropout_(dropout),
+      stream_(params.new_stream()),
+      norm_(params, norm_name, C) {}
 
 void Residual::plan(Workspace& ws, int rows, const Saved& saved, const Span* dn) {
   const size_t n = static_cast<size_t>(rows) * C_;
@@ -13,7 +18,8 @@ void Residual::plan(Workspace& ws, int rows, const Saved& saved, const Span* dn)
   // every residual block of the model shares them.
   fo_ = ws.take_shared("residual.fo", n);
   dn_ = dn ? *dn : ws.take_shared("residual.dn", n);
-  ds_ = ws.take_shared("residual.ds", n);
+  // ds: post-LN, LN'(dout), always; pre-LN, dropout's gradient only (none when the model's p is 0).
+  ds_ = ws.take_shared("residual.ds", order_ == NormPosition::Pre && !dropout_ ? 0 : n);
 }
 
 void Residual::forward(Span out, CSpan x, int rows, const Dropout& drop, const Forward& f, bool x_normed,

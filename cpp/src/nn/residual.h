@@ -24,7 +24,8 @@ class Residual {
   // fb(d_in, d_out, in): the sublayer's backward, d_in (rows, C) overwritten.
   using Backward = std::function<void(Span, CSpan, CSpan)>;
 
-  Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order);
+  // dropout: the model's dropout can be on; without it a pre-LN block's backward needs no scratch for dropout's.
+  Residual(Parameters& params, const std::string& norm_name, int C, NormPosition order, bool dropout = true);
   // saved: where the norm's side (n below) goes (nn/saved.h).
   // dn: where the sublayer's backward writes d LN(x) (post-LN: d x through f), (rows, C): a caller's buffer free
   // during this block's backward (its spans empty in the plan's counting pass, as every plan's are), or, when null,
@@ -46,6 +47,7 @@ class Residual {
   const Parameters& params_;
   int C_;
   NormPosition order_;
+  bool dropout_;
   uint64_t stream_;
   LayerNorm norm_;
   Span n_;        // pre: LN(x), the sublayer's input; post: x + dropout(f(x)), the LN's input

@@ -14,11 +14,14 @@ void final_norm_backward(ops::Backend& ops, LayerNorm* norm, Span d_a, CSpan d_o
   }
 }
 
-void plan_buffers(Workspace& ws, std::vector<Span>& xs, Span& out, Span& d_a, Span& d_b, size_t layers, size_t n) {
+// With a final norm, d_a (where its backward writes d top) is `out`, the norm's output: the head has read it by then
+// (the models run their heads before the stack's backward), and the norm's backward reads its input, not its output.
+void plan_buffers(Workspace& ws, std::vector<Span>& xs, Span& out, Span& d_a, Span& d_b, size_t layers, size_t n,
+                  bool final_norm) {
   xs.assign(layers + 1, Span{});
   for (auto& x : xs) x = ws.take(n);
   out = ws.take(n);
-  d_a = ws.take(n);
+  d_a = final_norm ? out : ws.take(n);
   d_b = ws.take(n);
 }
 
@@ -51,7 +54,7 @@ void EncoderStack::plan(Workspace& ws, int B, int T, bool recompute) {
   const Saved saved = recompute ? Saved{key_} : Saved{};
   for (auto& l : layers_) l->plan(ws, B, T, saved);
   if (norm_) norm_->plan(ws, B * T);
-  plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_);
+  plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_, norm_ != nullptr);
 }
 
 void EncoderStack::forward_layer(size_t l, const AttentionMask& mask, int B, int T, const Dropout& drop,
@@ -119,7 +122,7 @@ DecoderStack::DecoderStack(Parameters& params, const std::string& prefix, int la
 void DecoderStack::plan(Workspace& ws, int B, int T, int S) {
   for (auto& l : layers_) l->plan(ws, B, T, S);
   if (norm_) norm_->plan(ws, B * T);
-  plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_);
+  plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_, norm_ != nullptr);
 }
 
 void DecoderStack::forward(CSpan memory, const AttentionMask& self_mask, const AttentionMask& memory_mask, int B, int T,

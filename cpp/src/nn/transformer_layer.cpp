@@ -6,8 +6,8 @@ EncoderLayer::EncoderLayer(Parameters& params, const std::string& prefix, const 
     : C_(o.C),
       attn_(params, prefix + "self_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
       ffn_(params, prefix, o.C, o.F, o.activation, o.bias, o.init_std, o.out_init_std),
-      attn_res_(params, prefix + "norm1", o.C, o.norm),
-      ffn_res_(params, prefix + "norm2", o.C, o.norm) {}
+      attn_res_(params, prefix + "norm1", o.C, o.norm, o.dropout),
+      ffn_res_(params, prefix + "norm2", o.C, o.norm, o.dropout) {}
 
 void EncoderLayer::plan(Workspace& ws, int B, int T, const Saved& saved) {
   const int rows = B * T;
@@ -56,9 +56,9 @@ DecoderLayer::DecoderLayer(Parameters& params, const std::string& prefix, const 
       self_attn_(params, prefix + "self_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
       cross_attn_(params, prefix + "multihead_attn", o.C, o.H, o.bias, o.init_std, o.out_init_std),
       ffn_(params, prefix, o.C, o.F, o.activation, o.bias, o.init_std, o.out_init_std),
-      self_res_(params, prefix + "norm1", o.C, o.norm),
-      cross_res_(params, prefix + "norm2", o.C, o.norm),
-      ffn_res_(params, prefix + "norm3", o.C, o.norm) {}
+      self_res_(params, prefix + "norm1", o.C, o.norm, o.dropout),
+      cross_res_(params, prefix + "norm2", o.C, o.norm, o.dropout),
+      ffn_res_(params, prefix + "norm3", o.C, o.norm, o.dropout) {}
 
 void DecoderLayer::plan(Workspace& ws, int B, int T, int S) {
   const int rows = B * T;

@@ -19,6 +19,7 @@ struct LayerOptions {
   NormPosition norm;
   bool bias;
   float init_std, out_init_std;
+  bool dropout = true;  // the model's dropout can be on (p > 0): pre-LN residual blocks keep scratch for its backward
 };
 
 // x = sublayer(x, self-attention); x = sublayer(x, feed-forward). A causal mask makes it a GPT block.

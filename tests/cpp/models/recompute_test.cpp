@@ -259,10 +259,18 @@ TEST(RecomputeMemory, ArenaFallsByAllButOneLayersActivations) {
   EXPECT_EQ(plain.memory().activations, off.memory().activations);
 }
 
-// The arena of a 3-layer language model (C 16, 2 heads) after a training step of 2 x 8 rows, at a given d_ff.
-size_t arena_of(int F, Activation act, bool recompute) {
-  LanguageModel lm(LanguageModelConfig{
-      .vocab_size = 20, .context = 8, .d_model = 16, .heads = 2, .layers = 3, .d_ff = F, .activation = act});
+// The arena of a 3-layer language model (C 16, 2 heads) after a training step of 2 x 8 rows, at a given d_ff (and
+// dropout, norm position).
+size_t arena_of(int F, Activation act, bool recompute, float dropout = 0.f, NormPosition norm = NormPosition::Pre) {
+  LanguageModel lm(LanguageModelConfig{.vocab_size = 20,
+                                       .context = 8,
+                                       .d_model = 16,
+                                       .heads = 2,
+                                       .layers = 3,
+                                       .d_ff = F,
+                                       .activation = act,
+                                       .norm = norm,
+                                       .dropout = dropout});
   lm.set_recompute(recompute ? Recompute::On : Recompute::Off);
   lm.train_step(ids(16, 20, 3), ids(16, 20, 4), 2, 8);
   return lm.memory().activations;
@@ -313,6 +321,38 @@ TEST(RecomputeMemory, TheLayerBackwardScratchLivesInTheFeedForwardBuffers) {
                 arena_of(32, act, recompute) + sizeof(float) * buffers * R * C)
           << (gelu ? "GELU" : "ReLU") << (recompute ? ", recomputing" : ", kept");
     }
+  }
+}
+
+// Pre-LN, a residual block needs scratch for dropout's gradient only when the model has dropout (post-LN it holds
+// LN'(dout) either way): with p = 0 the arena has no (R, C) for it (nn/residual.cpp).
+TEST(RecomputeMemory, PreLnBlocksKeepNoDropoutScratchWithoutDropout) {
+  const size_t R = 16, C = 16;
+  for (const bool recompute : {false, true}) {
+    EXPECT_EQ(arena_of(64, Activation::GELU, recompute, 0.1f) - arena_of(64, Activation::GELU, recompute),
+              sizeof(float) * R * C)
+        << (recompute ? "recomputing" : "kept");
+    EXPECT_EQ(arena_of(64, Activation::GELU, recompute, 0.1f, NormPosition::Post),
+              arena_of(64, Activation::GELU, recompute, 0.f, NormPosition::Post))
+        << (recompute ? "recomputing" : "kept") << ", post-LN";
+  }
+}
+
+// The stack's final norm writes its backward (d of its input) over its own output, which the head has read by then
+// (nn/stack.cpp): a model with the norm holds its mean and rstd (R each) but no second (R, C) for that gradient, so
+// its arena is R C - 2 R floats smaller than the same model's without the norm.
+TEST(RecomputeMemory, TheFinalNormsGradientIsWrittenOverItsOutput) {
+  const size_t R = 16, C = 16;
+  for (const bool recompute : {false, true}) {
+    size_t arena[2] = {0, 0};
+    for (const bool final_norm : {false, true}) {
+      LanguageModel lm(LanguageModelConfig{
+          .vocab_size = 20, .context = 8, .d_model = 16, .heads = 2, .layers = 3, .final_norm = final_norm});
+      lm.set_recompute(recompute ? Recompute::On : Recompute::Off);
+      lm.train_step(ids(16, 20, 3), ids(16, 20, 4), 2, 8);
+      arena[final_norm] = lm.memory().activations;
+    }
+    EXPECT_EQ(arena[0] - arena[1], sizeof(float) * (R * C - 2 * R)) << (recompute ? "recomputing" : "kept");
   }
 }
 
