@@ -36,7 +36,7 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved&
   kv_ = saved.take(ws, "kv", rk * 2 * C_);
   y_ = saved.take(ws, "y", rq * C_);
   lse_ = saved.take(ws, "lse", rq * H_);
-  out_proj_.plan(ws, B * Tq);
+  out_proj_.plan(ws, B * Tq, saved / "out");
   // Live only inside one forward or backward call: every attention module of the model shares them.
   const ops::AttentionShape s{B, Tq, Tk, C_, H_, C_, 2 * C_, nullptr, true, 0.f, 0};
   scratch_ = ws.take_shared("attention.scratch", ops().attention_scratch_size(s, std::min(max_threads(), B * H_)));
@@ -52,10 +52,10 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved&
   dkv_ = in_spare ? part(spare.second, 0, kv_floats) : ws.take_shared("attention.dkv", kv_floats);
   pad_ = ws.take_bytes(rk);
   dequant_ = ws.take_shared("weight.dequant", params_.frozen() ? weight_dx_scratch_size(w_in_) : 0);
-  if (LoraAdapter* a = site_qkv_->adapter) a->plan(ws, static_cast<int>(rq), static_cast<int>(rk));
-  if (LoraAdapter* a = site_q_->adapter) a->plan(ws, static_cast<int>(rq));
-  if (LoraAdapter* a = site_k_->adapter) a->plan(ws, static_cast<int>(rk));
-  if (LoraAdapter* a = site_v_->adapter) a->plan(ws, static_cast<int>(rk));
+  if (LoraAdapter* a = site_qkv_->adapter) a->plan(ws, static_cast<int>(rq), static_cast<int>(rk), saved / "qkv");
+  if (LoraAdapter* a = site_q_->adapter) a->plan(ws, static_cast<int>(rq), 0, saved / "q");
+  if (LoraAdapter* a = site_k_->adapter) a->plan(ws, static_cast<int>(rk), 0, saved / "k");
+  if (LoraAdapter* a = site_v_->adapter) a->plan(ws, static_cast<int>(rk), 0, saved / "v");
   has_last_ = false;  // q_ and kv_ are new buffers
 }
 

@@ -18,8 +18,8 @@ void FeedForward::plan(Workspace& ws, int rows, const Saved& saved) {
   // ReLU's derivative reads the sign of its output (a > 0 exactly where h > 0, and dropout's zeros carry no
   // gradient either way), so with ReLU the pre-activation is scratch of the forward call and only a_ stays
   // per layer; GELU's derivative (either form) needs h.
-  linear1_.plan(ws, rows);
-  linear2_.plan(ws, rows);
+  linear1_.plan(ws, rows, saved / "up");
+  linear2_.plan(ws, rows, saved / "down");
   const bool relu = act_ == ops::Act::ReLU;
   h_ = relu ? ws.take_shared("ffn.h", n) : saved.take(ws, "h", n);
   a_ = saved.take(ws, "a", n);

@@ -25,10 +25,10 @@ Linear::Linear(Parameters& params, const std::string& weight_name, const std::st
   w_.matrix = true;
 }
 
-void Linear::plan(Workspace& ws, int rows) {
+void Linear::plan(Workspace& ws, int rows, const Saved& saved) {
   scratch_ = ws.take_shared("bias_act.scratch", ops().bias_act_backward_scratch_size(rows, out_));
   dequant_ = ws.take_shared("weight.dequant", params_.frozen() ? weight_dx_scratch_size(w_) : 0);
-  if (LoraAdapter* a = adapter()) a->plan(ws, rows);
+  if (LoraAdapter* a = adapter()) a->plan(ws, rows, 0, saved);
 }
 
 void Linear::forward(Span y, CSpan x, int rows, const Dropout& drop) {

@@ -7,6 +7,7 @@
 #include "nn/dropout.h"
 #include "nn/lora.h"
 #include "nn/parameters.h"
+#include "nn/saved.h"
 #include "qkv/workspace.h"
 
 namespace qkv::nn {
@@ -18,8 +19,9 @@ class Linear {
   Linear(Parameters& params, const std::string& weight_name, const std::string& bias_name, int in, int out,
          float init_std, const char* lora_target = nullptr);
 
-  // The backward's scratch (the bias gradient's column sums, on backends that need any), shared by every Linear.
-  void plan(Workspace& ws, int rows);
+  // The backward's scratch (the bias gradient's column sums, on backends that need any), shared by every Linear;
+  // saved: where an adapter keeps what its backward reads (nn/saved.h).
+  void plan(Workspace& ws, int rows, const Saved& saved = {});
 
   // x (rows, in) -> y (rows, out) = x W^T + b
   // `drop`: the pass's, for an adapter's input dropout (qkv/lora.h).

@@ -6,10 +6,10 @@
 
 namespace qkv::nn {
 
-void LoraAdapter::plan(Workspace& ws, int rows0, int rows1) {
+void LoraAdapter::plan(Workspace& ws, int rows0, int rows1, const Saved& saved) {
   const int rows = std::max(rows0, rows1);
-  t_[0] = ws.take(static_cast<size_t>(rows0) * rank);
-  t_[1] = ws.take(static_cast<size_t>(rows1) * rank);
+  t_[0] = saved.take(ws, "lora_t0", static_cast<size_t>(rows0) * rank);
+  t_[1] = saved.take(ws, "lora_t1", static_cast<size_t>(rows1) * rank);
   // Live only inside one adapter's call: every adapter of the model shares them.
   xd_ = ws.take_shared("lora.xd", p > 0.f ? static_cast<size_t>(rows) * in : 0);
   dxd_ = ws.take_shared("lora.dxd", p > 0.f ? static_cast<size_t>(rows) * in : 0);

@@ -23,6 +23,7 @@
 
 #include "nn/dropout.h"
 #include "nn/parameters.h"
+#include "nn/saved.h"
 #include "qkv/workspace.h"
 
 namespace qkv::nn {
@@ -34,8 +35,9 @@ struct LoraAdapter {
   float scale = 0.f, p = 0.f;  // alpha / rank; the dropout rate on the input
   uint64_t stream = 0;         // the dropout stream (qkv/lora.h)
 
-  // rows of each slot's input (0: the slot is unused).
-  void plan(Workspace& ws, int rows0, int rows1 = 0);
+  // rows of each slot's input (0: the slot is unused); saved: where each slot's t goes (nn/saved.h: the adapter's
+  // own buffers, or a recomputing stack's shared ones, which the layer's re-run forward fills again).
+  void plan(Workspace& ws, int rows0, int rows1 = 0, const Saved& saved = {});
   // x (rows, in), its rows ldx apart (a strided x only in passes without dropout: generation's last rows);
   // y's rows ldy apart.
   void forward(ops::Backend& ops, int slot, int n0, int n, const float* x, int ldx, int rows, float* y, int ldy,
