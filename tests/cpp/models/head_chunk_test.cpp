@@ -175,6 +175,32 @@ TEST(HeadChunkMemory, TrainingArenaHoldsOneChunkOfLogits) {
 }
 
 // A refused loss (NonFinite::Error) in a step whose head backward ran with its loss leaves no gradient.
+// A packed (quantized) head is dequantized once per chunk each way, so its chunks are twice as long: a LoRA step on
+// a q4 base holds (2 kHeadChunkRows, V) logits where the float32 base holds (kHeadChunkRows, V), and the q4 base's
+// frozen backward adds the dequantized rows' scratch (256 rows of the head, the largest packed matrix).
+TEST(HeadChunkMemory, APackedHeadTakesChunksTwiceAsLong) {
+  LanguageModelConfig c = config(false);
+  c.vocab_size = 50257;
+  c.context = 64;
+  c.dropout = 0.f;
+  const int B = 4, T = 64, rows = B * T;
+  const std::vector<int32_t> in = ids(rows, c.vocab_size, 1), tg = ids(rows, c.vocab_size, 2);
+  size_t arena[2] = {0, 0};
+  for (const bool q4 : {false, true}) {
+    LanguageModel m(c);
+    if (q4) m.quantize(WeightFormat::Q4);
+    LoraOptions o;
+    o.rank = 2;
+    o.targets = {"qkv"};
+    m.add_lora(o);
+    m.train_step(in, tg, B, T);
+    arena[q4] = m.memory().activations;
+  }
+  const size_t more_logits = static_cast<size_t>(models::kHeadChunkRows) * c.vocab_size * sizeof(float);
+  const size_t dequant_rows = static_cast<size_t>(256) * c.d_model * sizeof(float);
+  EXPECT_NEAR(static_cast<double>(arena[1] - arena[0]), static_cast<double>(more_logits + dequant_rows), 4096.0);
+}
+
 TEST(HeadChunkNonFinite, RefusedStepLeavesZeroGradients) {
   auto m = std::make_unique<LanguageModel>(config(false));
   const int B = 2, T = 7, V = 37;
