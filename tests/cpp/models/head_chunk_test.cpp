@@ -149,12 +149,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"lora_dropout", false, true, false, 0.2f}, Variant{"lora_q4", false, true, true, 0.f}),
     [](const auto& info) { return std::string(info.param.name); });
 
-// A training step's arena holds (chunk, V) logits, not (rows, V): GPT-2's vocabulary on a small stack, 256 rows.
-TEST(HeadChunkMemory, TrainingArenaHoldsOneChunkOfLogits) {
+// GPT-2's vocabulary on a small stack, context 64, no dropout: the memory tests' model.
+LanguageModelConfig large_vocab() {
   LanguageModelConfig c = config(false);
   c.vocab_size = 50257;
   c.context = 64;
   c.dropout = 0.f;
+  return c;
+}
+
+// A training step's arena holds (chunk, V) logits, not (rows, V): GPT-2's vocabulary on a small stack, 256 rows.
+TEST(HeadChunkMemory, TrainingArenaHoldsOneChunkOfLogits) {
+  const LanguageModelConfig c = large_vocab();
   const int B = 4, T = 64, rows = B * T;
   const size_t whole_logits = static_cast<size_t>(rows) * c.vocab_size * sizeof(float);
   // A chunk's logits: kHeadChunkRows, and room for a last chunk of 1 or 2 rows joining the one before it.
@@ -174,15 +180,11 @@ TEST(HeadChunkMemory, TrainingArenaHoldsOneChunkOfLogits) {
   EXPECT_EQ(m.memory().activations, evaluating);
 }
 
-// A refused loss (NonFinite::Error) in a step whose head backward ran with its loss leaves no gradient.
 // A packed (quantized) head is dequantized once per chunk each way, so its chunks are twice as long: a LoRA step on
 // a q4 base holds (2 kHeadChunkRows, V) logits where the float32 base holds (kHeadChunkRows, V), and the q4 base's
 // frozen backward adds the dequantized rows' scratch (256 rows of the head, the largest packed matrix).
 TEST(HeadChunkMemory, APackedHeadTakesChunksTwiceAsLong) {
-  LanguageModelConfig c = config(false);
-  c.vocab_size = 50257;
-  c.context = 64;
-  c.dropout = 0.f;
+  const LanguageModelConfig c = large_vocab();
   const int B = 4, T = 64, rows = B * T;
   const std::vector<int32_t> in = ids(rows, c.vocab_size, 1), tg = ids(rows, c.vocab_size, 2);
   size_t arena[2] = {0, 0};
@@ -201,6 +203,7 @@ TEST(HeadChunkMemory, APackedHeadTakesChunksTwiceAsLong) {
   EXPECT_NEAR(static_cast<double>(arena[1] - arena[0]), static_cast<double>(more_logits + dequant_rows), 4096.0);
 }
 
+// A refused loss (NonFinite::Error) in a step whose head backward ran with its loss leaves no gradient.
 TEST(HeadChunkNonFinite, RefusedStepLeavesZeroGradients) {
   auto m = std::make_unique<LanguageModel>(config(false));
   const int B = 2, T = 7, V = 37;
