@@ -16,9 +16,9 @@
 // Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
 // (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place.
 // op(A) is likewise read in place when N is small (see gemm()).
-// Packed panels live in a per-thread buffer that grows to the largest product seen (of op(A), a block of its panels
-// of at most 4 MiB at a time: gemm()) and is then reused: a training loop with fixed shapes allocates nothing after
-// its first step.
+// Packed panels live in a per-thread buffer that grows to the largest product seen (at most 4 MiB of op(A)'s row
+// panels and 4 MiB of op(B)'s columns at a time: gemm()) and is then reused: a training loop with fixed shapes
+// allocates nothing after its first step.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -268,9 +268,19 @@ void gemm_rows(const Problem& g) {
   }
 }
 
-}  // namespace
+// Packing op(B) costs K*N moves and saves strided, TLB-unfriendly reads for every A panel that sweeps it:
+// worth it past 64 rows of A. Counted in rows, not panels: at 6-row panels, "more than 8 panels" packed B for
+// 64 x 128 x 128, and its packing pass (a second parallel region) made the product 10% slower at 1 thread
+// and 1.8x slower at 2 (wall time, best of 60 batches, the two rules alternated in one process).
+// A row-major B no wider than 512 is read in place up to 2048 rows of A too: its rows are at most 2 KB apart,
+// which the prefetchers follow, while packing it is a separate parallel region whose panels each thread then
+// reads from the other core's cache. Measured on a 2-core AMD EPYC (AVX-512; 2 threads, wall time, best of
+// 20 batches, the rules alternated in one process): the char GPT's weight gradients At*B 128 x 768 x 128
+// 198 -> 306 GFLOP/s, 65 x 768 x 128 143 -> 270, A*B 768 x 128 x 512 329 -> 372, 100 x 512 x 512 235 -> 313,
+// its training step 17.8 -> 16.7 ms; at 1 thread the same within 4% either way. The Seq2Seq's 6400-row
+// products (6400 x 2048 x 512: 2-5% slower in place) keep the packed B.
+bool packs_all_of_b(const Problem& g) { return g.trans_b || (g.M > 64 && (g.N > 512 || g.M > 2048)); }
 
-namespace {
 void gemm_tiled(const Problem& g, const GemmMicroKernel& mk);
 }  // namespace
 
@@ -283,14 +293,13 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (M <= kRowKernelMaxM) return gemm_rows(g);
 
   const GemmMicroKernel mk = select(M, N, trans_a);
-  // An op(B) that gemm_tiled would pack whole (its rule below) and that is larger than gemm_packed_b_floats() is cut
+  // An op(B) that gemm_tiled would pack whole (packs_all_of_b) and that is larger than gemm_packed_b_floats() is cut
   // into blocks of columns, multiples of 64 (of every NR), each a product of its own with the same micro-kernel: the
   // per-thread buffer then holds one block. Every C element is the same sum (its column panel and tile are those of
-  // the whole product). A block no wider than 512 reads a row-major B in place (the rule below); a transposed one
+  // the whole product). A block no wider than 512 reads a row-major B in place (packs_all_of_b); a transposed one
   // still packs its block. GPT-2 124M's feed-forward weights (3072 x 768) packed 9 MiB.
-  const bool packs_b = trans_b || (M > 64 && (N > 512 || M > 2048));
   const int64_t b_limit = packed_b_limit.load();
-  if (packs_b && static_cast<int64_t>(K) * N > b_limit) {
+  if (packs_all_of_b(g) && static_cast<int64_t>(K) * N > b_limit) {
     const int cols = static_cast<int>(std::max<int64_t>(64, b_limit / K / 64 * 64));
     if (cols < N) {
       for (int n0 = 0; n0 < N; n0 += cols) {
@@ -317,18 +326,7 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
   const int mr = mk.mr, nr = mk.nr;
   const int64_t panels_a = ceil_div(M, mr), panels_b = ceil_div(N, nr);
   const bool full_last_b = N % nr == 0;
-  // Packing op(B) costs K*N moves and saves strided, TLB-unfriendly reads for every A panel that sweeps it:
-  // worth it past 64 rows of A. Counted in rows, not panels: at 6-row panels, "more than 8 panels" packed B for
-  // 64 x 128 x 128, and its packing pass (a second parallel region) made the product 10% slower at 1 thread
-  // and 1.8x slower at 2 (wall time, best of 60 batches, the two rules alternated in one process).
-  // A row-major B no wider than 512 is read in place up to 2048 rows of A too: its rows are at most 2 KB apart,
-  // which the prefetchers follow, while packing it is a separate parallel region whose panels each thread then
-  // reads from the other core's cache. Measured on a 2-core AMD EPYC (AVX-512; 2 threads, wall time, best of
-  // 20 batches, the rules alternated in one process): the char GPT's weight gradients At*B 128 x 768 x 128
-  // 198 -> 306 GFLOP/s, 65 x 768 x 128 143 -> 270, A*B 768 x 128 x 512 329 -> 372, 100 x 512 x 512 235 -> 313,
-  // its training step 17.8 -> 16.7 ms; at 1 thread the same within 4% either way. The Seq2Seq's 6400-row
-  // products (6400 x 2048 x 512: 2-5% slower in place) keep the packed B.
-  const bool pack_all_b = trans_b || (M > 64 && (N > 512 || M > 2048));
+  const bool pack_all_b = packs_all_of_b(g);
   const int64_t packed_b = pack_all_b ? panels_b : (full_last_b ? 0 : 1);  // the ragged last panel at most
 
   // A row-major op(A) is read in place, MR rows at a time (the micro-kernel's broadcasts take any stride),
