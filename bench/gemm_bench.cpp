@@ -381,21 +381,28 @@ int run_gemm_quant(const Options& o) {
     }
   }
 
-  // Prefill: a prompt's 32 rows at once go through the dequantized panels and the fp32 gemm (GFLOP/s).
-  const int M = 32, N = 3072, K = 768;
-  std::printf("\nprefill, M = %d rows, fc1's %d x %d (GFLOP/s = 2 M N K / seconds)\n", M, N, K);
-  std::printf("%3s %6s %9s %9s\n", "thr", "format", "us/call", "GFLOP/s");
-  Aligned<float> w(size_t(N) * K), x(size_t(M) * K), y(size_t(M) * N);
-  for (float& v : w) v = float(rng.normal() * 0.02);
-  for (float& v : x) v = float(rng.normal());
-  for (ops::WeightFormat f : formats) {
-    const PackedWeight packed = pack(f, w, N, K);
-    const auto call = [&] { product(f, M, N, K, x.data(), w, packed, y.data()); };
-    for (int t = 1; t <= o.threads; ++t) {
-      qkv::set_num_threads(t);
-      call();
-      const double s = best_seconds_per_call(call, min_seconds, rounds);
-      std::printf("%3d %6s %9.1f %9.1f\n", t, ops::format_name(f), s * 1e6, 2.0 * M * N * K / s / 1e9);
+  // Many rows at once go through the dequantized panels and the fp32 gemm (GFLOP/s): a prompt's 32 rows, and a
+  // LoRA step's 1024 (8 x 128) through the down-projection, whose 1024 x 3072 activations are the largest A.
+  struct Rows {
+    int M, N, K;
+    const char* use;
+  };
+  for (const Rows& r : {Rows{32, 3072, 768, "prefill, fc1"}, Rows{1024, 768, 3072, "LoRA step, fc2"}}) {
+    const int M = r.M, N = r.N, K = r.K;
+    std::printf("\n%s: M = %d rows, %d x %d (GFLOP/s = 2 M N K / seconds)\n", r.use, M, N, K);
+    std::printf("%3s %6s %9s %9s\n", "thr", "format", "us/call", "GFLOP/s");
+    Aligned<float> w(size_t(N) * K), x(size_t(M) * K), y(size_t(M) * N);
+    for (float& v : w) v = float(rng.normal() * 0.02);
+    for (float& v : x) v = float(rng.normal());
+    for (ops::WeightFormat f : formats) {
+      const PackedWeight packed = pack(f, w, N, K);
+      const auto call = [&] { product(f, M, N, K, x.data(), w, packed, y.data()); };
+      for (int t = 1; t <= o.threads; ++t) {
+        qkv::set_num_threads(t);
+        call();
+        const double s = best_seconds_per_call(call, min_seconds, rounds);
+        std::printf("%3d %6s %9.1f %9.1f\n", t, ops::format_name(f), s * 1e6, 2.0 * M * N * K / s / 1e9);
+      }
     }
   }
   return 0;

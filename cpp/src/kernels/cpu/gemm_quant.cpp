@@ -7,9 +7,9 @@
 //     of A at once. Rows of W are split over the thread pool and each byte of W is read from memory once per
 //     call: the product is bound by the bandwidth of reading W, which the packed formats cut 2x (f16, bf16), 4x
 //     (int8) or ~7x (q4) against fp32.
-//   more rows (a prompt's prefill, training-free scoring): W is dequantized a panel of rows at a time into a
-//     per-thread buffer (in block order, the vector kernel's) and multiplied by the fp32 gemm (its packed,
-//     register-tiled micro-kernel) against A in the same order; each panel is used by all M rows.
+//   more rows (a prompt's prefill, a LoRA step on a quantized base): W is dequantized a panel of rows at a time
+//     into a buffer in natural order and multiplied by the fp32 gemm (its packed, register-tiled micro-kernel)
+//     against A as it is: each panel is used by all M rows, and A is neither copied nor reordered.
 // Both compute in fp32; they differ from the reference in rounding order only (the row kernels scale int8 rows' and
 // q4 blocks' partial sums rather than each element).
 // With int8_act, int8 and q4 weights on the row path quantize A's rows to int8 and take integer dot products
@@ -28,9 +28,12 @@ namespace {
 
 // Up to this many rows of A take the row kernels (each W byte read once); past it the panels and the fp32 gemm.
 constexpr int kRowPathMax = 8;
-// Rows of W per task of the row path, and per panel of the gemm path (its fp32 copy kept near 1 MiB).
+// Rows of W per task of the row path.
 constexpr int kRowChunk = 16;
-int panel_rows(int K) { return std::clamp((1 << 18) / std::max(K, 1) / 16 * 16, 16, 1024); }
+// Rows of W per panel of the gemm path: its fp32 copy near 1 MiB, in whole multiples of 64 columns of C so that
+// every micro-kernel's NR (<= 64) divides it and no panel but the last has a ragged column panel, which the gemm
+// computes through a full-width tile (80 rows at K = 3072 left 16 of 64 columns of one tile in every panel).
+int panel_rows(int K) { return std::clamp((1 << 18) / std::max(K, 1) / 64 * 64, 64, 1024); }
 
 void rows_scalar(const QuantRows& q, int n0, int n1) {
   const int spr = q.spr;
@@ -159,13 +162,15 @@ QuantKernels select_quant_kernels() {
   }
 }
 
+// The vector kernels' dequantization, in natural order and exact (dequantize_element's float for every code).
 void dequantize_rows(float* out, int ld_out, WeightFormat f, const uint8_t* W, const float* scales, int rows, int K) {
+  const QuantKernels qk = select_quant_kernels();
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      dequantize_scalar(f, W + static_cast<size_t>(r) * stride, spr ? scales + static_cast<size_t>(r) * spr : nullptr,
-                        K, out + static_cast<size_t>(r) * ld_out);
+      qk.dequantize(f, W + static_cast<size_t>(r) * stride, spr ? scales + static_cast<size_t>(r) * spr : nullptr, K,
+                    out + static_cast<size_t>(r) * ld_out);
   });
 }
 
@@ -177,22 +182,14 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
   const QuantKernels qk = select_quant_kernels();
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
-  // A in the kernels' block order, on this thread (the workers read it): all M rows on the row path; on the panel
-  // path a block of rows at a time, at most kBlockedAFloats, each W panel dequantized once per block. Only products
-  // with many rows and a long K take more than one (a LoRA step's feed-forward down-projection at 1024 x 3072: 12 MiB
-  // of A whole); the blocks are of equal size, none of one or two rows, so that each C element is the same sum (the
-  // gemm takes one or two rows through its row kernels, in another order: a last block of 1 or 2 joins the one before).
-  constexpr size_t kBlockedAFloats = size_t{1} << 20;
   const int k1 = std::max(K, 1);
-  const int blocks = M <= kRowPathMax ? 1 : static_cast<int>((static_cast<size_t>(M) * k1 - 1) / kBlockedAFloats + 1);
-  const int m_block = std::max((M + blocks - 1) / blocks, std::min(M, 3));
-  thread_local std::vector<float> a_blocked;
-  a_blocked.resize(static_cast<size_t>(M <= kRowPathMax ? M : std::min(M, m_block + 2)) * k1);
-  const int order = qk.order[static_cast<int>(f)];
-  float* const Ab = a_blocked.data();
 
   if (M <= kRowPathMax) {
-    to_block_order(Ab, A, lda, M, K, qk.lanes, order);
+    // A in the row kernels' block order, on this thread (the workers read it).
+    thread_local std::vector<float> a_blocked;
+    a_blocked.resize(static_cast<size_t>(M) * k1);
+    float* const Ab = a_blocked.data();
+    to_block_order(Ab, A, lda, M, K, qk.lanes, qk.order[static_cast<int>(f)]);
     const int chunks = (N + kRowChunk - 1) / kRowChunk;
     parallel_for(chunks, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
@@ -208,23 +205,22 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
     return;
   }
 
+  // The panels in natural order (the vector kernels interleave each block in registers) so that A is multiplied as
+  // it is: in block order it would be copied (12 MiB for a LoRA step's down-projection at 1024 x 3072), or, copied a
+  // block of rows at a time, each panel dequantized once per block.
   const int nb_max = panel_rows(K);
   thread_local std::vector<float> panel;
   panel.resize(static_cast<size_t>(std::min(N, nb_max)) * k1);
-  for (int m0 = 0, mb = 0; m0 < M; m0 += mb) {
-    mb = M - m0 - m_block < 3 ? M - m0 : m_block;
-    to_block_order(Ab, A + static_cast<size_t>(m0) * lda, lda, mb, K, qk.lanes, order);
-    for (int n0 = 0; n0 < N; n0 += nb_max) {
-      const int nb = std::min(nb_max, N - n0);
-      float* p = panel.data();
-      parallel_for(nb, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {
-          const size_t n = static_cast<size_t>(n0 + r);
-          qk.dequantize(f, W + n * stride, spr ? scales + n * spr : nullptr, K, p + static_cast<size_t>(r) * K);
-        }
-      });
-      gemm(false, true, mb, nb, K, 1.f, Ab, k1, p, k1, 0.f, C + static_cast<size_t>(m0) * ldc + n0, ldc);
-    }
+  for (int n0 = 0; n0 < N; n0 += nb_max) {
+    const int nb = std::min(nb_max, N - n0);
+    float* p = panel.data();
+    parallel_for(nb, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const size_t n = static_cast<size_t>(n0 + r);
+        qk.dequantize(f, W + n * stride, spr ? scales + n * spr : nullptr, K, p + static_cast<size_t>(r) * K);
+      }
+    });
+    gemm(false, true, M, nb, K, 1.f, A, lda, p, k1, 0.f, C + n0, ldc);
   }
 }
 

@@ -13,6 +13,8 @@
 // Elements past the last whole block (K % (R*V)) stay in natural order and are handled one by one. Where an
 // instruction set converts halves itself (F16C, AVX-512F), f16 blocks are in natural order, and where it has a
 // sign-extending load (AVX2, AVX-512F), int8 blocks too (QuantKernels::order).
+// The gemm path (many rows of A) dequantizes panels of W in natural order instead: a few shuffles per block in
+// registers (gemm_quant_simd.h: to_natural) cost less than a copy of A, which is large there.
 #include <cstddef>
 #include <cstdint>
 #include <xsimd/config/xsimd_arch.hpp>
@@ -43,7 +45,7 @@ struct QuantRows {
 };
 constexpr int kQuantRowsMax = 4;
 using QuantRowsFn = void (*)(const QuantRows& q, int n0, int n1);
-// out (K floats) = W's row dequantized, in block order.
+// out (K floats) = W's row dequantized, in natural order.
 using QuantDequantFn = void (*)(WeightFormat f, const uint8_t* row, const float* row_scales, int K, float* out);
 
 struct QuantKernels {

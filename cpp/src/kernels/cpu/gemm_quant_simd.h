@@ -42,6 +42,19 @@ struct Q4Loader {
   static constexpr int order = 8;
 };
 
+// Interleaving two vectors: lo = (a0 b0 a1 b1 ...) from their low halves, hi the same from their high halves.
+// xsimd's zip_lo / zip_hi are exactly that on 128-bit vectors (SSE4.1 and so SIMD128, NEON); on wider ones they
+// interleave within each 128-bit lane, so AVX2 and AVX-512 specialize this in their arch files.
+template <class Arch>
+struct Zip {
+  using F = xsimd::batch<float, Arch>;
+  static_assert(F::size <= 4, "vectors wider than 128 bits need their own Zip (xsimd's zips stay in 128-bit lanes)");
+  static void zip(const F& a, const F& b, F& lo, F& hi) {
+    lo = xsimd::zip_lo(a, b);
+    hi = xsimd::zip_hi(a, b);
+  }
+};
+
 template <class Arch>
 struct Simd {
   using F = xsimd::batch<float, Arch>;
@@ -132,6 +145,11 @@ struct Simd {
 
   template <WeightFormat f>
   static constexpr int R = f == WeightFormat::Q4 ? Q4Loader<Arch>::order : block_factor(f);
+  // The block order the loaders leave format f in (QuantKernels::order; 1: natural).
+  template <WeightFormat f>
+  static constexpr int order_of = f == WeightFormat::F16    ? HalfLoader<Arch>::order
+                                  : f == WeightFormat::Int8 ? Int8Loader<Arch>::order
+                                                            : R<f>;
   // Bytes of W per block of R * V elements.
   template <WeightFormat f>
   static constexpr int block_bytes = f == WeightFormat::Int8 ? R<f>* V
@@ -230,6 +248,22 @@ struct Simd {
     }
   }
 
+  // A block's R vectors (vector t, lane i: element R i + t) put in natural order by log2 R rounds of the same
+  // perfect shuffle, vector j zipped with vector j + R/2 into vectors 2j and 2j + 1: after round r each vector holds
+  // runs of 2^r consecutive elements (for R = 2 one round, the zip itself).
+  template <int Rf>
+  static void to_natural(F* w) {
+    for (int run = 1; run < Rf; run *= 2) {
+      F n[Rf];
+      for (int j = 0; j < Rf / 2; ++j) Zip<Arch>::zip(w[j], w[j + Rf / 2], n[2 * j], n[2 * j + 1]);
+      for (int j = 0; j < Rf; ++j) w[j] = n[j];
+    }
+  }
+
+  // A row dequantized in natural order (the gemm path's panels, multiplied with A as it is): the blocks come out of
+  // the loaders in block order and are interleaved in registers, 1 - 3 shuffle rounds per block, instead of
+  // reordering every row of A (a copy of A) or the row in memory afterwards (element by element, which cost as
+  // much as the product itself at 32 rows of A).
   template <WeightFormat f>
   static void dequantize(const uint8_t* row, const float* s, int K, float* out) {
     constexpr int Rf = R<f>, B = Rf * V;
@@ -238,10 +272,10 @@ struct Simd {
     for (int b = 0; b < blocks; ++b) {
       F w[Rf];
       block<f>(row + static_cast<size_t>(b) * block_bytes<f>, f == WeightFormat::Q4 ? s + b * B / 32 : s, lanes, w);
-      for (int t = 0; t < Rf; ++t) {
-        if constexpr (f == WeightFormat::Int8) w[t] *= F(s[0]);
-        w[t].store_unaligned(out + static_cast<size_t>(b) * B + t * V);
-      }
+      if constexpr (f == WeightFormat::Int8)
+        for (int t = 0; t < Rf; ++t) w[t] *= F(s[0]);
+      if constexpr (order_of < f >> 1) to_natural<Rf>(w);
+      for (int t = 0; t < Rf; ++t) w[t].store_unaligned(out + static_cast<size_t>(b) * B + t * V);
     }
     for (int k = blocks * B; k < K; ++k) out[k] = ops::dequantize_element(f, row, s, k);
   }

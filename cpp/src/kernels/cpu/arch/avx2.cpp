@@ -43,6 +43,16 @@ struct Int8Loader<xsimd::fma3<xsimd::avx2>> {
     for (int t = 0; t < 4; ++t) w[t] = load1(p + 8 * t);
   }
 };
+// A full-width interleave of two vectors: the in-lane unpacks, then their 128-bit halves put in order.
+template <>
+struct Zip<xsimd::fma3<xsimd::avx2>> {
+  using F = xsimd::batch<float, xsimd::fma3<xsimd::avx2>>;
+  static void zip(const F& a, const F& b, F& lo, F& hi) {
+    const __m256 l = _mm256_unpacklo_ps(a, b), h = _mm256_unpackhi_ps(a, b);  // (a0 b0 a1 b1 | a4 b4 a5 b5), ...
+    lo = _mm256_permute2f128_ps(l, h, 0x20);
+    hi = _mm256_permute2f128_ps(l, h, 0x31);
+  }
+};
 }  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::fma3<xsimd::avx2>>();
 }  // namespace qkv::kernels

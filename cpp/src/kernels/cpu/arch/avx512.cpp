@@ -58,6 +58,16 @@ struct Q4Loader<xsimd::avx512f> {
     w[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
   }
 };
+// A full-width interleave of two vectors: one two-source permute each half (vpermt2ps).
+template <>
+struct Zip<xsimd::avx512f> {
+  using F = xsimd::batch<float, xsimd::avx512f>;
+  static void zip(const F& a, const F& b, F& lo, F& hi) {
+    const __m512i low = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    lo = _mm512_permutex2var_ps(a, low, b);
+    hi = _mm512_permutex2var_ps(a, _mm512_add_epi32(low, _mm512_set1_epi32(8)), b);
+  }
+};
 }  // namespace quant_detail
 template QuantKernels quant_kernels<xsimd::avx512f>();
 }  // namespace qkv::kernels
