@@ -48,14 +48,15 @@ struct Int8Loader<xsimd::avx512f> {
     for (int t = 0; t < 4; ++t) w[t] = load1(p + 16 * t);
   }
 };
+// Q4: each nibble looked up in a table of the 16 codes less 8 (vpermps takes the low 4 bits of each lane as its index).
 template <>
 struct Q4Loader<xsimd::avx512f> {
   static constexpr int order = 2;
   static void load(const uint8_t* p, xsimd::batch<float, xsimd::avx512f>* w) {
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    const __m512i eight = _mm512_set1_epi32(8);
-    w[0] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(v, _mm512_set1_epi32(15)), eight));
-    w[1] = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(v, 4), eight));
+    const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+    w[0] = _mm512_permutexvar_ps(v, table);
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   }
 };
 // A full-width interleave of two vectors: one two-source permute each half (vpermt2ps).
