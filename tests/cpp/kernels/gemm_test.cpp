@@ -139,15 +139,14 @@ TEST(Gemm, PackedRowAndColumnBlocksGiveTheSameProduct) {
             std::string::npos);
 }
 
-// The row kernel behind batch-1 decoding (M = 1, B transposed: y = x W^T) takes B's rows 8, then 4, then 1 at a
-// time, with k two vectors a step and then one: at every instruction set and K around those steps (W = 4, 8, 16
-// lanes: K = 2W - 1, 2W, 2W + 1, 3W + 3, ...) and N leaving every block size a remainder, each element matches
-// the double reference, and equals bit for bit the same row computed alone (N = 1): the block a row falls in
-// never changes its sum's order.
-TEST(Gemm, RowKernelBlocksMatchReferenceAndEachOther) {
+// The row kernel behind batch-1 decoding (M = 1, B transposed: y = x W^T) takes B's rows one at a time, k four
+// vectors a step, then one, then element by element: at every instruction set and K around those steps (W = 4, 8,
+// 16 lanes: K = 4W - 1, 4W, 4W + 1, 5W + 3, ...) and any N, each element matches the double reference, and equals
+// bit for bit the same row computed alone (N = 1): where a row falls in B never changes its sum's order.
+TEST(Gemm, RowKernelMatchesReferenceAndEveryRowAlone) {
   set_num_threads(1);
   test::for_each_isa([&](const std::string& isa) {
-    for (const int K : {3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 35, 51, 64, 99, 768})
+    for (const int K : {3, 7, 8, 9, 15, 16, 17, 23, 31, 32, 33, 35, 43, 51, 63, 64, 65, 83, 99, 127, 129, 768})
       for (const int N : {1, 4, 7, 8, 12, 13, 15, 23, 29, 64 + 15}) {
         check_case({false, true, 1, N, K, 1.f, 0.f}, isa);
         check_case({false, true, 1, N, K, 0.5f, -1.f}, isa);
