@@ -164,6 +164,45 @@ TEST(Gemm, RowKernelMatchesReferenceAndEveryRowAlone) {
   set_num_threads(max_threads());
 }
 
+// A few rows of A times a large transposed B (a weight times a prompt's or a head chunk's rows) is computed as
+// C^T = B A^T (kernels/cpu/gemm.cpp: gemm_swapped, B of at least 2^18 floats): every element equals, bit for bit, the
+// one the other orientation gives (a call with N <= M, which takes the direct product), with alpha and beta, K across
+// the K block (256) and ragged against every tile, on every instruction set; and meets the double reference.
+TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
+  struct Shape {
+    int M, N, K;
+  };
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (const Shape& sh : {Shape{3, 1100, 300}, Shape{7, 2000, 140}, Shape{64, 1100, 257}, Shape{65, 1025, 256},
+                              Shape{200, 1400, 190}, Shape{5, 300, 17}})
+        for (const auto& [alpha, beta] : {std::pair{1.f, 0.f}, std::pair{0.5f, -1.f}}) {
+          const int M = sh.M, N = sh.N, K = sh.K, lda = K + 3, ldb = K + 1, ldc = N + 2;
+          const auto A = test::randn(static_cast<size_t>(M) * lda, 70 + static_cast<uint64_t>(M));
+          const auto B = test::randn(static_cast<size_t>(N) * ldb, 71 + static_cast<uint64_t>(N));
+          const auto C0 = test::randn(static_cast<size_t>(M) * ldc, 72);
+          auto C = C0;
+          std::vector<float> T(static_cast<size_t>(N) * M);  // C0^T, then alpha B A^T + beta C0^T
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) T[static_cast<size_t>(j) * M + i] = C0[static_cast<size_t>(i) * ldc + j];
+          kernels::gemm(false, true, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          kernels::gemm(false, true, N, M, K, alpha, B.data(), ldb, A.data(), lda, beta, T.data(), M);
+          for (int i = 0; i < M; ++i) {
+            for (int j = 0; j < N; ++j)
+              ASSERT_EQ(C[static_cast<size_t>(i) * ldc + j], T[static_cast<size_t>(j) * M + i])
+                  << isa << " M " << M << " N " << N << " K " << K << " alpha " << alpha << " at (" << i << "," << j
+                  << ")";
+            ASSERT_EQ(C[static_cast<size_t>(i) * ldc + N], C0[static_cast<size_t>(i) * ldc + N]);  // padding
+          }
+        }
+      check_case({false, true, 32, 1100, 300, 0.5f, -1.f}, isa);
+      check_case({false, true, 65, 2100, 130, 1.f, 0.f}, isa);
+    });
+  }
+  set_num_threads(max_threads());
+}
+
 // beta == 0 must not read C: NaN there must not leak into the result (BLAS semantics).
 TEST(Gemm, BetaZeroIgnoresGarbageInC) {
   test::for_each_isa([&](const std::string& isa) {
