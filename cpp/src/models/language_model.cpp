@@ -228,8 +228,9 @@ struct LanguageModel::Impl {
       const float* x = top + static_cast<size_t>(r0) * C;
       const Span z = logits.first(static_cast<size_t>(n) * V);
       // The head's products over kVocabBlock of its rows at a time: the CPU gemm packs the whole of a transposed B
-      // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps; a block packs (2048, C), 6 MiB,
-      // less than the stack's own products pack (blocks of 8192 rows packed 24 MiB, a LoRA step's largest packing).
+      // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps, unless the chunk has few enough
+      // rows that it turns the product around and reads B in place (kernels/cpu/gemm.cpp: gemm_swapped); a block
+      // packs (2048, C), 6 MiB, less than the stack's own products pack (blocks of 8192 rows packed 24 MiB).
       for (int v0 = 0; v0 < V; v0 += kVocabBlock)
         nn::weight_product(ops(), head(), v0, std::min(kVocabBlock, V - v0), x, C, n, z.data() + v0, V);
       if (a) a->forward(ops(), 0, 0, V, x, C, n, z.data(), V, drop);
