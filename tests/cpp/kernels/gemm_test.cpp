@@ -165,9 +165,9 @@ TEST(Gemm, RowKernelMatchesReferenceAndEveryRowAlone) {
 }
 
 // A few rows of A times a large transposed B (a weight times a prompt's or a head chunk's rows) is computed as
-// C^T = B A^T (kernels/cpu/gemm.cpp: gemm_swapped, B of at least 2^18 floats): every element equals, bit for bit, the
-// one the other orientation gives (a call with N <= M, which takes the direct product), with alpha and beta, K across
-// the K block (256) and ragged against every tile, on every instruction set; and meets the double reference.
+// C^T = B A^T (kernels/cpu/gemm.cpp: gemm_swapped, B of at least 2^18 floats, K >= 256): every element equals, bit for
+// bit, the one the other orientation gives (a call with N <= M, which takes the direct product), with alpha and beta, K
+// across the K block (256) and ragged against every tile, on every instruction set; and meets the double reference.
 TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
   struct Shape {
     int M, N, K;
@@ -175,8 +175,8 @@ TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
   for (int threads : {1, 2}) {
     set_num_threads(std::min(threads, max_threads()));
     test::for_each_isa([&](const std::string& isa) {
-      for (const Shape& sh : {Shape{3, 1100, 300}, Shape{7, 2000, 140}, Shape{64, 1100, 257}, Shape{65, 1025, 256},
-                              Shape{200, 1400, 190}, Shape{5, 300, 17}})
+      for (const Shape& sh : {Shape{3, 1100, 300}, Shape{7, 2000, 260}, Shape{64, 1100, 257}, Shape{65, 1025, 256},
+                              Shape{200, 1100, 300}, Shape{5, 300, 17}, Shape{9, 3000, 140}})
         for (const auto& [alpha, beta] : {std::pair{1.f, 0.f}, std::pair{0.5f, -1.f}}) {
           const int M = sh.M, N = sh.N, K = sh.K, lda = K + 3, ldb = K + 1, ldc = N + 2;
           const auto A = test::randn(static_cast<size_t>(M) * lda, 70 + static_cast<uint64_t>(M));

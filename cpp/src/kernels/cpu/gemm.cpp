@@ -306,11 +306,13 @@ void transpose_into(float* dst, int ld_dst, const float* src, int ld_src, int ro
   }
 }
 
-// The swapped product below takes at most this many rows of A, against a B of at least kSwapMinB floats: a small
-// B's panels stay in cache and the two transposes of C cost more than packing it (3-64 rows against 64-384 x 128
-// weights, in L2: 5-20% slower swapped).
+// The swapped product below takes at most this many rows of A, against a B of at least kSwapMinB floats and a K of
+// at least kSwapMinK: a small B's panels stay in cache and the transposes of C cost more than packing it (3-64 rows
+// against 64-384 x 128 weights, in L2: 5-20% slower swapped), and with a short K the transposes' M N moves weigh
+// against the product's 2 M N K FLOP (200 x 1536 x 128: 221 -> 180 GFLOP/s swapped).
 constexpr int kSwapMaxM = 256;
 constexpr int64_t kSwapMinB = int64_t{1} << 18;
+constexpr int kSwapMinK = 256;
 
 // C (M,N) = A B^T with few rows of A and a larger B (N > M: a weight times a prompt's or a head chunk's rows) as
 // C^T = B A^T: B, the large operand, becomes op(A), which the tiled product reads in place while its op(B) is no
@@ -338,7 +340,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   const Problem g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
   if (K == 0) return scale_c(g);
   if (M <= kRowKernelMaxM) return gemm_rows(g);
-  if (trans_b && !trans_a && M <= kSwapMaxM && N > M && static_cast<int64_t>(N) * K >= kSwapMinB)
+  if (trans_b && !trans_a && M <= kSwapMaxM && N > M && K >= kSwapMinK && static_cast<int64_t>(N) * K >= kSwapMinB)
     return gemm_swapped(g);
 
   const GemmMicroKernel mk = select(M, N, trans_a);
