@@ -85,12 +85,14 @@ TEST(GemmQuant, MatchesDoubleReferenceOverRaggedShapesOnEveryIsa) {
 
 // The panel path multiplies A as it is, whatever its size (it once copied A into block order, at most 4 MiB of it at a
 // time): products with more than 1 Mi floats of A, on every instruction set, meet the reference's bound, with K
-// ragged against every block (3000 = 93 x 32 + 24) and panels ragged against the last (N = 1000).
+// ragged against every block (3000 = 93 x 32 + 24) and panels ragged against the last (N = 1000); and a prompt's 32
+// rows, whose panels (384 x 768) the gemm turns around, the last (332 rows) not.
 TEST(GemmQuant, ThePanelPathTakesALargeAAsItIs) {
   for (const WeightFormat f : kFormats)
     test::for_each_isa([&](const std::string& isa) {
       check_case(f, 701, 5, 3000, isa);
       check_case(f, 64, 1000, 200, isa);
+      check_case(f, 32, 1100, 768, isa);
     });
 }
 
