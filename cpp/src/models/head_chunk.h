@@ -2,15 +2,27 @@
 // Rows per chunk of a language model's training head (LanguageModel's head_loss): the head product, the
 // cross-entropy with its gradient and the head's backward run over this many rows at a time, so a training step's
 // workspace holds (chunk, V) logits rather than (rows, V): for GPT-2's V = 50257 and 1024 rows, 12.3 MiB at 64
-// rather than 196 MiB. Larger chunks give the head's products longer rows to work on; 64 keeps them near the
-// whole product's speed (GPT-2 124M's LoRA step, 8 x 128, 2 threads, alternated: 64 rows 2117-2475 ms, 128 rows
-// 2010-2736; 32 rows 15% slower). Process-wide, read when a model is made; tests set it to compare chunkings.
+// rather than 196 MiB.
+//
+// The chunk is sized by the vocabulary: as many whole multiples of kHeadChunkRows rows as keep its logits within
+// kHeadChunkLogits floats (12 MiB), and never fewer than kHeadChunkRows. GPT-2's vocabulary takes 64 rows (its
+// products stay near the whole product's speed: GPT-2 124M's LoRA step, 8 x 128, 2 threads, alternated: 64 rows
+// 2117-2475 ms, 128 rows 2010-2736; 32 rows 15% slower); a character model's (V = 65) takes 48384, every row of its
+// steps: one head product and one cross-entropy a step rather than one per 64 rows, which cost the char GPT's CUDA
+// step (64 x 256 rows: 256 chunks) 5.5 ms of its 15.9 ms of kernels on an H200, in launches of a few microseconds.
+#include <cstddef>
+
 namespace qkv::models {
 
 inline constexpr int kHeadChunkRows = 64;
+inline constexpr size_t kHeadChunkLogits = size_t{3} << 20;
 
-// The current setting (kHeadChunkRows unless set); set_head_chunk_rows(rows >= 1, else qkv::Error) changes it for
-// the models made after it.
+// The rule above for a vocabulary of V >= 1: kHeadChunkRows * max(1, floor(kHeadChunkLogits / (V kHeadChunkRows))).
+int head_chunk_rows_for(int V);
+
+// A process-wide override for tests that compare chunkings: 0 (the default) sizes chunks by the vocabulary (above);
+// rows >= 1 gives the models made after it chunks of exactly that many rows. set_head_chunk_rows(rows < 0) throws
+// qkv::Error and changes nothing.
 int head_chunk_rows();
 void set_head_chunk_rows(int rows);
 

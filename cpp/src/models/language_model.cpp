@@ -25,11 +25,16 @@ namespace qkv {
 
 namespace models {
 namespace {
-std::atomic<int> chunk_rows{kHeadChunkRows};
+std::atomic<int> chunk_rows{0};
+}
+int head_chunk_rows_for(int V) {
+  check(V >= 1, "V = ", V, " is invalid: expected an integer >= 1");
+  const size_t per_chunk = static_cast<size_t>(V) * kHeadChunkRows;
+  return kHeadChunkRows * static_cast<int>(std::max<size_t>(1, kHeadChunkLogits / per_chunk));
 }
 int head_chunk_rows() { return chunk_rows.load(); }
 void set_head_chunk_rows(int rows) {
-  check(rows >= 1, "rows = ", rows, " is invalid: expected an integer >= 1");
+  check(rows >= 0, "rows = ", rows, " is invalid: expected 0 (chunks sized by the vocabulary) or an integer >= 1");
   chunk_rows.store(rows);
 }
 }  // namespace models
@@ -63,7 +68,7 @@ struct LanguageModel::Impl {
   // read every row's logits (evaluate, logits(), generation) ask for the whole (B_cap * T_cap, V) once
   // (whole_logits), which training then chunks as well.
   int B_cap = 0, T_cap = 0, head_rows = 0;
-  const int chunk_setting = models::head_chunk_rows();  // models/head_chunk.h, when the model was made
+  const int chunk_setting = models::head_chunk_rows();  // models/head_chunk.h, when the model was made (0: by V)
   bool whole_logits = false;
   Span logits, losses, d_top;                        // logits become d logits in a training step
   std::span<int32_t> tokens_dev, targets_dev, best;  // device ids of the batch (B,T); argmax (B,T)
@@ -113,7 +118,8 @@ struct LanguageModel::Impl {
   int head_chunk(int rows) const {
     const nn::LoraAdapter* a = head_adapter();
     if (a && a->p > 0.f) return rows;
-    return std::min(rows, head().is_packed() ? 2 * chunk_setting : chunk_setting);
+    const int base = chunk_setting > 0 ? chunk_setting : models::head_chunk_rows_for(V);
+    return std::min(rows, head().is_packed() ? 2 * base : base);
   }
   // A last chunk of 1 or 2 rows joins the one before it: the CPU gemm takes products of one or two rows through
   // its row kernels (kernels/cpu/gemm.cpp), whose sums run in another order than its tiles', and each row's logits

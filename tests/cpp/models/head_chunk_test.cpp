@@ -27,7 +27,7 @@ namespace {
 // Sets the chunk for the models made (and planned) inside its scope.
 struct ChunkRows {
   explicit ChunkRows(int rows) { models::set_head_chunk_rows(rows); }
-  ~ChunkRows() { models::set_head_chunk_rows(models::kHeadChunkRows); }
+  ~ChunkRows() { models::set_head_chunk_rows(0); }
 };
 
 std::vector<int32_t> ids(size_t n, int V, uint64_t seed) {
@@ -180,6 +180,38 @@ TEST(HeadChunkMemory, TrainingArenaHoldsOneChunkOfLogits) {
   EXPECT_EQ(m.memory().activations, evaluating);
 }
 
+// Chunks are sized by the vocabulary: whole multiples of 64 rows whose logits stay within 12 MiB, at least 64 rows.
+TEST(HeadChunkRule, ChunksHoldAtMostTwelveMebibytesOfLogitsAndAtLeast64Rows) {
+  EXPECT_EQ(models::head_chunk_rows_for(50257), 64);   // GPT-2: 12.3 MiB, the floor of 64 rows
+  EXPECT_EQ(models::head_chunk_rows_for(24576), 128);  // exactly 12 MiB
+  EXPECT_EQ(models::head_chunk_rows_for(24577), 64);   // a float past it
+  EXPECT_EQ(models::head_chunk_rows_for(65), 48384);   // a character vocabulary: 756 x 64 rows
+  EXPECT_EQ(models::head_chunk_rows_for(1), 3 << 20);
+  for (const int V : {1, 7, 65, 1000, 5000, 24577, 50257, 250000}) {
+    const int rows = models::head_chunk_rows_for(V);
+    EXPECT_EQ(rows % models::kHeadChunkRows, 0) << V;
+    EXPECT_TRUE(rows == models::kHeadChunkRows || static_cast<size_t>(rows) * V <= models::kHeadChunkLogits) << V;
+    EXPECT_GT(static_cast<size_t>(rows + models::kHeadChunkRows) * V, models::kHeadChunkLogits) << V;  // the most
+  }
+  EXPECT_THROW(models::head_chunk_rows_for(0), Error);
+}
+
+// A character vocabulary's chunk holds every row of the step: one head product and one cross-entropy, so evaluate()
+// after a training step finds every row's logits already planned (the arena does not grow), where GPT-2's vocabulary
+// (TrainingArenaHoldsOneChunkOfLogits) grows by the rest of them.
+TEST(HeadChunkMemory, ASmallVocabularyTakesEveryRowInOneChunk) {
+  LanguageModelConfig c = large_vocab();
+  c.vocab_size = 65;
+  const int B = 4, T = 64, rows = B * T;
+  const std::vector<int32_t> in = ids(rows, c.vocab_size, 1), tg = ids(rows, c.vocab_size, 2);
+  LanguageModel m(c);
+  m.train_step(in, tg, B, T);
+  const size_t training = m.memory().activations;
+  EXPECT_GE(training, static_cast<size_t>(rows) * c.vocab_size * sizeof(float));
+  m.evaluate(in, tg, B, T);
+  EXPECT_EQ(m.memory().activations, training);
+}
+
 // A packed (quantized) head is dequantized once per chunk each way, so its chunks are twice as long: a LoRA step on
 // a q4 base holds (2 kHeadChunkRows, V) logits where the float32 base holds (kHeadChunkRows, V), and the q4 base's
 // frozen backward adds the dequantized rows' scratch (256 rows of the head, the largest packed matrix).
@@ -261,14 +293,14 @@ TEST(HeadChunkOnePass, AccumulateWithoutAHeadAdapterRunsTheHeadOnce) {
   EXPECT_EQ(grads(*once), before);
 }
 
-TEST(HeadChunkBadInput, RowsMustBePositive) {
+TEST(HeadChunkBadInput, RowsMustNotBeNegative) {
   try {
-    models::set_head_chunk_rows(0);
+    models::set_head_chunk_rows(-1);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("rows = 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rows = -1"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(models::head_chunk_rows(), models::kHeadChunkRows);
+  EXPECT_EQ(models::head_chunk_rows(), 0);  // unchanged: chunks sized by the vocabulary
 }
 
 }  // namespace
