@@ -11,10 +11,13 @@
 //     term so that h^3 cannot overflow into inf * 0. Past |h| ~ 10 exactly h or 0, the derivative 1 or 0.
 //   Dropout (inverted): y = hash(seed, i) >= p * 2^32 ? x / (1 - p) : 0, the CPU's hash (dropout_hash.h).
 //     reference: https://pytorch.org/docs/stable/generated/torch.nn.Dropout.html
-// Layout: h, a, da, dh (rows, N); b, db (N). Each element is read and written by one thread: dh may alias
-// da, a may alias h (Identity), y may alias x.
+// Layout: h, a, da, dh (rows, N); b, db (N). Each element is read and written by one thread (four consecutive
+// elements a thread where N is a multiple of 4 and the buffers 16-byte aligned): dh may alias da, a may alias h
+// (Identity), y may alias x.
 // db: one thread per (block of 32 rows, column) writes dh for its rows and sums them (common.cuh), so the
 // backward is one pass over da and h whether or not dh is wanted.
+#include <cstdint>
+
 #include "kernels/cuda/bias_act.cuh"  // the bias + activation kernels
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_kernels.h"
@@ -25,6 +28,8 @@ namespace qkv::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 __global__ void dropout_kernel(float* out, const float* in, size_t n, uint32_t threshold, float scale, uint64_t seed,
                                const uint64_t* seed_dev) {
@@ -56,7 +61,10 @@ void bias_act_forward(float* a, float* h, const float* b, Act act, int rows, int
   if (rows == 0) return;
   check(a && h, op, " (cuda): null device pointer");
   const size_t n = static_cast<size_t>(rows) * N;
-  bias_act_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(a, h, b, act, n, N);
+  if (N % 4 == 0 && aligned16(a) && aligned16(h) && (!b || aligned16(b)))
+    bias_act_forward_kernel<4><<<grid_for(n / 4, kThreads), kThreads, 0, stream()>>>(a, h, b, act, n, N);
+  else
+    bias_act_forward_kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(a, h, b, act, n, N);
   check_launch(op);
 }
 
@@ -73,7 +81,10 @@ void bias_act_backward(float* dh, float* db, float* scratch, const float* da, co
   if (!db) {
     if (!dh) return;
     const size_t n = static_cast<size_t>(rows) * N;
-    bias_act_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream()>>>(dh, da, h, act, n);
+    if (n % 4 == 0 && aligned16(dh) && aligned16(da) && (!h || aligned16(h)))
+      bias_act_backward_kernel<4><<<grid_for(n / 4, kThreads), kThreads, 0, stream()>>>(dh, da, h, act, n);
+    else
+      bias_act_backward_kernel<1><<<grid_for(n, kThreads), kThreads, 0, stream()>>>(dh, da, h, act, n);
     check_launch(op);
     return;
   }
