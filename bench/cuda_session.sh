@@ -8,7 +8,9 @@
 # memcheck and racecheck beside them; phase B, alone on the card, the training table (qkv, PyTorch eager, then
 # torch.compile while the time lasts), the ops table and the A/Bs. CUDA_SESSION_SECONDS (default 380) bounds the
 # whole; a stage that would start after it is skipped and says so. For a second session that completes the first:
-# CUDA_SESSION_TABLE=0 skips qkv's and PyTorch eager's rows, the A/Bs and the ops table; CUDA_SESSION_COMPILE lists
+# CUDA_SESSION_TABLE=0 skips qkv's and PyTorch eager's rows, the A/Bs and the ops table (CUDA_SESSION_BENCHES: the
+# models of those rows, default "char-gpt seq2seq"; CUDA_SESSION_AB=0: no A/B rows; CUDA_SESSION_OPS=0: no ops
+# table); CUDA_SESSION_COMPILE lists
 # the torch.compile rows ("char-gpt:tf32 seq2seq:bf16 ..."; default all six); CUDA_SESSION_MEMCHECK and
 # CUDA_SESSION_RACECHECK replace the sanitizers' gtest filters (empty: skipped); CUDA_SESSION_SHARE (45) is phase
 # A's percentage of the time. If the carried binaries cannot start there (a
@@ -111,18 +113,58 @@ train() {  # log args...
   [ "$(left)" -gt 15 ] || { say "skipped (time): $*"; return; }
   timeout -k 5 60 "$@" --steps "$steps" --warmup "$warmup" >>"$logs/$log" 2>&1 || say "failed ($?): $* (see $log)"
 }
+# CUDA_SESSION_PROFILE lists profile stages ("all" = every one; default none), run before the table:
+#   char-gpt  where a char GPT step's GPU time goes, by kernel, qkv (Nsight Compute's durations over one warm-up and
+#             two timed runs of one step, op by op: 3 steps) beside PyTorch eager (torch.profiler over 5 steps), in
+#             each precision of CUDA_SESSION_PROFILE_PRECISIONS (default "tf32 fp32 bf16");
+#   s2s-lt    the Seq2Seq fp32 step with and without cuBLASLt's epilogues (QKV_CUDA_LT=0);
+#   ncu-ops   the ops bench under Nsight Compute's full metric list (ncu_ops.txt: each kernel against its floor).
+# Clocks as the card has them (--clock-control none).
+profile="${CUDA_SESSION_PROFILE:-}"
+[ "$profile" = all ] && profile="char-gpt s2s-lt ncu-ops"
+if [[ " $profile " == *" char-gpt "* ]]; then
+  if command -v ncu >/dev/null; then
+    for p in ${CUDA_SESSION_PROFILE_PRECISIONS:-tf32 fp32 bf16}; do
+      [ "$(left)" -gt 45 ] || { say "profile $p: skipped (time)"; continue; }
+      QKV_CUDA_GRAPH=0 timeout -k 5 60 ncu --csv --page raw --print-units base --clock-control none \
+        --metrics gpu__time_duration.sum "$bin/qkv_cuda_train" char-gpt --device cuda --precision "$p" --steps 1 \
+        --warmup 1 >"$logs/ncu_train_$p.csv" 2>"$logs/ncu_train_$p.log" || say "ncu char-gpt $p: rc $?"
+      python3 bench/cuda_ncu.py "$logs/ncu_train_$p.csv" 3 >"$logs/ncu_train_$p.txt" 2>&1
+      say "qkv $p: $(grep -m1 'steps profiled' "$logs/ncu_train_$p.txt")"
+      timeout -k 5 60 python3 bench/cuda_torch.py char-gpt --precision "$p" --mode eager --steps 5 --warmup 5 \
+        --profile >"$logs/torch_profile_$p.txt" 2>&1 || say "torch profile $p: rc $?"
+      say "torch $p: $(grep -m1 'GPU time per step' "$logs/torch_profile_$p.txt" | sed 's/.*, //')"
+    done
+  else
+    say "ncu: not installed; the profile stage is skipped"
+  fi
+fi
+if [[ " $profile " == *" s2s-lt "* ]]; then
+  train train_s2s_lt.log "$bin/qkv_cuda_train" seq2seq --device cuda --precision fp32
+  train train_s2s_no_lt.log env QKV_CUDA_LT=0 "$bin/qkv_cuda_train" seq2seq --device cuda --precision fp32
+  say "seq2seq fp32 with cuBLASLt epilogues / QKV_CUDA_LT=0: $(grep -h -o 'ms_per_step=[0-9.]*' \
+    "$logs/train_s2s_lt.log" "$logs/train_s2s_no_lt.log" | tr '\n' ' ')"
+fi
+if [[ " $profile " == *" ncu-ops "* ]]; then
+  if command -v ncu >/dev/null && [ "$(left)" -gt 40 ]; then
+    timeout -k 5 $(($(left) > 120 ? 100 : $(left) - 20)) ncu --csv --page raw --print-units base --clock-control none \
+      --metrics "$(python3 bench/cuda_ncu.py --metrics)" "$bin/qkv_cuda_bench" --reps 1 >"$logs/ncu_ops.csv" \
+      2>"$logs/ncu_ops.log" || say "ncu ops: rc $?"
+    python3 bench/cuda_ncu.py "$logs/ncu_ops.csv" >"$logs/ncu_ops.txt" 2>&1
+  fi
+fi
 say "phase B: training table"
 table="${CUDA_SESSION_TABLE:-1}"
-[ "$table" = 1 ] && for b in char-gpt seq2seq; do
+[ "$table" = 1 ] && for b in ${CUDA_SESSION_BENCHES:-char-gpt seq2seq}; do
   for p in fp32 tf32 bf16; do
     train qkv_train.log "$bin/qkv_cuda_train" "$b" --device cuda --precision "$p"
     train torch.log python3 bench/cuda_torch.py "$b" --precision "$p" --mode eager
   done
 done
-[ "$table" = 1 ] && train train_rowwise.log env QKV_CUDA_ATTENTION=rowwise "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
-[ "$table" = 1 ] && train train_no_lt.log env QKV_CUDA_LT=0 "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
-[ "$table" = 1 ] && train train_no_graph.log env QKV_CUDA_GRAPH=0 "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
-if [ "$table" = 1 ] && [ "$(left)" -gt 30 ]; then
+[ "$table" = 1 ] && [ "${CUDA_SESSION_AB:-1}" = 1 ] && train train_rowwise.log env QKV_CUDA_ATTENTION=rowwise "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
+[ "$table" = 1 ] && [ "${CUDA_SESSION_AB:-1}" = 1 ] && train train_no_lt.log env QKV_CUDA_LT=0 "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
+[ "$table" = 1 ] && [ "${CUDA_SESSION_AB:-1}" = 1 ] && train train_no_graph.log env QKV_CUDA_GRAPH=0 "$bin/qkv_cuda_train" char-gpt --device cuda --precision fp32
+if [ "$table" = 1 ] && [ "${CUDA_SESSION_OPS:-1}" = 1 ] && [ "$(left)" -gt 30 ]; then
   timeout -k 5 $(($(left) > 90 ? 60 : $(left) - 20)) "$bin/qkv_cuda_bench" >"$logs/ops.log" 2>&1 || say "ops bench: rc $?"
 fi
 for bp in ${CUDA_SESSION_COMPILE:-char-gpt:tf32 char-gpt:bf16 seq2seq:tf32 char-gpt:fp32 seq2seq:bf16 seq2seq:fp32}; do

@@ -2,7 +2,7 @@
 """PyTorch-eager peer for the CUDA training benchmarks (issue 9), on the GPU machine (PyTorch 2.x with CUDA).
 
 usage: cuda_torch.py char-gpt|seq2seq [--precision fp32|tf32|bf16] [--mode eager|compile] [--steps N] [--warmup N]
-                     [--batch N] [--peak-tflops X]
+                     [--batch N] [--peak-tflops X] [--profile]
 
   char-gpt  nanoGPT's "shakespeare-char" GPU config: V 65, 6 pre-LN layers, 6 heads, 384 wide, context 256,
             batch 64, GELU, no biases, tied head, dropout 0 (timing), AdamW (lr 1e-3, betas (0.9, 0.99), wd 0.1 on
@@ -21,6 +21,8 @@ steps (wall_ms_per_step: qkv's queued loop is timed so). MFU = model FLOPs per s
 the GPU's dense peak for the precision (H100 SXM: fp32 66.9, tf32 494.7 TFLOP/s; H100 PCIe: 51.2, 378;
 --peak-tflops overrides). Model FLOPs per step, as nanoGPT's estimate_mfu (PaLM appendix B):
   6 * (non-embedding parameters) * tokens + 12 * layers * C * T per token for attention (full T x T, even causal).
+--profile: after the warm-up, the --steps steps under torch.profiler instead of the timing: the GPU time of each
+kernel per step, largest first (to set beside Nsight Compute's per-kernel durations of qkv's step, issue 34).
 Prints a table and one line per run:
   RESULT bench=<name> side=PyTorch|PyTorch-compile precision=<p> device="<gpu>" ms_per_step=<median> tokens_per_s=<n> mfu=<x>
 """
@@ -42,6 +44,7 @@ parser.add_argument("--steps", type=int, default=50)
 parser.add_argument("--warmup", type=int, default=10)
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--peak-tflops", type=float, default=0.0)
+parser.add_argument("--profile", action="store_true")
 args = parser.parse_args()
 
 if not torch.cuda.is_available():
@@ -205,11 +208,40 @@ def run_seq2seq():
     return f"Seq2Seq 6+6 d512 h8 S{S} T{T} B{B}", step, flops, B * Tt
 
 
+def device_us(event):
+    """An averaged profiler event's own GPU time in microseconds (renamed from cuda_ to device_ in PyTorch 2.4)."""
+    for attr in ("self_device_time_total", "self_cuda_time_total"):
+        if hasattr(event, attr):
+            return getattr(event, attr)
+    return 0.0
+
+
+def profile(name, step):
+    """The GPU time per step of each kernel (and copy or memset), from torch.profiler over --steps steps."""
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for i in range(args.steps):
+            step(args.warmup + i)
+        torch.cuda.synchronize()
+    # The GPU's own events only (kernels, copies, memsets): an operator's self GPU time repeats its kernels'.
+    gpu = torch.autograd.DeviceType.CUDA
+    rows = sorted(((device_us(e), e.count, e.key) for e in prof.key_averages()
+                   if getattr(e, "device_type", gpu) == gpu and device_us(e) > 0), reverse=True)
+    total = sum(r[0] for r in rows)
+    print(f"\n== PyTorch {torch.__version__} {args.mode}, {name}, {args.precision}, {torch.cuda.get_device_name()}: "
+          f"GPU time per step by kernel over {args.steps} profiled steps, {total / args.steps / 1e3:.3f} ms in all")
+    print(f"{'us/step':>9} {'share':>6} {'calls/step':>10}  kernel")
+    for us, count, key in rows[:40]:
+        print(f"{us / args.steps:>9.1f} {100 * us / total:>5.1f}% {count / args.steps:>10.1f}  {key[:140]}")
+
+
 def main():
     name, step, flops, tokens = run_char_gpt() if args.bench == "char-gpt" else run_seq2seq()
     for i in range(args.warmup):
         step(i)
     torch.cuda.synchronize()
+    if args.profile:
+        return profile(name, step)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(args.steps)]
     wall_start = time.perf_counter()

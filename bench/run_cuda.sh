@@ -90,7 +90,7 @@ if [[ " $only " == *" tests "* || " $only " == *" ops "* || " $only " == *" ncu 
     if [[ " $only " == *" ncu "* ]]; then
       # A profiler that is missing or refused (ERR_NVGPUCTRPERM without admin rights) is reported, not a failure.
       if command -v ncu >/dev/null; then
-        if ncu --csv --page raw --print-units base --metrics "$(python3 bench/cuda_ncu.py --metrics)" \
+        if ncu --csv --page raw --print-units base --clock-control none --metrics "$(python3 bench/cuda_ncu.py --metrics)" \
           build/cuda/bench/qkv_cuda_bench --reps 1 >"$out/ncu.csv" 2>"$out/ncu.log"; then
           python3 bench/cuda_ncu.py "$out/ncu.csv" | tee "$out/ncu_summary.txt"
         else
