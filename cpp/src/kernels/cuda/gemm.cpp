@@ -6,7 +6,10 @@
 //   TF32: CUBLAS_TF32_TENSOR_OP_MATH; tolerance in cuda_kernels.h (kGemmTf32Tolerance).
 //   BF16: cublasGemmEx on the same fp32 operands with CUBLAS_COMPUTE_32F_FAST_16BF: cuBLAS rounds A and B to bf16
 //         on the way into its tensor-core tiles and accumulates in fp32 (kGemmBf16Tolerance). No bf16 copy of an
-//         operand is ever stored, so nothing else in the step changes.
+//         operand is ever stored, so nothing else in the step changes. _FAST_16BF permits bf16 or better: on the
+//         H200 (cuBLAS 13) Nsight Compute names the same TF32 kernels (sm90_xmma_gemm_f32f32_tf32f32_*) for the
+//         char GPT's products in this mode as in TF32's, at TF32's speed. bf16 products at bf16's rate need bf16
+//         operands in memory (CUDA_R_16BF), which qkv does not store (bench/README.md, "CUDA", second lease).
 // One cuBLAS handle per process (device 0, qkv's stream: stream.h), created on first use: its creation is where
 // a missing device or driver shows up, as a qkv::Error naming gemm.
 // cuBLAS is loaded with dlopen on that first use, not linked: cuBLASLt's static initialisation costs about 0.15 s
