@@ -87,15 +87,16 @@ fi
 if [[ "$ONLY $ALT_SIDES" =~ (file|native-|wasm-) && ! -f "$DIR/imported.safetensors" ]]; then
   "$BUILD_DIR/cpp/tools/qkv" import "$DIR/hub" "$DIR/imported.safetensors" > /dev/null
 fi
-# The quantized files the chosen sides read, made once: qkv's checkpoints by `qkv quantize`, the peers' exports
-# by bench/gpt2_quantize_onnx.py (each format's name is the side's suffix).
+# The quantized files the chosen sides read, made once: qkv's checkpoints by `qkv quantize` (again when the formats'
+# definition, cpp/src/ops/weight_format.h, is newer than the file: a layout change), the peers' exports by
+# bench/gpt2_quantize_onnx.py (each format's name is the side's suffix).
 if [[ $report_only != 1 ]]; then
   for side in $ONLY ${ALT_SIDES//,/ }; do
     case $side in
       native-f32 | wasm-f32) ;;
       native-* | wasm-*)
         f=${side#*-}
-        if [[ ! -f "$DIR/gpt2_$f.safetensors" ]]; then
+        if [[ ! -f "$DIR/gpt2_$f.safetensors" || cpp/src/ops/weight_format.h -nt "$DIR/gpt2_$f.safetensors" ]]; then
           echo "== qkv quantize --weights ${f%a8}$([[ $f == *a8 ]] && echo ' --activations int8') (gpt2_$f.safetensors)"
           "$BUILD_DIR/cpp/tools/qkv" quantize --weights "${f%a8}" $([[ $f == *a8 ]] && echo --activations int8) \
             "$DIR/imported.safetensors" "$DIR/gpt2_$f.safetensors" ||

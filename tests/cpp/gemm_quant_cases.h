@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ops/weight_format.h"
@@ -21,7 +22,8 @@ namespace qkv::test {
 constexpr ops::WeightFormat kPackedFormats[] = {ops::WeightFormat::F16, ops::WeightFormat::BF16,
                                                 ops::WeightFormat::Int8, ops::WeightFormat::Q4};
 
-// A packed (N, K) matrix of N(0, 1) weights at `offset` bytes past a 16-byte boundary (`data`, `bytes` long), its
+// A packed (N, K) matrix of N(0, 1) weights (every fifth row 2^-16 of that) at `offset` bytes past a 16-byte
+// boundary (`data`, `bytes` long), its
 // scales (one more, NaN: a read past them shows) and its dequantized floats. Every padding byte is garbage (0xff:
 // a NaN as a half and as a bf16, 0xff as int8; code 10 as Q4), so that a kernel using an element past K fails.
 struct PackedMatrix {
@@ -37,10 +39,23 @@ struct PackedMatrix {
     const uintptr_t at = reinterpret_cast<uintptr_t>(storage.data());
     uint8_t* p = storage.data() + ((16 - at % 16) % 16) + offset;
     scales.assign(static_cast<size_t>(N) * ops::scales_per_row(f, K) + 1, std::nanf(""));
-    const auto w = randn(static_cast<size_t>(N) * K, seed);
+    auto w = randn(static_cast<size_t>(N) * K, seed);
+    // Every fifth row 2^-16 smaller: its Q4 scales are subnormal halves, its f16 elements mostly subnormal.
+    for (int n = 0; n < N; n += 5)
+      for (int k = 0; k < K; ++k) w[static_cast<size_t>(n) * K + k] *= 0x1p-16f;
     ops::quantize_rows(f, w.data(), N, K, p, scales.data());
     dequantized.resize(w.size());
     ops::dequantize_rows_host(f, p, scales.data(), N, K, dequantized.data());
+    // Q4 with an odd number of groups: the padding half of each row's last scale word made 65504, so that a kernel
+    // reading a scale past its row's groups shows it.
+    if (const int G = ops::q4_groups(K); f == ops::WeightFormat::Q4 && G % 2 == 1)
+      for (int n = 0; n < N; ++n) {
+        const uint16_t big = 0x7bff;
+        std::memcpy(
+            reinterpret_cast<unsigned char*>(scales.data() + static_cast<size_t>(n) * ops::scales_per_row(f, K)) +
+                2 * static_cast<size_t>(G),
+            &big, sizeof big);
+      }
     for (int n = 0; n < N; ++n) {
       uint8_t* row = p + static_cast<size_t>(n) * stride;
       if (f == ops::WeightFormat::Q4) {

@@ -34,6 +34,7 @@ struct Stored {
   std::string dtype;
   std::vector<int64_t> shape;
   std::vector<int64_t> scales_shape;  // empty: no scales (F16, BF16)
+  std::string scales_dtype;  // Int8's F32 (N, 1); Q4's F16 (N, 2 ceil(G / 2)): its halves as the words hold them
 };
 Stored stored_as(const nn::Param& p) {
   const int N = p.rows(), K = p.cols();
@@ -47,7 +48,13 @@ Stored stored_as(const nn::Param& p) {
     default: s.dtype = "U8"; break;
   }
   s.shape = s.dtype == "F16" || s.dtype == "BF16" ? std::vector<int64_t>{N, K} : std::vector<int64_t>{N, stride};
-  if (per_row > 0) s.scales_shape = {N, per_row};
+  if (p.format == ops::WeightFormat::Q4) {
+    s.scales_shape = {N, 2 * per_row};
+    s.scales_dtype = "F16";
+  } else if (per_row > 0) {
+    s.scales_shape = {N, per_row};
+    s.scales_dtype = "F32";
+  }
   return s;
 }
 
@@ -86,12 +93,20 @@ std::string formats_to_json(const nn::Parameters& params) {
 }
 
 // Every scale of a packed tensor must be finite, and int8's >= 0 (max|w| / 127; q4's d = m / -8 has a sign): a
-// corrupted file is refused naming the tensor, never turned into NaNs at the first product.
-void check_scales(const std::string& name, ops::WeightFormat f, std::span<const float> scales) {
-  for (size_t i = 0; i < scales.size(); ++i)
-    check(std::isfinite(scales[i]) && (f == ops::WeightFormat::Q4 || scales[i] >= 0.f), "checkpoint: tensor \"", name,
-          "\" is corrupted: scale [", i, "] = ", scales[i], ", expected a finite number",
-          f == ops::WeightFormat::Q4 ? "" : " >= 0");
+// corrupted file is refused naming the tensor, never turned into NaNs at the first product. `words` are the
+// scales as the device holds them (Q4: two halves a word).
+void check_scales(const std::string& name, ops::WeightFormat f, std::span<const float> words) {
+  if (f == ops::WeightFormat::Q4) {
+    for (size_t i = 0; i < 2 * words.size(); ++i) {
+      const uint16_t h = ops::q4_scale_bits(words.data(), static_cast<int>(i));
+      check((h & 0x7c00u) != 0x7c00u, "checkpoint: tensor \"", name, "\" is corrupted: scale [", i,
+            "] = ", ops::f16_to_f32(h), ", expected a finite number");
+    }
+    return;
+  }
+  for (size_t i = 0; i < words.size(); ++i)
+    check(std::isfinite(words[i]) && words[i] >= 0.f, "checkpoint: tensor \"", name, "\" is corrupted: scale [", i,
+          "] = ", words[i], ", expected a finite number >= 0");
 }
 
 std::string shape_text(std::span<const int64_t> s) {
@@ -143,7 +158,11 @@ ToSave to_save(models::ModelCore& core, const char* kind, const std::string& con
         rows = host_bytes.back();
       }
       refs.emplace_back(p.name, st.shape, st.dtype, rows);
-      if (!st.scales_shape.empty()) refs.emplace_back(p.name + kScales, st.scales_shape, on_host(p.scales));
+      if (!st.scales_shape.empty()) {
+        const CSpan words = on_host(p.scales);
+        refs.emplace_back(p.name + kScales, st.scales_shape, st.scales_dtype,
+                          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(words.data()), words.size_bytes()));
+      }
       continue;
     }
     refs.emplace_back(p.name, p.shape, on_host(p.value));
@@ -322,7 +341,6 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
       problems.push_back(detail::cat("tensor \"", key, "\" has dtype ", *t.dtype,
                                      ", expected a floating-point dtype (F32, F16, BF16 or F64)"));
   };
-  const std::string f32 = "F32";
   for (nn::Param& p : core.params.all()) {
     const auto in_file = formats.find(p.name);
     const ops::WeightFormat file_format = in_file == formats.end() ? ops::WeightFormat::F32 : in_file->second;
@@ -341,7 +359,14 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
         problems.push_back(detail::cat("\"", kQuantized, "\" gives tensor \"", p.name, "\" the shape ",
                                        shape_text(shape->second), ", expected ", shape_text(p.shape)));
       expect(p.name, st.shape, &st.dtype);
-      if (!st.scales_shape.empty()) expect(p.name + kScales, st.scales_shape, &f32);
+      const auto scales = by_name.find(p.name + kScales);
+      if (p.format == ops::WeightFormat::Q4 && scales != by_name.end() && *scales->second->dtype == "F32") {
+        expected.insert(p.name + kScales);  // a file from before Q4's half scales: say so rather than a shape
+        problems.push_back(detail::cat("tensor \"", p.name, kScales, "\" holds q4 scales as F32, as files did before ",
+                                       "q4 stored them as halves (F16): quantize the float32 model again"));
+      } else if (!st.scales_shape.empty()) {
+        expect(p.name + kScales, st.scales_shape, &st.scales_dtype);
+      }
       continue;
     }
     expect(p.name, p.shape, nullptr);

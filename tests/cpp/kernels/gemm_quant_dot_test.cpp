@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -109,12 +110,14 @@ TEST(GemmQuantDot, TheOracleIsTheScaledIntegerSums) {
           long sum = 0;
           for (int i = 0; i < kDotBlock && b * kDotBlock + i < K; ++i) {
             const int k = b * kDotBlock + i;
-            // The code without its scale: dequantize_element with a scale of 1.
-            const float one[64] = {1.f, 1.f, 1.f, 1.f};
+            // The code without its scale: dequantize_element with scales of 1 (Int8's fp32 word, Q4's halves).
+            float one[64];
+            std::fill(one, one + 64, f == WeightFormat::Q4 ? ops::bits_float(0x3c003c00u) : 1.f);
             const int c = static_cast<int>(ops::dequantize_element(f, w.bytes.data() + n * stride, one, k));
             sum += static_cast<long>(c) * q[(static_cast<size_t>(m) * nb + b) * kDotBlock + place(f, i)];
           }
-          const double s = f == WeightFormat::Q4 ? w.scales[static_cast<size_t>(n) * spr + b] : 1.0;
+          const double s =
+              f == WeightFormat::Q4 ? ops::q4_scale(w.scales.data() + static_cast<size_t>(n) * spr, b) : 1.0;
           const double term = static_cast<double>(sum) * d[static_cast<size_t>(m) * nb + b] * s;
           want += term;
           mag += std::abs(term);

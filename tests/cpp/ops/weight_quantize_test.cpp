@@ -45,8 +45,14 @@ TEST(WeightFormat, RowStridesAndScalesPerRowFollowTheTable) {
   EXPECT_EQ(ops::scales_per_row(WeightFormat::F16, 100), 0);
   EXPECT_EQ(ops::scales_per_row(WeightFormat::BF16, 100), 0);
   EXPECT_EQ(ops::scales_per_row(WeightFormat::Int8, 100), 1);
-  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 100), 4);
-  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 768), 24);
+  // Q4: 32-bit words of two half scales each: ceil(ceil(K / 32) / 2).
+  EXPECT_EQ(ops::q4_groups(100), 4);
+  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 100), 2);
+  EXPECT_EQ(ops::q4_groups(65), 3);
+  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 65), 2);
+  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 1), 1);
+  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 0), 0);
+  EXPECT_EQ(ops::scales_per_row(WeightFormat::Q4, 768), 12);
   EXPECT_EQ(ops::packed_bytes(WeightFormat::Q4, 50257, 768), size_t{50257} * 384);
 }
 
@@ -208,12 +214,18 @@ TEST(WeightQuantize, Q4TakesTheFirstLargestMagnitudeAsMinusEightAndPacksNibblesL
   // Row 1: K columns of a ramp.
   for (int k = 0; k < K; ++k) w[static_cast<size_t>(K + k)] = static_cast<float>(k - 35) / 7.f;
   std::vector<uint8_t> p(ops::packed_bytes(WeightFormat::Q4, 2, K), 0xee);
-  std::vector<float> s(static_cast<size_t>(2) * 3, -1.f);
+  // Scales: three halves a row in two 32-bit words, the fourth half padding (0).
+  const int spr = ops::scales_per_row(WeightFormat::Q4, K);
+  ASSERT_EQ(spr, 2);
+  std::vector<float> s(static_cast<size_t>(2) * spr, -1.f);
   ops::quantize_rows(WeightFormat::Q4, w.data(), 2, K, p.data(), s.data());
   ASSERT_EQ(p.size(), 96u);
-  EXPECT_EQ(s[0], -0.5f);
-  EXPECT_EQ(s[1], 0.f);
-  EXPECT_EQ(s[2], 0.5f);
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 0), 0xb800u);  // -0.5: sign, exponent 14, mantissa 0
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 1), 0u);
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 2), 0x3800u);  // 0.5
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 3), 0u);       // padding
+  EXPECT_EQ(ops::float_bits(s[0]), 0x0000b800u);        // little-endian: group 0 in the low half of word 0
+  EXPECT_EQ(ops::float_bits(s[1]), 0x00003800u);
   // codes: round_to_nearest_even(w / d) + 8, clamped to [0, 15]:
   //   4 / -0.5 = -8 -> 0; -4 -> 8 + 8 = 16 -> 15; 0.25 -> -0.5 -> -0 -> 8; 0.75 -> -1.5 -> -2 -> 6;
   //   -0.75 -> 1.5 -> 2 -> 10; 1.25 -> -2.5 -> -2 -> 6; -3.5 -> 7 -> 15; 0 -> 8; 2 -> -4 -> 4.
@@ -239,7 +251,7 @@ TEST(WeightQuantize, Q4TakesTheFirstLargestMagnitudeAsMinusEightAndPacksNibblesL
   // Row 1: every element within half a step of its group's d (none is clamped: in each group of the ramp the
   // values on the side opposite the largest magnitude stay within 7 steps).
   for (int k = 0; k < K; ++k) {
-    const float d = s[3 + static_cast<size_t>(k / 32)];
+    const float d = ops::q4_scale(s.data() + spr, k / 32);
     EXPECT_LE(std::abs(back[static_cast<size_t>(K + k)] - w[static_cast<size_t>(K + k)]), std::abs(d) * 0.5f + 1e-7f)
         << k;
   }
@@ -264,14 +276,46 @@ TEST(WeightQuantize, RoundTripErrorsAreWithinHalfAStepOnRandomRows) {
             case WeightFormat::F16: bound = std::abs(w[i]) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25); break;
             case WeightFormat::BF16: bound = std::abs(w[i]) * std::ldexp(1.0, -8); break;
             case WeightFormat::Int8: bound = s[static_cast<size_t>(n)] * 0.5 * (1 + 1e-6); break;
-            // Q4: half a step, or a whole one for the clamped code 15 (7 d where w / d was 7.5 .. 8).
+            // Q4: half a step of the stored (half) scale d, or for the clamped code 15 (7 d where w / d was 7.5 to
+            // 8 m / (8 d), m / 8 rounded to d within 2^-11) a whole step and 8 of that rounding.
             default:
-              bound = std::abs(s[static_cast<size_t>(n) * ops::scales_per_row(f, K) + k / 32]) * (1 + 1e-6);
+              bound = std::abs(ops::q4_scale(s.data() + static_cast<size_t>(n) * ops::scales_per_row(f, K), k / 32)) *
+                      (1 + 8 * std::ldexp(1.0, -11));
               break;
           }
           ASSERT_LE(err, bound) << ops::format_name(f) << " K " << K << " [" << n << ", " << k << "]";
         }
     }
+  }
+}
+
+// Q4's scales are halves: a group scale that would round to an infinite half (|w| / 8 >= 65520) is refused before
+// anything is written, naming the weight; the largest weight it takes keeps a finite scale and its value.
+TEST(WeightQuantize, Q4RefusesWeightsPastItsHalfScalesRange) {
+  std::vector<float> w(64, 0.25f);
+  w[40] = -524160.f;
+  std::vector<uint8_t> p(ops::packed_bytes(WeightFormat::Q4, 1, 64), 0xee);
+  std::vector<float> s(ops::scales_per_row(WeightFormat::Q4, 64), -1.f);
+  const std::string msg =
+      test::message_of([&] { ops::quantize_rows(WeightFormat::Q4, w.data(), 1, 64, p.data(), s.data()); });
+  EXPECT_NE(msg.find("w[0, 40] = -524160 is out of q4's range"), std::string::npos) << msg;
+  EXPECT_EQ(p[0], 0xee);  // nothing written
+  EXPECT_EQ(s[0], -1.f);
+  w[40] = -524000.f;  // 65500 = 0x7bff's neighbourhood: finite
+  ops::quantize_rows(WeightFormat::Q4, w.data(), 1, 64, p.data(), s.data());
+  EXPECT_EQ(ops::q4_scale(s.data(), 1), 65504.f);  // the largest half, nearest to 524000 / 8
+  std::vector<float> back(64);
+  ops::dequantize_rows_host(WeightFormat::Q4, p.data(), s.data(), 1, 64, back.data());
+  EXPECT_EQ(back[40], -8.f * 65504.f);
+}
+
+// The branch-free conversion the CPU kernels use (finite_f16_to_f32) is f16_to_f32 on every finite half: zeros,
+// subnormals, normals, both signs.
+TEST(WeightQuantize, FiniteHalvesConvertExactlyWithoutBranches) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    if ((h & 0x7c00u) == 0x7c00u) continue;  // inf and NaN: never a stored scale
+    const float a = ops::finite_f16_to_f32(static_cast<uint16_t>(h)), b = ops::f16_to_f32(static_cast<uint16_t>(h));
+    ASSERT_EQ(ops::float_bits(a), ops::float_bits(b)) << std::hex << h;
   }
 }
 

@@ -8,7 +8,8 @@
 //   BF16 (2): VPW 2, bitcast<f32>(the half i of w moved to the top)     no scale
 //   Int8 (3): VPW 4, the signed byte i of w, times scale[n]             1 scale per row
 //   Q4   (4): VPW 8, the nibble i of w (low first: byte b's low nibble is element 2b), minus 8, times
-//             scale[n * G + j / 4] (a group of 32 is 16 bytes, 4 words)  G = ceil(K / 32) scales per row
+//             group j / 4's scale (a group of 32 is 16 bytes, 4 words): G = ceil(K / 32) halves per row, two to
+//             a scale word (the low half first), ceil(G / 2) words per row
 // Words past the last element (a row's padding) are never used: every element is masked by k < K, and A's
 // elements past K are never read (they are another row's, or past the arena).
 //
@@ -36,9 +37,9 @@ export const GEMV_MAX_M = 8;
 export function rowWords(format: number, K: number): number {
   return format === WeightFormat.Q4 ? 4 * Math.ceil(K / 32) : Math.ceil(K / VPW[format]!);
 }
-/** f32 scales per row (weight_format.h's scales_per_row). */
+/** 32-bit scale words per row (weight_format.h's scales_per_row): Int8's f32, Q4's halves two to a word. */
 export function scalesPerRow(format: number, K: number): number {
-  return format === WeightFormat.Int8 ? 1 : format === WeightFormat.Q4 ? Math.ceil(K / 32) : 0;
+  return format === WeightFormat.Int8 ? 1 : format === WeightFormat.Q4 ? Math.ceil(Math.ceil(K / 32) / 2) : 0;
 }
 
 /**
@@ -47,10 +48,7 @@ export function scalesPerRow(format: number, K: number): number {
  */
 function formatWgsl(format: number, scales: string): string {
   const q = {
-    // a subnormal half (or a zero) by hand, m 2^-24 exactly: an implementation may flush unpack2x16float's
-    1: `let h = (w >> (16u * i)) & 0xffffu;
-  if ((h & 0x7c00u) == 0u) { let v = f32(h & 0x3ffu) * 5.9604644775390625e-8; return select(v, -v, (h & 0x8000u) != 0u); }
-  return unpack2x16float(w)[i];`,
+    1: "return half_of((w >> (16u * i)) & 0xffffu);",
     2: "return bitcast<f32>(select(w << 16u, w & 0xffff0000u, i == 1u));",
     3: "return f32(extractBits(bitcast<i32>(w), 8u * i, 8u));",
     4: "return f32(extractBits(w, 4u * i, 4u)) - 8.0;",
@@ -59,12 +57,20 @@ function formatWgsl(format: number, scales: string): string {
     1: "return 1.0;",
     2: "return 1.0;",
     3: `return ld(wd(P.${scales}) + row);`,
-    4: `return ld(wd(P.${scales}) + row * ((K + 31u) / 32u) + j / 4u);`,
+    4: `let g = j / 4u;
+  let word = mem[wd(P.${scales}) + row * (((K + 31u) / 32u + 1u) / 2u) + g / 2u];
+  return half_of((word >> (16u * (g & 1u))) & 0xffffu);`,
   }[format];
   if (!q || !s) throw new Error(`qkv webgpu: weight format ${format}: expected 1 (f16), 2 (bf16), 3 (int8) or 4 (q4)`);
   return /* wgsl */ `
 const VPW = ${VPW[format]}u;
 fn row_words(K: u32) -> u32 { return ${format === WeightFormat.Q4 ? "4u * ((K + 31u) / 32u)" : "(K + VPW - 1u) / VPW"}; }
+// The half in the low 16 bits of h: a subnormal (or a zero) by hand, m 2^-24 exactly (an implementation may flush
+// unpack2x16float's).
+fn half_of(h: u32) -> f32 {
+  if ((h & 0x7c00u) == 0u) { let v = f32(h & 0x3ffu) * 5.9604644775390625e-8; return select(v, -v, (h & 0x8000u) != 0u); }
+  return unpack2x16float(h).x;
+}
 fn q_of(w: u32, i: u32) -> f32 { ${q} }
 fn scale_of(row: u32, j: u32, K: u32) -> f32 { ${s} }
 `;

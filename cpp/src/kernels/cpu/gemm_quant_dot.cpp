@@ -77,7 +77,7 @@ void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1) {
       float c = 0.f;
       for (int b = 0; b < nb; ++b) {
         const size_t block = static_cast<size_t>(m) * nb + b;
-        const float scale = q.f == WeightFormat::Int8 ? q.a.d[block] : s[b] * q.a.d[block];
+        const float scale = q.f == WeightFormat::Int8 ? q.a.d[block] : ops::q4_scale(s, b) * q.a.d[block];
         c += static_cast<float>(block_sum(q.f, row, q.a.K, b, q.a.q + block * kDotBlock)) * scale;
       }
       if (q.f == WeightFormat::Int8) c *= s[0];

@@ -31,9 +31,11 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code. A Q4 row holds
   // every group whole (padding codes are 8, i.e. 0, and the activations past K are 0 too).
   const int whole = f == WeightFormat::Int8 ? q.a.K / kDotBlock : nb;
+  Q4RowScales q4_scales;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;            // the row's scale words
+    const float* sf = f == WeightFormat::Q4 ? q4_scales.of(s, q.a.K) : s;  // Q4: a float per block (group)
     F acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = T::zero();
     for (int b = 0; b < whole; ++b) {
@@ -42,7 +44,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
         for (int m = 0; m < MR; ++m) {
           const size_t block = static_cast<size_t>(m) * nb + b;
           const I sum = T::q4_dot(w, q.a.q8 + block * kDotBlock, q.a.zsum[block]);
-          acc[m] = T::scale(s[b] * q.a.d[block], sum, acc[m]);
+          acc[m] = T::scale(sf[b] * q.a.d[block], sum, acc[m]);
         }
         continue;
       }
@@ -57,7 +59,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
         const int16_t* a = q.a.q + block * kDotBlock;
         I sum = T::madd(w[0], T::load16(a));
         for (int p = 1; p < P; ++p) sum = T::add(sum, T::madd(w[p], T::load16(a + p * E)));
-        const float scale = f == WeightFormat::Int8 ? q.a.d[block] : s[b] * q.a.d[block];
+        const float scale = f == WeightFormat::Int8 ? q.a.d[block] : sf[b] * q.a.d[block];
         acc[m] = T::scale(scale, sum, acc[m]);
       }
     }

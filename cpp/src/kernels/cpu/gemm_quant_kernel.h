@@ -17,6 +17,7 @@
 // registers (gemm_quant_simd.h: to_natural) cost less than a copy of A, which is large there.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 #include <xsimd/config/xsimd_arch.hpp>
 
 #include "ops/weight_format.h"
@@ -57,6 +58,28 @@ struct QuantKernels {
 
 template <class Arch>
 QuantKernels quant_kernels();
+
+// A Q4 row's group scales as floats, converted from its halves once per row (ops/weight_format.h), so that the
+// kernels' blocks read one float per group as from an fp32 scale array. On the stack up to kStack groups (K up to
+// 16384); a longer row uses a buffer that grows once per thread.
+class Q4RowScales {
+ public:
+  const float* of(const float* words, int K) {
+    const int G = ops::q4_groups(K);
+    float* out = stack_;
+    if (G > kStack) {
+      thread_local std::vector<float> heap;
+      if (heap.size() < static_cast<size_t>(G)) heap.resize(static_cast<size_t>(G));
+      out = heap.data();
+    }
+    for (int g = 0; g < G; ++g) out[g] = ops::finite_f16_to_f32(ops::q4_scale_bits(words, g));
+    return out;
+  }
+
+ private:
+  static constexpr int kStack = 512;
+  alignas(64) float stack_[kStack];
+};
 // The active instruction set's kernels (the scalar ones last): gemm_quant's table.
 QuantKernels select_quant_kernels();
 

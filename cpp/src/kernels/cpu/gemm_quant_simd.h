@@ -167,9 +167,12 @@ struct Simd {
     constexpr int B = Rf * V;  // elements per block
     const int blocks = q.K / B;
     const GroupLanes lanes;
+    Q4RowScales q4_scales;
     for (int n = n0; n < n1; ++n) {
       const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-      const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;
+      const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;  // the row's scale words
+      // Q4: one float per group (ops/weight_format.h stores halves); else the words themselves.
+      const float* sf = f == WeightFormat::Q4 && blocks > 0 ? q4_scales.of(s, q.K) : s;
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
@@ -179,7 +182,7 @@ struct Simd {
         if constexpr (f == WeightFormat::Q4 && Rf == 2) {
           // A group (or half of one) per block: the two vectors' products summed, then scaled once.
           Q4Loader<Arch>::load(row + static_cast<size_t>(b) * block_bytes<f>, w);
-          const F scale(s[b * B / 32]);
+          const F scale(sf[b * B / 32]);
           for (int m = 0; m < MR; ++m) {
             const float* am = a + static_cast<size_t>(m) * q.lda;
             const F t = gemm_madd(F::load_unaligned(am + V), w[1], F::load_unaligned(am) * w[0]);
@@ -189,7 +192,7 @@ struct Simd {
           // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
           // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
           q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
-          const F scale = group_scales(s + b * (B / 32), lanes);
+          const F scale = group_scales(sf + b * (B / 32), lanes);
           for (int m = 0; m < MR; ++m) {
             const float* am = a + static_cast<size_t>(m) * q.lda;
             F s0 = F::load_unaligned(am) * w[0], s1 = F::load_unaligned(am + V) * w[1];
@@ -200,7 +203,7 @@ struct Simd {
             acc[m][b % U] = gemm_madd(s0 + s1, scale, acc[m][b % U]);
           }
         } else {
-          block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, lanes, w);
+          block<f>(row + static_cast<size_t>(b) * block_bytes<f>, sf, lanes, w);
           for (int t = 0; t < Rf; ++t)
             for (int m = 0; m < MR; ++m)
               acc[m][t % U] =
@@ -271,9 +274,11 @@ struct Simd {
     constexpr int Rf = R<f>, B = Rf * V;
     const int blocks = K / B;
     const GroupLanes lanes;
+    Q4RowScales q4_scales;
+    const float* sf = f == WeightFormat::Q4 && blocks > 0 ? q4_scales.of(s, K) : s;  // as in rows()
     for (int b = 0; b < blocks; ++b) {
       F w[Rf];
-      block<f>(row + static_cast<size_t>(b) * block_bytes<f>, f == WeightFormat::Q4 ? s + b * B / 32 : s, lanes, w);
+      block<f>(row + static_cast<size_t>(b) * block_bytes<f>, f == WeightFormat::Q4 ? sf + b * B / 32 : s, lanes, w);
       if constexpr (f == WeightFormat::Int8)
         for (int t = 0; t < Rf; ++t) w[t] *= F(s[0]);
       if constexpr (order_of < f >> 1) to_natural<Rf>(w);

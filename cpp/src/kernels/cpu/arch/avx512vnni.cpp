@@ -49,9 +49,10 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   const int nb = q.a.nb, pairs = nb / 2;
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), nibble = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+  Q4RowScales q4_scales;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
+    const float* s = q4_scales.of(q.scales + static_cast<size_t>(n) * q.spr, q.a.K);  // a float per block (group)
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int p = 0; p < pairs; ++p) {
