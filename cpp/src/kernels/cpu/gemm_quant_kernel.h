@@ -66,14 +66,17 @@ class Q4RowScales {
  public:
   const float* of(const float* words, int K) {
     const int G = ops::q4_groups(K);
-    float* out = stack_;
-    if (G > kStack) {
-      thread_local std::vector<float> heap;
-      if (heap.size() < static_cast<size_t>(G)) heap.resize(static_cast<size_t>(G));
-      out = heap.data();
-    }
+    float* out = buffer(K);
     for (int g = 0; g < G; ++g) out[g] = ops::finite_f16_to_f32(ops::q4_scale_bits(words, g));
     return out;
+  }
+  // Room for a row of K's group scales (for a loader that converts them itself: Q4Loader::row_scales).
+  float* buffer(int K) {
+    const int G = ops::q4_groups(K);
+    if (G <= kStack) return stack_;
+    thread_local std::vector<float> heap;
+    if (heap.size() < static_cast<size_t>(G)) heap.resize(static_cast<size_t>(G));
+    return heap.data();
   }
 
  private:

@@ -171,8 +171,14 @@ struct Simd {
     for (int n = n0; n < n1; ++n) {
       const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
       const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;  // the row's scale words
-      // Q4: one float per group (ops/weight_format.h stores halves); else the words themselves.
-      const float* sf = f == WeightFormat::Q4 && blocks > 0 ? q4_scales.of(s, q.K) : s;
+      // Q4: one float per group (ops/weight_format.h stores halves), converted by the loader where it has a way
+      // (Q4Loader::row_scales); else the words themselves.
+      const float* sf = s;
+      if constexpr (f == WeightFormat::Q4 && Rf == 2) {
+        sf = Q4Loader<Arch>::row_scales(s, q.K, q4_scales.buffer(q.K));
+      } else if constexpr (f == WeightFormat::Q4) {
+        if (blocks > 0) sf = q4_scales.of(s, q.K);
+      }
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);

@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cpu/gemm_quant_dot.h"
 #include "kernels/cpu/gemm_quant_kernel.h"
@@ -35,6 +36,15 @@ inline __m512i spread_pair(const void* p) {
   return _mm512_permutexvar_epi32(halves, _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
 }
 
+// The two half scales of a word (blocks b and b + 1 of a Q4 row, ops/weight_format.h) as spread_pair spreads two
+// floats: converted in registers (vcvtph2ps), so the row's scales need no pass of their own.
+inline __m512 spread_scales(const float* word) {
+  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  int32_t w;
+  std::memcpy(&w, word, sizeof w);
+  return _mm512_permutexvar_ps(halves, _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi32_si128(w))));
+}
+
 // The exact integer sums of blocks b and b + 1 of a row of A (at `block` = m * nb + b) with 64 weight codes as
 // unsigned bytes: lanes 0-7 add up to block b's, lanes 8-15 to block b + 1's, each less its offset (zsum, taken off
 // lanes 0 and 8).
@@ -49,10 +59,9 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   const int nb = q.a.nb, pairs = nb / 2;
   const __m512i mask = _mm512_set1_epi8(0x0f);
   const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), nibble = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
-  Q4RowScales q4_scales;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    const float* s = q4_scales.of(q.scales + static_cast<size_t>(n) * q.spr, q.a.K);  // a float per block (group)
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;  // the row's scale words: two halves each
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int p = 0; p < pairs; ++p) {
@@ -61,7 +70,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
       // each shifted down a nibble, then masked: [lo b | hi b | lo b+1 | hi b+1], the activations' order.
       const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16)));
       const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(spread, v), nibble), mask);
-      const __m512 sw = _mm512_castsi512_ps(spread_pair(s + b));
+      const __m512 sw = spread_scales(s + p);  // blocks b and b + 1: the halves of word b / 2 = p
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
         const __m512 d = _mm512_castsi512_ps(spread_pair(q.a.d + block));
@@ -74,7 +83,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
         const int b = nb - 1;
         const size_t block = static_cast<size_t>(m) * nb + b;
         c += static_cast<float>(one_block(row + b * 16, q.a.q + block * kDotBlock) - q.a.zsum[block]) *
-             (s[b] * q.a.d[block]);
+             (ops::q4_scale(s, b) * q.a.d[block]);
       }
       q.C[static_cast<size_t>(m) * q.ldc + n] = c;
     }
