@@ -40,14 +40,14 @@ struct PackedMatrix {
     uint8_t* p = storage.data() + ((16 - at % 16) % 16) + offset;
     scales.assign(static_cast<size_t>(N) * ops::scales_per_row(f, K) + 1, std::nanf(""));
     auto w = randn(static_cast<size_t>(N) * K, seed);
-    // Every fifth row 2^-16 smaller: its Q4 scales are subnormal halves, its f16 elements mostly subnormal.
+    // Every fifth row 2^-16 smaller: its f16 elements mostly subnormal halves, its Q4 scales far from 1.
     for (int n = 0; n < N; n += 5)
       for (int k = 0; k < K; ++k) w[static_cast<size_t>(n) * K + k] *= 0x1p-16f;
     ops::quantize_rows(f, w.data(), N, K, p, scales.data());
     dequantized.resize(w.size());
     ops::dequantize_rows_host(f, p, scales.data(), N, K, dequantized.data());
-    // Q4 with an odd number of groups: the padding half of each row's last scale word made 65504, so that a kernel
-    // reading a scale past its row's groups shows it.
+    // Q4 with an odd number of groups: the padding half of each row's last scale word made a large bfloat16
+    // (0x7bff: 6.6e35), so that a kernel reading a scale past its row's groups shows it.
     if (const int G = ops::q4_groups(K); f == ops::WeightFormat::Q4 && G % 2 == 1)
       for (int n = 0; n < N; ++n) {
         const uint16_t big = 0x7bff;

@@ -34,7 +34,7 @@ struct Stored {
   std::string dtype;
   std::vector<int64_t> shape;
   std::vector<int64_t> scales_shape;  // empty: no scales (F16, BF16)
-  std::string scales_dtype;  // Int8's F32 (N, 1); Q4's F16 (N, 2 ceil(G / 2)): its halves as the words hold them
+  std::string scales_dtype;  // Int8's F32 (N, 1); Q4's BF16 (N, 2 ceil(G / 2)): its bfloat16 as the words hold them
 };
 Stored stored_as(const nn::Param& p) {
   const int N = p.rows(), K = p.cols();
@@ -50,7 +50,7 @@ Stored stored_as(const nn::Param& p) {
   s.shape = s.dtype == "F16" || s.dtype == "BF16" ? std::vector<int64_t>{N, K} : std::vector<int64_t>{N, stride};
   if (p.format == ops::WeightFormat::Q4) {
     s.scales_shape = {N, 2 * per_row};
-    s.scales_dtype = "F16";
+    s.scales_dtype = "BF16";
   } else if (per_row > 0) {
     s.scales_shape = {N, per_row};
     s.scales_dtype = "F32";
@@ -94,13 +94,13 @@ std::string formats_to_json(const nn::Parameters& params) {
 
 // Every scale of a packed tensor must be finite, and int8's >= 0 (max|w| / 127; q4's d = m / -8 has a sign): a
 // corrupted file is refused naming the tensor, never turned into NaNs at the first product. `words` are the
-// scales as the device holds them (Q4: two halves a word).
+// scales as the device holds them (Q4: two bfloat16 a word).
 void check_scales(const std::string& name, ops::WeightFormat f, std::span<const float> words) {
   if (f == ops::WeightFormat::Q4) {
     for (size_t i = 0; i < 2 * words.size(); ++i) {
       const uint16_t h = ops::q4_scale_bits(words.data(), static_cast<int>(i));
-      check((h & 0x7c00u) != 0x7c00u, "checkpoint: tensor \"", name, "\" is corrupted: scale [", i,
-            "] = ", ops::f16_to_f32(h), ", expected a finite number");
+      check((h & 0x7f80u) != 0x7f80u, "checkpoint: tensor \"", name, "\" is corrupted: scale [", i,
+            "] = ", ops::bf16_to_f32(h), ", expected a finite number");
     }
     return;
   }
@@ -361,9 +361,9 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
       expect(p.name, st.shape, &st.dtype);
       const auto scales = by_name.find(p.name + kScales);
       if (p.format == ops::WeightFormat::Q4 && scales != by_name.end() && *scales->second->dtype == "F32") {
-        expected.insert(p.name + kScales);  // a file from before Q4's half scales: say so rather than a shape
+        expected.insert(p.name + kScales);  // a file from before Q4's bfloat16 scales: say so rather than a shape
         problems.push_back(detail::cat("tensor \"", p.name, kScales, "\" holds q4 scales as F32, as files did before ",
-                                       "q4 stored them as halves (F16): quantize the float32 model again"));
+                                       "q4 stored them as bfloat16 (BF16): quantize the float32 model again"));
       } else if (!st.scales_shape.empty()) {
         expect(p.name + kScales, st.scales_shape, &st.scales_dtype);
       }

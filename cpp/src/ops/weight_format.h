@@ -16,13 +16,17 @@
 //                                for even k%32, the high one for odd: w = (q - 8) * d_g
 //
 // A row's scales are 32-bit words at scales + n * scales_per_row(f, K) (the `const float* scales` of every
-// quantized op): Int8's one word is an fp32 scale; Q4's words hold its G group scales d_g as IEEE halves, two to a
+// quantized op): Int8's one word is an fp32 scale; Q4's words hold its G group scales d_g as bfloat16, two to a
 // word, d_g at byte 2g of the row's words (the low half of word g / 2 for even g, little-endian), a last padding
-// half 0 when G is odd (q4_scale reads them). Halves, as llama.cpp's Q4_0 stores its d: 18 bytes per 32 weights
-// (4.5 bits a weight) where fp32 scales made 20 (5 bits), so GPT-2's q4 weights are ~7x smaller than fp32, not 6.2x.
+// half 0 when G is odd (q4_scale reads them). 18 bytes per 32 weights (4.5 bits a weight, llama.cpp Q4_0's size)
+// where fp32 scales made 20 (5 bits), so GPT-2's q4 weights are ~6.8x smaller than fp32, not 6.2x. bfloat16 rather
+// than Q4_0's IEEE half: a bfloat16 is the top of a float, so a scale converts with one shift (the wasm core's
+// decoding is bound by its instructions: halves cost it 8%, bfloat16 about half that), with fp32's range (no scale
+// overflows or is subnormal where the fp32 one is not); its 8 significant bits move a weight by at most 2^-9 of
+// itself beside the 4-bit code's step (the codes are computed with the scale stored).
 //
 // Q4 is ONNX Runtime MatMulNBits' 4-bit layout (nibble order, groups of 32 along K, symmetric with the implicit
-// zero point 8) with llama.cpp's Q4_0 scale rule and half scales: ORT's layout because it is the one the web
+// zero point 8) with llama.cpp's Q4_0 scale rule and bfloat16 scales: ORT's layout because it is the one the web
 // peers' int4 models ship in, Q4_0's rule because its scale maps the group's largest magnitude to -8 exactly,
 // using the one code the symmetric range has past -7 (ops/weight_quantize.h has the quantizer's rules).
 // Padding bytes are 0 (F16, BF16, Int8) or code 8, i.e. 0 (Q4), so a padded element dequantizes to 0.
@@ -57,10 +61,10 @@ QKV_HOST_DEVICE constexpr size_t row_stride(WeightFormat f, int K) {
   return 0;
 }
 
-// Q4 groups per row of K elements (each with its half scale).
+// Q4 groups per row of K elements (each with its bfloat16 scale).
 QKV_HOST_DEVICE constexpr int q4_groups(int K) { return K > 0 ? (K + group_size - 1) / group_size : 0; }
 
-// 32-bit scale words per row (row n's at scales + n * scales_per_row): Int8 one fp32, Q4 two halves a word.
+// 32-bit scale words per row (row n's at scales + n * scales_per_row): Int8 one fp32, Q4 two bfloat16 a word.
 QKV_HOST_DEVICE constexpr int scales_per_row(WeightFormat f, int K) {
   if (f == WeightFormat::Int8) return 1;
   if (f == WeightFormat::Q4) return (q4_groups(K) + 1) / 2;
@@ -121,23 +125,14 @@ QKV_HOST_DEVICE inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + (x >> 16 & 1u)) >> 16);
 }
 
-// A finite half as an fp32, exactly, without branches (so that loops of it vectorize): its magnitude's bits moved
-// into a float's places are that value times 2^-112 (a subnormal float for a subnormal or zero half), so one
-// multiply by 2^112 gives it back. Needs subnormal floats kept (no flush-to-zero), as C++, WebAssembly and CUDA
-// without fast-math keep them. Q4's stored scales are finite (the quantizer and the checkpoint reader see to it).
-QKV_HOST_DEVICE inline float finite_f16_to_f32(uint16_t h) {
-  const float magnitude = bits_float(static_cast<uint32_t>(h & 0x7fffu) << 13) * 0x1p112f;
-  return bits_float(float_bits(magnitude) | static_cast<uint32_t>(h & 0x8000u) << 16);
-}
-
-// Q4's half scale of group g of a row whose scale words start at row_scales, as an fp32 (exact).
+// Q4's bfloat16 scale of group g of a row whose scale words start at row_scales: its bits, and as an fp32 (exact).
 QKV_HOST_DEVICE inline uint16_t q4_scale_bits(const float* row_scales, int g) {
   uint16_t h;
   __builtin_memcpy(&h, reinterpret_cast<const unsigned char*>(row_scales) + 2 * static_cast<size_t>(g), sizeof h);
   return h;
 }
 QKV_HOST_DEVICE inline float q4_scale(const float* row_scales, int g) {
-  return f16_to_f32(q4_scale_bits(row_scales, g));
+  return bf16_to_f32(q4_scale_bits(row_scales, g));
 }
 
 // Element k of a packed row: `row` points at its first byte, `row_scales` at its scales_per_row scale words (may be

@@ -10,9 +10,6 @@
 namespace qkv::ops {
 namespace {
 
-// |w| / 8 at or past 65520 rounds to an infinite half.
-constexpr float kQ4Limit = 65520.f * 8.f;
-
 // Round to nearest, ties to even (the default rounding mode; std::nearbyint honours it, std::round does not).
 float rne(float x) { return std::nearbyint(x); }
 
@@ -27,7 +24,7 @@ void quantize_int8_row(const float* w, int K, uint8_t* out, float* scale) {
   }
 }
 
-// The codes in out, the G half scales (and a padding half 0) in the row's scale words.
+// The codes in out, the G bfloat16 scales (and a padding half 0) in the row's scale words.
 void quantize_q4_row(const float* w, int K, uint8_t* out, float* scale_words) {
   const int G = q4_groups(K);
   std::memset(scale_words, 0, sizeof(float) * static_cast<size_t>(scales_per_row(WeightFormat::Q4, K)));
@@ -36,10 +33,11 @@ void quantize_q4_row(const float* w, int K, uint8_t* out, float* scale_words) {
     float m = 0.f;  // the first element of largest magnitude, with its sign
     for (int k = k0; k < k1; ++k)
       if (std::abs(w[k]) > std::abs(m)) m = w[k];
-    // Finite: quantize_rows checked |w| < kQ4Limit. + 0 makes an all-zero group's scale +0 (its elements +0).
-    const uint16_t half = f32_to_f16(m / -8.f + 0.f);
+    // Finite (m / 8 of a finite m rounds to a finite bfloat16). + 0 makes an all-zero group's scale +0 (its elements
+    // +0, not -0).
+    const uint16_t half = f32_to_bf16(m / -8.f + 0.f);
     std::memcpy(reinterpret_cast<unsigned char*>(scale_words) + 2 * static_cast<size_t>(g), &half, sizeof half);
-    const float d = f16_to_f32(half);  // the codes are of the scale stored, so w ~ (q - 8) d as dequantized
+    const float d = bf16_to_f32(half);  // the codes are of the scale stored, so w ~ (q - 8) d as dequantized
     for (int j = 0; j < group_size; ++j) {
       const int k = k0 + j;
       const int q = k >= K || d == 0.f ? 8 : static_cast<int>(std::clamp(rne(w[k] / d) + 8.f, 0.f, 15.f));
@@ -74,14 +72,9 @@ void quantize_rows(WeightFormat f, const float* w, int N, int K, uint8_t* packed
   check(w != nullptr && packed != nullptr, "quantize_rows: w and packed must not be null for ", N, " x ", K);
   check(spr == 0 || scales != nullptr, "quantize_rows: scales must not be null for format ", format_name(f));
   for (int n = 0; n < N; ++n)
-    for (int k = 0; k < K; ++k) {
-      const float x = w[static_cast<size_t>(n) * K + k];
-      check(std::isfinite(x), "quantize_rows: w[", n, ", ", k, "] = ", x,
-            " is not finite: only finite weights can be quantized");
-      check(f != WeightFormat::Q4 || std::abs(x) < kQ4Limit, "quantize_rows: w[", n, ", ", k, "] = ", x,
-            " is out of q4's range: its group's half scale |w| / 8 would pass the largest half; expected |w| < ",
-            kQ4Limit);
-    }
+    for (int k = 0; k < K; ++k)
+      check(std::isfinite(w[static_cast<size_t>(n) * K + k]), "quantize_rows: w[", n, ", ", k,
+            "] = ", w[static_cast<size_t>(n) * K + k], " is not finite: only finite weights can be quantized");
   const size_t stride = row_stride(f, K);
   std::memset(packed, 0, static_cast<size_t>(N) * stride);
   for (int n = 0; n < N; ++n) {

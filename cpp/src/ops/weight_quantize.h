@@ -8,10 +8,9 @@
 //   Int8: scale[n] = max_k |w| / 127; q = round_to_nearest_even(w / scale) clamped to [-127, 127]; an all-zero row
 //         has scale 0 and q 0. (Symmetric: -128 is never used, so q and -q dequantize to opposite values.)
 //   Q4:   per group of 32 along K, m = the element of the group with the largest |w| (the first one on ties),
-//         d = half(m / -8) (rounded to the nearest IEEE half, ties to even: the scale stored),
+//         d = bf16(m / -8) (rounded to the nearest bfloat16, ties to even: the scale stored),
 //         q = clamp(round_to_nearest_even(w / d) + 8, 0, 15), d == 0 gives q = 8; the padding past K is q = 8 (0).
-//         llama.cpp's Q4_0 rule: the largest magnitude lands on code 0 (-8 d), exactly where d is exact. A weight
-//         whose group's scale could round past the largest half (|w| >= 524,160) is refused, naming it.
+//         llama.cpp's Q4_0 rule: the largest magnitude lands on code 0 (-8 d), exactly where d is exact.
 // Weights must be finite (a NaN or inf would poison a whole row's scale): quantize_rows refuses them.
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +29,7 @@ const char* format_name(WeightFormat f);
 
 // w (N, K) fp32 row-major -> packed (packed_bytes(f, N, K) bytes, padding written) and scales (N *
 // scales_per_row(f, K) 32-bit words; may be null when that is 0). Throws qkv::Error for F32, N or K < 0, a weight
-// that is not finite (naming its row and column), or a q4 group past the half scales' range.
+// that is not finite (naming its row and column).
 void quantize_rows(WeightFormat f, const float* w, int N, int K, uint8_t* packed, float* scales);
 // The inverse: out (N, K) fp32 = every element of packed (ops/weight_format.h: dequantize_element).
 void dequantize_rows_host(WeightFormat f, const uint8_t* packed, const float* scales, int N, int K, float* out);

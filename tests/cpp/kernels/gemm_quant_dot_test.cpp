@@ -110,9 +110,9 @@ TEST(GemmQuantDot, TheOracleIsTheScaledIntegerSums) {
           long sum = 0;
           for (int i = 0; i < kDotBlock && b * kDotBlock + i < K; ++i) {
             const int k = b * kDotBlock + i;
-            // The code without its scale: dequantize_element with scales of 1 (Int8's fp32 word, Q4's halves).
+            // The code without its scale: dequantize_element with scales of 1 (Int8's fp32 word, Q4's bfloat16).
             float one[64];
-            std::fill(one, one + 64, f == WeightFormat::Q4 ? ops::bits_float(0x3c003c00u) : 1.f);
+            std::fill(one, one + 64, f == WeightFormat::Q4 ? ops::bits_float(0x3f803f80u) : 1.f);
             const int c = static_cast<int>(ops::dequantize_element(f, w.bytes.data() + n * stride, one, k));
             sum += static_cast<long>(c) * q[(static_cast<size_t>(m) * nb + b) * kDotBlock + place(f, i)];
           }

@@ -344,10 +344,10 @@ TEST(Quantize, CorruptedOrMisShapedScalesAreRefusedNamingTheTensor) {
   lm.quantize(WeightFormat::Q4);
   const auto bytes = lm.save();
   const std::string scales = "layers.1.linear1.weight.scales";
-  // Q4's scales are halves (F16): a NaN half (0x7e00) as the third group's scale.
+  // Q4's scales are bfloat16 (BF16): a NaN (0x7fc0) as the third group's scale.
   expect_refused(rewritten(bytes, scales,
                            [](TensorEntry& t) {
-                             const uint16_t nan = 0x7e00;
+                             const uint16_t nan = 0x7fc0;
                              std::memcpy(t.bytes.data() + 4, &nan, 2);
                            }),
                  "tensor \"" + scales + "\" is corrupted: scale [2] = nan");
@@ -356,15 +356,15 @@ TEST(Quantize, CorruptedOrMisShapedScalesAreRefusedNamingTheTensor) {
                              t.shape = {t.shape[1], t.shape[0]};
                            }),
                  "tensor \"" + scales + "\" has shape");
-  expect_refused(rewritten(bytes, scales, [](TensorEntry& t) { t.dtype = "BF16"; }),
-                 "tensor \"" + scales + "\" has dtype BF16, expected F16");
-  // A file from before the half scales (F32, one per group): refused with the reason, not as a shape.
+  expect_refused(rewritten(bytes, scales, [](TensorEntry& t) { t.dtype = "F16"; }),
+                 "tensor \"" + scales + "\" has dtype F16, expected BF16");
+  // A file from before the bfloat16 scales (F32, one per group): refused with the reason, not as a shape.
   expect_refused(rewritten(bytes, scales,
                            [](TensorEntry& t) {
                              t.dtype = "F32";
                              t.shape = {t.shape[0], t.shape[1] / 2};
                            }),
-                 "tensor \"" + scales + "\" holds q4 scales as F32, as files did before q4 stored them as halves");
+                 "tensor \"" + scales + "\" holds q4 scales as F32, as files did before q4 stored them as bfloat16");
   expect_refused(rewritten(bytes, "layers.0.linear2.weight", [](TensorEntry& t) { t.dtype = "I8"; }),
                  "tensor \"layers.0.linear2.weight\" has dtype I8, expected U8");
   // An int8 scale must be >= 0.

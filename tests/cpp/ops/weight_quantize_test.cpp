@@ -220,12 +220,12 @@ TEST(WeightQuantize, Q4TakesTheFirstLargestMagnitudeAsMinusEightAndPacksNibblesL
   std::vector<float> s(static_cast<size_t>(2) * spr, -1.f);
   ops::quantize_rows(WeightFormat::Q4, w.data(), 2, K, p.data(), s.data());
   ASSERT_EQ(p.size(), 96u);
-  EXPECT_EQ(ops::q4_scale_bits(s.data(), 0), 0xb800u);  // -0.5: sign, exponent 14, mantissa 0
-  EXPECT_EQ(ops::q4_scale_bits(s.data(), 1), 0u);
-  EXPECT_EQ(ops::q4_scale_bits(s.data(), 2), 0x3800u);  // 0.5
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 0), 0xbf00u);  // -0.5 as bfloat16: the top half of 0xbf000000
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 1), 0u);       // the all-zero group: +0
+  EXPECT_EQ(ops::q4_scale_bits(s.data(), 2), 0x3f00u);  // 0.5
   EXPECT_EQ(ops::q4_scale_bits(s.data(), 3), 0u);       // padding
-  EXPECT_EQ(ops::float_bits(s[0]), 0x0000b800u);        // little-endian: group 0 in the low half of word 0
-  EXPECT_EQ(ops::float_bits(s[1]), 0x00003800u);
+  EXPECT_EQ(ops::float_bits(s[0]), 0x0000bf00u);        // little-endian: group 0 in the low half of word 0
+  EXPECT_EQ(ops::float_bits(s[1]), 0x00003f00u);
   // codes: round_to_nearest_even(w / d) + 8, clamped to [0, 15]:
   //   4 / -0.5 = -8 -> 0; -4 -> 8 + 8 = 16 -> 15; 0.25 -> -0.5 -> -0 -> 8; 0.75 -> -1.5 -> -2 -> 6;
   //   -0.75 -> 1.5 -> 2 -> 10; 1.25 -> -2.5 -> -2 -> 6; -3.5 -> 7 -> 15; 0 -> 8; 2 -> -4 -> 4.
@@ -276,11 +276,11 @@ TEST(WeightQuantize, RoundTripErrorsAreWithinHalfAStepOnRandomRows) {
             case WeightFormat::F16: bound = std::abs(w[i]) * std::ldexp(1.0, -11) + std::ldexp(1.0, -25); break;
             case WeightFormat::BF16: bound = std::abs(w[i]) * std::ldexp(1.0, -8); break;
             case WeightFormat::Int8: bound = s[static_cast<size_t>(n)] * 0.5 * (1 + 1e-6); break;
-            // Q4: half a step of the stored (half) scale d, or for the clamped code 15 (7 d where w / d was 7.5 to
-            // 8 m / (8 d), m / 8 rounded to d within 2^-11) a whole step and 8 of that rounding.
+            // Q4: half a step of the stored (bfloat16) scale d, or for the clamped code 15 (7 d where w / d was 7.5
+            // to m / d, m / 8 rounded to d within 2^-9) a whole step and 8 of that rounding.
             default:
               bound = std::abs(ops::q4_scale(s.data() + static_cast<size_t>(n) * ops::scales_per_row(f, K), k / 32)) *
-                      (1 + 8 * std::ldexp(1.0, -11));
+                      (1 + 8 * std::ldexp(1.0, -9));
               break;
           }
           ASSERT_LE(err, bound) << ops::format_name(f) << " K " << K << " [" << n << ", " << k << "]";
@@ -289,34 +289,24 @@ TEST(WeightQuantize, RoundTripErrorsAreWithinHalfAStepOnRandomRows) {
   }
 }
 
-// Q4's scales are halves: a group scale that would round to an infinite half (|w| / 8 >= 65520) is refused before
-// anything is written, naming the weight; the largest weight it takes keeps a finite scale and its value.
-TEST(WeightQuantize, Q4RefusesWeightsPastItsHalfScalesRange) {
+// Q4's scales are bfloat16, with fp32's range: a group of the largest finite weights keeps a finite scale, its
+// largest weight exactly -8 d, and a group of weights near fp32's smallest normal keeps a normal scale.
+TEST(WeightQuantize, Q4ScalesKeepFp32sRange) {
   std::vector<float> w(64, 0.25f);
-  w[40] = -524160.f;
-  std::vector<uint8_t> p(ops::packed_bytes(WeightFormat::Q4, 1, 64), 0xee);
-  std::vector<float> s(ops::scales_per_row(WeightFormat::Q4, 64), -1.f);
-  const std::string msg =
-      test::message_of([&] { ops::quantize_rows(WeightFormat::Q4, w.data(), 1, 64, p.data(), s.data()); });
-  EXPECT_NE(msg.find("w[0, 40] = -524160 is out of q4's range"), std::string::npos) << msg;
-  EXPECT_EQ(p[0], 0xee);  // nothing written
-  EXPECT_EQ(s[0], -1.f);
-  w[40] = -524000.f;  // 65500 = 0x7bff's neighbourhood: finite
+  w[40] = -3.0e38f;
+  for (int k = 0; k < 32; ++k) w[static_cast<size_t>(k)] = -1.5e-37f;
+  std::vector<uint8_t> p(ops::packed_bytes(WeightFormat::Q4, 1, 64));
+  std::vector<float> s(ops::scales_per_row(WeightFormat::Q4, 64));
   ops::quantize_rows(WeightFormat::Q4, w.data(), 1, 64, p.data(), s.data());
-  EXPECT_EQ(ops::q4_scale(s.data(), 1), 65504.f);  // the largest half, nearest to 524000 / 8
+  const float d1 = ops::q4_scale(s.data(), 1), d0 = ops::q4_scale(s.data(), 0);
+  EXPECT_EQ(d1, ops::bf16_to_f32(ops::f32_to_bf16(3.0e38f / 8.f)));
+  EXPECT_TRUE(std::isnormal(d0)) << d0;
   std::vector<float> back(64);
   ops::dequantize_rows_host(WeightFormat::Q4, p.data(), s.data(), 1, 64, back.data());
-  EXPECT_EQ(back[40], -8.f * 65504.f);
-}
-
-// The branch-free conversion the CPU kernels use (finite_f16_to_f32) is f16_to_f32 on every finite half: zeros,
-// subnormals, normals, both signs.
-TEST(WeightQuantize, FiniteHalvesConvertExactlyWithoutBranches) {
-  for (uint32_t h = 0; h < 0x10000u; ++h) {
-    if ((h & 0x7c00u) == 0x7c00u) continue;  // inf and NaN: never a stored scale
-    const float a = ops::finite_f16_to_f32(static_cast<uint16_t>(h)), b = ops::f16_to_f32(static_cast<uint16_t>(h));
-    ASSERT_EQ(ops::float_bits(a), ops::float_bits(b)) << std::hex << h;
-  }
+  EXPECT_EQ(back[40], -8.f * d1);
+  EXPECT_NEAR(back[40], -3.0e38f, 3.0e38f * std::ldexp(1.0, -9));
+  for (int k = 0; k < 32; ++k)  // code 0 each: -8 d, d within 2^-9 of 1.5e-37 / 8
+    EXPECT_NEAR(back[static_cast<size_t>(k)], -1.5e-37f, 1.5e-37 * std::ldexp(1.0, -9)) << k;
 }
 
 TEST(WeightQuantize, RefusesNonFiniteWeightsF32AndBadSizes) {

@@ -8,8 +8,8 @@
 //   BF16 (2): VPW 2, bitcast<f32>(the half i of w moved to the top)     no scale
 //   Int8 (3): VPW 4, the signed byte i of w, times scale[n]             1 scale per row
 //   Q4   (4): VPW 8, the nibble i of w (low first: byte b's low nibble is element 2b), minus 8, times
-//             group j / 4's scale (a group of 32 is 16 bytes, 4 words): G = ceil(K / 32) halves per row, two to
-//             a scale word (the low half first), ceil(G / 2) words per row
+//             group j / 4's scale (a group of 32 is 16 bytes, 4 words): G = ceil(K / 32) bfloat16 per row, two
+//             to a scale word (the low half first), ceil(G / 2) words per row
 // Words past the last element (a row's padding) are never used: every element is masked by k < K, and A's
 // elements past K are never read (they are another row's, or past the arena).
 //
@@ -37,7 +37,7 @@ export const GEMV_MAX_M = 8;
 export function rowWords(format: number, K: number): number {
   return format === WeightFormat.Q4 ? 4 * Math.ceil(K / 32) : Math.ceil(K / VPW[format]!);
 }
-/** 32-bit scale words per row (weight_format.h's scales_per_row): Int8's f32, Q4's halves two to a word. */
+/** 32-bit scale words per row (weight_format.h's scales_per_row): Int8's f32, Q4's bfloat16 two to a word. */
 export function scalesPerRow(format: number, K: number): number {
   return format === WeightFormat.Int8 ? 1 : format === WeightFormat.Q4 ? Math.ceil(Math.ceil(K / 32) / 2) : 0;
 }
@@ -59,7 +59,7 @@ function formatWgsl(format: number, scales: string): string {
     3: `return ld(wd(P.${scales}) + row);`,
     4: `let g = j / 4u;
   let word = mem[wd(P.${scales}) + row * (((K + 31u) / 32u + 1u) / 2u) + g / 2u];
-  return half_of((word >> (16u * (g & 1u))) & 0xffffu);`,
+  return bitcast<f32>(select(word << 16u, word & 0xffff0000u, (g & 1u) == 1u));`,
   }[format];
   if (!q || !s) throw new Error(`qkv webgpu: weight format ${format}: expected 1 (f16), 2 (bf16), 3 (int8) or 4 (q4)`);
   return /* wgsl */ `

@@ -31,11 +31,15 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code. A Q4 row holds
   // every group whole (padding codes are 8, i.e. 0, and the activations past K are 0 too).
   const int whole = f == WeightFormat::Int8 ? q.a.K / kDotBlock : nb;
-  Q4RowScales q4_scales;
+  // Q4: a float per block (group), converted from the halves for the rows together (Q4RowScales::of_rows).
+  Q4RowScales<T> q4_scales;
+  const float* chunk = f == WeightFormat::Q4 && n1 > n0
+                           ? q4_scales.of_rows(q.scales + static_cast<size_t>(n0) * q.spr, n1 - n0, q.spr)
+                           : nullptr;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    const float* s = q.scales + static_cast<size_t>(n) * q.spr;            // the row's scale words
-    const float* sf = f == WeightFormat::Q4 ? q4_scales.of(s, q.a.K) : s;  // Q4: a float per block (group)
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;  // the row's scale words
+    const float* sf = chunk ? chunk + static_cast<size_t>(n - n0) * 2 * q.spr : s;
     F acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = T::zero();
     for (int b = 0; b < whole; ++b) {

@@ -59,27 +59,35 @@ struct QuantKernels {
 template <class Arch>
 QuantKernels quant_kernels();
 
-// A Q4 row's group scales as floats, converted from its halves once per row (ops/weight_format.h), so that the
+// A Q4 row's group scales as floats, converted from its bfloat16 once per row (ops/weight_format.h), so that the
 // kernels' blocks read one float per group as from an fp32 scale array. On the stack up to kStack groups (K up to
-// 16384); a longer row uses a buffer that grows once per thread.
+// 16384); a longer row uses a buffer that grows once per thread. Tag is the instruction set's type (an xsimd arch,
+// or an arch unit's own dot-product trait): each arch unit gets its own copy of the loop, vectorized with its flags
+// (a plain inline class would be one copy for every unit, compiled with whichever unit's flags the linker kept).
+template <class Tag>
 class Q4RowScales {
  public:
-  const float* of(const float* words, int K) {
-    const int G = ops::q4_groups(K);
-    float* out = buffer(K);
-    for (int g = 0; g < G; ++g) out[g] = ops::finite_f16_to_f32(ops::q4_scale_bits(words, g));
+  const float* of(const float* words, int K) { return convert(words, ops::q4_groups(K)); }
+  // `rows` consecutive rows' scales (spr words each: 2 spr halves, a row's padding half included) as floats, row r's
+  // at r * 2 spr of the result: one loop over them all, long enough to hide a vector loop's setup, which per row
+  // cost the wasm core's decoding 7-9% (16 rows of 24 or 96 groups at a time there).
+  const float* of_rows(const float* words, int rows, int spr) { return convert(words, rows * 2 * spr); }
+  // Room for a row of K's group scales (for a loader that converts them itself: Q4Loader::row_scales).
+  float* buffer(int K) { return room(ops::q4_groups(K)); }
+
+ private:
+  const float* convert(const float* words, int halves) {
+    float* out = room(halves);
+    for (int i = 0; i < halves; ++i) out[i] = ops::q4_scale(words, i);
     return out;
   }
-  // Room for a row of K's group scales (for a loader that converts them itself: Q4Loader::row_scales).
-  float* buffer(int K) {
-    const int G = ops::q4_groups(K);
-    if (G <= kStack) return stack_;
+  float* room(int floats) {
+    if (floats <= kStack) return stack_;
     thread_local std::vector<float> heap;
-    if (heap.size() < static_cast<size_t>(G)) heap.resize(static_cast<size_t>(G));
+    if (heap.size() < static_cast<size_t>(floats)) heap.resize(static_cast<size_t>(floats));
     return heap.data();
   }
 
- private:
   static constexpr int kStack = 512;
   alignas(64) float stack_[kStack];
 };

@@ -167,17 +167,20 @@ struct Simd {
     constexpr int B = Rf * V;  // elements per block
     const int blocks = q.K / B;
     const GroupLanes lanes;
-    Q4RowScales q4_scales;
+    Q4RowScales<Arch> q4_scales;
+    // Q4: one float per group (ops/weight_format.h stores halves), converted for the rows together, or per row by
+    // the loader where it has a way (Q4Loader::row_scales); other formats read their scale words as they are.
+    const float* chunk = nullptr;
+    if constexpr (f == WeightFormat::Q4 && Rf != 2)
+      if (blocks > 0) chunk = q4_scales.of_rows(q.scales + static_cast<size_t>(n0) * q.spr, n1 - n0, q.spr);
     for (int n = n0; n < n1; ++n) {
       const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
       const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;  // the row's scale words
-      // Q4: one float per group (ops/weight_format.h stores halves), converted by the loader where it has a way
-      // (Q4Loader::row_scales); else the words themselves.
       const float* sf = s;
       if constexpr (f == WeightFormat::Q4 && Rf == 2) {
         sf = Q4Loader<Arch>::row_scales(s, q.K, q4_scales.buffer(q.K));
       } else if constexpr (f == WeightFormat::Q4) {
-        if (blocks > 0) sf = q4_scales.of(s, q.K);
+        if (chunk) sf = chunk + static_cast<size_t>(n - n0) * 2 * q.spr;
       }
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
@@ -280,7 +283,7 @@ struct Simd {
     constexpr int Rf = R<f>, B = Rf * V;
     const int blocks = K / B;
     const GroupLanes lanes;
-    Q4RowScales q4_scales;
+    Q4RowScales<Arch> q4_scales;
     const float* sf = f == WeightFormat::Q4 && blocks > 0 ? q4_scales.of(s, K) : s;  // as in rows()
     for (int b = 0; b < blocks; ++b) {
       F w[Rf];

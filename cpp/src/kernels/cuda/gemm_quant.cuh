@@ -5,8 +5,8 @@
 // A packed row of K elements is read as 32-bit words; word j holds elements k = j * V + i, i < V (Packed<F>::kV):
 //   F16, BF16: V 2, half i of the word (little-endian: element 2j in the low half)        no scale
 //   Int8:      V 4, signed byte i, times scale[n]                                          1 scale per row
-//   Q4:        V 8, nibble i (the low nibble of byte b is element 2b) minus 8, times        G = ceil(K/32) halves
-//              group j / 4's half scale (a group of 32 elements is 16 bytes, 4 words)        per row, 2 a word
+//   Q4:        V 8, nibble i (the low nibble of byte b is element 2b) minus 8, times        G = ceil(K/32) bf16
+//              group j / 4's bfloat16 scale (a group of 32 elements is 16 bytes, 4 words)    per row, 2 a word
 // Every element is dequantized as dequantize_element does it, (float)q * scale with one rounding, except where a
 // kernel factors the scale out of a dot product (the decoding kernel: s * sum_i q_i a_i, the same math up to
 // rounding). Elements past K (a row's padding) are never used, and A is never read past K.
@@ -62,9 +62,7 @@ struct Packed {
     if constexpr (F == WeightFormat::Int8) {
       return scales[row];
     } else if constexpr (F == WeightFormat::Q4) {
-      // Branch-free (no -ftz: subnormal halves stay exact); stored scales are finite.
-      return ops::finite_f16_to_f32(
-          ops::q4_scale_bits(scales + row * static_cast<size_t>(ops::scales_per_row(F, K)), static_cast<int>(j / 4)));
+      return ops::q4_scale(scales + row * static_cast<size_t>(ops::scales_per_row(F, K)), static_cast<int>(j / 4));
     } else {
       return 1.f;
     }

@@ -58,21 +58,18 @@ struct Q4Loader<xsimd::avx512f> {
     w[0] = _mm512_permutexvar_ps(v, table);
     w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   }
-  // A row's group scales (halves, ops/weight_format.h) as floats in out: 16 a vcvtph2ps, then 8, then one by one.
-  // Decoding's rows are short (K / 32 blocks of 8 operations), so the row's conversion must be a few operations:
-  // the generic loop (Q4RowScales::of) cost 9% of q4's decode time, converting each block's half in the loop 4%.
+  // A row's group scales (bfloat16, ops/weight_format.h) as floats in out: 16 at a time widened and shifted into
+  // a float's top half, then one by one. Decoding's rows are short (K / 32 blocks of 8 operations), so the row's
+  // conversion must be a few operations: a generic loop over the row (Q4RowScales::of) cost 9% of decoding.
   static const float* row_scales(const float* words, int K, float* out) {
     const int G = ops::q4_groups(K);
     const auto* halves = reinterpret_cast<const unsigned char*>(words);
     int g = 0;
-    for (; g + 16 <= G; g += 16)
-      _mm512_storeu_ps(out + g, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(halves + 2 * g))));
-    if (g + 8 <= G) {
-      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + 2 * g));
-      _mm256_storeu_ps(out + g, _mm512_castps512_ps256(_mm512_cvtph_ps(_mm256_castsi128_si256(h))));
-      g += 8;
+    for (; g + 16 <= G; g += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(halves + 2 * g));
+      _mm512_storeu_si512(out + g, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
-    for (; g < G; ++g) out[g] = ops::finite_f16_to_f32(ops::q4_scale_bits(words, g));
+    for (; g < G; ++g) out[g] = ops::q4_scale(words, g);
     return out;
   }
 };

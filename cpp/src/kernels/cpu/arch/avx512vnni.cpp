@@ -36,13 +36,15 @@ inline __m512i spread_pair(const void* p) {
   return _mm512_permutexvar_epi32(halves, _mm512_castsi128_si512(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
 }
 
-// The two half scales of a word (blocks b and b + 1 of a Q4 row, ops/weight_format.h) as spread_pair spreads two
-// floats: converted in registers (vcvtph2ps), so the row's scales need no pass of their own.
+// The two bfloat16 scales of a word (blocks b and b + 1 of a Q4 row, ops/weight_format.h) as spread_pair spreads
+// two floats: block b's is the word shifted up 16, block b + 1's the word's top half, so the row's scales need no
+// pass of their own.
 inline __m512 spread_scales(const float* word) {
-  const __m512i halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   int32_t w;
   std::memcpy(&w, word, sizeof w);
-  return _mm512_permutexvar_ps(halves, _mm512_cvtph_ps(_mm256_castsi128_si256(_mm_cvtsi32_si128(w))));
+  const __m512i lo = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(w) << 16));
+  const __m512i hi = _mm512_set1_epi32(static_cast<int32_t>(static_cast<uint32_t>(w) & 0xffff0000u));
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(0xff00, lo, hi));
 }
 
 // The exact integer sums of blocks b and b + 1 of a row of A (at `block` = m * nb + b) with 64 weight codes as
