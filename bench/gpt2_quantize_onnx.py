@@ -20,7 +20,7 @@ peers read the same numbers qkv's int8 and q4 do:
         clamped to [-127, 127], symmetric (zero point 0). MatMulNBits bits 8 has one scale per block of 32: the
         row's scale repeated, the stored byte q + 128 (its implicit zero point is 128).
   q4:   per row n and group g of 32 along K: m = the element of largest |w| (the first on ties), d = m / -8
-        rounded to a half (qkv stores it so; MatMulNBits takes it as the fp32 of that half),
+        rounded to bfloat16 (qkv stores it so; MatMulNBits takes it as that value in fp32),
         q = clamp(rint(w / d) + 8, 0, 15) (d == 0: q = 8); two per byte, the even k in the low nibble, K padded
         with q = 8 (MatMulNBits' layout and its implicit zero point 8).
 What is rewritten: the 48 Gemms (A (M, K) x W (K, N) + bias: Conv1D's addmm) become the product + Add(bias); the
@@ -53,6 +53,13 @@ def quantize_int8_rows(w):
     return q, scale
 
 
+def bf16_round(x):
+    """fp32 -> the nearest bfloat16 (ties to even), as fp32 (finite x)."""
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32)
+
+
 def quantize_q4_rows(w):
     """w (N, K) fp32 -> packed (N, G, 16) uint8, scales (N, G) fp32, G = ceil(K / 32): Q4_0's rule, MatMulNBits'
     nibble order."""
@@ -63,7 +70,7 @@ def quantize_q4_rows(w):
     blocks = padded.reshape(N, G, GROUP)
     first_max = np.abs(blocks).argmax(axis=2)  # argmax returns the first of equal values
     m = np.take_along_axis(blocks, first_max[:, :, None], axis=2)[:, :, 0]
-    d = (m / np.float32(-8) + np.float32(0)).astype(np.float16).astype(np.float32)  # qkv's half scale, as a float
+    d = bf16_round((m / np.float32(-8) + np.float32(0)).astype(np.float32))  # qkv's bfloat16 scale, as a float
     safe = np.where(d == 0, np.float32(1), d).astype(np.float32)
     q = np.clip(np.rint(blocks / safe[:, :, None]) + 8, 0, 15).astype(np.uint8)
     q[d == 0] = 8

@@ -51,13 +51,13 @@ def dequantize(read, header, name, fmt, shape):
     q = read(name)
     if fmt == "int8":  # I8 (N, round_up(K, 4)), scales F32 (N, 1): w = q s
         return q[:, :K].astype(np.float32) * read(name + ".scales").reshape(N, 1)
-    if fmt == "q4":  # U8 (N, 16 G): group g at byte 16g, even k in the low nibble; scales F16 (N, 2 ceil(G / 2)),
+    if fmt == "q4":  # U8 (N, 16 G): group g at byte 16g, even k in the low nibble; scales BF16 (N, 2 ceil(G / 2)),
         G = (K + 31) // 32  # group g's at column g (the last column padding when G is odd): w = (q - 8) d
         b = np.asarray(q).reshape(N, G, 16)
         codes = np.empty((N, G, 32), np.int8)
         codes[:, :, 0::2] = b & 0x0F
         codes[:, :, 1::2] = b >> 4
-        d = np.asarray(read(name + ".scales")).astype(np.float32)[:, :G]
+        d = bf16_to_f32(np.asarray(read(name + ".scales"))[:, :G])
         w = (codes.astype(np.float32) - 8) * d.reshape(N, G, 1)
         return w.reshape(N, G * 32)[:, :K]
     if fmt in ("f16", "bf16"):  # F16 / BF16 (N, K), or U8 (N, round_up(2K, 4)) where 2K is not a multiple of 4

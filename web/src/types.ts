@@ -329,7 +329,7 @@ export type WeightFormat = "int8" | "q4" | "f16" | "bf16";
 export interface QuantizeOptions {
   /**
    * `int8`: one float32 scale per output row (held-out perplexity within 0.5% of float32); `q4`: 4 bits in groups
-   * of 32 with a half-precision scale per group (within 5%); `f16` / `bf16`: half-precision storage, computed in
+   * of 32 with a bfloat16 scale per group (within 5%); `f16` / `bf16`: half-precision storage, computed in
    * float32.
    */
   weights: WeightFormat;

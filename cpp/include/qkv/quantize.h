@@ -8,7 +8,7 @@
 namespace qkv {
 
 // F32: float32, as trained. F16 / BF16: half-precision storage, computed in float32. Int8: symmetric, one float32
-// scale per output row. Q4: 4-bit in groups of 32 along the input with one float32 scale per group (ONNX Runtime
+// scale per output row. Q4: 4-bit in groups of 32 along the input with one bfloat16 scale per group (ONNX Runtime
 // MatMulNBits' layout, Q4_0's scale rule).
 enum class WeightFormat { F32 = 0, F16 = 1, BF16 = 2, Int8 = 3, Q4 = 4 };
 
