@@ -31,7 +31,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code. A Q4 row holds
   // every group whole (padding codes are 8, i.e. 0, and the activations past K are 0 too).
   const int whole = f == WeightFormat::Int8 ? q.a.K / kDotBlock : nb;
-  // Q4: a float per block (group), converted from the halves for the rows together (Q4RowScales::of_rows).
+  // Q4: a float per block (group), converted from bfloat16 for the rows together (Q4RowScales::of_rows).
   Q4RowScales<T> q4_scales;
   const float* chunk = f == WeightFormat::Q4 && n1 > n0
                            ? q4_scales.of_rows(q.scales + static_cast<size_t>(n0) * q.spr, n1 - n0, q.spr)

@@ -68,9 +68,9 @@ template <class Tag>
 class Q4RowScales {
  public:
   const float* of(const float* words, int K) { return convert(words, ops::q4_groups(K)); }
-  // `rows` consecutive rows' scales (spr words each: 2 spr halves, a row's padding half included) as floats, row r's
-  // at r * 2 spr of the result: one loop over them all, long enough to hide a vector loop's setup, which per row
-  // cost the wasm core's decoding 7-9% (16 rows of 24 or 96 groups at a time there).
+  // `rows` consecutive rows' scales (spr words each: 2 spr bfloat16, a row's padding half included) as floats, row
+  // r's at r * 2 spr of the result: one loop over a task's rows (16 in decoding) rather than a short one per row (24
+  // or 96 groups).
   const float* of_rows(const float* words, int rows, int spr) { return convert(words, rows * 2 * spr); }
   // Room for a row of K's group scales (for a loader that converts them itself: Q4Loader::row_scales).
   float* buffer(int K) { return room(ops::q4_groups(K)); }

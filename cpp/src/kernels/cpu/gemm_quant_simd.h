@@ -168,7 +168,7 @@ struct Simd {
     const int blocks = q.K / B;
     const GroupLanes lanes;
     Q4RowScales<Arch> q4_scales;
-    // Q4: one float per group (ops/weight_format.h stores halves), converted for the rows together, or per row by
+    // Q4: one float per group (ops/weight_format.h stores bfloat16), converted for the rows together, or per row by
     // the loader where it has a way (Q4Loader::row_scales); other formats read their scale words as they are.
     const float* chunk = nullptr;
     if constexpr (f == WeightFormat::Q4 && Rf != 2)

@@ -63,7 +63,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   const __m512i spread = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3), nibble = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    const float* s = q.scales + static_cast<size_t>(n) * q.spr;  // the row's scale words: two halves each
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;  // the row's scale words: two bfloat16 each
     __m512 acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int p = 0; p < pairs; ++p) {
@@ -72,7 +72,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
       // each shifted down a nibble, then masked: [lo b | hi b | lo b+1 | hi b+1], the activations' order.
       const __m512i v = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + b * 16)));
       const __m512i codes = _mm512_and_si512(_mm512_srlv_epi64(_mm512_permutexvar_epi64(spread, v), nibble), mask);
-      const __m512 sw = spread_scales(s + p);  // blocks b and b + 1: the halves of word b / 2 = p
+      const __m512 sw = spread_scales(s + p);  // blocks b and b + 1: the two scales of word b / 2 = p
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
         const __m512 d = _mm512_castsi512_ps(spread_pair(q.a.d + block));
