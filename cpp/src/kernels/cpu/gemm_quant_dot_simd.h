@@ -31,15 +31,10 @@ void rows(const QuantDotRows& q, int n0, int n1) {
   // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code. A Q4 row holds
   // every group whole (padding codes are 8, i.e. 0, and the activations past K are 0 too).
   const int whole = f == WeightFormat::Int8 ? q.a.K / kDotBlock : nb;
-  // Q4: a float per block (group), converted from bfloat16 for the rows together (Q4RowScales::of_rows).
-  Q4RowScales<T> q4_scales;
-  const float* chunk = f == WeightFormat::Q4 && n1 > n0
-                           ? q4_scales.of_rows(q.scales + static_cast<size_t>(n0) * q.spr, n1 - n0, q.spr)
-                           : nullptr;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    const float* s = q.scales + static_cast<size_t>(n) * q.spr;  // the row's scale words
-    const float* sf = chunk ? chunk + static_cast<size_t>(n - n0) * 2 * q.spr : s;
+    // The row's scale words: Int8's fp32, Q4's bfloat16 (each block's converted where it is used: a shift).
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
     F acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = T::zero();
     for (int b = 0; b < whole; ++b) {
@@ -48,7 +43,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
         for (int m = 0; m < MR; ++m) {
           const size_t block = static_cast<size_t>(m) * nb + b;
           const I sum = T::q4_dot(w, q.a.q8 + block * kDotBlock, q.a.zsum[block]);
-          acc[m] = T::scale(sf[b] * q.a.d[block], sum, acc[m]);
+          acc[m] = T::scale(ops::q4_scale(s, b) * q.a.d[block], sum, acc[m]);
         }
         continue;
       }
@@ -63,7 +58,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
         const int16_t* a = q.a.q + block * kDotBlock;
         I sum = T::madd(w[0], T::load16(a));
         for (int p = 1; p < P; ++p) sum = T::add(sum, T::madd(w[p], T::load16(a + p * E)));
-        const float scale = f == WeightFormat::Int8 ? q.a.d[block] : sf[b] * q.a.d[block];
+        const float scale = f == WeightFormat::Int8 ? q.a.d[block] : ops::q4_scale(s, b) * q.a.d[block];
         acc[m] = T::scale(scale, sum, acc[m]);
       }
     }

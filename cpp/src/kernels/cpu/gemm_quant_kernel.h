@@ -59,19 +59,17 @@ struct QuantKernels {
 template <class Arch>
 QuantKernels quant_kernels();
 
-// A Q4 row's group scales as floats, converted from its bfloat16 once per row (ops/weight_format.h), so that the
-// kernels' blocks read one float per group as from an fp32 scale array. On the stack up to kStack groups (K up to
-// 16384); a longer row uses a buffer that grows once per thread. Tag is the instruction set's type (an xsimd arch,
+// A Q4 row's group scales as floats, converted from its bfloat16 once per row (ops/weight_format.h), for the
+// kernels that read one float per group over a whole row (dequantize, AVX-512's loader); the decoding kernels
+// elsewhere convert each block's scale as they reach it (a shift), which measured faster in the wasm core than a
+// conversion pass first. On the stack up to kStack groups (K up to 16384); a longer row uses a buffer that grows
+// once per thread. Tag is the instruction set's type (an xsimd arch,
 // or an arch unit's own dot-product trait): each arch unit gets its own copy of the loop, vectorized with its flags
 // (a plain inline class would be one copy for every unit, compiled with whichever unit's flags the linker kept).
 template <class Tag>
 class Q4RowScales {
  public:
   const float* of(const float* words, int K) { return convert(words, ops::q4_groups(K)); }
-  // `rows` consecutive rows' scales (spr words each: 2 spr bfloat16, a row's padding half included) as floats, row
-  // r's at r * 2 spr of the result: one loop over a task's rows (16 in decoding) rather than a short one per row (24
-  // or 96 groups).
-  const float* of_rows(const float* words, int rows, int spr) { return convert(words, rows * 2 * spr); }
   // Room for a row of K's group scales (for a loader that converts them itself: Q4Loader::row_scales).
   float* buffer(int K) { return room(ops::q4_groups(K)); }
 

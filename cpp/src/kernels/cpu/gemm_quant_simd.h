@@ -84,6 +84,12 @@ struct Simd {
     for (int g = 1; g < V / 4; ++g) scale = xsimd::select(lanes.of[g], F(s[g]), scale);
     return scale;
   }
+  // The same from a row's bfloat16 scale words (ops/weight_format.h), groups g0 .. g0 + V/4 - 1: each a shift.
+  static F group_scales_bf16(const float* words, int g0, const GroupLanes& lanes) {
+    F scale(ops::q4_scale(words, g0));
+    for (int g = 1; g < V / 4; ++g) scale = xsimd::select(lanes.of[g], F(ops::q4_scale(words, g0 + g)), scale);
+    return scale;
+  }
 
   // A Q4 block's 8 vectors of codes less 8, unscaled: nibble t of each word (the last one by a logical shift alone).
   static void q4_codes(const I& x, F* w) {
@@ -168,20 +174,13 @@ struct Simd {
     const int blocks = q.K / B;
     const GroupLanes lanes;
     Q4RowScales<Arch> q4_scales;
-    // Q4: one float per group (ops/weight_format.h stores bfloat16), converted for the rows together, or per row by
-    // the loader where it has a way (Q4Loader::row_scales); other formats read their scale words as they are.
-    const float* chunk = nullptr;
-    if constexpr (f == WeightFormat::Q4 && Rf != 2)
-      if (blocks > 0) chunk = q4_scales.of_rows(q.scales + static_cast<size_t>(n0) * q.spr, n1 - n0, q.spr);
     for (int n = n0; n < n1; ++n) {
       const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
       const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;  // the row's scale words
+      // Q4 with the AVX-512 loader: the row's bfloat16 scales converted first (Q4Loader::row_scales), one float a
+      // block; the other loaders convert each block's scales as they go (group_scales_bf16).
       const float* sf = s;
-      if constexpr (f == WeightFormat::Q4 && Rf == 2) {
-        sf = Q4Loader<Arch>::row_scales(s, q.K, q4_scales.buffer(q.K));
-      } else if constexpr (f == WeightFormat::Q4) {
-        if (chunk) sf = chunk + static_cast<size_t>(n - n0) * 2 * q.spr;
-      }
+      if constexpr (f == WeightFormat::Q4 && Rf == 2) sf = Q4Loader<Arch>::row_scales(s, q.K, q4_scales.buffer(q.K));
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
@@ -201,7 +200,7 @@ struct Simd {
           // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
           // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
           q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
-          const F scale = group_scales(sf + b * (B / 32), lanes);
+          const F scale = group_scales_bf16(s, b * (B / 32), lanes);
           for (int m = 0; m < MR; ++m) {
             const float* am = a + static_cast<size_t>(m) * q.lda;
             F s0 = F::load_unaligned(am) * w[0], s1 = F::load_unaligned(am + V) * w[1];
