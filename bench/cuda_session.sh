@@ -10,10 +10,10 @@
 # whole; a stage that would start after it is skipped and says so. For a second session that completes the first:
 # CUDA_SESSION_TABLE=0 skips qkv's and PyTorch eager's rows, the A/Bs and the ops table (CUDA_SESSION_BENCHES: the
 # models of those rows, default "char-gpt seq2seq"; CUDA_SESSION_AB=0: no A/B rows; CUDA_SESSION_OPS=0: no ops
-# table); CUDA_SESSION_COMPILE lists
-# the torch.compile rows ("char-gpt:tf32 seq2seq:bf16 ..."; default all six); CUDA_SESSION_MEMCHECK and
-# CUDA_SESSION_RACECHECK replace the sanitizers' gtest filters (empty: skipped); CUDA_SESSION_SHARE (45) is phase
-# A's percentage of the time. If the carried binaries cannot start there (a
+# table); CUDA_SESSION_COMPILE lists the torch.compile rows ("char-gpt:tf32 seq2seq:bf16 ..."; default all six);
+# CUDA_SESSION_MEMCHECK and CUDA_SESSION_RACECHECK replace the sanitizers' gtest filters (empty: skipped), and
+# CUDA_SESSION_MEMCHECK_EACH / CUDA_SESSION_RACECHECK_EACH run one sanitizer process per space-separated filter, side
+# by side; CUDA_SESSION_SHARE (45) is phase A's percentage of the time. If the carried binaries cannot start there (a
 # library missing), it builds the three targets there with bench/cuda_carry.sh's headers, if carried.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,16 +83,26 @@ group parity "$a_secs" -- 'ParityModelsCuda.*:Gpt2ParityCuda.*' &
 group parity_no_graph "$a_secs" QKV_CUDA_GRAPH=0 -- 'ModelDeviceCuda.*:ParityModelsCuda.*' &
 group lora "$a_secs" -- 'LoraParityCuda.*' &
 group nccl "$a_secs" -- 'NcclCommunicator.*' &
-sanitize() {  # tool filter
+sanitize() {  # tool filter [name suffix]
+  local name="sanitize_$1${3:+_$3}"
   timeout -k 5 "$a_secs" compute-sanitizer --tool "$1" --error-exitcode 3 "$tests" --gtest_filter="$2" \
-    >"$logs/sanitize_$1.log" 2>&1
-  echo "$?" >"$logs/sanitize_$1.rc"
+    >"$logs/$name.log" 2>&1
+  echo "$?" >"$logs/$name.rc"
 }
 memcheck="${CUDA_SESSION_MEMCHECK-CudaOps.*:ModelDeviceCuda.*:CudaStepGraph.*:-CudaOps.Gemm*:CudaOps.AnInjected*}"
 racecheck="${CUDA_SESSION_RACECHECK-CudaOps.LayerNorm*:CudaOps.CrossEntropy*:CudaFlashAttention.*:ModelDeviceCuda.*}"
 if command -v compute-sanitizer >/dev/null; then
   [ -n "$memcheck" ] && sanitize memcheck "$memcheck" &
   [ -n "$racecheck" ] && sanitize racecheck "$racecheck" &
+  # CUDA_SESSION_MEMCHECK_EACH / CUDA_SESSION_RACECHECK_EACH: space-separated gtest filters, each in its own
+  # sanitizer process beside the others (the tools run the model tests 10-50x slower, mostly on the host's cores:
+  # one process per slow test finishes in the slowest one's time; sanitize_<tool>_<n>.log).
+  set -f  # the filters' * are gtest's, not the shell's
+  i=0
+  for f in ${CUDA_SESSION_MEMCHECK_EACH:-}; do i=$((i + 1)); sanitize memcheck "$f" "$i" & done
+  i=0
+  for f in ${CUDA_SESSION_RACECHECK_EACH:-}; do i=$((i + 1)); sanitize racecheck "$f" "$i" & done
+  set +f
 else
   say "compute-sanitizer: not installed"
 fi
