@@ -59,33 +59,24 @@ struct QuantKernels {
 template <class Arch>
 QuantKernels quant_kernels();
 
-// A Q4 row's group scales as floats, converted from its bfloat16 once per row (ops/weight_format.h), for the
-// kernels that read one float per group over a whole row (dequantize, AVX-512's loader); the decoding kernels
-// elsewhere convert each block's scale as they reach it (a shift), which measured faster in the wasm core than a
-// conversion pass first. On the stack up to kStack groups (K up to 16384); a longer row uses a buffer that grows
-// once per thread. Tag is the instruction set's type (an xsimd arch,
-// or an arch unit's own dot-product trait): each arch unit gets its own copy of the loop, vectorized with its flags
-// (a plain inline class would be one copy for every unit, compiled with whichever unit's flags the linker kept).
+// Room for a Q4 row's group scales as floats, for a loader that converts the row's bfloat16 first
+// (Q4Loader<avx512f>::row_scales, where decoding's blocks are a few operations each); the other kernels convert
+// each block's scale where they use it (a shift), which measured faster in the wasm core than a conversion pass.
+// On the stack up to kStack groups (K up to 16384); a longer row uses a buffer that grows once per thread. Tag is
+// the instruction set's type, so that each arch unit keeps its own copy (an inline class in a header every arch
+// unit includes would be one copy for all of them, compiled with whichever unit's flags the linker kept).
 template <class Tag>
 class Q4RowScales {
  public:
-  const float* of(const float* words, int K) { return convert(words, ops::q4_groups(K)); }
-  // Room for a row of K's group scales (for a loader that converts them itself: Q4Loader::row_scales).
-  float* buffer(int K) { return room(ops::q4_groups(K)); }
-
- private:
-  const float* convert(const float* words, int halves) {
-    float* out = room(halves);
-    for (int i = 0; i < halves; ++i) out[i] = ops::q4_scale(words, i);
-    return out;
-  }
-  float* room(int floats) {
-    if (floats <= kStack) return stack_;
+  float* buffer(int K) {
+    const int G = ops::q4_groups(K);
+    if (G <= kStack) return stack_;
     thread_local std::vector<float> heap;
-    if (heap.size() < static_cast<size_t>(floats)) heap.resize(static_cast<size_t>(floats));
+    if (heap.size() < static_cast<size_t>(G)) heap.resize(static_cast<size_t>(G));
     return heap.data();
   }
 
+ private:
   static constexpr int kStack = 512;
   alignas(64) float stack_[kStack];
 };

@@ -79,13 +79,8 @@ struct Simd {
       for (int g = 0; g < V / 4; ++g) of[g] = group == F(static_cast<float>(g));
     }
   };
-  static F group_scales(const float* s, const GroupLanes& lanes) {
-    F scale(s[0]);
-    for (int g = 1; g < V / 4; ++g) scale = xsimd::select(lanes.of[g], F(s[g]), scale);
-    return scale;
-  }
-  // The same from a row's bfloat16 scale words (ops/weight_format.h), groups g0 .. g0 + V/4 - 1: each a shift.
-  static F group_scales_bf16(const float* words, int g0, const GroupLanes& lanes) {
+  // Built from the row's bfloat16 scale words (ops/weight_format.h), groups g0 .. g0 + V/4 - 1: each a shift.
+  static F group_scales(const float* words, int g0, const GroupLanes& lanes) {
     F scale(ops::q4_scale(words, g0));
     for (int g = 1; g < V / 4; ++g) scale = xsimd::select(lanes.of[g], F(ops::q4_scale(words, g0 + g)), scale);
     return scale;
@@ -105,9 +100,9 @@ struct Simd {
   }
 
   // The R vectors of one block, each element dequantize_element's float (int8 left unscaled: its one scale per row
-  // is applied to the row's sum).
+  // is applied to the row's sum). Q4: s is the row's scale words and g0 the block's first group.
   template <WeightFormat f>
-  static void block(const uint8_t* p, const float* s, const GroupLanes& lanes, F* w) {
+  static void block(const uint8_t* p, const float* s, int g0, const GroupLanes& lanes, F* w) {
     // Only the branches that shift words load them: a block of the 16-byte Q4 loader is shorter than a word vector,
     // and an unused load (kept by an unoptimized build) would read past the row.
     if constexpr (f == WeightFormat::Int8 && Int8Loader<Arch>::order == 1) {
@@ -120,11 +115,12 @@ struct Simd {
       w[3] = xsimd::to_float(x >> 24);
     } else if constexpr (f == WeightFormat::Q4 && Q4Loader<Arch>::order == 2) {
       Q4Loader<Arch>::load(p, w);
-      w[0] *= F(s[0]);
-      w[1] *= F(s[0]);
+      const F scale(ops::q4_scale(s, g0));
+      w[0] *= scale;
+      w[1] *= scale;
     } else if constexpr (f == WeightFormat::Q4) {
       q4_codes(words(p), w);
-      const F scale = group_scales(s, lanes);
+      const F scale = group_scales(s, g0, lanes);
       for (int t = 0; t < 8; ++t) w[t] *= scale;
     } else if constexpr (f == WeightFormat::BF16) {
       const I x = words(p);
@@ -178,7 +174,7 @@ struct Simd {
       const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
       const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;  // the row's scale words
       // Q4 with the AVX-512 loader: the row's bfloat16 scales converted first (Q4Loader::row_scales), one float a
-      // block; the other loaders convert each block's scales as they go (group_scales_bf16).
+      // block; the other loaders convert each block's scales as they go (group_scales).
       const float* sf = s;
       if constexpr (f == WeightFormat::Q4 && Rf == 2) sf = Q4Loader<Arch>::row_scales(s, q.K, q4_scales.buffer(q.K));
       F acc[MR][U];
@@ -200,7 +196,7 @@ struct Simd {
           // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
           // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
           q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
-          const F scale = group_scales_bf16(s, b * (B / 32), lanes);
+          const F scale = group_scales(s, b * (B / 32), lanes);
           for (int m = 0; m < MR; ++m) {
             const float* am = a + static_cast<size_t>(m) * q.lda;
             F s0 = F::load_unaligned(am) * w[0], s1 = F::load_unaligned(am + V) * w[1];
@@ -211,7 +207,7 @@ struct Simd {
             acc[m][b % U] = gemm_madd(s0 + s1, scale, acc[m][b % U]);
           }
         } else {
-          block<f>(row + static_cast<size_t>(b) * block_bytes<f>, sf, lanes, w);
+          block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, 0, lanes, w);  // not Q4: no group
           for (int t = 0; t < Rf; ++t)
             for (int m = 0; m < MR; ++m)
               acc[m][t % U] =
@@ -282,11 +278,9 @@ struct Simd {
     constexpr int Rf = R<f>, B = Rf * V;
     const int blocks = K / B;
     const GroupLanes lanes;
-    Q4RowScales<Arch> q4_scales;
-    const float* sf = f == WeightFormat::Q4 && blocks > 0 ? q4_scales.of(s, K) : s;  // as in rows()
     for (int b = 0; b < blocks; ++b) {
       F w[Rf];
-      block<f>(row + static_cast<size_t>(b) * block_bytes<f>, f == WeightFormat::Q4 ? sf + b * B / 32 : s, lanes, w);
+      block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, b * B / 32, lanes, w);
       if constexpr (f == WeightFormat::Int8)
         for (int t = 0; t < Rf; ++t) w[t] *= F(s[0]);
       if constexpr (order_of < f >> 1) to_natural<Rf>(w);
