@@ -321,13 +321,13 @@ PackedWeight pack(ops::WeightFormat f, const Aligned<float>& w, int N, int K) {
   return p;
 }
 
-// y (M, N) = x (M, K) W^T, by the fp32 gemm or the quantized product.
+// y (M, N) = x (M, K) W^T, by the fp32 gemm or the quantized product; a8: with int8 activations (int8 and q4 only).
 void product(ops::WeightFormat f, int M, int N, int K, const float* x, const Aligned<float>& w, const PackedWeight& p,
-             float* y) {
+             float* y, bool a8 = false) {
   if (f == ops::WeightFormat::F32)
     kernels::gemm(false, true, M, N, K, 1.f, x, K, w.data(), K, 0.f, y, N);
   else
-    kernels::gemm_quant(M, N, K, x, K, f, p.bytes.data(), p.scales.data(), y, N);
+    kernels::gemm_quant(M, N, K, x, K, f, p.bytes.data(), p.scales.data(), y, N, a8);
 }
 
 }  // namespace
@@ -345,6 +345,16 @@ int run_gemm_quant(const Options& o) {
                           {50257, 768, "GPT-2 tied head"}};
   const ops::WeightFormat formats[] = {ops::WeightFormat::F32, ops::WeightFormat::F16, ops::WeightFormat::BF16,
                                        ops::WeightFormat::Int8, ops::WeightFormat::Q4};
+  // The decode table's sides: each format with fp32 activations, then int8 and q4 with int8 activations (a8: int8a8,
+  // q4a8, the integer dot-product kernels).
+  struct DecodeSide {
+    ops::WeightFormat f;
+    bool a8;
+  };
+  const DecodeSide decode_sides[] = {{ops::WeightFormat::F32, false},  {ops::WeightFormat::F16, false},
+                                     {ops::WeightFormat::BF16, false}, {ops::WeightFormat::Int8, false},
+                                     {ops::WeightFormat::Q4, false},   {ops::WeightFormat::Int8, true},
+                                     {ops::WeightFormat::Q4, true}};
   const int rounds = o.quick ? 1 : 3;
   const double min_seconds = o.quick ? 0.02 : 0.1;
   std::printf("\n== gemm_quant: decode (M = 1) products y = x W^T, qkv (%s); load average: %s\n",
@@ -365,9 +375,9 @@ int run_gemm_quant(const Options& o) {
     Aligned<float> w(size_t(sh.N) * sh.K), x(size_t(sh.K)), y(size_t(sh.N));
     for (float& v : w) v = float(rng.normal() * 0.02);
     for (float& v : x) v = float(rng.normal());
-    for (ops::WeightFormat f : formats) {
+    for (const auto& [f, a8] : decode_sides) {
       const PackedWeight packed = pack(f, w, sh.N, sh.K);
-      const auto call = [&] { product(f, 1, sh.N, sh.K, x.data(), w, packed, y.data()); };
+      const auto call = [&] { product(f, 1, sh.N, sh.K, x.data(), w, packed, y.data(), a8); };
       for (int t = 1; t <= o.threads; ++t) {
         qkv::set_num_threads(t);
         call();
@@ -375,8 +385,9 @@ int run_gemm_quant(const Options& o) {
         const double bytes = double(weight_bytes(f, sh.N, sh.K)), gbps = bytes / s / 1e9;
         char shape[24];
         std::snprintf(shape, sizeof shape, "%d x %d", sh.N, sh.K);
-        std::printf("%-18s %-14s %3d %6s %10.1f %9.1f %8.1f %7.0f%%\n", sh.use, shape, t, ops::format_name(f),
-                    bytes / 1e6, s * 1e6, gbps, 100 * gbps / stream[size_t(t)]);
+        const std::string name = std::string(ops::format_name(f)) + (a8 ? "a8" : "");
+        std::printf("%-18s %-14s %3d %6s %10.1f %9.1f %8.1f %7.0f%%\n", sh.use, shape, t, name.c_str(), bytes / 1e6,
+                    s * 1e6, gbps, 100 * gbps / stream[size_t(t)]);
       }
     }
   }

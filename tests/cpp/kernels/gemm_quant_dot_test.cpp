@@ -139,7 +139,9 @@ TEST(GemmQuantDot, EveryIsaMatchesTheOracleOverRaggedShapes) {
       for (WeightFormat f : kFormats)
         for (int M : {1, 2, 3, 4, 5, 8, 9})
           for (int N : {1, 3, 17, 33})
-            for (int K : {0, 1, 7, 31, 32, 33, 63, 64, 65, 100, 127, 129, 768}) {
+            // 545 .. 2048: AVX-512 VNNI's Q4 kernel sums 16 blocks at a time, in whole groups of four (545: one 16 and
+            // 2 blocks left; 768: a 16 and a partial one of two groups; 1100: two 16s and 3 left; 2048: four 16s)
+            for (int K : {0, 1, 7, 31, 32, 33, 63, 64, 65, 100, 127, 129, 545, 768, 1100, 2048}) {
               const Packed w = pack(f, N + 1, K, 40 + static_cast<uint64_t>(M * 1000 + N * 10 + K));
               const int lda = K + 3, ldc = N + 1, spr = ops::scales_per_row(f, K);
               const auto A = test::randn(static_cast<size_t>(M) * lda, 50 + static_cast<uint64_t>(K));

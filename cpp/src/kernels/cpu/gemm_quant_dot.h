@@ -69,7 +69,11 @@ void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
 extern const bool kQuantDotBytes;
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);
-// AVX-512 VNNI (arch/avx512vnni.cpp): two blocks at a time with vpdpbusd, reading q8 and zsum.
+// AVX-512 VNNI (arch/avx512vnni.cpp): int8 two blocks at a time with vpdpbusd, Q4 four, reading q8 and zsum; for Q4,
+// q8 in its own order, which q4_group_order_avx512vnni makes (in place, from Int8Rows' order): within each whole
+// group of four blocks of a row, the four blocks' 16 even elements, then their 16 odd ones (what the low and the high
+// nibbles of the group's 64 bytes of codes hold); blocks past a row's last whole group as they were.
 void quant_dot_rows_avx512vnni(const QuantDotRows& q, int n0, int n1);
+void q4_group_order_avx512vnni(int8_t* q8, int M, int nb);
 
 }  // namespace qkv::kernels
