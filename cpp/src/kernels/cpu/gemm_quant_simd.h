@@ -163,11 +163,15 @@ struct Simd {
   template <WeightFormat f, int MR>
   static void rows(const QuantRows& q, int n0, int n1) {
     // U accumulators per row of A, indexed by a compile-time t (the vectors of a block) so they stay in registers;
-    // Q4 adds each block's scaled sum to one accumulator per row (a runtime index, b % U, put them on the stack: a
-    // store-forwarding round trip per block, 2x slower).
-    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? 1 : MR == 1 ? 4 : MR == 2 ? 2 : 1;
+    // the generic Q4 loader adds each block's scaled sum to one accumulator per row (a runtime index, b % U, put them
+    // on the stack: a store-forwarding round trip per block, 2x slower), the AVX-512 one (Rf = 2) alternates two
+    // blocks between two, the loop unrolled by two: on one accumulator the blocks waited for each other's FMA (a
+    // block is a 16-byte load, two table lookups and three FMAs). GPT-2 124M's q4 decode at 2 threads (alternated,
+    // 45 GB/s): 2.69-2.86 ms a token before, 2.65-2.67 with the prefetch alone, 2.30-2.37 with both.
+    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? (Rf == 2 ? 2 : 1) : MR == 1 ? 4 : MR == 2 ? 2 : 1;
     constexpr int B = Rf * V;  // elements per block
     const int blocks = q.K / B;
+    constexpr int kBlocksPerLine = std::max(1, 64 / block_bytes<f>);  // one prefetch per 64-byte line of the row
     const GroupLanes lanes;
     Q4RowScales<Arch> q4_scales;
     for (int n = n0; n < n1; ++n) {
@@ -180,18 +184,32 @@ struct Simd {
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
-      for (int b = 0; b < blocks; ++b) {
-        F w[Rf];
-        const float* a = q.A + static_cast<size_t>(b) * B;
-        if constexpr (f == WeightFormat::Q4 && Rf == 2) {
-          // A group (or half of one) per block: the two vectors' products summed, then scaled once.
-          Q4Loader<Arch>::load(row + static_cast<size_t>(b) * block_bytes<f>, w);
-          const F scale(sf[b * B / 32]);
+      int b = 0;
+      if constexpr (f == WeightFormat::Q4 && Rf == 2) {
+        // A group (or half of one) per block: the two vectors' products summed, then scaled once, into accumulator u.
+        auto q4_block = [&](int bb, auto u) {
+          F w[2];
+          Q4Loader<Arch>::load(row + static_cast<size_t>(bb) * block_bytes<f>, w);
+          const F scale(sf[bb * B / 32]);
+          const float* a = q.A + static_cast<size_t>(bb) * B;
           for (int m = 0; m < MR; ++m) {
             const float* am = a + static_cast<size_t>(m) * q.lda;
             const F t = gemm_madd(F::load_unaligned(am + V), w[1], F::load_unaligned(am) * w[0]);
-            acc[m][0] = gemm_madd(t, scale, acc[m][0]);
+            acc[m][u] = gemm_madd(t, scale, acc[m][u]);
           }
+        };
+        for (; b < blocks; b += 2) {
+          if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
+          q4_block(b, std::integral_constant<int, 0>{});
+          if (b + 1 < blocks) q4_block(b + 1, std::integral_constant<int, 1>{});
+        }
+      }
+      for (; b < blocks; ++b) {
+        if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
+        F w[Rf];
+        const float* a = q.A + static_cast<size_t>(b) * B;
+        if constexpr (f == WeightFormat::Q4 && Rf == 2) {
+          // (every block went through the loop above)
         } else if constexpr (f == WeightFormat::Q4) {
           // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
           // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).

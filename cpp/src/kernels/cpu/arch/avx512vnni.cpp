@@ -49,19 +49,6 @@ inline __m512i pair_sums(__m512i codes, const Int8Rows& a, size_t block) {
   return _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, x), offsets);
 }
 
-// How far ahead of its reads a kernel prefetches its rows of W (bytes). The rows are one sequential stream, but the
-// hardware prefetchers alone left the kernels waiting on it. GPT-2 124M's decode (prompt 32, 64 tokens, ms a token,
-// the distances alternated in one shell, 3-4 rounds of 3 generations; 2-core AMD EPYC, 47-75 GB/s):
-//   q4a8   2 threads: none 2.00-2.07, 4 KiB 1.75-1.82, 8 KiB 1.73-1.82;  1 thread: 2.96-2.99, 2.43-2.48, 2.30-2.34
-//   int8a8 2 threads: none 2.95-3.25, 4 KiB 2.62-2.80, 8 KiB 2.59-2.85;  1 thread: 4.12-4.18, 3.61-3.77, 3.28-3.46
-constexpr int kPrefetchAhead = 8192;
-
-// (The address is formed as an integer: past the last row it points outside W, which a prefetch may, but pointer
-// arithmetic may not.)
-inline void prefetch(const uint8_t* p) {
-  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) + kPrefetchAhead), _MM_HINT_T0);
-}
-
 // Two vectors of partial sums, each lane group one block's, into one whose groups are half as wide: the groups' first
 // halves (x's, then y's) plus their second halves. lo and hi are _mm512_permutex2var_epi32 indices (y's lanes 16-31).
 inline __m512i halve(__m512i x, __m512i y, __m512i lo, __m512i hi) {
@@ -115,7 +102,7 @@ void rows(const QuantDotRows& q, int n0, int n1) {
           for (int m = 0; m < MR; ++m) out[m] = _mm512_setzero_si512();
           return;
         }
-        prefetch(row + g * 64);
+        prefetch_weights(row + g * 64);
         const __m512i v = _mm512_loadu_si512(row + g * 64);
         const __m512i even = _mm512_and_si512(v, mask), odd = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
         for (int m = 0; m < MR; ++m) {
@@ -166,7 +153,7 @@ void rows_int8(const QuantDotRows& q, int n0, int n1) {
     for (int m = 0; m < MR; ++m) acc[m] = _mm512_setzero_ps();
     for (int p = 0; p < pairs; ++p) {
       const int b = 2 * p;
-      prefetch(row + b * kDotBlock);
+      prefetch_weights(row + b * kDotBlock);
       const __m512i codes = _mm512_xor_si512(_mm512_loadu_si512(row + b * kDotBlock), flip);
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
