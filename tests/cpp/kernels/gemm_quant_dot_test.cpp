@@ -45,6 +45,9 @@ TEST(GemmQuantDot, ActivationsAreQuantizedByQ8ZerosRule) {
   auto A = test::randn(static_cast<size_t>(M) * lda, 5);
   for (int k = 32; k < 64; ++k) A[static_cast<size_t>(lda) + k] = 0.f;             // row 1, block 1: all zero
   A[2 * static_cast<size_t>(lda) + 40] = std::numeric_limits<float>::quiet_NaN();  // row 2, block 1
+  // Row 1, block 2: max |a| = 127, so a / d = a exactly, and halfway values, which round to even as nearbyint does
+  const float ties[] = {127.f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -125.5f, 3.5f};
+  for (int i = 0; i < 10; ++i) A[static_cast<size_t>(lda) + 64 + i] = ties[i];
   for (WeightFormat f : kFormats) {
     std::vector<int16_t> q(static_cast<size_t>(M) * nb * kDotBlock, 99);
     std::vector<float> d(static_cast<size_t>(M) * nb);

@@ -9,6 +9,20 @@
 
 namespace qkv::kernels {
 
+namespace {
+
+// std::nearbyint's result in the default rounding mode (to nearest, ties to even) for |x| <= 2^22, without its call:
+// adding 1.5 x 2^23 leaves no bits below the units, so the sum is x rounded to an integer, exactly as nearbyint
+// rounds it, and the subtraction is exact. (Here |x| <= 127 and a little: a / max |a| x 127.) The library call per
+// element was 4% of GPT-2 124M's q4a8 decode on one thread (perf), the quantizer running on the calling thread while
+// the others wait.
+inline float round_half_even(float x) {
+  constexpr float kShift = 12582912.f;  // 1.5 x 2^23
+  return (x + kShift) - kShift;
+}
+
+}  // namespace
+
 void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d, int8_t* q8,
                           int32_t* zsum) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
@@ -32,7 +46,7 @@ void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f,
       for (int i = 0; i < len; ++i) {
         // Q4 blocks in the nibbles' order: element 2j at j, element 2j + 1 at 16 + j.
         const int at = f == WeightFormat::Q4 ? (i % 2) * (kDotBlock / 2) + i / 2 : i;
-        qb[at] = static_cast<int16_t>(std::clamp(std::nearbyint(a[k0 + i] * inv), -127.f, 127.f));
+        qb[at] = static_cast<int16_t>(std::clamp(round_half_even(a[k0 + i] * inv), -127.f, 127.f));
       }
     }
   }
