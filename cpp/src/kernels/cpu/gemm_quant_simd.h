@@ -164,11 +164,13 @@ struct Simd {
   static void rows(const QuantRows& q, int n0, int n1) {
     // U accumulators per row of A, indexed by a compile-time t (the vectors of a block) so they stay in registers;
     // the generic Q4 loader adds each block's scaled sum to one accumulator per row (a runtime index, b % U, put them
-    // on the stack: a store-forwarding round trip per block, 2x slower), the AVX-512 one (Rf = 2) alternates two
-    // blocks between two, the loop unrolled by two: on one accumulator the blocks waited for each other's FMA (a
-    // block is a 16-byte load, two table lookups and three FMAs). GPT-2 124M's q4 decode at 2 threads (alternated,
-    // 45 GB/s): 2.69-2.86 ms a token before, 2.65-2.67 with the prefetch alone, 2.30-2.37 with both.
-    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? (Rf == 2 ? 2 : 1) : MR == 1 ? 4 : MR == 2 ? 2 : 1;
+    // on the stack: a store-forwarding round trip per block, 2x slower). The AVX-512 one (Rf = 2) dequantizes a block
+    // into its two vectors with the scale folded into the lookup table (Q4Loader::load_scaled) and multiplies-adds
+    // them into two accumulators, the next block into two others, the loop unrolled by two: with the block's sum
+    // scaled into one accumulator per row, the blocks waited for each other's FMA (a block is a 16-byte load, two
+    // table lookups and three FMAs). GPT-2 124M's q4 decode at 2 threads (alternated, 45 GB/s): 2.69-2.86 ms a token
+    // before, 2.65-2.67 with the prefetch alone, 2.30-2.37 with the prefetch and two accumulators.
+    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? (Rf == 2 ? 4 : 1) : MR == 1 ? 4 : MR == 2 ? 2 : 1;
     constexpr int B = Rf * V;  // elements per block
     const int blocks = q.K / B;
     constexpr int kBlocksPerLine = std::max(1, 64 / block_bytes<f>);  // one prefetch per 64-byte line of the row
@@ -186,16 +188,15 @@ struct Simd {
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
       int b = 0;
       if constexpr (f == WeightFormat::Q4 && Rf == 2) {
-        // A group (or half of one) per block: the two vectors' products summed, then scaled once, into accumulator u.
+        // A group per block, dequantized (its scale in the table), into accumulators 2u and 2u + 1.
         auto q4_block = [&](int bb, auto u) {
           F w[2];
-          Q4Loader<Arch>::load(row + static_cast<size_t>(bb) * block_bytes<f>, w);
-          const F scale(sf[bb * B / 32]);
+          Q4Loader<Arch>::load_scaled(row + static_cast<size_t>(bb) * block_bytes<f>, sf[bb * B / 32], w);
           const float* a = q.A + static_cast<size_t>(bb) * B;
           for (int m = 0; m < MR; ++m) {
             const float* am = a + static_cast<size_t>(m) * q.lda;
-            const F t = gemm_madd(F::load_unaligned(am + V), w[1], F::load_unaligned(am) * w[0]);
-            acc[m][u] = gemm_madd(t, scale, acc[m][u]);
+            acc[m][2 * u] = gemm_madd(F::load_unaligned(am), w[0], acc[m][2 * u]);
+            acc[m][2 * u + 1] = gemm_madd(F::load_unaligned(am + V), w[1], acc[m][2 * u + 1]);
           }
         };
         for (; b < blocks; b += 2) {

@@ -58,6 +58,15 @@ struct Q4Loader<xsimd::avx512f> {
     w[0] = _mm512_permutexvar_ps(v, table);
     w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
   }
+  // The same with the block's scale s folded into the table first: w = (c - 8) s, the dequantized weights (each the
+  // one rounding of dequantize_element), so the products need no multiply by the scale of their own.
+  static void load_scaled(const uint8_t* p, float s, xsimd::batch<float, xsimd::avx512f>* w) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m512 table =
+        _mm512_mul_ps(_mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7), _mm512_set1_ps(s));
+    w[0] = _mm512_permutexvar_ps(v, table);
+    w[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+  }
   // A row's group scales (bfloat16, ops/weight_format.h) as floats in out: 16 at a time widened and shifted into
   // a float's top half, then one by one. Decoding's rows are short (K / 32 blocks of 8 operations), so the row's
   // conversion must be a few operations: a generic loop over each row (Q4RowScales::of, with IEEE half scales then)
