@@ -64,10 +64,9 @@ using QuantDotFn = void (*)(const QuantDotRows& q, int n0, int n1);
 // The scalar kernel (every instruction set without its own: NEON, scalar).
 void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
 // The SSE4.1 kernel, which the WebAssembly build compiles to SIMD128 (kernels/cpu/arch/sse41.cpp), and the AVX2 one
-// (arch/avx2.cpp; AVX-512 machines run it too). For Q4 the AVX2 one and the relaxed-SIMD WebAssembly build's
-// (kQuantDotBytes) read q8 and zsum.
+// (arch/avx2.cpp; AVX-512 machines run it too). For Q4 both read zsum, and the AVX2 one and the relaxed-SIMD
+// WebAssembly build's q8.
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
-extern const bool kQuantDotBytes;
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);
 // AVX-512 VNNI (arch/avx512vnni.cpp): int8 two blocks at a time with vpdpbusd, Q4 four, reading q8 and zsum; for Q4,
 // q8 in its own order, which q4_group_order_avx512vnni makes (in place, from Int8Rows' order): within each whole

@@ -15,6 +15,13 @@
 //   T::kQ4Bytes        true: Q4 blocks go through w = T::q4_nibbles(p) (the 16 bytes' codes as they are) and
 //                      T::q4_dot(w, a8, zsum) instead of q4 and madd: int32 lanes summing to sum (c - 8) q, from
 //                      the int8 activations (Int8Rows' q8, the nibbles' order) and 8 x their sum (zsum)
+//   T::kQ4Fours        true: Q4 goes through rows_q4_fours (below) with
+//     T::q4_codes(p)        a block's 16 bytes as the trait keeps its codes, unsigned (0..15)
+//     T::q4_sum(w, a, block)  int32 lanes summing to sum c q for that block of Int8Rows a (no offset)
+//     T::reduce4(v)         four blocks' lanes -> one vector of their four sums, block j in lane j
+//     T::scales4(s16, d)    the float products s[b + j] d[m, b + j] of four blocks (bfloat16 s, float d)
+//     T::sub(x, y), T::load4(p)  int32 lanes: x - y, four int32 at p
+//     T::scale4(x, s, acc)  acc + float(x) * s, lane by lane
 #include <algorithm>
 
 #include "kernels/cpu/gemm_quant_dot.h"
@@ -22,8 +29,50 @@
 
 namespace qkv::kernels::dot_detail {
 
+// Q4, four blocks at a time, for a trait with kQ4Fours. Each block's products are summed into int32 lanes with the
+// codes as unsigned 0..15 (no recentring: the offset is 8 x the block's activation sum, Int8Rows::zsum, taken off
+// once per four blocks), four blocks' lanes are reduced into one vector of their four sums, and only that vector is
+// converted and scaled by s d: per block, a quarter of the convert, multiply and add, and no scalar scale made and
+// splat. Blocks past the last four go one by one. The block order of the sums is that of the one-block loop, so only
+// the float additions differ in order from the reference.
+template <class T, int MR>
+void rows_q4_fours(const QuantDotRows& q, int n0, int n1) {
+  using I = typename T::I;
+  using F = typename T::F;
+  const int nb = q.a.nb, whole = nb / 4 * 4;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
+    const uint16_t* s16 = reinterpret_cast<const uint16_t*>(s);  // block b's bfloat16 scale at s16[b]
+    F acc[MR];
+    for (int m = 0; m < MR; ++m) acc[m] = T::zero();
+    for (int b = 0; b < whole; b += 4) {
+      I v[MR][4];
+      for (int j = 0; j < 4; ++j) {
+        const auto w = T::q4_codes(row + (b + j) * 16);
+        for (int m = 0; m < MR; ++m) v[m][j] = T::q4_sum(w, q.a, static_cast<size_t>(m) * nb + b + j);
+      }
+      for (int m = 0; m < MR; ++m) {
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        const I sums = T::sub(T::reduce4(v[m]), T::load4(q.a.zsum + block));
+        acc[m] = T::scale4(sums, T::scales4(s16 + b, q.a.d + block), acc[m]);
+      }
+    }
+    for (int b = whole; b < nb; ++b) {
+      const auto w = T::q4_codes(row + b * 16);
+      for (int m = 0; m < MR; ++m) {
+        const size_t block = static_cast<size_t>(m) * nb + b;
+        const I x = T::sub(T::q4_sum(w, q.a, block), T::lane0(q.a.zsum[block]));
+        acc[m] = T::scale(ops::q4_scale(s, b) * q.a.d[block], x, acc[m]);
+      }
+    }
+    for (int m = 0; m < MR; ++m) q.C[static_cast<size_t>(m) * q.ldc + n] = T::hsum(acc[m]);
+  }
+}
+
+// One block at a time: int8 on every trait, Q4 on a trait without kQ4Fours.
 template <class T, WeightFormat f, int MR>
-void rows(const QuantDotRows& q, int n0, int n1) {
+void rows_blocks(const QuantDotRows& q, int n0, int n1) {
   using I = typename T::I;
   using F = typename T::F;
   constexpr int E = T::E, P = kDotBlock / E;  // vectors per block
@@ -77,6 +126,14 @@ void rows(const QuantDotRows& q, int n0, int n1) {
       q.C[static_cast<size_t>(m) * q.ldc + n] = c;
     }
   }
+}
+
+template <class T, WeightFormat f, int MR>
+void rows(const QuantDotRows& q, int n0, int n1) {
+  if constexpr (f == WeightFormat::Q4 && T::kQ4Fours)
+    rows_q4_fours<T, MR>(q, n0, n1);
+  else
+    rows_blocks<T, f, MR>(q, n0, n1);
 }
 
 template <class T>

@@ -69,6 +69,7 @@ struct Avx2Dot {
   // Q4 multiplies bytes: vpmaddubsw takes the codes (0..15) as its unsigned operand and the int8 activations as its
   // signed one, 32 products summed in pairs (|pair| <= 2 * 15 * 127, no saturation), then vpmaddwd adds the pairs.
   static constexpr bool kQ4Bytes = true;
+  static constexpr bool kQ4Fours = false;
   struct Nibbles {
     __m256i codes;  // the even elements' codes, then the odd ones' (the activations' order in a Q4 block)
   };

@@ -30,9 +30,11 @@ template QuantKernels quant_kernels<xsimd::sse4_1>();
 // The int8-activation product (gemm_quant_dot.h) on 128-bit vectors. In the WebAssembly build the emulated SSE
 // intrinsics map one to one onto SIMD128 (pmaddwd is i32x4.dot_i16x8_s), except where SIMD128 has a shorter way,
 // written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
-// The relaxed-SIMD build multiplies Q4's bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of an
-// int8 activation and a code at once (the codes 0..15 fit its 7-bit operand, so every engine gives the exact sums;
-// V8 on x86: one pmaddubsw), the recentring by 8 being the block's activation sum (Int8Rows::zsum).
+// Q4 goes four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours) with its codes unsigned, 0..15, the
+// recentring by 8 being the blocks' activation sums (Int8Rows::zsum). The plain build widens the codes to int16 for
+// pmaddwd; the relaxed-SIMD build multiplies the bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of
+// an int8 activation and a code at once (the codes fit its 7-bit operand, so every engine gives the exact sums; V8 on
+// x86: one pmaddubsw).
 #include "kernels/cpu/gemm_quant_dot_simd.h"
 namespace qkv::kernels {
 namespace {
@@ -48,25 +50,6 @@ struct Sse41Dot {
     return _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 #endif
   }
-  static void q4(const uint8_t* p, I* w) {
-    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), eight = _mm_set1_epi8(8);
-#ifdef __EMSCRIPTEN__
-    const I lo = _mm_sub_epi8(_mm_and_si128(v, _mm_set1_epi8(0x0f)), eight);
-    const I hi = _mm_sub_epi8((I)wasm_u8x16_shr((v128_t)v, 4), eight);
-    w[0] = (I)wasm_i16x8_extend_low_i8x16((v128_t)lo);
-    w[1] = (I)wasm_i16x8_extend_high_i8x16((v128_t)lo);
-    w[2] = (I)wasm_i16x8_extend_low_i8x16((v128_t)hi);
-    w[3] = (I)wasm_i16x8_extend_high_i8x16((v128_t)hi);
-#else
-    const I mask = _mm_set1_epi8(0x0f);
-    const I lo = _mm_sub_epi8(_mm_and_si128(v, mask), eight);
-    const I hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), eight);
-    w[0] = _mm_cvtepi8_epi16(lo);
-    w[1] = _mm_cvtepi8_epi16(_mm_srli_si128(lo, 8));
-    w[2] = _mm_cvtepi8_epi16(hi);
-    w[3] = _mm_cvtepi8_epi16(_mm_srli_si128(hi, 8));
-#endif
-  }
   static I madd(I a, I b) { return _mm_madd_epi16(a, b); }
   static I add(I a, I b) { return _mm_add_epi32(a, b); }
   static F scale(float s, I x, F acc) { return _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(x), _mm_set1_ps(s))); }
@@ -75,33 +58,66 @@ struct Sse41Dot {
     const F h = _mm_add_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
   }
+  static constexpr bool kQ4Bytes = false;  // (rows_q4_fours reads the bytes where relaxed SIMD multiplies them)
 #if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
-  static constexpr bool kQ4Bytes = true;
   struct Nibbles {
     v128_t lo, hi;  // the even elements' codes, the odd ones'
   };
-  static Nibbles q4_nibbles(const uint8_t* p) {
+  // Lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (int8 a, 7-bit b): i16x8.relaxed_dot_i8x16_i7x16_s, written as clang 14's
+  // prototype i8x16.relaxed_swizzle, which scripts/wasm-relaxed.mjs rewrites into it after linking (clang 14 has no
+  // dot). Here |lane| <= 2 * 127 * 15 = 3810, and the two halves' sum fits 16 bits too (7620).
+  static v128_t dot(v128_t a, v128_t b) { return (v128_t)__builtin_wasm_relaxed_swizzle_i8x16((__i8x16)a, (__i8x16)b); }
+#endif
+  // Q4 four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours), the codes unsigned.
+  static constexpr bool kQ4Fours = true;
+#if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
+  using Codes = Nibbles;
+  static Codes q4_codes(const uint8_t* p) {
     const v128_t v = wasm_v128_load(p);
     return {wasm_v128_and(v, wasm_i8x16_splat(0x0f)), wasm_u8x16_shr(v, 4)};
   }
-  // Lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (int8 a, 7-bit b): i16x8.relaxed_dot_i8x16_i7x16_s, written as clang 14's
-  // prototype i8x16.relaxed_swizzle, which scripts/wasm-relaxed.mjs rewrites into it after linking (clang 14 has no
-  // dot). Here |lane| <= 2 * 127 * 15 = 3810.
-  static v128_t dot(v128_t a, v128_t b) { return (v128_t)__builtin_wasm_relaxed_swizzle_i8x16((__i8x16)a, (__i8x16)b); }
-  // The two halves' dots added in 16 bits (|lane| <= 7620), widened in pairs, less 8 x the activations' sum.
-  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t zsum) {
-    const v128_t d = wasm_i16x8_add(dot(wasm_v128_load(a), w.lo), dot(wasm_v128_load(a + 16), w.hi));
-    return (I)wasm_i32x4_sub(wasm_i32x4_extadd_pairwise_i16x8(d), wasm_i32x4_make(zsum, 0, 0, 0));
+  static I q4_sum(const Codes& w, const Int8Rows& a, size_t block) {
+    const int8_t* a8 = a.q8 + block * kDotBlock;
+    return (I)wasm_i32x4_extadd_pairwise_i16x8(
+        wasm_i16x8_add(dot(wasm_v128_load(a8), w.lo), dot(wasm_v128_load(a8 + 16), w.hi)));
   }
 #else
-  static constexpr bool kQ4Bytes = false;
+  struct Codes {
+    I w[4];  // the low nibbles' codes 0-7, 8-15, then the high nibbles', widened to int16
+  };
+  static Codes q4_codes(const uint8_t* p) {
+    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
+#ifdef __EMSCRIPTEN__
+    const v128_t lo = wasm_v128_and((v128_t)v, (v128_t)mask), hi = wasm_u8x16_shr((v128_t)v, 4);
+    return {{(I)wasm_u16x8_extend_low_u8x16(lo), (I)wasm_u16x8_extend_high_u8x16(lo),
+             (I)wasm_u16x8_extend_low_u8x16(hi), (I)wasm_u16x8_extend_high_u8x16(hi)}};
+#else
+    const I lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+    return {{_mm_cvtepu8_epi16(lo), _mm_cvtepu8_epi16(_mm_srli_si128(lo, 8)), _mm_cvtepu8_epi16(hi),
+             _mm_cvtepu8_epi16(_mm_srli_si128(hi, 8))}};
 #endif
+  }
+  static I q4_sum(const Codes& w, const Int8Rows& a, size_t block) {
+    const int16_t* x = a.q + block * kDotBlock;
+    return _mm_add_epi32(_mm_add_epi32(_mm_madd_epi16(w.w[0], load16(x)), _mm_madd_epi16(w.w[1], load16(x + 8))),
+                         _mm_add_epi32(_mm_madd_epi16(w.w[2], load16(x + 16)), _mm_madd_epi16(w.w[3], load16(x + 24))));
+  }
+#endif
+  // [v0 v1 v2 v3] -> [sum v0, sum v1, sum v2, sum v3]: two rounds of interleave-and-add.
+  static I reduce4(const I* v) {
+    const I a = _mm_add_epi32(_mm_unpacklo_epi32(v[0], v[1]), _mm_unpackhi_epi32(v[0], v[1]));  // v0 v1 v0 v1
+    const I b = _mm_add_epi32(_mm_unpacklo_epi32(v[2], v[3]), _mm_unpackhi_epi32(v[2], v[3]));  // v2 v3 v2 v3
+    return _mm_add_epi32(_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b));
+  }
+  static F scales4(const uint16_t* s16, const float* d) {
+    const I bits = _mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s16))), 16);
+    return _mm_mul_ps(_mm_castsi128_ps(bits), _mm_loadu_ps(d));
+  }
+  static I sub(I x, I y) { return _mm_sub_epi32(x, y); }
+  static I load4(const int32_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+  static I lane0(int32_t x) { return _mm_cvtsi32_si128(x); }
+  static F scale4(I x, F s, F acc) { return _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(x), s)); }
 };
 }  // namespace
-#if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
-extern const bool kQuantDotBytes = true;
-#else
-extern const bool kQuantDotBytes = false;
-#endif
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Sse41Dot>(q, n0, n1); }
 }  // namespace qkv::kernels
