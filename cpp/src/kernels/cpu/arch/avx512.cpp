@@ -79,6 +79,12 @@ struct Q4Loader<xsimd::avx512f> {
       const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(halves + 2 * g));
       _mm512_storeu_si512(out + g, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     }
+    // Eight more at once (K = 768 has 24 groups: a 16 and an 8; one by one, the 8 took GPT-2's fc1 product, 3072 x
+    // 768 in cache on 1 thread, 60.4 us against 56.7-58.5)
+    for (; g + 8 <= G; g += 8) {
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(halves + 2 * g));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + g), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
     for (; g < G; ++g) out[g] = ops::q4_scale(words, g);
     return out;
   }
