@@ -6,8 +6,9 @@
 // A trait T has E int16 lanes per vector (I), a float vector F of E / 2 lanes, and
 //   T::load16(p)       E int16 activations
 //   T::int8(p)         E int8 codes at p, sign-extended to int16
-//   T::q4(p, w)        16 bytes (a group's 32 codes) as 32 / E vectors of code - 8: first the low nibbles (the even
-//                      elements), then the high ones, the order quantize_activations puts a Q4 block's codes in
+//   T::q4(p, w)        (Q4 without kQ4Fours) 16 bytes (a group's 32 codes) as 32 / E vectors of code - 8: first the
+//                      low nibbles (the even elements), then the high ones, the order quantize_activations puts a Q4
+//                      block's codes in
 //   T::madd(a, b)      E / 2 int32 lanes, lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (pmaddwd, i32x4.dot_i16x8_s)
 //   T::add(a, b)       int32 lanes added
 //   T::scale(s, x, acc)  acc + float(s) * x
@@ -20,7 +21,7 @@
 //     T::q4_sum(w, a, block)  int32 lanes summing to sum c q for that block of Int8Rows a (no offset)
 //     T::reduce4(v)         four blocks' lanes -> one vector of their four sums, block j in lane j
 //     T::scales4(s16, d)    the float products s[b + j] d[m, b + j] of four blocks (bfloat16 s, float d)
-//     T::sub(x, y), T::load4(p)  int32 lanes: x - y, four int32 at p
+//     T::sub(x, y), T::load4(p), T::lane0(x)  int32 lanes: x - y, four int32 at p, x in lane 0 and zeros
 //     T::scale4(x, s, acc)  acc + float(x) * s, lane by lane
 #include <algorithm>
 
