@@ -186,7 +186,6 @@ struct Simd {
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
-      int b = 0;
       if constexpr (f == WeightFormat::Q4 && Rf == 2) {
         // A group per block, dequantized (its scale in the table), into accumulators 2u and 2u + 1.
         auto q4_block = [&](int bb, auto u) {
@@ -199,38 +198,37 @@ struct Simd {
             acc[m][2 * u + 1] = gemm_madd(F::load_unaligned(am + V), w[1], acc[m][2 * u + 1]);
           }
         };
-        for (; b < blocks; b += 2) {
+        for (int b = 0; b < blocks; b += 2) {
           if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
           q4_block(b, std::integral_constant<int, 0>{});
           if (b + 1 < blocks) q4_block(b + 1, std::integral_constant<int, 1>{});
         }
-      }
-      for (; b < blocks; ++b) {
-        if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
-        F w[Rf];
-        const float* a = q.A + static_cast<size_t>(b) * B;
-        if constexpr (f == WeightFormat::Q4 && Rf == 2) {
-          // (every block went through the loop above)
-        } else if constexpr (f == WeightFormat::Q4) {
-          // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
-          // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
-          q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
-          const F scale = group_scales(s, b * (B / 32), lanes);
-          for (int m = 0; m < MR; ++m) {
-            const float* am = a + static_cast<size_t>(m) * q.lda;
-            F s0 = F::load_unaligned(am) * w[0], s1 = F::load_unaligned(am + V) * w[1];
-            for (int t = 2; t < 8; t += 2) {
-              s0 = gemm_madd(F::load_unaligned(am + t * V), w[t], s0);
-              s1 = gemm_madd(F::load_unaligned(am + (t + 1) * V), w[t + 1], s1);
+      } else {
+        for (int b = 0; b < blocks; ++b) {
+          if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
+          F w[Rf];
+          const float* a = q.A + static_cast<size_t>(b) * B;
+          if constexpr (f == WeightFormat::Q4) {
+            // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
+            // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
+            q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
+            const F scale = group_scales(s, b * (B / 32), lanes);
+            for (int m = 0; m < MR; ++m) {
+              const float* am = a + static_cast<size_t>(m) * q.lda;
+              F s0 = F::load_unaligned(am) * w[0], s1 = F::load_unaligned(am + V) * w[1];
+              for (int t = 2; t < 8; t += 2) {
+                s0 = gemm_madd(F::load_unaligned(am + t * V), w[t], s0);
+                s1 = gemm_madd(F::load_unaligned(am + (t + 1) * V), w[t + 1], s1);
+              }
+              acc[m][b % U] = gemm_madd(s0 + s1, scale, acc[m][b % U]);
             }
-            acc[m][b % U] = gemm_madd(s0 + s1, scale, acc[m][b % U]);
+          } else {
+            block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, 0, lanes, w);  // not Q4: no group
+            for (int t = 0; t < Rf; ++t)
+              for (int m = 0; m < MR; ++m)
+                acc[m][t % U] =
+                    gemm_madd(F::load_unaligned(a + static_cast<size_t>(m) * q.lda + t * V), w[t], acc[m][t % U]);
           }
-        } else {
-          block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, 0, lanes, w);  // not Q4: no group
-          for (int t = 0; t < Rf; ++t)
-            for (int m = 0; m < MR; ++m)
-              acc[m][t % U] =
-                  gemm_madd(F::load_unaligned(a + static_cast<size_t>(m) * q.lda + t * V), w[t], acc[m][t % U]);
         }
       }
       // In natural order, whole vectors past the last block still go through the vector unit (the rest one by
