@@ -18,7 +18,8 @@
 //                      the int8 activations (Int8Rows' q8, the nibbles' order) and 8 x their sum (zsum)
 //   T::kQ4Fours        true: Q4 goes through rows_q4_fours (below) with
 //     T::q4_codes(p)        a block's 16 bytes as the trait keeps its codes, unsigned (0..15)
-//     T::q4_sum(w, a, block)  int32 lanes summing to sum c q for that block of Int8Rows a (no offset)
+//     T::Act, T::q4_act(a)  the activations the trait multiplies (Int8Rows' q or q8): their type and first block
+//     T::q4_sum(w, x)       int32 lanes summing to sum c q for the block of activations at x (no offset)
 //     T::reduce4(v)         four blocks' lanes -> one vector of their four sums, block j in lane j
 //     T::scales4(s16, d)    the float products s[b + j] d[m, b + j] of four blocks (bfloat16 s, float d)
 //     T::sub(x, y), T::load4(p), T::lane0(x)  int32 lanes: x - y, four int32 at p, x in lane 0 and zeros
@@ -40,18 +41,34 @@ template <class T, int MR>
 void rows_q4_fours(const QuantDotRows& q, int n0, int n1) {
   using I = typename T::I;
   using F = typename T::F;
+  using Act = typename T::Act;
   const int nb = q.a.nb, whole = nb / 4 * 4;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
     const float* s = q.scales + static_cast<size_t>(n) * q.spr;
     const uint16_t* s16 = reinterpret_cast<const uint16_t*>(s);  // block b's bfloat16 scale at s16[b]
+    // The codes and each row's activations are walked by pointers that step a block at a time: under V8, indices
+    // scaled into addresses cost two shifts and two adds a block.
+    const uint8_t* w = row;
+    const Act* x[MR];
     F acc[MR];
-    for (int m = 0; m < MR; ++m) acc[m] = T::zero();
+    for (int m = 0; m < MR; ++m) {
+      x[m] = T::q4_act(q.a) + static_cast<size_t>(m) * nb * kDotBlock;
+      acc[m] = T::zero();
+    }
     for (int b = 0; b < whole; b += 4) {
       I v[MR][4];
-      for (int j = 0; j < 4; ++j) {
-        const auto w = T::q4_codes(row + (b + j) * 16);
-        for (int m = 0; m < MR; ++m) v[m][j] = T::q4_sum(w, q.a, static_cast<size_t>(m) * nb + b + j);
+      // Not unrolled: clang then loads all four blocks' codes and activations first, which V8's 16 registers cannot
+      // hold (the spills made the GPT-2 decode 10% slower).
+#ifdef __clang__
+#pragma clang loop unroll(disable)
+#endif
+      for (int j = 0; j < 4; ++j, w += 16) {
+        const auto codes = T::q4_codes(w);
+        for (int m = 0; m < MR; ++m) {
+          v[m][j] = T::q4_sum(codes, x[m]);
+          x[m] += kDotBlock;
+        }
       }
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
@@ -59,12 +76,13 @@ void rows_q4_fours(const QuantDotRows& q, int n0, int n1) {
         acc[m] = T::scale4(sums, T::scales4(s16 + b, q.a.d + block), acc[m]);
       }
     }
-    for (int b = whole; b < nb; ++b) {
-      const auto w = T::q4_codes(row + b * 16);
+    for (int b = whole; b < nb; ++b, w += 16) {
+      const auto codes = T::q4_codes(w);
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
-        const I x = T::sub(T::q4_sum(w, q.a, block), T::lane0(q.a.zsum[block]));
-        acc[m] = T::scale(ops::q4_scale(s, b) * q.a.d[block], x, acc[m]);
+        const I sum = T::sub(T::q4_sum(codes, x[m]), T::lane0(q.a.zsum[block]));
+        x[m] += kDotBlock;
+        acc[m] = T::scale(ops::q4_scale(s, b) * q.a.d[block], sum, acc[m]);
       }
     }
     for (int m = 0; m < MR; ++m) q.C[static_cast<size_t>(m) * q.ldc + n] = T::hsum(acc[m]);

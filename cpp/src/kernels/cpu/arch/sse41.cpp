@@ -31,8 +31,9 @@ template QuantKernels quant_kernels<xsimd::sse4_1>();
 // intrinsics map one to one onto SIMD128 (pmaddwd is i32x4.dot_i16x8_s), except where SIMD128 has a shorter way,
 // written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
 // Q4 goes four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours) with its codes unsigned, 0..15, the
-// recentring by 8 being the blocks' activation sums (Int8Rows::zsum). The plain build widens the codes to int16 for
-// pmaddwd; the relaxed-SIMD build multiplies the bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of
+// recentring by 8 being the blocks' activation sums (Int8Rows::zsum). The plain build takes the codes out of 16-bit
+// lanes, already int16, for pmaddwd (the activations put in that order per call: q4_lane_order_sse41); the
+// relaxed-SIMD build multiplies the bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of
 // an int8 activation and a code at once (the codes fit its 7-bit operand, so every engine gives the exact sums; V8 on
 // x86: one pmaddubsw).
 #include "kernels/cpu/gemm_quant_dot_simd.h"
@@ -73,32 +74,32 @@ struct Sse41Dot {
 #if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
   using Codes = Nibbles;
   static Codes q4_codes(const uint8_t* p) {
-    const v128_t v = wasm_v128_load(p);
-    return {wasm_v128_and(v, wasm_i8x16_splat(0x0f)), wasm_u8x16_shr(v, 4)};
+    // The high nibbles by a 16-bit shift and the mask: V8 makes a byte shift a word shift and a mask built anew.
+    const v128_t v = wasm_v128_load(p), mask = wasm_i8x16_splat(0x0f);
+    return {wasm_v128_and(v, mask), wasm_v128_and(wasm_u16x8_shr(v, 4), mask)};
   }
-  static I q4_sum(const Codes& w, const Int8Rows& a, size_t block) {
-    const int8_t* a8 = a.q8 + block * kDotBlock;
+  using Act = int8_t;
+  static const Act* q4_act(const Int8Rows& a) { return a.q8; }
+  static I q4_sum(const Codes& w, const int8_t* a8) {
     return (I)wasm_i32x4_extadd_pairwise_i16x8(
         wasm_i16x8_add(dot(wasm_v128_load(a8), w.lo), dot(wasm_v128_load(a8 + 16), w.hi)));
   }
 #else
   struct Codes {
-    I w[4];  // the low nibbles' codes 0-7, 8-15, then the high nibbles', widened to int16
+    I w[4];  // int16 lane j of w[i]: element 4j + i of the block (q4_lane_order_sse41 orders the activations so)
   };
+  // Lane j of the 16 bytes as int16 holds the block's bytes 2j and 2j + 1, i.e. its elements 4j .. 4j + 3 a nibble
+  // each: four 16-bit shifts and masks take them out already widened. Widening the bytes (the low and the high
+  // nibbles, each extended from its low and high half) took 12 instructions a block under V8 against these 7: a
+  // byte shift is a word shift and a mask made anew each time, and extending a high half needs a zeroed register.
   static Codes q4_codes(const uint8_t* p) {
-    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
-#ifdef __EMSCRIPTEN__
-    const v128_t lo = wasm_v128_and((v128_t)v, (v128_t)mask), hi = wasm_u8x16_shr((v128_t)v, 4);
-    return {{(I)wasm_u16x8_extend_low_u8x16(lo), (I)wasm_u16x8_extend_high_u8x16(lo),
-             (I)wasm_u16x8_extend_low_u8x16(hi), (I)wasm_u16x8_extend_high_u8x16(hi)}};
-#else
-    const I lo = _mm_and_si128(v, mask), hi = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-    return {{_mm_cvtepu8_epi16(lo), _mm_cvtepu8_epi16(_mm_srli_si128(lo, 8)), _mm_cvtepu8_epi16(hi),
-             _mm_cvtepu8_epi16(_mm_srli_si128(hi, 8))}};
-#endif
+    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi16(0x000f);
+    return {{_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask),
+             _mm_and_si128(_mm_srli_epi16(v, 8), mask), _mm_srli_epi16(v, 12)}};
   }
-  static I q4_sum(const Codes& w, const Int8Rows& a, size_t block) {
-    const int16_t* x = a.q + block * kDotBlock;
+  using Act = int16_t;
+  static const Act* q4_act(const Int8Rows& a) { return a.q; }
+  static I q4_sum(const Codes& w, const int16_t* x) {
     return _mm_add_epi32(_mm_add_epi32(_mm_madd_epi16(w.w[0], load16(x)), _mm_madd_epi16(w.w[1], load16(x + 8))),
                          _mm_add_epi32(_mm_madd_epi16(w.w[2], load16(x + 16)), _mm_madd_epi16(w.w[3], load16(x + 24))));
   }
@@ -120,4 +121,23 @@ struct Sse41Dot {
 };
 }  // namespace
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Sse41Dot>(q, n0, n1); }
+
+void q4_lane_order_sse41([[maybe_unused]] int16_t* q, [[maybe_unused]] int M, [[maybe_unused]] int nb) {
+#if !(defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD))
+  // A block in the nibbles' order is [E | O] (the 16 even elements, the 16 odd ones: element 2i at i, 2i + 1 at
+  // 16 + i). The codes' vectors take elements 4j, 4j + 1, 4j + 2, 4j + 3 (j = 0..7): E's even places, O's, E's odd
+  // places, O's.
+  int16_t t[kDotBlock];
+  for (int64_t b = 0; b < static_cast<int64_t>(M) * nb; ++b) {
+    int16_t* x = q + b * kDotBlock;
+    for (int j = 0; j < 8; ++j) {
+      t[j] = x[2 * j];
+      t[8 + j] = x[16 + 2 * j];
+      t[16 + j] = x[2 * j + 1];
+      t[24 + j] = x[17 + 2 * j];
+    }
+    std::copy(t, t + kDotBlock, x);
+  }
+#endif
+}
 }  // namespace qkv::kernels
