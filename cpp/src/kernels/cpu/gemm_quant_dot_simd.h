@@ -20,7 +20,8 @@
 //     T::q4_codes(p)        a block's 16 bytes as the trait keeps its codes, unsigned (0..15)
 //     T::Act, T::q4_act(a)  the activations the trait multiplies (Int8Rows' q or q8): their type and first block
 //     T::q4_sum(w, x)       int32 lanes summing to sum c q for the block of activations at x (no offset)
-//     T::reduce4(v)         four blocks' lanes -> one vector of their four sums, block j in lane j
+//     T::reduce2(x, y), T::combine2(p, q)  two blocks' lanes half reduced; two such pairs -> one vector of their
+//                           four sums (p's blocks in lanes 0 and 1)
 //     T::scales4(s16, d)    the float products s[b + j] d[m, b + j] of four blocks (bfloat16 s, float d)
 //     T::sub(x, y), T::load4(p), T::lane0(x)  int32 lanes: x - y, four int32 at p, x in lane 0 and zeros
 //     T::scale4(x, s, acc)  acc + float(x) * s, lane by lane
@@ -57,22 +58,22 @@ void rows_q4_fours(const QuantDotRows& q, int n0, int n1) {
       acc[m] = T::zero();
     }
     for (int b = 0; b < whole; b += 4) {
-      I v[MR][4];
-      // Not unrolled: clang then loads all four blocks' codes and activations first, which V8's 16 registers cannot
-      // hold (the spills made the GPT-2 decode 10% slower).
+      I v[MR][2];
+      // Two blocks a pass, their lanes half reduced at once. Not unrolled: clang then loads all four blocks' codes
+      // and activations first, which V8's 16 registers cannot hold (the spills made the GPT-2 decode 10% slower).
 #ifdef __clang__
 #pragma clang loop unroll(disable)
 #endif
-      for (int j = 0; j < 4; ++j, w += 16) {
-        const auto codes = T::q4_codes(w);
+      for (int j = 0; j < 2; ++j, w += 32) {
+        const auto c0 = T::q4_codes(w), c1 = T::q4_codes(w + 16);
         for (int m = 0; m < MR; ++m) {
-          v[m][j] = T::q4_sum(codes, x[m]);
-          x[m] += kDotBlock;
+          v[m][j] = T::reduce2(T::q4_sum(c0, x[m]), T::q4_sum(c1, x[m] + kDotBlock));
+          x[m] += 2 * kDotBlock;
         }
       }
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
-        const I sums = T::sub(T::reduce4(v[m]), T::load4(q.a.zsum + block));
+        const I sums = T::sub(T::combine2(v[m][0], v[m][1]), T::load4(q.a.zsum + block));
         acc[m] = T::scale4(sums, T::scales4(s16 + b, q.a.d + block), acc[m]);
       }
     }

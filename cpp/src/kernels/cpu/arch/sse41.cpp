@@ -104,12 +104,9 @@ struct Sse41Dot {
                          _mm_add_epi32(_mm_madd_epi16(w.w[2], load16(x + 16)), _mm_madd_epi16(w.w[3], load16(x + 24))));
   }
 #endif
-  // [v0 v1 v2 v3] -> [sum v0, sum v1, sum v2, sum v3]: two rounds of interleave-and-add.
-  static I reduce4(const I* v) {
-    const I a = _mm_add_epi32(_mm_unpacklo_epi32(v[0], v[1]), _mm_unpackhi_epi32(v[0], v[1]));  // v0 v1 v0 v1
-    const I b = _mm_add_epi32(_mm_unpacklo_epi32(v[2], v[3]), _mm_unpackhi_epi32(v[2], v[3]));  // v2 v3 v2 v3
-    return _mm_add_epi32(_mm_unpacklo_epi64(a, b), _mm_unpackhi_epi64(a, b));
-  }
+  // [v0 v1 v2 v3] -> [sum v0, sum v1, sum v2, sum v3]: two rounds of interleave-and-add, the first a pair at a time.
+  static I reduce2(I x, I y) { return _mm_add_epi32(_mm_unpacklo_epi32(x, y), _mm_unpackhi_epi32(x, y)); }  // x y x y
+  static I combine2(I p, I q) { return _mm_add_epi32(_mm_unpacklo_epi64(p, q), _mm_unpackhi_epi64(p, q)); }
   static F scales4(const uint16_t* s16, const float* d) {
     const I bits = _mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s16))), 16);
     return _mm_mul_ps(_mm_castsi128_ps(bits), _mm_loadu_ps(d));
