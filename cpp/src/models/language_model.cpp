@@ -63,11 +63,12 @@ struct LanguageModel::Impl {
   nn::LoraSite* head_site = nullptr;  // LoRA's "head" target: the head product (tied or not)
   Span dequant;                       // a frozen quantized head's rows for d top (nn/weight_product.h)
 
-  // The workspace's model-level buffers, planned for (B_cap, T_cap). A training step runs the head and the loss
+  // The workspace's model-level buffers, planned for (B_cap, T_cap), the attention's scratch also for K_cap cached keys
+  // (generation's KV caches). A training step runs the head and the loss
   // over chunks of head_rows rows (head_loss), so logits holds (head_rows + kTailRows, V); the paths that return or
   // read every row's logits (evaluate, logits(), generation) ask for the whole (B_cap * T_cap, V) once
   // (whole_logits), which training then chunks as well.
-  int B_cap = 0, T_cap = 0, head_rows = 0;
+  int B_cap = 0, T_cap = 0, K_cap = 0, head_rows = 0;
   const int chunk_setting = models::head_chunk_rows();  // models/head_chunk.h, when the model was made (0: by V)
   bool whole_logits = false;
   Span logits, losses, d_top;                        // logits become d logits in a training step
@@ -133,14 +134,16 @@ struct LanguageModel::Impl {
     return left - head_rows <= kTailRows ? left : head_rows;
   }
 
-  void ensure_capacity(int B, int T, bool whole) {
-    if (B <= B_cap && T <= T_cap && (whole_logits || !whole)) return;
+  // cached_keys: the capacity of the KV caches the stack's forward will be given (generation's), 0 for none.
+  void ensure_capacity(int B, int T, bool whole, int cached_keys = 0) {
+    if (B <= B_cap && T <= T_cap && cached_keys <= K_cap && (whole_logits || !whole)) return;
     B_cap = std::max(B, B_cap);
     T_cap = std::max(T, T_cap);
+    K_cap = std::max(cached_keys, K_cap);
     whole_logits = whole_logits || whole;
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
-      stack.plan(w, B_cap, T_cap, core.recomputes());
+      stack.plan(w, B_cap, T_cap, core.recomputes(), K_cap);
       embedding.plan(w, static_cast<int>(rows));
       head_rows = head_chunk(static_cast<int>(rows));
       const size_t chunk = std::min(rows, static_cast<size_t>(head_rows) + kTailRows);
@@ -461,7 +464,7 @@ struct LanguageModel::Generation::State {
         m.caches.clear();
       }
       const int fed = start + m.caches.length(), Tn = n - fed;
-      m.ensure_capacity(batch, Tn, true);
+      m.ensure_capacity(batch, Tn, true, m.caches.capacity());
       gather(fed, Tn);
       m.forward_cached(window.data(), batch, Tn);
       // The next-token logits (B,V) come to the host, where the sampler chooses (infer/sampling.cpp).
@@ -568,7 +571,7 @@ std::string LanguageModel::config_json() const { return to_json(impl_->config); 
 bool LanguageModel::tied_head() const { return impl_->lm_head == nullptr; }
 void LanguageModel::reset(bool moved) {
   if (moved) {
-    impl_->B_cap = impl_->T_cap = 0;
+    impl_->B_cap = impl_->T_cap = impl_->K_cap = 0;
     impl_->whole_logits = false;
   }
   impl_->caches_owner = 0;  // keys and values of the old weights, or of the old device

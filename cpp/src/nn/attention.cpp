@@ -29,8 +29,8 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
   w_in_.matrix = true;
 }
 
-void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved,
-                              const FeedForward::Spare& spare) {
+void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved, const FeedForward::Spare& spare,
+                              int cached_keys) {
   const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
   q_ = saved.take(ws, "q", rq * C_);
   kv_ = saved.take(ws, "kv", rk * 2 * C_);
@@ -38,8 +38,15 @@ void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved&
   lse_ = saved.take(ws, "lse", rq * H_);
   out_proj_.plan(ws, B * Tq, saved / "out");
   // Live only inside one forward or backward call: every attention module of the model shares them.
-  const ops::AttentionShape s{B, Tq, Tk, C_, H_, C_, 2 * C_, nullptr, true, 0.f, 0};
-  scratch_ = ws.take_shared("attention.scratch", ops().attention_scratch_size(s, std::min(max_threads(), B * H_)));
+  // The largest call: the planned one, or one of Tq new rows against the cache's keys (forward_cached's shape).
+  ops::AttentionShape s{B, Tq, Tk, C_, H_, C_, 2 * C_, nullptr, true, 0.f, 0};
+  const int tasks = std::min(max_threads(), B * H_);
+  size_t scratch = ops().attention_scratch_size(s, tasks);
+  if (cached_keys > 0) {
+    s.Tk = s.k_rows = cached_keys;
+    scratch = std::max(scratch, ops().attention_scratch_size(s, tasks));
+  }
+  scratch_ = ws.take_shared("attention.scratch", scratch);
   bias_scratch_ = ws.take_shared("bias_act.scratch",
                                  ops().bias_act_backward_scratch_size(static_cast<int>(std::max(rq, rk)), 2 * C_));
   // dq and dy in the spare's first buffer, dkv in its second, when they fit (decided by sizes: the plan's counting

@@ -42,7 +42,10 @@ class MultiHeadAttention {
   // spare: the layer's feed-forward's buffers (FeedForward::spare), free whenever this module's backward runs (the
   // layer runs the feed-forward's backward first): the backward's dq, dy and dkv go there when they fit, instead of
   // scratch of their own. GPT-2 124M at 8 x 128 rows: 12 MiB.
-  void plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved = {}, const FeedForward::Spare& spare = {});
+  // cached_keys: the key rows of a KV cache that forward() may attend over (its capacity; 0: none): the attention op's
+  // scratch grows with the keys, and a cached call feeds a few positions against all the cached keys.
+  void plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved = {}, const FeedForward::Spare& spare = {},
+            int cached_keys = 0);
   // xq (B,Tq,C), xkv (B,Tk,C) -> out (B,Tq,C). Attention dropout from `drop`. With a cache (KvCache above)
   // the keys come from it; its key_pad, if any, is (B, capacity); weights() is then unavailable.
   void forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,

@@ -47,12 +47,12 @@ EncoderStack::EncoderStack(Parameters& params, const std::string& prefix, int la
   if (final_norm) norm_ = std::make_unique<LayerNorm>(params, norm_name, o.C);
 }
 
-void EncoderStack::plan(Workspace& ws, int B, int T, bool recompute) {
+void EncoderStack::plan(Workspace& ws, int B, int T, bool recompute, int cached_keys) {
   recompute_ = recompute;
   held_ = -1;
   last_full_ = false;
   const Saved saved = recompute ? Saved{key_} : Saved{};
-  for (auto& l : layers_) l->plan(ws, B, T, saved);
+  for (auto& l : layers_) l->plan(ws, B, T, saved, cached_keys);
   if (norm_) norm_->plan(ws, B * T);
   plan_buffers(ws, xs_, out_, d_a_, d_b_, layers_.size(), static_cast<size_t>(B) * T * C_, norm_ != nullptr);
 }

@@ -28,8 +28,9 @@ class EncoderStack {
   // Layers are named prefix + "layers.N." and the final norm norm_name (e.g. "encoder.norm" or "norm").
   EncoderStack(Parameters& params, const std::string& prefix, int layers, const LayerOptions& o, bool final_norm,
                const std::string& norm_name);
-  // recompute: activation recomputation (above) for every pass until the next plan.
-  void plan(Workspace& ws, int B, int T, bool recompute = false);
+  // recompute: activation recomputation (above) for every pass until the next plan. cached_keys: the key rows of the
+  // KV caches forward() may be given (their capacity; 0: none).
+  void plan(Workspace& ws, int B, int T, bool recompute = false, int cached_keys = 0);
   // Write the embedded input into input(), run forward, read output() (B,T,C).
   Span input() { return xs_.front(); }
   CSpan output() const { return norm_ ? CSpan(out_) : CSpan(xs_.back()); }

@@ -9,11 +9,11 @@ EncoderLayer::EncoderLayer(Parameters& params, const std::string& prefix, const 
       attn_res_(params, prefix + "norm1", o.C, o.norm, o.dropout),
       ffn_res_(params, prefix + "norm2", o.C, o.norm, o.dropout) {}
 
-void EncoderLayer::plan(Workspace& ws, int B, int T, const Saved& saved) {
+void EncoderLayer::plan(Workspace& ws, int B, int T, const Saved& saved, int cached_keys) {
   const int rows = B * T;
   ffn_.plan(ws, rows, saved / "ffn");
   const FeedForward::Spare spare = ffn_.spare();
-  attn_.plan(ws, B, T, T, saved / "attn", spare);  // its backward runs after the feed-forward's
+  attn_.plan(ws, B, T, T, saved / "attn", spare, cached_keys);  // its backward runs after the feed-forward's
   // The rest of the layer's backward scratch, (R, C) each, in the feed-forward's buffers too when they hold 3 R C
   // (F >= 3C; the attention's dq and dy take the first's [0, 2RC), its dkv the second's): the feed-forward
   // block's dn (the feed-forward's dx) at the start of `free`, which its backward has finished reading; dx1 (written

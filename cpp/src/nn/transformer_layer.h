@@ -29,8 +29,8 @@ class EncoderLayer {
   // saved (nn/saved.h): where the layer keeps what its backward reads. Shared (a recomputing stack), everything but
   // what another layer's forward writes: pre-LN, LN(x) and its statistics, which the previous layer's last add makes
   // (Residual::forward's `next`), stay the layer's own, so that re-running this layer's forward alone restores the
-  // rest.
-  void plan(Workspace& ws, int B, int T, const Saved& saved = {});
+  // rest. cached_keys: MultiHeadAttention::plan's.
+  void plan(Workspace& ws, int B, int T, const Saved& saved = {}, int cached_keys = 0);
   // x, y: (B,T,C). x_normed and next chain pre-LN layers in a stack (Residual::forward): x's LayerNorm is
   // already done, and next gets LN(y) in the pass that makes y.
   // With a cache, x holds T new positions after those the cache keeps (nn/attention.h's KvCache).

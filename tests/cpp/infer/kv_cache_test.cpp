@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "ops/ops.h"
 #include "qkv/language_model.h"
 #include "test_util.h"
 
@@ -94,6 +95,43 @@ TEST(KvCache, LanguageModelCachedEqualsUncached) {
       EXPECT_EQ(got.tokens[r], want.tokens[r]) << c.name << ", row " << b;
       EXPECT_EQ(got.tokens[r].size(), static_cast<size_t>(c.new_tokens)) << c.name;
       EXPECT_LE(max_diff(got.logits[r], want.logits[r]), 1e-5) << c.name << ", row " << b;
+    }
+  }
+}
+
+// The attention's scratch grows with the keys a query sees, and a cached step's keys are the cache's, not the few
+// positions it feeds: planned for those alone, a one-head model (one scratch slot) decoding from a one-token prompt
+// ran out of scratch once the cache held more keys than the CPU's first tile (16), on the reference executor too.
+// Both executors, cached against uncached.
+TEST(KvCache, AShortPromptPlansTheAttentionForTheCachesKeys) {
+  LanguageModelConfig cfg;
+  cfg.vocab_size = 13;
+  cfg.context = 80;
+  cfg.d_model = 16;
+  cfg.heads = 1;
+  cfg.layers = 2;
+  LanguageModel trained(cfg);
+  test::randomize_weights(trained, 23);
+  const std::vector<uint8_t> bytes = trained.save();
+  for (const bool reference : {false, true}) {
+    for (const int prompt_len : {1, 2}) {
+      // A model fresh from the bytes for each case: the cached generation runs first, on a workspace no earlier
+      // call has planned (an uncached one plans for the whole context).
+      const bool before = ops::set_cpu_reference(reference);
+      const auto lm = LanguageModel::load(bytes);
+      ops::set_cpu_reference(before);
+      const std::vector<int32_t> prompt(static_cast<size_t>(prompt_len), 4);
+      SamplingOptions o;
+      o.max_new_tokens = 70;
+      o.temperature = 0.f;
+      o.use_cache = true;
+      const Generated got = run(*lm, prompt, 1, o);
+      o.use_cache = false;
+      const Generated want = run(*lm, prompt, 1, o);
+      const char* name = reference ? "reference" : "cpu";
+      ASSERT_EQ(got.tokens[0].size(), 70u) << name;
+      EXPECT_EQ(got.tokens[0], want.tokens[0]) << name << ", prompt " << prompt_len;
+      EXPECT_LE(max_diff(got.logits[0], want.logits[0]), 1e-5) << name << ", prompt " << prompt_len;
     }
   }
 }

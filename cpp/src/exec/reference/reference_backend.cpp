@@ -195,10 +195,15 @@ class ReferenceBackend final : public Backend {
   size_t attention_scratch_size(const AttentionShape& s, int) const override {
     return 2 * static_cast<size_t>(std::max(s.key_rows(), s.Tk));
   }
+  void check_attention_scratch(const char* op, Span scratch, const AttentionShape& s) const {
+    check(scratch.size() >= attention_scratch_size(s, 1), op, " (reference): scratch holds ", scratch.size(),
+          " floats: expected at least ", attention_scratch_size(s, 1), " (attention_scratch_size)");
+  }
   // Per (b, h, t): S = q k^T / sqrt(hs) over the visible keys, P = softmax(S), lse = log of its normaliser
   // (+inf when every key is masked, and then out = 0), out = dropout(P) v.
   void attention_forward(Span out, Span lse, const float* q, const float* k, const float* v, const AttentionShape& s,
                          Span scratch) override {
+    check_attention_scratch("attention_forward", scratch, s);
     const int hs = s.C / s.H;
     float* P = scratch.data();
     for (int b = 0; b < s.B; ++b)
@@ -220,6 +225,7 @@ class ReferenceBackend final : public Backend {
   // heads' columns (dk and dv over the Tk key rows).
   void attention_backward(float* dq, float* dk, float* dv, CSpan dout, const float* q, const float* k, const float* v,
                           CSpan, CSpan, const AttentionShape& s, Span scratch) override {
+    check_attention_scratch("attention_backward", scratch, s);
     const int hs = s.C / s.H;
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     float* P = scratch.data();
