@@ -131,7 +131,8 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
   if (kernel == &quant_dot_rows_avx512vnni && f == WeightFormat::Q4) q4_group_order_avx512vnni(q8.data(), M, nb);
 #endif
 #if QKV_ISA_SSE41
-  if (kernel == &quant_dot_rows_sse41 && f == WeightFormat::Q4) q4_lane_order_sse41(q.data(), M, nb);
+  if (kernel == &quant_dot_rows_sse41 && f == WeightFormat::Q4)
+    q4_prepare_sse41(q.data(), d.data(), zsum.data(), M, nb);
 #endif
   // The workers read this thread's buffers (a thread_local named in the lambda would be each worker's own).
   const int16_t* qa = q.data();

@@ -32,7 +32,7 @@ template QuantKernels quant_kernels<xsimd::sse4_1>();
 // written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
 // Q4 goes four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours) with its codes unsigned, 0..15, the
 // recentring by 8 being the blocks' activation sums (Int8Rows::zsum). The plain build takes the codes out of 16-bit
-// lanes, already int16, for pmaddwd (the activations put in that order per call: q4_lane_order_sse41); the
+// lanes, already int16, for pmaddwd (the activations put in that order per call: q4_prepare_sse41); the
 // relaxed-SIMD build multiplies the bytes directly: i16x8.relaxed_dot_i8x16_i7x16_s takes 16 products of
 // an int8 activation and a code at once (the codes fit its 7-bit operand, so every engine gives the exact sums; V8 on
 // x86: one pmaddubsw).
@@ -86,16 +86,17 @@ struct Sse41Dot {
   }
 #else
   struct Codes {
-    I w[4];  // int16 lane j of w[i]: element 4j + i of the block (q4_lane_order_sse41 orders the activations so)
+    I w[4];  // int16 lane j of w[i]: element 4j + i of the block, times 1, 16, 256, 1 (q4_prepare_sse41)
   };
   // Lane j of the 16 bytes as int16 holds the block's bytes 2j and 2j + 1, i.e. its elements 4j .. 4j + 3 a nibble
-  // each: four 16-bit shifts and masks take them out already widened. Widening the bytes (the low and the high
-  // nibbles, each extended from its low and high half) took 12 instructions a block under V8 against these 7: a
-  // byte shift is a word shift and a mask made anew each time, and extending a high half needs a zeroed register.
+  // each, at bits 0, 4, 8 and 12. Masked in place, the middle two come out times 16 and 256, and the top one by a
+  // shift: four operations a block, the factors made up in the activations (q4_prepare_sse41). Widening the bytes
+  // (the low and the high nibbles, each extended from its low and high half) took 12 under V8: a byte shift is a
+  // word shift and a mask made anew each time, and extending a high half needs a zeroed register.
   static Codes q4_codes(const uint8_t* p) {
-    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi16(0x000f);
-    return {{_mm_and_si128(v, mask), _mm_and_si128(_mm_srli_epi16(v, 4), mask),
-             _mm_and_si128(_mm_srli_epi16(v, 8), mask), _mm_srli_epi16(v, 12)}};
+    const I v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return {{_mm_and_si128(v, _mm_set1_epi16(0x000f)), _mm_and_si128(v, _mm_set1_epi16(0x00f0)),
+             _mm_and_si128(v, _mm_set1_epi16(0x0f00)), _mm_srli_epi16(v, 12)}};
   }
   using Act = int16_t;
   static const Act* q4_act(const Int8Rows& a) { return a.q; }
@@ -119,21 +120,26 @@ struct Sse41Dot {
 }  // namespace
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Sse41Dot>(q, n0, n1); }
 
-void q4_lane_order_sse41([[maybe_unused]] int16_t* q, [[maybe_unused]] int M, [[maybe_unused]] int nb) {
+void q4_prepare_sse41([[maybe_unused]] int16_t* q, [[maybe_unused]] float* d, [[maybe_unused]] int32_t* zsum,
+                      [[maybe_unused]] int M, [[maybe_unused]] int nb) {
 #if !(defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD))
   // A block in the nibbles' order is [E | O] (the 16 even elements, the 16 odd ones: element 2i at i, 2i + 1 at
   // 16 + i). The codes' vectors take elements 4j, 4j + 1, 4j + 2, 4j + 3 (j = 0..7): E's even places, O's, E's odd
-  // places, O's.
+  // places, O's, which come as c, 16 c, 256 c and c (q4_codes): times 256, 16, 1 and 256 here, every product is
+  // 256 c q. |256 q| <= 32512 fits int16; a block's sum, |256 sum c q| <= 256 * 32 * 15 * 127 < 2^24, is exact in
+  // int32 and in its float; zsum x 256 and d / 256 (a power of two: exact) give back the same C.
   int16_t t[kDotBlock];
   for (int64_t b = 0; b < static_cast<int64_t>(M) * nb; ++b) {
     int16_t* x = q + b * kDotBlock;
     for (int j = 0; j < 8; ++j) {
-      t[j] = x[2 * j];
-      t[8 + j] = x[16 + 2 * j];
+      t[j] = static_cast<int16_t>(256 * x[2 * j]);
+      t[8 + j] = static_cast<int16_t>(16 * x[16 + 2 * j]);
       t[16 + j] = x[2 * j + 1];
-      t[24 + j] = x[17 + 2 * j];
+      t[24 + j] = static_cast<int16_t>(256 * x[17 + 2 * j]);
     }
     std::copy(t, t + kDotBlock, x);
+    zsum[b] *= 256;
+    d[b] *= 1.f / 256;
   }
 #endif
 }
