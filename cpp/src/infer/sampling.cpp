@@ -4,7 +4,9 @@
 #include "qkv/sampling.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 
 #include "qkv/error.h"
@@ -12,32 +14,41 @@
 namespace qkv {
 namespace {
 
-// The logits (V) after the repetition penalty, in float as the model produced them.
-std::vector<float> penalized(std::span<const float> logits, std::span<const int32_t> context, float penalty) {
+// The logits (V) after the repetition penalty, in float as the model produced them: `logits` itself without one (the
+// default: nothing copied for a greedy step), else a penalised copy in `buffer`. The finiteness check looks at the
+// largest magnitude's bit pattern (an integer maximum, which vectorizes) and names the first offender only when there
+// is one: element by element it was 2.5% of the calling thread's time in GPT-2 124M's q4a8 decode in the package.
+std::span<const float> penalized(std::span<const float> logits, std::span<const int32_t> context, float penalty,
+                                 std::vector<float>& buffer) {
   const int V = static_cast<int>(logits.size());
   check(V >= 1, "logits is empty: expected one row of V >= 1 values");
-  for (int v = 0; v < V; ++v)
-    check(std::isfinite(logits[v]), "logits[", v, "] = ", logits[v], " is not finite: expected finite logits");
-  std::vector<float> z(logits.begin(), logits.end());
+  uint32_t top = 0;
+  for (const float x : logits) top = std::max(top, std::bit_cast<uint32_t>(x) & 0x7fffffffu);
+  if (top >= 0x7f800000u)  // a NaN or an infinity
+    for (int v = 0; v < V; ++v)
+      check(std::isfinite(logits[v]), "logits[", v, "] = ", logits[v], " is not finite: expected finite logits");
+  for (size_t i = 0; i < context.size(); ++i)
+    check(context[i] >= 0 && context[i] < V, "context[", i, "] = ", context[i],
+          " is out of range: expected a token id in [0, ", V, ")");
+  if (penalty == 1.f) return logits;
+  buffer.assign(logits.begin(), logits.end());
   std::vector<uint8_t> seen(static_cast<size_t>(V), 0);
-  for (size_t i = 0; i < context.size(); ++i) {
-    const int32_t t = context[i];
-    check(t >= 0 && t < V, "context[", i, "] = ", t, " is out of range: expected a token id in [0, ", V, ")");
-    if (penalty == 1.f || seen[t]) continue;
+  for (const int32_t t : context) {
+    if (seen[t]) continue;
     seen[t] = 1;
-    z[t] = z[t] > 0.f ? z[t] / penalty : z[t] * penalty;
+    buffer[t] = buffer[t] > 0.f ? buffer[t] / penalty : buffer[t] * penalty;
   }
-  return z;
+  return buffer;
 }
 
 // The lowest id among the largest values.
-int32_t argmax(const std::vector<float>& z) {
+int32_t argmax(std::span<const float> z) {
   return static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
 }
 
 // Unnormalised probabilities w (V) = exp((z - max) / temperature) on the tokens that top-k and top-p keep,
 // 0 elsewhere; returns their sum, accumulated in id order.
-double weights(std::vector<double>& w, const std::vector<float>& z, const SamplingOptions& o) {
+double weights(std::vector<double>& w, std::span<const float> z, const SamplingOptions& o) {
   const int V = static_cast<int>(z.size());
   const double mx = *std::max_element(z.begin(), z.end());
   w.resize(static_cast<size_t>(V));
@@ -92,7 +103,8 @@ int32_t sample_token(std::span<const float> logits, std::span<const int32_t> con
                      double u) {
   validate(o);
   check(u >= 0.0 && u < 1.0, "u = ", u, " is invalid: expected a uniform draw in [0, 1)");
-  const std::vector<float> z = penalized(logits, context, o.repetition_penalty);
+  std::vector<float> buffer;
+  const std::span<const float> z = penalized(logits, context, o.repetition_penalty, buffer);
   if (o.temperature == 0.f) return argmax(z);
   std::vector<double> w;
   double left = u * weights(w, z, o);
@@ -109,7 +121,8 @@ int32_t sample_token(std::span<const float> logits, std::span<const int32_t> con
 std::vector<double> sampling_distribution(std::span<const float> logits, std::span<const int32_t> context,
                                           const SamplingOptions& o) {
   validate(o);
-  const std::vector<float> z = penalized(logits, context, o.repetition_penalty);
+  std::vector<float> buffer;
+  const std::span<const float> z = penalized(logits, context, o.repetition_penalty, buffer);
   std::vector<double> w;
   if (o.temperature == 0.f) {
     w.assign(z.size(), 0.0);

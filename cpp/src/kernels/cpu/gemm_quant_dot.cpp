@@ -2,7 +2,10 @@
 // the numbers; gemm_quant.cpp calls them for gemm_quant's int8_act).
 #include "kernels/cpu/gemm_quant_dot.h"
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -26,39 +29,50 @@ inline float round_half_even(float x) {
 void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f, int16_t* q, float* d, int8_t* q8,
                           int32_t* zsum) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
+  const bool q4 = f == WeightFormat::Q4;
+  const int32_t z = q4 ? 8 : 128;
+  // Each loop below is branch-free over a block, so that the compilers vectorize it (the activations are quantized on
+  // the calling thread while the pool's workers wait: written element by element, with an index made per element,
+  // this was 7% of the calling thread's time in GPT-2 124M's q4a8 decode natively).
+  auto code = [](float v) { return static_cast<int16_t>(std::clamp(round_half_even(v), -127.f, 127.f)); };
   for (int m = 0; m < M; ++m) {
     const float* a = A + static_cast<size_t>(m) * lda;
     for (int b = 0; b < nb; ++b) {
       const int k0 = b * kDotBlock, len = std::min(kDotBlock, K - k0);
-      float amax = 0.f;
-      for (int i = 0; i < len; ++i) amax = std::max(amax, std::fabs(a[k0 + i]));
-      for (int i = 0; i < len; ++i)  // a NaN escapes std::max: look for it
-        if (std::isnan(a[k0 + i])) amax = a[k0 + i];
-      int16_t* qb = q + (static_cast<size_t>(m) * nb + b) * kDotBlock;
-      float& db = d[static_cast<size_t>(m) * nb + b];
-      std::fill(qb, qb + kDotBlock, int16_t{0});
-      if (!std::isfinite(amax)) {
-        db = std::nanf("");
-        continue;
-      }
-      db = amax / 127.f;
+      const float* x = a + k0;
+      const size_t at = static_cast<size_t>(m) * nb + b;
+      int16_t* qb = q + at * kDotBlock;
+      // max |a| as the largest of the magnitudes' bit patterns (for floats >= 0 their order as integers; an integer
+      // maximum vectorizes, a float one does not without fast-math), and a NaN or an infinity among them (patterns
+      // from 0x7f800000 on: the largest is one).
+      uint32_t top = 0;
+      for (int i = 0; i < len; ++i) top = std::max(top, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+      const bool bad = top >= 0x7f800000u;
+      const float amax = std::bit_cast<float>(top);
       const float inv = amax > 0.f ? 127.f / amax : 0.f;
-      for (int i = 0; i < len; ++i) {
-        // Q4 blocks in the nibbles' order: element 2j at j, element 2j + 1 at 16 + j.
-        const int at = f == WeightFormat::Q4 ? (i % 2) * (kDotBlock / 2) + i / 2 : i;
-        qb[at] = static_cast<int16_t>(std::clamp(round_half_even(a[k0 + i] * inv), -127.f, 127.f));
+      d[at] = bad ? std::nanf("") : amax / 127.f;
+      if (bad) {
+        std::fill(qb, qb + kDotBlock, int16_t{0});
+      } else if (len == kDotBlock && q4) {  // the nibbles' order: element 2j at j, element 2j + 1 at 16 + j
+        for (int j = 0; j < kDotBlock / 2; ++j) {
+          qb[j] = code(x[2 * j] * inv);
+          qb[kDotBlock / 2 + j] = code(x[2 * j + 1] * inv);
+        }
+      } else if (len == kDotBlock) {
+        for (int i = 0; i < kDotBlock; ++i) qb[i] = code(x[i] * inv);
+      } else {  // the last, partial block: zeros past K
+        std::fill(qb, qb + kDotBlock, int16_t{0});
+        for (int i = 0; i < len; ++i) qb[q4 ? (i % 2) * (kDotBlock / 2) + i / 2 : i] = code(x[i] * inv);
+      }
+      if (q8)
+        for (int i = 0; i < kDotBlock; ++i) q8[at * kDotBlock + i] = static_cast<int8_t>(qb[i]);
+      if (zsum) {
+        int32_t sum = 0;
+        for (int i = 0; i < kDotBlock; ++i) sum += qb[i];
+        zsum[at] = z * sum;
       }
     }
   }
-  const size_t blocks = static_cast<size_t>(M) * nb;
-  if (q8)
-    for (size_t i = 0; i < blocks * kDotBlock; ++i) q8[i] = static_cast<int8_t>(q[i]);
-  if (zsum)
-    for (size_t b = 0; b < blocks; ++b) {
-      int32_t s = 0;
-      for (int i = 0; i < kDotBlock; ++i) s += q[b * kDotBlock + i];
-      zsum[b] = (f == WeightFormat::Q4 ? 8 : 128) * s;
-    }
 }
 
 namespace {
