@@ -4,9 +4,9 @@
 #include "qkv/sampling.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 
 #include "qkv/error.h"
@@ -23,7 +23,11 @@ std::span<const float> penalized(std::span<const float> logits, std::span<const 
   const int V = static_cast<int>(logits.size());
   check(V >= 1, "logits is empty: expected one row of V >= 1 values");
   uint32_t top = 0;
-  for (const float x : logits) top = std::max(top, std::bit_cast<uint32_t>(x) & 0x7fffffffu);
+  for (const float x : logits) {
+    uint32_t bits;  // (std::bit_cast: not in Emscripten's libc++)
+    std::memcpy(&bits, &x, sizeof bits);
+    top = std::max(top, bits & 0x7fffffffu);
+  }
   if (top >= 0x7f800000u)  // a NaN or an infinity
     for (int v = 0; v < V; ++v)
       check(std::isfinite(logits[v]), "logits[", v, "] = ", logits[v], " is not finite: expected finite logits");

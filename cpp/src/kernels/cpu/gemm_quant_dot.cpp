@@ -3,7 +3,6 @@
 #include "kernels/cpu/gemm_quant_dot.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -46,9 +45,9 @@ void quantize_activations(const float* A, int lda, int M, int K, WeightFormat f,
       // maximum vectorizes, a float one does not without fast-math), and a NaN or an infinity among them (patterns
       // from 0x7f800000 on: the largest is one).
       uint32_t top = 0;
-      for (int i = 0; i < len; ++i) top = std::max(top, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
+      for (int i = 0; i < len; ++i) top = std::max(top, ops::float_bits(x[i]) & 0x7fffffffu);
       const bool bad = top >= 0x7f800000u;
-      const float amax = std::bit_cast<float>(top);
+      const float amax = ops::bits_float(top);
       const float inv = amax > 0.f ? 127.f / amax : 0.f;
       d[at] = bad ? std::nanf("") : amax / 127.f;
       if (bad) {
