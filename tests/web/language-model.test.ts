@@ -124,6 +124,19 @@ describe("LanguageModel", () => {
     expect(await model.generate(prompt, { maxTokens: 20, temperature: 0.8, seed: 3 })).toEqual(a);
     expect(typeof (await tok.decode(a))).toBe("string");
   });
+
+  it("generates from a one-token prompt past the attention's first key tile, on a model nothing planned before", async () => {
+    // The attention's scratch grows with the keys a cached step sees (the cache's, not the one position it feeds);
+    // planned for the fed positions alone, this refused once the cache held 16 keys.
+    for (const heads of [1, 4]) {
+      const fresh = await LanguageModel.create({ ...CONFIG, context: 64, heads });
+      const prompt = Int32Array.of(3);
+      const cached = await fresh.generate(prompt, { maxTokens: 50, temperature: 0 });
+      expect(cached.length).toBe(50);
+      expect(await fresh.generate(prompt, { maxTokens: 50, temperature: 0, useCache: false })).toEqual(cached);
+      fresh.dispose();
+    }
+  });
 });
 
 /** The mean next-token cross-entropy of (B*T, V) logits against targets, in double. */
