@@ -104,13 +104,7 @@ TEST(KvCache, LanguageModelCachedEqualsUncached) {
 // ran out of scratch once the cache held more keys than the CPU's first tile (16), on the reference executor too.
 // Both executors, cached against uncached.
 TEST(KvCache, AShortPromptPlansTheAttentionForTheCachesKeys) {
-  LanguageModelConfig cfg;
-  cfg.vocab_size = 13;
-  cfg.context = 80;
-  cfg.d_model = 16;
-  cfg.heads = 1;
-  cfg.layers = 2;
-  LanguageModel trained(cfg);
+  LanguageModel trained(LanguageModelConfig{.vocab_size = 13, .context = 80, .d_model = 16, .heads = 1, .layers = 2});
   test::randomize_weights(trained, 23);
   const std::vector<uint8_t> bytes = trained.save();
   for (const bool reference : {false, true}) {
