@@ -29,7 +29,7 @@ template QuantKernels quant_kernels<xsimd::sse4_1>();
 
 // The int8-activation product (gemm_quant_dot.h) on 128-bit vectors. In the WebAssembly build the emulated SSE
 // intrinsics map one to one onto SIMD128 (pmaddwd is i32x4.dot_i16x8_s), except where SIMD128 has a shorter way,
-// written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s) and a byte shift (i8x16.shr_u).
+// written with its own intrinsics: a sign-extending 8-byte load (v128.load8x8_s).
 // Q4 goes four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours) with its codes unsigned, 0..15, the
 // recentring by 8 being the blocks' activation sums (Int8Rows::zsum). The plain build takes the codes out of 16-bit
 // lanes, already int16, for pmaddwd (the activations put in that order per call: q4_prepare_sse41); the
@@ -127,7 +127,7 @@ void q4_prepare_sse41([[maybe_unused]] int16_t* q, [[maybe_unused]] float* d, [[
   // 16 + i). The codes' vectors take elements 4j, 4j + 1, 4j + 2, 4j + 3 (j = 0..7): E's even places, O's, E's odd
   // places, O's, which come as c, 16 c, 256 c and c (q4_codes): times 256, 16, 1 and 256 here, every product is
   // 256 c q. |256 q| <= 32512 fits int16; a block's sum, |256 sum c q| <= 256 * 32 * 15 * 127 < 2^24, is exact in
-  // int32 and in its float; zsum x 256 and d / 256 (a power of two: exact) give back the same C.
+  // int32 and in its float; zsum x 256 and d / 256 (a power of two: exact for a normal d) give back the same C.
   int16_t t[kDotBlock];
   for (int64_t b = 0; b < static_cast<int64_t>(M) * nb; ++b) {
     int16_t* x = q + b * kDotBlock;
