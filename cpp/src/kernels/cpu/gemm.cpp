@@ -212,21 +212,40 @@ void pack_a(float* dst, const Problem& g, const GemmMicroKernel& mk, int64_t p) 
   pack_transposed(dst, mr, g.A + static_cast<size_t>(i0) * g.lda, g.lda, rows, g.K);  // A is (M, K)
 }
 
-// Panel q of op(B): dst[k * nr + j] = op(B)(k, q*nr + j), zero past N.
-void pack_b(float* dst, const Problem& g, const GemmMicroKernel& mk, int64_t q) {
-  const int nr = mk.nr, j0 = static_cast<int>(q * nr), cols = std::min(nr, g.N - j0);
-  if (!g.trans_b) return mk.pack_rows(dst, nr, g.B + j0, g.ldb, g.K, cols);           // B is (K, N)
-  pack_transposed(dst, nr, g.B + static_cast<size_t>(j0) * g.ldb, g.ldb, cols, g.K);  // B is (N, K)
+// Packed op(B) is laid out by K blocks (BLIS's order): block k0 (a multiple of kKC, kc = min(kKC, K - k0) rows) holds
+// the `panels` packed panels one after another, each kc x nr, so the B block a tile sweeps is one contiguous run. Each
+// panel whole (K x nr) put the block's pieces a panel's size apart: with K = 2048 and NR = 32, 16 pieces of 32 KB
+// 256 KB apart, which all fall in the same half of a 1 MiB 16-way L2's sets and evicted each other while the A panels
+// swept them (the head's dx = dz W at 64 x 2048 x 768 ran at 56% of the peak loop on one thread).
+float* b_piece(float* pb, int64_t panels, int nr, int K, int64_t slot, int k0) {
+  return pb + static_cast<size_t>(k0) * panels * nr + static_cast<size_t>(slot) * nr * std::min(kKC, K - k0);
 }
 
-// Rows [k0, k0 + kb) of every panel of a row-major op(B) (K, N), with dst the first panel (panel q at
-// dst + q * nr * K). Packing all of B a block of rows at a time reads B in its own order: a panel at a time
-// walks all K rows at a stride of N floats (one page per row when N = 1024), 4% slower at 1024^3.
-void pack_b_rows(float* dst, const Problem& g, const GemmMicroKernel& mk, int k0, int kb) {
-  const int nr = mk.nr;
-  for (int j0 = 0; j0 < g.N; j0 += nr, dst += static_cast<size_t>(nr) * g.K)
-    mk.pack_rows(dst + static_cast<size_t>(k0) * nr, nr, g.B + static_cast<size_t>(k0) * g.ldb + j0, g.ldb, kb,
-                 std::min(nr, g.N - j0));
+// Panel q of op(B) into slot `slot` of `panels`: row k of the panel, op(B)(k, q*nr + j) for j < nr, at
+// b_piece(.., k0) + (k - k0) * nr for k's block k0; zero past N.
+void pack_b(float* pb, int64_t panels, const Problem& g, const GemmMicroKernel& mk, int64_t slot, int64_t q) {
+  const int nr = mk.nr, j0 = static_cast<int>(q * nr), cols = std::min(nr, g.N - j0);
+  for (int k0 = 0; k0 < g.K; k0 += kKC) {
+    float* dst = b_piece(pb, panels, nr, g.K, slot, k0);
+    const int kc = std::min(kKC, g.K - k0);
+    if (!g.trans_b) {  // B is (K, N)
+      mk.pack_rows(dst, nr, g.B + static_cast<size_t>(k0) * g.ldb + j0, g.ldb, kc, cols);
+    } else {  // B is (N, K)
+      pack_transposed(dst, nr, g.B + static_cast<size_t>(j0) * g.ldb + k0, g.ldb, cols, kc);
+    }
+  }
+}
+
+// Rows [k0, k0 + kb) of every panel of a row-major op(B) (K, N), all panels packed (slot q = panel q), within one K
+// block. Packing all of B a block of rows at a time reads B in its own order: a panel at a time walks all K rows at a
+// stride of N floats (one page per row when N = 1024), 4% slower at 1024^3.
+void pack_b_rows(float* pb, int64_t panels, const Problem& g, const GemmMicroKernel& mk, int k0, int kb) {
+  const int nr = mk.nr, block = k0 / kKC * kKC;
+  for (int64_t q = 0; q < panels; ++q) {
+    const int j0 = static_cast<int>(q * nr);
+    mk.pack_rows(b_piece(pb, panels, nr, g.K, q, block) + static_cast<size_t>(k0 - block) * nr, nr,
+                 g.B + static_cast<size_t>(k0) * g.ldb + j0, g.ldb, kb, std::min(nr, g.N - j0));
+  }
 }
 
 // C = beta * C: what a product with K = 0 leaves.
@@ -388,6 +407,8 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
   // A transposed A (K, M) is read in place too, MR contiguous floats a row of A, while rows are short:
   // 128-512 x 128 x 768 1.23-1.36x, 512 x 512 x 6400 1.11-1.15x, but 1024 x 512 x 6400 (rows of 4 KB) 0.92x.
   const bool a_in_place = N <= 512 && (!trans_a || M <= 512);
+  // A row-major op(A) in place larger than the L2 caches (4 MiB) comes from memory: its panels are prefetched (below).
+  const bool prefetch_a = a_in_place && !trans_a && static_cast<int64_t>(M) * K >= (int64_t{1} << 20);
   const bool full_last_a = M % mr == 0;
   // A packed op(A) is packed a block of panels at a time, at most gemm_packed_a_floats(), each block swept over all of
   // op(B) before the next is packed (op(B) is packed once, with the first): the per-thread buffer then holds that
@@ -400,7 +421,7 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
   const size_t a_floats = static_cast<size_t>(packed_a) * mr * K;
   float* const packed = pack_buffer(a_floats + static_cast<size_t>(packed_b) * nr * K);
   float* const pa = packed;
-  float* const pb = packed + a_floats;  // panel q (or the ragged last one) at pb + slot * nr * K
+  float* const pb = packed + a_floats;  // panel q (or the ragged last one) in slot q (or 0): b_piece
 
   // Threads pay off from a few hundred thousand multiply-adds on; below that one thread is faster than a
   // wake-up of the pool.
@@ -410,8 +431,7 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
   auto b_panel = [&](int64_t q, int k0, int& ld) -> const float* {
     if (pack_all_b || (q == panels_b - 1 && !full_last_b)) {
       ld = nr;
-      const int64_t slot = pack_all_b ? q : 0;
-      return pb + static_cast<size_t>(slot) * nr * K + static_cast<size_t>(k0) * nr;
+      return b_piece(pb, packed_b, nr, K, pack_all_b ? q : 0, k0);
     }
     ld = ldb;
     return B + static_cast<size_t>(k0) * ldb + q * nr;
@@ -431,10 +451,10 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
           pack_a(pa + static_cast<size_t>(i) * mr * K, g, mk, a_in_place ? panels_a - 1 : p0 + i);
         } else if (b_by_rows) {
           const int k0 = static_cast<int>((i - a_items) * kRowBlock);
-          pack_b_rows(pb, g, mk, k0, std::min(kRowBlock, K - k0));
+          pack_b_rows(pb, packed_b, g, mk, k0, std::min(kRowBlock, K - k0));
         } else {
           const int64_t slot = i - a_items;
-          pack_b(pb + static_cast<size_t>(slot) * nr * K, g, mk, pack_all_b ? slot : panels_b - 1);
+          pack_b(pb, packed_b, g, mk, slot, pack_all_b ? slot : panels_b - 1);
         }
       }
     };
@@ -444,14 +464,18 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
       pack(0, a_items + b_items);
     }
 
-    // Tiles of C in panel units; with threads, cut them finer until each thread has a few.
+    // Tiles of C in panel units; with threads, cut them finer until each thread has a few. Where all of the block's
+    // rows fit one tile (a few rows of A against a wide B: the LM head's dx = dz W at 64 rows), the columns are cut
+    // first: every tile reads its own columns of B once, where cutting the rows made each B block come from memory
+    // once per row tile (the GPT-2 head's dx at 64 x 2048 x 768, 2 threads: 22 -> 20 ms a chunk of rows).
     int64_t mc = std::max<int64_t>(1, kMC / mr), nc = std::max<int64_t>(1, kNC / nr);
     mc = std::min(mc, block);
     nc = std::min(nc, panels_b);
     if (threaded) {
       const int64_t want = 4 * num_threads();
+      const bool columns_first = ceil_div(block, mc) == 1;
       while (ceil_div(block, mc) * ceil_div(panels_b, nc) < want && (mc > 1 || nc > 1)) {
-        if (mc >= nc && mc > 1) {
+        if (mc > 1 && (nc == 1 || (!columns_first && mc >= nc))) {
           mc = ceil_div(mc, 2);
         } else {
           nc = ceil_div(nc, 2);
@@ -477,6 +501,18 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
                 : trans_a ? A + static_cast<size_t>(k0) * lda + i0
                           : A + static_cast<size_t>(i0) * lda + k0;
             const int rs_a = !direct ? 1 : trans_a ? 1 : lda, cs_a = !direct ? mr : trans_a ? lda : 1;
+            // A large row-major A read in place comes from memory the first time (a weight as op(A) in gemm_swapped:
+            // the LM head's (V, C) rows, 154 MB for GPT-2, read once per chunk of rows): its MR rows are MR streams of
+            // kc floats each, too short for the hardware prefetchers to ramp up on, so the next panel's rows of this K
+            // block are prefetched while this one computes (one prefetch per line: MR kc / 16 of them against the
+            // panel's MR kc NC multiply-adds). The GPT-2 head's forward at 64 rows (2 threads) 15.0 -> 13.8 ms. An A in
+            // cache gains nothing from them (the char GPT's 768 x 128 x 128 forward ran 1-3% slower with them).
+            if (prefetch_a && direct && p + 1 < p_end) {
+              const float* next = ap + static_cast<size_t>(mr) * lda;
+              const int next_rows = std::min(mr, M - i0 - mr);  // a ragged last panel's rows end at M
+              for (int r = 0; r < next_rows; ++r)
+                for (int k = 0; k < kc; k += 16) __builtin_prefetch(next + static_cast<size_t>(r) * lda + k, 0, 3);
+            }
             // The row panel's sweep over its full column panels is one call, the loop inside the SIMD code (the
             // ragged last panel, if any, goes below). Called per panel, the arguments, the indirect call and this
             // loop's bookkeeping per 4 x 8 tile cost the wasm build 3-4% of the char GPT step (Node 20, relaxed
@@ -487,7 +523,7 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
             if (mk.panels && rows == mr && q < q_full) {
               int ldbp = 0;
               const float* bp = b_panel(q, k0, ldbp);
-              const ptrdiff_t b_step = pack_all_b ? static_cast<ptrdiff_t>(nr) * K : nr;
+              const ptrdiff_t b_step = pack_all_b ? static_cast<ptrdiff_t>(nr) * kc : nr;
               mk.panels(static_cast<int>(q_full - q), b_step, kc, ap, rs_a, cs_a, bp, ldbp,
                         C + static_cast<size_t>(i0) * ldc + q * nr, ldc, alpha, blk_beta);
               q = q_full;
