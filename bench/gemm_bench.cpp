@@ -55,6 +55,17 @@ const GemmCase kLayerShapes[] = {
     {true, false, 65, 768, 128, 1.f, "weight grad: LM head", 0},
 };
 
+// GPT-2 124M's LoRA training step (issue 37: batch 8 x 128 = 1024 rows, C 768, 4C 3072): the stack's forward
+// products x W^T and, the base being frozen, its backward's dx = dy W only.
+const GemmCase kGpt2Shapes[] = {
+    {false, true, 1024, 768, 2304, 0.f, "GPT-2 fwd: attention qkv", 0},
+    {false, true, 1024, 768, 3072, 0.f, "GPT-2 fwd: fc", 0},
+    {false, true, 1024, 3072, 768, 0.f, "GPT-2 fwd: proj", 0},
+    {false, false, 1024, 2304, 768, 0.f, "GPT-2 dx: attention qkv", 0},
+    {false, false, 1024, 3072, 768, 0.f, "GPT-2 dx: fc", 0},
+    {false, false, 1024, 768, 3072, 0.f, "GPT-2 dx: proj", 0},
+};
+
 const char* op_name(const GemmCase& c) { return c.trans_a ? "At*B" : c.trans_b ? "A*Bt" : "A*B"; }
 
 // Operands of one case, stored as the layers store them, filled with fixed-seed values in [-1, 1).
@@ -181,6 +192,49 @@ void print_scaling(const std::vector<Row>& rows, int max_threads) {
   }
 }
 
+// The GPT-2 head's products as LanguageModel's training head runs them (models/language_model.cpp: head_loss): a chunk
+// of 64 rows of x (C = 768) against the whole (V = 50257, C) weight in blocks of 2048 vocabulary rows, forward
+// z[:, block] = x W[block]^T, then dx = sum over the blocks of dz[:, block] W[block]. The weight (154 MB) comes from
+// memory once per pass, as in the step; GFLOP/s of each pass (2 x 64 x C x V FLOP), best of `rounds`.
+struct HeadMeasured {
+  Measured forward, backward;
+};
+HeadMeasured measure_head(int threads, int rounds) {
+  constexpr int V = 50257, C = 768, rows = 64, block = 2048;
+  qkv::Rng rng(7);
+  std::vector<float> W(size_t(V) * C), x(size_t(rows) * C), z(size_t(rows) * V), dx(size_t(rows) * C);
+  for (float& w : W) w = float(0.04 * rng.uniform() - 0.02);
+  for (float& a : x) a = float(2 * rng.uniform() - 1);
+  for (float& a : z) a = float(1e-4 * rng.uniform());
+  using Gemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+  auto forward = [&](Gemm gemm) {
+    for (int v0 = 0; v0 < V; v0 += block)
+      gemm(false, true, rows, std::min(block, V - v0), C, 1.f, x.data(), C, W.data() + size_t(v0) * C, C, 0.f,
+           z.data() + v0, V);
+  };
+  auto backward = [&](Gemm gemm) {
+    for (int v0 = 0; v0 < V; v0 += block)
+      gemm(false, false, rows, C, std::min(block, V - v0), 1.f, z.data() + v0, V, W.data() + size_t(v0) * C, C,
+           v0 == 0 ? 0.f : 1.f, dx.data(), C);
+  };
+  qkv::set_num_threads(threads);
+  openblas::set_num_threads(threads);
+  const double flop = 2.0 * rows * C * V;
+  HeadMeasured m;
+  auto best = [&](auto&& pass, Gemm gemm) {
+    pass(gemm);  // untimed first pass
+    return flop / best_seconds_per_call([&] { pass(gemm); }, 0.0, 3) / 1e9;
+  };
+  for (int round = 0; round < rounds; ++round) {
+    m.forward.qkv = std::max(m.forward.qkv, best(forward, &kernels::gemm));
+    m.backward.qkv = std::max(m.backward.qkv, best(backward, &kernels::gemm));
+    if (!openblas::available()) continue;
+    m.forward.openblas = std::max(m.forward.openblas, best(forward, &openblas::gemm));
+    m.backward.openblas = std::max(m.backward.openblas, best(backward, &openblas::gemm));
+  }
+  return m;
+}
+
 }  // namespace
 
 int run_peak(const Options& o) {
@@ -229,6 +283,26 @@ int run_gemm(const Options& o) {
   }
   print_table("gemm, the transposed products of the char GPT's layers (GFLOP/s; At*B accumulates, beta = 1)", layers,
               peak);
+  std::vector<Row> gpt2;
+  for (int threads = 1; threads <= o.threads; ++threads) {
+    for (const GemmCase& c : kGpt2Shapes)
+      gpt2.push_back({&c, threads, measure(c, threads, rounds, batches, min_seconds)});
+  }
+  print_table("gemm, GPT-2 124M's LoRA step (1024 rows; the frozen base's backward computes dx only) (GFLOP/s)", gpt2,
+              peak);
+  // The head's two passes per 64-row chunk (measure_head), as rows of the same table.
+  static const GemmCase head_forward{false, true, 64, 768, 50257, 0.f, "GPT-2 head fwd, 64-row chunk", 0};
+  static const GemmCase head_backward{false, false, 64, 50257, 768, 0.f, "GPT-2 head dx, 64-row chunk", 0};
+  std::vector<Row> head;
+  for (int threads = 1; threads <= o.threads; ++threads) {
+    const HeadMeasured h = measure_head(threads, o.quick ? 1 : 3);
+    head.push_back({&head_forward, threads, h.forward});
+    head.push_back({&head_backward, threads, h.backward});
+  }
+  print_table(
+      "gemm, the GPT-2 head's products per 64-row chunk against its (50257, 768) weight, 2048 vocabulary rows a call\n"
+      "(the weight, 154 MB, read from memory in each pass as in the training step) (GFLOP/s)",
+      head, peak);
   std::printf("load average after: %s\n", load_average().c_str());
 
   if (o.threads >= 2) {
