@@ -175,13 +175,15 @@ GemmMicroKernel select_tile([[maybe_unused]] bool narrow) {
 // 2-core AMD EPYC (AVX-512, 1 thread, best of 12 alternated batches; K 128 / 512): 40 x 128 +8.4 / +7.5%,
 // 64 x 128 +4.7 / +5.3%, 128 x 128 +4.6 / +4.5%, 200 x 128 +8.4 / +3.1%; from 256 rows on, within noise. With
 // a transposed A (the weight gradients, 128 x 768 x 128 and x 512) it was slower, and the char GPT step 6% slower.
-GemmMicroKernel select(int M, int N, bool trans_a) {
+// Past K = 512 the main tile again: the GPT-2 head's dx (64 x 2048 x 768, its weight from memory) 19.2 -> 16.6 ms per
+// 64-row chunk at 2 threads with it, and in-cache products of 64-200 rows at K 768-2048 the same within 3% either way.
+GemmMicroKernel select(int M, int N, int K, bool trans_a) {
   const GemmMicroKernel wide = select_tile(false), narrow = select_tile(true);
   if (narrow.nr == wide.nr && narrow.mr == wide.mr) return wide;
   auto padded = [&](const GemmMicroKernel& k) { return ceil_div(M, k.mr) * k.mr * ceil_div(N, k.nr) * k.nr; };
   if (11 * padded(narrow) < 10 * padded(wide)) return narrow;
   const bool same_columns = ceil_div(N, narrow.nr) * narrow.nr == ceil_div(N, wide.nr) * wide.nr;
-  return !trans_a && M < 256 && M % narrow.mr == 0 && M % wide.mr != 0 && same_columns ? narrow : wide;
+  return K <= 512 && !trans_a && M < 256 && M % narrow.mr == 0 && M % wide.mr != 0 && same_columns ? narrow : wide;
 }
 
 // The per-thread home of packed panels, 64-byte aligned.
@@ -362,7 +364,7 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
   if (trans_b && !trans_a && M <= kSwapMaxM && N > M && K >= kSwapMinK && static_cast<int64_t>(N) * K >= kSwapMinB)
     return gemm_swapped(g);
 
-  const GemmMicroKernel mk = select(M, N, trans_a);
+  const GemmMicroKernel mk = select(M, N, K, trans_a);
   // An op(B) that gemm_tiled would pack whole (packs_all_of_b) and that is larger than gemm_packed_b_floats() is cut
   // into blocks of columns, multiples of 64 (of every NR), each a product of its own with the same micro-kernel: the
   // per-thread buffer then holds one block. Every C element is the same sum (its column panel and tile are those of
