@@ -66,6 +66,19 @@ TEST(Gemm, MatchesDoubleReferenceOverRaggedShapes) {
   }
 }
 
+// A transposed B packed in panels of 64 rows goes through the SIMD transposing copy (gemm_simd.h:
+// gemm_pack_transposed, four rows and four k at a time): every count of rows left past the last four in the ragged
+// last panel, K with 0-3 left past the last four, inside one K block and across it, with alpha and beta.
+TEST(Gemm, TransposedBPacksInBlocksOfFourOverRaggedPanels) {
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (int N : {384, 385, 386, 387, 389, 446})  // wide enough for the 64-column tile (gemm.cpp: select)
+        for (int K : {3, 4, 5, 9, 255, 257, 300}) check_case({false, true, 70, N, K, 0.5f, 1.f}, isa);
+    });
+  }
+}
+
 // Shapes that cross the K block (256), several tiles of C (192 rows, 512 columns) and ragged edges of
 // both, with alpha/beta, at every thread count up to the machine's.
 TEST(Gemm, AlphaBetaAndLargeThreadedShapes) {

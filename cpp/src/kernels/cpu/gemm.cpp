@@ -161,7 +161,7 @@ GemmMicroKernel select_tile([[maybe_unused]] bool narrow) {
     case Isa::NEON: return gemm_micro_kernel<xsimd::neon64>(narrow);
 #endif
     default:  // no cut tiles, and no panel loop: gemm() calls the tile once per column panel
-      return {kScalarMR, kScalarNR, &gemm_micro_scalar, &gemm_pack_rows_scalar, {}, nullptr};
+      return {kScalarMR, kScalarNR, &gemm_micro_scalar, &gemm_pack_rows_scalar, {}, nullptr, nullptr};
   }
 }
 
@@ -232,7 +232,9 @@ void pack_b(float* pb, int64_t panels, const Problem& g, const GemmMicroKernel& 
     const int kc = std::min(kKC, g.K - k0);
     if (!g.trans_b) {  // B is (K, N)
       mk.pack_rows(dst, nr, g.B + static_cast<size_t>(k0) * g.ldb + j0, g.ldb, kc, cols);
-    } else {  // B is (N, K)
+    } else if (nr >= 64 && mk.pack_transposed) {  // B is (N, K); gemm_simd.h says why 64
+      mk.pack_transposed(dst, nr, g.B + static_cast<size_t>(j0) * g.ldb + k0, g.ldb, cols, kc);
+    } else {
       pack_transposed(dst, nr, g.B + static_cast<size_t>(j0) * g.ldb + k0, g.ldb, cols, kc);
     }
   }

@@ -24,6 +24,10 @@ using GemmPanelsFn = void (*)(int count, ptrdiff_t b_step, int kc, const float* 
 // (at src + k * ld), zero-padded past cols; for k in [0, rows). cols <= width.
 using GemmPackRowsFn = void (*)(float* dst, int width, const float* src, int ld, int rows, int cols);
 
+// Packing's transposing copy (transpose.h's contract): dst[k * R + r] = src[r * ld + k] for k < K, r < rows, zero for
+// rows <= r < R.
+using GemmPackTransposedFn = void (*)(float* dst, int R, const float* src, int ld, int rows, int K);
+
 struct GemmMicroKernel {
   int mr, nr;  // the register tile: mr rows by nr columns of C held in registers over the k loop
   GemmMicroFn fn;
@@ -32,6 +36,8 @@ struct GemmMicroKernel {
   // without the zero rows a full tile would multiply and without the round trip through a scratch tile.
   GemmMicroFn rows[16];
   GemmPanelsFn panels;  // null: the caller loops over fn
+  // In 4 x 4 blocks of 128-bit vectors, for panels of at least 64 rows (gemm.cpp: pack_b); null: transpose.h's copy.
+  GemmPackTransposedFn pack_transposed;
 };
 
 // The instruction set's register tile, or (narrow) its tile for products whose columns would fill only part of
