@@ -470,10 +470,10 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
 
     // Tiles of C in panel units; with threads, cut them finer until each thread has 16 (4 before: the GPT-2 head's
     // dx, 2 threads, 19.6-20.9 -> 17.6-18.6 ms a chunk, its LoRA step 1435-1453 -> 1411-1445 ms, the char GPT's and
-    // Seq2Seq's steps the same within noise, alternated). Where all of the block's
-    // rows fit one tile (a few rows of A against a wide B: the LM head's dx = dz W at 64 rows), the columns are cut
-    // first: every tile reads its own columns of B once, where cutting the rows made each B block come from memory
-    // once per row tile (the GPT-2 head's dx at 64 x 2048 x 768, 2 threads: 22 -> 20 ms a chunk of rows).
+    // Seq2Seq's steps the same within noise, alternated). Where all of the block's rows fit one tile (a few rows of A
+    // against a wide B: the LM head's dx = dz W at 64 rows), the columns are cut first: every tile reads its own
+    // columns of B once, where cutting the rows made each B block come from memory once per row tile (the GPT-2
+    // head's dx at 64 x 2048 x 768, 2 threads: 22 -> 20 ms a chunk of rows).
     int64_t mc = std::max<int64_t>(1, kMC / mr), nc = std::max<int64_t>(1, kNC / nr);
     mc = std::min(mc, block);
     nc = std::min(nc, panels_b);
