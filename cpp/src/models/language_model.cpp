@@ -240,7 +240,10 @@ struct LanguageModel::Impl {
       // (here the (V, C) head: 147 MiB for GPT-2) into a per-thread buffer it keeps, unless the chunk has few enough
       // rows that it turns the product around and reads B in place (kernels/cpu/gemm.cpp: gemm_swapped); a block
       // packs (2048, C), 6 MiB, less than the stack's own products pack (blocks of 8192 rows packed 24 MiB).
-      for (int v0 = 0; v0 < V; v0 += kVocabBlock)
+      // Backwards over the blocks: the dx pass below walks them forwards, so each pass begins with the blocks the
+      // pass before it ended with, still in the last-level cache (GPT-2's head is 154 MB, a block 6.3 MB). The
+      // blocks write their own columns of z: the order changes no value.
+      for (int v0 = (V - 1) / kVocabBlock * kVocabBlock; v0 >= 0; v0 -= kVocabBlock)
         nn::weight_product(ops(), head(), v0, std::min(kVocabBlock, V - v0), x, C, n, z.data() + v0, V);
       if (a) a->forward(ops(), 0, 0, V, x, C, n, z.data(), V, drop);
       const ops::Ids ids{target_ids.host.subspan(static_cast<size_t>(r0), static_cast<size_t>(n)),
