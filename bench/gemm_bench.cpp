@@ -194,8 +194,9 @@ void print_scaling(const std::vector<Row>& rows, int max_threads) {
 
 // The GPT-2 head's products as LanguageModel's training head runs them (models/language_model.cpp: head_loss): a chunk
 // of 64 rows of x (C = 768) against the whole (V = 50257, C) weight in blocks of 2048 vocabulary rows, forward
-// z[:, block] = x W[block]^T, then dx = sum over the blocks of dz[:, block] W[block]. The weight (154 MB) comes from
-// memory once per pass, as in the step; GFLOP/s of each pass (2 x 64 x C x V FLOP), best of `rounds`.
+// z[:, block] = x W[block]^T (the last block first), then dx = sum over the blocks of dz[:, block] W[block]. The weight
+// (154 MB) comes from memory once per pass, as in the step; GFLOP/s of each pass (2 x 64 x C x V FLOP), best of
+// `rounds`.
 struct HeadMeasured {
   Measured forward, backward;
 };
@@ -207,8 +208,8 @@ HeadMeasured measure_head(int threads, int rounds) {
   for (float& a : x) a = float(2 * rng.uniform() - 1);
   for (float& a : z) a = float(1e-4 * rng.uniform());
   using Gemm = void (*)(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int);
-  auto forward = [&](Gemm gemm) {
-    for (int v0 = 0; v0 < V; v0 += block)
+  auto forward = [&](Gemm gemm) {  // backwards over the blocks, as head_loss walks them
+    for (int v0 = (V - 1) / block * block; v0 >= 0; v0 -= block)
       gemm(false, true, rows, std::min(block, V - v0), C, 1.f, x.data(), C, W.data() + size_t(v0) * C, C, 0.f,
            z.data() + v0, V);
   };
