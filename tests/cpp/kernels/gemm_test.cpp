@@ -53,6 +53,9 @@ void check_case(const Case& c, const std::string& isa) {
 
 const bool kTrans[][2] = {{false, false}, {true, false}, {false, true}, {true, true}};
 
+// The widest op(B) the thin kernel takes (kernels/cpu/gemm.cpp: kThinMaxN).
+constexpr int kThinColumns = 16;
+
 TEST(Gemm, MatchesDoubleReferenceOverRaggedShapes) {
   const int sizes[] = {1, 3, 4, 5, 8, 13, 17, 33, 64, 67};
   for (int threads : {1, 2}) {
@@ -181,6 +184,9 @@ TEST(Gemm, RowKernelMatchesReferenceAndEveryRowAlone) {
 // C^T = B A^T (kernels/cpu/gemm.cpp: gemm_swapped, B of at least 2^18 floats, K >= 256): every element equals, bit for
 // bit, the one the other orientation gives (a call with N <= M, which takes the direct product), with alpha and beta, K
 // across the K block (256) and ragged against every tile, on every instruction set; and meets the double reference.
+// The other orientation of a product of at most 16 rows has a thin B, which the thin kernel takes (its sums in another
+// order): those shapes are checked against the double reference, and the swapped product against the direct one
+// through the rows' independence of M (ThinBIsTheSameSumWhateverTheRows below covers the thin kernel's).
 TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
   struct Shape {
     int M, N, K;
@@ -188,8 +194,9 @@ TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
   for (int threads : {1, 2}) {
     set_num_threads(std::min(threads, max_threads()));
     test::for_each_isa([&](const std::string& isa) {
-      for (const Shape& sh : {Shape{3, 1100, 300}, Shape{7, 2000, 260}, Shape{64, 1100, 257}, Shape{65, 1025, 256},
-                              Shape{200, 1100, 300}, Shape{5, 300, 17}, Shape{9, 3000, 140}})
+      for (const Shape& sh :
+           {Shape{3, 1100, 300}, Shape{7, 2000, 260}, Shape{17, 1100, 300}, Shape{64, 1100, 257}, Shape{65, 1025, 256},
+            Shape{200, 1100, 300}, Shape{5, 300, 17}, Shape{9, 3000, 140}, Shape{19, 3000, 140}})
         for (const auto& [alpha, beta] : {std::pair{1.f, 0.f}, std::pair{0.5f, -1.f}}) {
           const int M = sh.M, N = sh.N, K = sh.K, lda = K + 3, ldb = K + 1, ldc = N + 2;
           const auto A = test::randn(static_cast<size_t>(M) * lda, 70 + static_cast<uint64_t>(M));
@@ -200,6 +207,10 @@ TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
           for (int i = 0; i < M; ++i)
             for (int j = 0; j < N; ++j) T[static_cast<size_t>(j) * M + i] = C0[static_cast<size_t>(i) * ldc + j];
           kernels::gemm(false, true, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          if (M <= kThinColumns) {
+            check_case({false, true, M, N, K, alpha, beta}, isa);
+            continue;
+          }
           kernels::gemm(false, true, N, M, K, alpha, B.data(), ldb, A.data(), lda, beta, T.data(), M);
           for (int i = 0; i < M; ++i) {
             for (int j = 0; j < N; ++j)
@@ -211,6 +222,97 @@ TEST(Gemm, FewRowsTimesALargeTransposedBIsTheTransposedProductBitForBit) {
         }
       check_case({false, true, 32, 1100, 300, 0.5f, -1.f}, isa);
       check_case({false, true, 65, 2100, 130, 1.f, 0.f}, isa);
+    });
+  }
+  set_num_threads(max_threads());
+}
+
+// A row-major A against a thin op(B) (N <= 16 columns: LoRA's t = x A^T and dt = dy B at rank r) goes through the thin
+// kernel (gemm_kernel.h), R x NC elements a block: against the double reference over ragged rows (around R = 2 and 3),
+// every N to 16 (around NC = 4 and 8), K around the vector widths and the minimum of 32, both forms of op(B), with
+// alpha and beta, on every instruction set and thread count.
+TEST(Gemm, ThinBMatchesDoubleReference) {
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (const bool tb : {false, true})
+        for (int M : {3, 4, 5, 7, 50, 97})
+          for (int N = 1; N <= kThinColumns; ++N)
+            for (int K : {32, 33, 47, 64, 100})
+              check_case({false, tb, M, N, K, M % 2 ? 1.f : 0.5f, M % 2 ? 0.f : -1.f}, isa);
+      check_case({false, true, 1024, 8, 768, 1.f, 0.f}, isa);    // GPT-2's LoRA t = x A^T at rank 8
+      check_case({false, false, 1024, 8, 3072, 2.f, 0.f}, isa);  // dt = s dy B
+    });
+  }
+  set_num_threads(max_threads());
+}
+
+// Each element of a thin product is the same sum, bit for bit, whatever the rows of the call (from 3, past the row
+// kernels: a head chunk's or a prompt's rows split differently), whatever its columns (a column alone against all N),
+// and whatever the threads.
+TEST(Gemm, ThinBIsTheSameSumWhateverTheRows) {
+  test::for_each_isa([&](const std::string& isa) {
+    for (const bool tb : {false, true})
+      for (const int N : {3, 8, 13}) {
+        const int M = 101, K = 300, lda = K + 1, ldb = tb ? K + 2 : N + 2, ldc = N + 3;
+        const auto A = test::randn(static_cast<size_t>(M) * lda, 80);
+        const auto B = test::randn(static_cast<size_t>(tb ? N : K) * ldb, 81);
+        set_num_threads(max_threads());
+        std::vector<float> all(static_cast<size_t>(M) * ldc, 0.f);
+        kernels::gemm(false, tb, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 0.f, all.data(), ldc);
+        set_num_threads(1);
+        for (const int rows : {3, 4, 5, 49}) {
+          std::vector<float> part(static_cast<size_t>(rows) * ldc, 0.f);
+          for (int i0 = 0; i0 + rows <= M; i0 += rows + 1) {
+            kernels::gemm(false, tb, rows, N, K, 0.5f, A.data() + static_cast<size_t>(i0) * lda, lda, B.data(), ldb,
+                          0.f, part.data(), ldc);
+            for (int i = 0; i < rows; ++i)
+              for (int j = 0; j < N; ++j)
+                ASSERT_EQ(part[static_cast<size_t>(i) * ldc + j], all[static_cast<size_t>(i0 + i) * ldc + j])
+                    << isa << " tb " << tb << " N " << N << " rows " << rows << " at (" << i0 + i << "," << j << ")";
+          }
+        }
+        for (int j = 0; j < N; ++j) {  // column j alone: op(B) cut to it
+          std::vector<float> one(static_cast<size_t>(M), 0.f);
+          const float* bj = tb ? B.data() + static_cast<size_t>(j) * ldb : B.data() + j;
+          kernels::gemm(false, tb, M, 1, K, 0.5f, A.data(), lda, bj, ldb, 0.f, one.data(), 1);
+          for (int i = 0; i < M; ++i)
+            ASSERT_EQ(one[static_cast<size_t>(i)], all[static_cast<size_t>(i) * ldc + j])
+                << isa << " tb " << tb << " N " << N << " column " << j << " row " << i;
+        }
+      }
+  });
+  set_num_threads(max_threads());
+}
+
+// A transposed A against a thin B (LoRA's dB = dy^T t: (out, r) from 1024 rows) is computed as C^T = B^T A
+// (gemm_swapped): every element equals, bit for bit, the other orientation's (few rows of a transposed A, the direct
+// product), with alpha and beta and K across the K block; and meets the double reference.
+TEST(Gemm, TransposedATimesThinBIsTheTransposedProductBitForBit) {
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (const int N : {3, 8, 16})
+        for (const int M : {65, 300, 768})
+          for (const auto& [alpha, beta] : {std::pair{1.f, 0.f}, std::pair{2.f, 1.f}}) {
+            const int K = 300, lda = M + 3, ldb = N + 1, ldc = N + 2;
+            const auto A = test::randn(static_cast<size_t>(K) * lda, 90);  // op(A) = A^T, A (K, M)
+            const auto B = test::randn(static_cast<size_t>(K) * ldb, 91);  // op(B) = B (K, N)
+            const auto C0 = test::randn(static_cast<size_t>(M) * ldc, 92);
+            auto C = C0;
+            std::vector<float> T(static_cast<size_t>(N) * M);
+            for (int i = 0; i < M; ++i)
+              for (int j = 0; j < N; ++j) T[static_cast<size_t>(j) * M + i] = C0[static_cast<size_t>(i) * ldc + j];
+            kernels::gemm(true, false, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+            kernels::gemm(true, false, N, M, K, alpha, B.data(), ldb, A.data(), lda, beta, T.data(), M);
+            for (int i = 0; i < M; ++i) {
+              for (int j = 0; j < N; ++j)
+                ASSERT_EQ(C[static_cast<size_t>(i) * ldc + j], T[static_cast<size_t>(j) * M + i])
+                    << isa << " M " << M << " N " << N << " alpha " << alpha << " at (" << i << "," << j << ")";
+              ASSERT_EQ(C[static_cast<size_t>(i) * ldc + N], C0[static_cast<size_t>(i) * ldc + N]);  // padding
+            }
+            check_case({true, false, M, N, K, alpha, beta}, isa);
+          }
     });
   }
   set_num_threads(max_threads());

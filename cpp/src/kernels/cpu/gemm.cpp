@@ -14,7 +14,9 @@
 // are short (N <= 512, see gemm());
 // its last panel is packed anyway when N is not a multiple of NR, so the micro-kernel never reads past N.
 // Products with one or two rows of op(A) (generation's one token per step) skip packing: row kernels
-// (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place.
+// (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place. Products whose
+// op(B) has at most 16 columns (a LoRA adapter's rank) take the thin kernel, which reads a row-major A in place
+// (gemm_thin), or with a transposed A the swapped product (gemm_swapped).
 // op(A) is likewise read in place when N is small (see gemm()).
 // Packed panels live in a per-thread buffer that grows to the largest product seen (at most 4 MiB of op(A)'s row
 // panels and 4 MiB of op(B)'s columns at a time: gemm()) and is then reused: a training loop with fixed shapes
@@ -125,6 +127,13 @@ void gemm_row_axpy_scalar(int N, int K, float alpha, const float* a, const float
   }
 }
 
+void gemm_row_thin_scalar(int rows, int N, int K, float alpha, const float* A, int lda, const float* Bt, int ldbt,
+                          float beta, float* C, int ldc) {
+  for (int i = 0; i < rows; ++i)
+    gemm_row_dot_scalar(N, K, alpha, A + static_cast<size_t>(i) * lda, Bt, ldbt, beta,
+                        C + static_cast<size_t>(i) * ldc);
+}
+
 GemmRowKernels select_rows() {
   switch (active_isa()) {
 #if QKV_ISA_AVX512
@@ -139,7 +148,7 @@ GemmRowKernels select_rows() {
 #if QKV_ISA_NEON
     case Isa::NEON: return gemm_row_kernels<xsimd::neon64>();
 #endif
-    default: return {&gemm_row_dot_scalar, &gemm_row_axpy_scalar};
+    default: return {&gemm_row_dot_scalar, &gemm_row_axpy_scalar, &gemm_row_thin_scalar};
   }
 }
 
@@ -291,6 +300,46 @@ void gemm_rows(const Problem& g) {
   }
 }
 
+// A row-major op(A) against a thin op(B) (N <= kThinMaxN columns: a LoRA adapter's t = x A^T and dt = dy B at rank
+// r, a classifier of a few classes) by the thin kernel (gemm_kernel.h): the register tiles would pad N to a whole
+// panel (8 -> 32 or 64 columns: a quarter of their multiply-adds useful) and pack all of op(A) for it; the thin kernel
+// reads A in place, each row once, against op(B) transposed into a per-thread buffer (N K floats) unless it is
+// transposed already. Threaded over blocks of kThinRowBlock rows. Its sums run in another order than the tiles' (each
+// element's lanes, then the K % W tail), so gemm_swapped never takes it for its transposed product. Measured on the
+// 2-core AMD EPYC (AVX-512), GPT-2's LoRA products at rank 8 and 1024 rows per layer (qkv, out, up and down), 2
+// threads, best of 20: t = x A^T 0.90 -> 0.53 ms (98 -> 166 GFLOP/s, bound by reading x: 16 FLOP a float), dt = dy
+// B 1.12 -> 0.58 ms; with the swapped dB below, the adapters' six products 76.7 -> 39.9 ms a training step.
+constexpr int kThinMaxN = 16;
+constexpr int kThinRowBlock = 48;  // a multiple of every register tile's rows (2, 3)
+constexpr int kThinMinK = 32;
+
+void gemm_thin(const Problem& g) {
+  const GemmRowKernels rk = select_rows();
+  const float* bt = g.B;
+  int ldbt = g.ldb;
+  thread_local std::vector<float> transposed;
+  if (!g.trans_b) {  // op(B) = B (K, N): Bt = B^T (N, K)
+    transposed.resize(static_cast<size_t>(g.N) * g.K);
+    for (int k = 0; k < g.K; ++k)
+      for (int j = 0; j < g.N; ++j)
+        transposed[static_cast<size_t>(j) * g.K + k] = g.B[static_cast<size_t>(k) * g.ldb + j];
+    bt = transposed.data();
+    ldbt = g.K;
+  }
+  auto blocks = [&](int64_t b0, int64_t b1) {
+    const int i0 = static_cast<int>(b0 * kThinRowBlock),
+              i1 = static_cast<int>(std::min<int64_t>(g.M, b1 * kThinRowBlock));
+    rk.thin(i1 - i0, g.N, g.K, g.alpha, g.A + static_cast<size_t>(i0) * g.lda, g.lda, bt, ldbt, g.beta,
+            g.C + static_cast<size_t>(i0) * g.ldc, g.ldc);
+  };
+  const int64_t count = ceil_div(g.M, kThinRowBlock);
+  if (static_cast<int64_t>(g.M) * g.N * g.K >= (1 << 18) && num_threads() > 1) {
+    parallel_for(count, blocks);
+  } else {
+    blocks(0, count);
+  }
+}
+
 // Packing op(B) costs K*N moves and saves strided, TLB-unfriendly reads for every A panel that sweeps it:
 // worth it past 64 rows of A. Counted in rows, not panels: at 6-row panels, "more than 8 panels" packed B for
 // 64 x 128 x 128, and its packing pass (a second parallel region) made the product 10% slower at 1 thread
@@ -329,44 +378,15 @@ void transpose_into(float* dst, int ld_dst, const float* src, int ld_src, int ro
   }
 }
 
-// The swapped product below takes at most this many rows of A, against a B of at least kSwapMinB floats and a K of
-// at least kSwapMinK: a small B's panels stay in cache and the transposes of C cost more than packing it (3-64 rows
-// against 64-384 x 128 weights, in L2: 5-20% slower swapped), and with a short K the transposes' M N moves weigh
-// against the product's 2 M N K FLOP (200 x 1536 x 128: 221 -> 180 GFLOP/s swapped).
-constexpr int kSwapMaxM = 256;
-constexpr int64_t kSwapMinB = int64_t{1} << 18;
-constexpr int kSwapMinK = 256;
-
-// C (M,N) = A B^T with few rows of A and a larger B (N > M: a weight times a prompt's or a head chunk's rows) as
-// C^T = B A^T: B, the large operand, becomes op(A), which the tiled product reads in place while its op(B) is no
-// wider than 512 (gemm_tiled), and A is the one packed, so no call transposes all of the weight into panels for a
-// few rows. Measured on the 2-core AMD EPYC (AVX-512, a standalone loop over 8 distinct weights on huge pages,
-// products alone): 32 x 768 x 3072 66 -> 145 GFLOP/s on 1 thread, 111 -> 271 on 2; 64 x 3072 x 768 147 -> 206 and
-// 254 -> 355; 192 x 768 x 3072 117 -> 189; 3 x 3072 x 768 17 -> 22. Every element is the same sum as the direct
-// product's (its k blocks in order, each step a fused multiply-add whose two factors trade places), alpha and beta
-// applied as the tiles apply them; C^T lives in a per-thread buffer, C copied in (beta != 0) and out by tiles.
-void gemm_swapped(const Problem& g) {
-  thread_local std::vector<float> scratch;
-  const size_t n = static_cast<size_t>(g.M) * g.N;
-  if (scratch.size() < n) scratch.resize(n);
-  float* ct = scratch.data();
-  if (g.beta != 0.f) transpose_into(ct, g.M, g.C, g.ldc, g.M, g.N);
-  gemm(false, true, g.N, g.M, g.K, g.alpha, g.B, g.ldb, g.A, g.lda, g.beta, ct, g.M);
-  transpose_into(g.C, g.ldc, ct, g.M, g.N, g.M);
-}
-}  // namespace
-
-void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-          int ldb, float beta, float* C, int ldc) {
-  check(M >= 0 && N >= 0 && K >= 0, "gemm: M, N and K must be >= 0, got ", M, ", ", N, ", ", K);
-  if (M == 0 || N == 0) return;
-  const Problem g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
-  if (K == 0) return scale_c(g);
-  if (M <= kRowKernelMaxM) return gemm_rows(g);
-  if (trans_b && !trans_a && M <= kSwapMaxM && N > M && K >= kSwapMinK && static_cast<int64_t>(N) * K >= kSwapMinB)
-    return gemm_swapped(g);
-
-  const GemmMicroKernel mk = select(M, N, K, trans_a);
+// The packed, tiled product of g, its op(B) cut into column blocks where gemm_tiled would pack more of it than
+// gemm_packed_b_floats(): the register tiles' path, which gemm_swapped also takes for its transposed product (never the
+// thin kernel or the row kernels, whose sums run in another order).
+void gemm_blocked(const Problem& g) {
+  const bool trans_b = g.trans_b;
+  const int N = g.N, K = g.K, ldb = g.ldb;
+  const float* const B = g.B;
+  float* const C = g.C;
+  const GemmMicroKernel mk = select(g.M, N, K, g.trans_a);
   // An op(B) that gemm_tiled would pack whole (packs_all_of_b) and that is larger than gemm_packed_b_floats() is cut
   // into blocks of columns, multiples of 64 (of every NR), each a product of its own with the same micro-kernel: the
   // per-thread buffer then holds one block. Every C element is the same sum (its column panel and tile are those of
@@ -387,6 +407,53 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     }
   }
   gemm_tiled(g, mk);
+}
+
+// The swapped product below takes at most this many rows of A, against a B of at least kSwapMinB floats and a K of
+// at least kSwapMinK: a small B's panels stay in cache and the transposes of C cost more than packing it (3-64 rows
+// against 64-384 x 128 weights, in L2: 5-20% slower swapped), and with a short K the transposes' M N moves weigh
+// against the product's 2 M N K FLOP (200 x 1536 x 128: 221 -> 180 GFLOP/s swapped).
+constexpr int kSwapMaxM = 256;
+constexpr int64_t kSwapMinB = int64_t{1} << 18;
+constexpr int kSwapMinK = 256;
+// A transposed A against a thin B (N <= kThinMaxN columns: LoRA's dB = dy^T t, (out, r) from 1024 rows at rank r) is
+// swapped too, from kThinMinM rows of op(A) on: its C^T = B^T A has N rows, which the narrow tile fills (8 x 32 on
+// AVX-512), where the direct product padded N to a panel of 32 or 64 columns and packed all of op(A). GPT-2's dB per
+// layer at rank 8, 2 threads: 2.66 -> 0.45 ms (43 -> 251 GFLOP/s).
+constexpr int kThinMinM = 64;
+
+// C (M,N) = A B^T with few rows of A and a larger B (N > M: a weight times a prompt's or a head chunk's rows) as
+// C^T = B A^T: B, the large operand, becomes op(A), which the tiled product reads in place while its op(B) is no
+// wider than 512 (gemm_tiled), and A is the one packed, so no call transposes all of the weight into panels for a
+// few rows. Measured on the 2-core AMD EPYC (AVX-512, a standalone loop over 8 distinct weights on huge pages,
+// products alone): 32 x 768 x 3072 66 -> 145 GFLOP/s on 1 thread, 111 -> 271 on 2; 64 x 3072 x 768 147 -> 206 and
+// 254 -> 355; 192 x 768 x 3072 117 -> 189; 3 x 3072 x 768 17 -> 22. Every element is the same sum as the direct
+// product's (its k blocks in order, each step a fused multiply-add whose two factors trade places), alpha and beta
+// applied as the tiles apply them; C^T lives in a per-thread buffer, C copied in (beta != 0) and out by tiles.
+void gemm_swapped(const Problem& g) {
+  thread_local std::vector<float> scratch;
+  const size_t n = static_cast<size_t>(g.M) * g.N;
+  if (scratch.size() < n) scratch.resize(n);
+  float* ct = scratch.data();
+  if (g.beta != 0.f) transpose_into(ct, g.M, g.C, g.ldc, g.M, g.N);
+  gemm_blocked({!g.trans_b, !g.trans_a, g.N, g.M, g.K, g.alpha, g.B, g.ldb, g.A, g.lda, g.beta, ct, g.M});
+  transpose_into(g.C, g.ldc, ct, g.M, g.N, g.M);
+}
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+          int ldb, float beta, float* C, int ldc) {
+  check(M >= 0 && N >= 0 && K >= 0, "gemm: M, N and K must be >= 0, got ", M, ", ", N, ", ", K);
+  if (M == 0 || N == 0) return;
+  const Problem g{trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc};
+  if (K == 0) return scale_c(g);
+  if (M <= kRowKernelMaxM) return gemm_rows(g);
+  if (!trans_a && N <= kThinMaxN && K >= kThinMinK) return gemm_thin(g);
+  if (trans_b && !trans_a && M <= kSwapMaxM && N > M && K >= kSwapMinK && static_cast<int64_t>(N) * K >= kSwapMinB)
+    return gemm_swapped(g);
+  if (trans_a && !trans_b && N > kRowKernelMaxM && N <= kThinMaxN && M > kThinMinM) return gemm_swapped(g);
+
+  gemm_blocked(g);
 }
 
 namespace {

@@ -52,8 +52,14 @@ GemmMicroKernel gemm_micro_kernel(bool narrow);
 //   axpy: op(B) = B,   B (K, N) row-major:  c = alpha * sum_k a[k] B[k] + beta * c
 // beta == 0 writes c without reading it.
 using GemmRowFn = void (*)(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c);
+// The thin kernel, for products whose op(B) has a few columns (a LoRA adapter's t = x A^T at rank r): C (rows, N) =
+// alpha * A Bt^T + beta * C, A (rows, K) row-major read in place (lda), Bt (N, K) row-major (ldbt), a block of rows and
+// columns at a time with the shared loads of each; each element's sum is the same whatever rows and N are.
+using GemmThinFn = void (*)(int rows, int N, int K, float alpha, const float* A, int lda, const float* Bt, int ldbt,
+                            float beta, float* C, int ldc);
 struct GemmRowKernels {
   GemmRowFn dot, axpy;
+  GemmThinFn thin;
 };
 template <class Arch>
 GemmRowKernels gemm_row_kernels();

@@ -2,6 +2,7 @@
 // The SIMD micro-kernel of the matrix product, written once over xsimd::batch<float, Arch> and instantiated
 // per instruction set in kernels/cpu/arch/<isa>.cpp (each compiled with that set's flags). Only those files
 // include this header; gemm.cpp sees the declarations in gemm_kernel.h.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -259,9 +260,75 @@ void gemm_row_axpy(int N, int K, float alpha, const float* a, const float* B, in
   }
 }
 
+// The thin kernel's register tile: R rows by NC columns of C, one accumulator each, with R vectors of the rows of A
+// and one of a row of Bt live: AVX-512 and NEON (32 registers) 3 x 8 (24 accumulators, 11 loads per 24 multiply-adds),
+// the 16-register sets 2 x 4 (WebAssembly's V8 keeps one of its 16 for itself, and SIMD128's multiply-add needs a
+// temporary).
+template <class Arch>
+constexpr int gemm_thin_rows() {
+  return std::is_same_v<Arch, xsimd::avx512f> || std::is_same_v<Arch, xsimd::neon64> ? 3 : 2;
+}
+template <class Arch>
+constexpr int gemm_thin_cols() {
+  return gemm_thin_rows<Arch>() == 3 ? 8 : 4;
+}
+
+// R rows by the first nc <= NC columns of the thin product (gemm_row_thin): lane l of accumulator (r, j) sums
+// a_r[k] bt_j[k] for k = Wi + l in order, then its lanes (xsimd::hadd) and the K % W tail in order. Columns past nc
+// repeat column nc - 1 and are not stored, so every element is the same sum whatever R, nc and the row's place.
+template <class Arch, int R>
+void gemm_thin_tile(int nc, int K, float alpha, const float* a, int lda, const float* bt, int ldbt, float beta,
+                    float* c, int ldc) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(V::size), NC = gemm_thin_cols<Arch>();
+  const float* b[NC];
+  for (int j = 0; j < NC; ++j) b[j] = bt + static_cast<size_t>(std::min(j, nc - 1)) * ldbt;
+  V acc[R][NC];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NC; ++j) acc[r][j] = V(0.f);
+  int k = 0;
+  for (; k + W <= K; k += W) {
+    V ar[R];
+    for (int r = 0; r < R; ++r) ar[r] = V::load_unaligned(a + static_cast<size_t>(r) * lda + k);
+    for (int j = 0; j < NC; ++j) {
+      const V bj = V::load_unaligned(b[j] + k);
+      for (int r = 0; r < R; ++r) acc[r][j] = gemm_madd(ar[r], bj, acc[r][j]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float* ar = a + static_cast<size_t>(r) * lda;
+    float* cr = c + static_cast<size_t>(r) * ldc;
+    for (int j = 0; j < nc; ++j) {
+      float d = xsimd::hadd(acc[r][j]);
+      for (int t = k; t < K; ++t) d = std::fma(ar[t], b[j][t], d);
+      cr[j] = gemm_store(alpha, d, beta, cr[j]);
+    }
+  }
+}
+
+// C (rows, N) = alpha * A Bt^T + beta * C for a thin op(B) (gemm_kernel.h): R rows by NC columns of C at a time.
+template <class Arch>
+void gemm_row_thin(int rows, int N, int K, float alpha, const float* A, int lda, const float* Bt, int ldbt, float beta,
+                   float* C, int ldc) {
+  constexpr int R = gemm_thin_rows<Arch>(), NC = gemm_thin_cols<Arch>();
+  for (int i = 0; i < rows; i += R) {
+    const float* a = A + static_cast<size_t>(i) * lda;
+    for (int j = 0; j < N; j += NC) {
+      const int nc = std::min(NC, N - j);
+      const float* bt = Bt + static_cast<size_t>(j) * ldbt;
+      float* c = C + static_cast<size_t>(i) * ldc + j;
+      switch (std::min(R, rows - i)) {
+        case 1: gemm_thin_tile<Arch, 1>(nc, K, alpha, a, lda, bt, ldbt, beta, c, ldc); break;
+        case 2: gemm_thin_tile<Arch, 2>(nc, K, alpha, a, lda, bt, ldbt, beta, c, ldc); break;
+        default: gemm_thin_tile<Arch, R>(nc, K, alpha, a, lda, bt, ldbt, beta, c, ldc); break;
+      }
+    }
+  }
+}
+
 template <class Arch>
 GemmRowKernels gemm_row_kernels() {
-  return {&gemm_row_dot<Arch>, &gemm_row_axpy<Arch>};
+  return {&gemm_row_dot<Arch>, &gemm_row_axpy<Arch>, &gemm_row_thin<Arch>};
 }
 
 }  // namespace qkv::kernels
