@@ -38,6 +38,10 @@ class Workspace {
   // memory, and the arena holds one layer's scratch instead of one per layer.
   Span take_shared(std::string_view key, size_t n);
 
+  // Inside plan(): the floats take() has handed out so far in this pass (what the buffers taken before it hold,
+  // take_shared()'s not counted), for a plan that sizes a buffer by what the others already hold.
+  size_t taken_floats() const { return offset_; }
+
   size_t size_floats() const { return capacity_; }
   size_t size_bytes() const { return capacity_ * sizeof(float); }
 

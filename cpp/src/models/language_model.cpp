@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -27,10 +28,12 @@ namespace models {
 namespace {
 std::atomic<int> chunk_rows{0};
 }
-int head_chunk_rows_for(int V) {
+int head_chunk_rows_for(int V, size_t held_floats) {
   check(V >= 1, "V = ", V, " is invalid: expected an integer >= 1");
   const size_t per_chunk = static_cast<size_t>(V) * kHeadChunkRows;
-  return kHeadChunkRows * static_cast<int>(std::max<size_t>(1, kHeadChunkLogits / per_chunk));
+  const size_t budget = std::max(kHeadChunkLogits, held_floats / kHeadChunkShare);
+  return kHeadChunkRows *
+         static_cast<int>(std::clamp<size_t>(budget / per_chunk, 1, std::numeric_limits<int>::max() / kHeadChunkRows));
 }
 int head_chunk_rows() { return chunk_rows.load(); }
 void set_head_chunk_rows(int rows) {
@@ -116,10 +119,11 @@ struct LanguageModel::Impl {
   // head is dequantized whole once per chunk in the forward and again in the backward (gemm_quant's panels,
   // weight_product_dx): its chunks are twice as long, halving that work (GPT-2's q4 head, 2 threads: about 20 ms a
   // dequantization; a q4 base's LoRA step was 14% slower at 64 rows than at 128).
-  int head_chunk(int rows) const {
+  // held_floats: what the stack holds in the workspace (models/head_chunk.h).
+  int head_chunk(int rows, size_t held_floats) const {
     const nn::LoraAdapter* a = head_adapter();
     if (a && a->p > 0.f) return rows;
-    const int base = chunk_setting > 0 ? chunk_setting : models::head_chunk_rows_for(V);
+    const int base = chunk_setting > 0 ? chunk_setting : models::head_chunk_rows_for(V, held_floats);
     return std::min(rows, head().is_packed() ? 2 * base : base);
   }
   // A last chunk of 1 or 2 rows joins the one before it: the CPU gemm takes products of one or two rows through
@@ -144,8 +148,8 @@ struct LanguageModel::Impl {
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
       stack.plan(w, B_cap, T_cap, core.recomputes(), K_cap);
+      head_rows = head_chunk(static_cast<int>(rows), w.taken_floats());
       embedding.plan(w, static_cast<int>(rows));
-      head_rows = head_chunk(static_cast<int>(rows));
       const size_t chunk = std::min(rows, static_cast<size_t>(head_rows) + kTailRows);
       logits = w.take((whole_logits ? rows : chunk) * V);
       losses = w.take(rows);

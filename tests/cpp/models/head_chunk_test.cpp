@@ -196,6 +196,19 @@ TEST(HeadChunkRule, ChunksHoldAtMostTwelveMebibytesOfLogitsAndAtLeast64Rows) {
   EXPECT_THROW(models::head_chunk_rows_for(0), Error);
 }
 
+// Where the stack holds more than 8 x 12 MiB for the backward (its activations kept, no recomputation), a chunk's
+// logits may take an eighth of it, in whole multiples of 64 rows; less held leaves the 12 MiB rule as it was.
+TEST(HeadChunkRule, KeptActivationsLetAChunkTakeAnEighthOfThem) {
+  const size_t mib = size_t{1} << 18;                                // floats
+  EXPECT_EQ(models::head_chunk_rows_for(50257, 50 * mib), 64);       // recomputing: GPT-2's ~50 MiB saved
+  EXPECT_EQ(models::head_chunk_rows_for(50257, 8 * 12 * mib), 64);   // 12 MiB: the floor again
+  EXPECT_EQ(models::head_chunk_rows_for(50257, 590 * mib), 384);     // 73.75 MiB: 6 x 64 rows of 12.3 MiB
+  EXPECT_EQ(models::head_chunk_rows_for(24576, 8 * 48 * mib), 512);  // exactly 48 MiB
+  EXPECT_EQ(models::head_chunk_rows_for(24577, 8 * 48 * mib), 448);  // a float past it
+  EXPECT_EQ(models::head_chunk_rows_for(65, 0), models::head_chunk_rows_for(65));
+  EXPECT_EQ(models::head_chunk_rows_for(1, size_t{1} << 40), 2147483584);  // 2^31 - 64: clamped to an int
+}
+
 // A character vocabulary's chunk holds every row of the step: one head product and one cross-entropy, so evaluate()
 // after a training step finds every row's logits already planned (the arena does not grow), where GPT-2's vocabulary
 // (TrainingArenaHoldsOneChunkOfLogits) grows by the rest of them.
