@@ -5,7 +5,9 @@
 // peak (bench/wasm_peak.mjs) is measured in the same run and passed here as --peak-gflops.
 //
 // usage: node bench/lora_node.mjs --mode lora|full|lora-q4 [--threads 2] [--steps 3] [--warmup 1] [--batch 8]
-//        [--layers 12] [--peak-gflops X]      (after `bash scripts/build-wasm.sh && npm run build:web`)
+//        [--layers 12] [--peak-gflops X] [--recompute auto|on|off]
+//        (after `bash scripts/build-wasm.sh && npm run build:web`; --recompute: Model.setRecompute, default auto, on
+//        with the adapters, where "% peak" counts the model FLOP only, not the recomputed forward)
 // prints a table and: RESULT bench=lora side=wasm mode=<m> threads=<n> ... tokens_per_s=<n> gflops=<x> peak_rss_mib=<MiB>
 import { performance } from "node:perf_hooks";
 import { loadAverage, option, rng } from "./node_util.mjs";
@@ -22,6 +24,9 @@ const L = option("layers", 12);
 const peakGflops = option("peak-gflops", 0);
 const T = 128, V = 50257, C = 768, RANK = 8;
 const lora = mode !== "full";
+const recomputeAt = process.argv.indexOf("--recompute");
+const recompute = recomputeAt > 0 ? process.argv[recomputeAt + 1] : "auto";
+if (!["auto", "on", "off"].includes(recompute)) throw new Error(`--recompute must be auto, on or off, got ${recompute}`);
 
 // lora_bench.cpp's count: N = 12 L C^2 + V C; full 6N + 12 L T C per token, LoRA 4N + 12 L T C + 6 N_adapters.
 const adapters = L * RANK * (C + 3 * C + (C + C) + 2 * (C + 4 * C));
@@ -35,6 +40,7 @@ const model = await LanguageModel.create({
 const baseMiB = (await model.memory()).parameters / 2 ** 20;
 if (mode === "lora-q4") await model.quantize({ weights: "q4" });
 if (lora) await model.addLora({ rank: RANK, alpha: 16, targets: ["qkv", "out", "up", "down"] });
+await model.setRecompute(recompute);
 
 const random = rng(1);
 const batches = Array.from({ length: 4 }, () => {
@@ -47,7 +53,8 @@ const batches = Array.from({ length: 4 }, () => {
 });
 console.log(
   `\n== wasm GPT-2 124M shape (${L} layers) training step, ${mode}, B ${B} x T ${T}, Node ${process.version}, ` +
-    `${info.threads} threads, simd ${info.simd}; ${warmup} warm-up + ${steps} timed steps; load average ${loadAverage()}`,
+    `${info.threads} threads, simd ${info.simd}; recompute ${recompute}; ${warmup} warm-up + ${steps} timed steps; ` +
+    `load average ${loadAverage()}`,
 );
 const shape = { batch: B, seq: T };
 for (let i = 0; i < warmup; i++) await model.trainStep(batches[i % 4].inputs, batches[i % 4].targets, shape);
@@ -73,5 +80,5 @@ console.log(
   `RESULT bench=lora side=wasm mode=${mode} threads=${info.threads} isa=wasm-${info.simd} layers=${L} batch=${B} seq=${T} ` +
     `rank=${RANK} base_mib=${baseMiB.toFixed(1)} steps=${steps} ms_per_step=${ms.toFixed(3)} ` +
     `tokens_per_s=${tokensPerS.toFixed(2)} gflops=${gflops.toFixed(2)} peak_gflops=${peakGflops.toFixed(2)} ` +
-    `peak_rss_mib=${rssMiB.toFixed(1)} load="${loadAverage()}"`,
+    `peak_rss_mib=${rssMiB.toFixed(1)} recompute=${recompute} load="${loadAverage()}"`,
 );

@@ -92,6 +92,10 @@ class JsModel {
       keep({});  // a model on the GPU falls back to its quantized state
     });
   }
+  void set_recompute(const std::string& mode) {
+    run([&] { m_->set_recompute(recompute_from_string(mode, "mode")); });
+  }
+  std::string recompute() const { return to_string(m_->recompute()); }
   void set_quant_activations(const std::string& activations) {
     run([&] { m_->set_quant_activations(quant_activations_from_string(activations, "activations")); });
   }
@@ -270,6 +274,10 @@ emscripten::class_<T> model_class(const char* name) {
           "setLearningRate", +[](T& t, float lr) { t.set_learning_rate(lr); })
       .function(
           "setQuantActivations", +[](T& t, const std::string& a) { t.set_quant_activations(a); })
+      .function(
+          "setRecompute", +[](T& t, const std::string& mode) { t.set_recompute(mode); })
+      .function(
+          "recompute", +[](const T& t) { return t.recompute(); })
       .function(
           "numParameters", +[](const T& t) { return t.num_parameters(); })
       .function(

@@ -228,6 +228,35 @@ describe("LanguageModel LoRA", () => {
     m.dispose();
   });
 
+  it("recomputes activations with adapters by default; setRecompute('off') keeps them: the same losses, a larger arena", async () => {
+    const run = async (mode: "auto" | "on" | "off" | null) => {
+      const m = await LanguageModel.load(trained);
+      await m.addLora({ rank: 4 });
+      if (mode) await m.setRecompute(mode);
+      const losses = await fineTune(m, 3);
+      const out = { losses, mode: await m.recompute(), activations: (await m.memory()).activations };
+      m.dispose();
+      return out;
+    };
+    const byDefault = await run(null), on = await run("on"), off = await run("off");
+    expect(byDefault.mode).toBe("auto");
+    expect(on.mode).toBe("on");
+    expect(off.mode).toBe("off");
+    // Recomputation runs the same ops in the same order: the losses are bit for bit the same in every mode.
+    expect(on.losses).toEqual(byDefault.losses);
+    expect(off.losses).toEqual(byDefault.losses);
+    expect(byDefault.activations).toBe(on.activations); // auto with adapters: on
+    expect(off.activations).toBeGreaterThan(on.activations); // every layer's activations kept
+    // A name that is not a mode rejects naming the argument and the choices; the model keeps its mode and trains.
+    const m = await LanguageModel.load(trained);
+    await m.setRecompute("off");
+    await expect(m.setRecompute("sometimes" as "on")).rejects.toThrow(/mode = "sometimes" is not a recomputation mode: expected "auto", "on" or "off"/);
+    await expect(m.setRecompute(1 as unknown as "on")).rejects.toThrow(/mode must be a string/);
+    expect(await m.recompute()).toBe("off");
+    expect((await fineTune(m, 1)).every(Number.isFinite)).toBe(true);
+    m.dispose();
+  });
+
   it("trains adapters on a Seq2Seq (encoder, decoder and cross attention, generator) and a Classifier (its head)", async () => {
     const ids = (n: number, lo: number, hi: number, seed: number) => {
       const r = rng(seed);

@@ -3,7 +3,7 @@
 
 import type { TokenStream } from "./platform.js";
 import { UNKNOWN_TOKENIZER, type Calls, type ConfigIn, type ModelOut, type ModelRequest, type TokenizerIn, type TokenizerOut, type TokenizerRef } from "./protocol.js";
-import type { AdapterFiles, BackendCheck, LoraInfo, MemoryUsage, Metrics, ModelKind, QuantActivations, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
+import type { AdapterFiles, BackendCheck, LoraInfo, MemoryUsage, Metrics, ModelKind, QuantActivations, QuantizeOptions, Recompute, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 import { VERSION } from "./version.js";
 
 /** What every Embind model class has. */
@@ -12,6 +12,8 @@ interface CoreModelBase {
   loadWeights(bytes: Uint8Array): void;
   setLearningRate(lr: number): void;
   setQuantActivations(activations: QuantActivations): void;
+  setRecompute(mode: Recompute): void;
+  recompute(): Recompute;
   numParameters(): number;
   step(): number;
   config(): Record<string, number | string | boolean>;
@@ -468,6 +470,13 @@ export class Engine {
         this.run(() => this.get(model).core.setQuantActivations(activations));
         return null;
       }
+      case "setRecompute": {
+        const { model, mode } = req.in;
+        this.run(() => this.get(model).core.setRecompute(mode));
+        return null;
+      }
+      case "recompute":
+        return { mode: this.get(req.in.model).core.recompute() };
       case "quantize": {
         const { model, options } = req.in;
         const core = this.get(model).core;

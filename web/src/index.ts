@@ -17,6 +17,7 @@ export type {
   PretrainedProgress,
   PretrainedSource,
   QuantActivations,
+  Recompute,
   QuantizeOptions,
   WeightFormat,
   AdapterFiles,

@@ -21,6 +21,7 @@ import type {
   ModelKind,
   PretrainedOptions,
   QuantActivations,
+  Recompute,
   QuantizeOptions,
   SaveAdapterOptions,
   WeightFormat,
@@ -202,6 +203,24 @@ export abstract class Model<C extends object> {
     await callModel(this, "setQuantActivations", "setQuantActivations", {
       activations: string("activations", activations) as QuantActivations,
     });
+  }
+
+  /**
+   * Activation recomputation for the following steps ({@link Recompute}). `"on"` keeps only each transformer layer's
+   * input for the backward (the language model's layers, the classifier's, seq2seq's encoder), which runs the layer's
+   * forward again first: `memory().activations` falls by most of the stack's activations (GPT-2 124M at 8 x 128 rows:
+   * about 50 MiB a layer) for one more forward of every layer but the last. `"off"` keeps them all: faster where
+   * the memory allows (GPT-2 124M's LoRA step in the package: about 1.1 GB of wasm heap). `"auto"`, the default, is
+   * `"on"` while the model has LoRA adapters. Losses, gradients and weights are the same bit for bit in every mode.
+   * Rejects, changing nothing, for another name.
+   */
+  async setRecompute(mode: Recompute): Promise<void> {
+    await callModel(this, "setRecompute", "setRecompute", { mode: string("mode", mode) as Recompute });
+  }
+
+  /** The recomputation mode set ({@link setRecompute}; `"auto"` unless changed). */
+  async recompute(): Promise<Recompute> {
+    return (await callModel(this, "recompute", "recompute", {})).mode;
   }
 
   /**

@@ -4,7 +4,7 @@
 // A `stream` call also sends `{ id, token }` for each token as the core makes it, before its `{ id, out }`;
 // `{ type: "cancel", id }` ends it after the token being made (it then replies with the tokens made so far).
 
-import type { AdapterFiles, BackendCheck, LoraInfo, MemoryReport, Metrics, ModelKind, QuantActivations, QuantizeOptions, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
+import type { AdapterFiles, BackendCheck, LoraInfo, MemoryReport, Metrics, ModelKind, QuantActivations, QuantizeOptions, Recompute, RuntimeInfo, StepResult, WeightFormat } from "./types.js";
 
 /** Where the worker finds the build it must load (URLs computed in the main thread). */
 export interface LoadPlan {
@@ -182,6 +182,8 @@ export interface Calls {
   loadWeights: { in: { model: number; bytes: Uint8Array }; out: null };
   setLearningRate: { in: { model: number; lr: number }; out: null };
   setQuantActivations: { in: { model: number; activations: QuantActivations }; out: null };
+  setRecompute: { in: { model: number; mode: Recompute }; out: null };
+  recompute: { in: { model: number }; out: { mode: Recompute } };
   quantize: { in: { model: number; options: QuantizeOptions }; out: { formats: Record<string, WeightFormat> } };
   /** LoRA (qkv/lora.h): options arrive checked and filled in (validate.ts checkLora); the core checks them again. */
   addLora: { in: { model: number; options: LoraInfo }; out: LoraOut };

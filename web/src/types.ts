@@ -352,6 +352,13 @@ export interface QuantizeOptions {
 export type QuantActivations = "f32" | "int8";
 
 /**
+ * Activation recomputation ("gradient checkpointing", {@link Model.setRecompute}): `"on"` keeps only each
+ * transformer layer's input for the backward, which runs the layer's forward again first; `"off"` keeps every
+ * layer's activations; `"auto"` (the default) is on while the model has LoRA adapters.
+ */
+export type Recompute = "auto" | "on" | "off";
+
+/**
  * The Linear roles a LoRA adapter can sit on ({@link Model.addLora}): `"q"`, `"k"`, `"v"` the rows of attention's
  * in-projection for queries, keys and values (one adapter each); `"qkv"` the in-projection whole (one adapter of
  * out-size 3·dModel, as PEFT adapts GPT-2's `c_attn`); `"out"` attention's out-projection; `"up"` and `"down"` the

@@ -174,4 +174,9 @@ class Model {
   virtual void reset(bool moved) = 0;
 };
 
+// Recompute's names as the npm package takes them ("auto", "on", "off"), and back: recompute_from_string throws
+// qkv::Error naming `argument` and the choices for any other name.
+const char* to_string(Recompute mode);
+Recompute recompute_from_string(const std::string& name, const char* argument = "mode");
+
 }  // namespace qkv

@@ -102,6 +102,15 @@ QuantActivations quant_activations_from_string(const std::string& name, const ch
   throw Error(detail::cat(argument, " = \"", name, "\" is not an activation format: expected \"int8\" or \"f32\""));
 }
 
+const char* to_string(Recompute mode) { return mode == Recompute::On ? "on" : mode == Recompute::Off ? "off" : "auto"; }
+
+Recompute recompute_from_string(const std::string& name, const char* argument) {
+  for (Recompute m : {Recompute::Auto, Recompute::On, Recompute::Off})
+    if (name == to_string(m)) return m;
+  throw Error(
+      detail::cat(argument, " = \"", name, "\" is not a recomputation mode: expected \"auto\", \"on\" or \"off\""));
+}
+
 void Model::quantize(WeightFormat format, const QuantizeOptions& options) {
   const int f = static_cast<int>(format);
   check(f >= static_cast<int>(WeightFormat::F16) && f <= static_cast<int>(WeightFormat::Q4),
