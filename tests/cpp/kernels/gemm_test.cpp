@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "kernels/kernels.h"
 #include "qkv/error.h"
@@ -322,8 +323,8 @@ TEST(Gemm, TransposedATimesThinBIsTheTransposedProductBitForBit) {
 TEST(Gemm, BetaZeroIgnoresGarbageInC) {
   test::for_each_isa([&](const std::string& isa) {
     for (const auto& t : kTrans)
-      for (const int M : {17, 1}) {  // packed, and the row kernels
-        const int N = 35, K = 9;
+      for (const auto& [M, N, K] : {std::tuple{17, 35, 9}, std::tuple{1, 35, 9}, std::tuple{100, 8, 40}}) {
+        // packed; the row kernels; thin (N <= 16: the thin kernel, or swapped with a transposed A)
         auto A = test::randn(static_cast<size_t>(M) * K, 1), B = test::randn(static_cast<size_t>(K) * N, 2);
         std::vector<float> C(static_cast<size_t>(M) * N, std::nanf("")), R(C.size());
         kernels::gemm(t[0], t[1], M, N, K, 1.f, A.data(), t[0] ? M : K, B.data(), t[1] ? K : N, 0.f, C.data(), N);
