@@ -2,8 +2,10 @@
 # The LoRA benchmark of issue 37 (bench/README.md, "LoRA"): GPT-2 124M's shape, rank 8 on qkv, out, up and down,
 # sequence 128, batch 8, at 2 threads: LoRA (float32 base, and q4 base) against full fine-tuning, natively
 # (qkv_bench lora), in WebAssembly under Node (bench/lora_node.mjs) and in PyTorch 1.13 (bench/lora.py) on the
-# same machine in the same run, each mode in its own process (so that each peak RSS is that mode's alone); then
-# bench/lora_report.py prints the table: tokens/s, LoRA / full, % of peak, x PyTorch, peak memory / weights.
+# same machine in the same run, each mode in its own process (so that each peak RSS is that mode's alone), LoRA
+# also without activation recomputation (qkv recomputes with adapters by default; "% of peak" counts the model FLOP,
+# not the recomputed forward); then bench/lora_report.py prints the table: tokens/s, LoRA / full, % of peak,
+# x PyTorch, peak memory / weights.
 #
 #   bench/run_lora.sh                        # the full run
 #   LORA_BENCH_LAYERS=2 LORA_BENCH_STEPS=1 bench/run_lora.sh   # a smoke run (numbers not GPT-2's)
@@ -60,6 +62,10 @@ for mode in full lora lora-q4; do
   if wants native; then
     say "native qkv, $mode"
     "$BENCH" lora --mode "$mode" "${args[@]}" | tee "$LOGS/native-$mode.log"
+    if [ "$mode" = lora ]; then  # keeping the activations: the step's FLOP are the model FLOP (the % of peak target)
+      say "native qkv, $mode, recompute off"
+      "$BENCH" lora --mode "$mode" "${args[@]}" --recompute off | tee "$LOGS/native-$mode-off.log"
+    fi
   fi
   if wants torch && [ "$mode" != lora-q4 ]; then
     say "PyTorch, $mode"
@@ -78,6 +84,9 @@ if wants wasm; then
       say "wasm qkv (Node), $mode"
       node bench/lora_node.mjs --mode "$mode" "${args[@]}" --peak-gflops "${peak:-0}" | tee "$LOGS/wasm-$mode.log"
     done
+    say "wasm qkv (Node), lora, recompute off"
+    node bench/lora_node.mjs --mode lora "${args[@]}" --peak-gflops "${peak:-0}" --recompute off |
+      tee "$LOGS/wasm-lora-off.log"
   fi
 fi
 
