@@ -17,7 +17,7 @@
 // (gemm_kernel.h) take dot products with the rows of a transposed B, or sum rows of B, in place. Products whose
 // op(B) has at most 16 columns (a LoRA adapter's rank) take the thin kernel, which reads a row-major A in place
 // (gemm_thin), or with a transposed A the swapped product (gemm_swapped).
-// op(A) is likewise read in place when N is small (see gemm()).
+// A row-major op(A) is read in place (gemm_tiled), a transposed one while its rows are short.
 // Packed panels live in a per-thread buffer that grows to the largest product seen (at most 4 MiB of op(A)'s row
 // panels and 4 MiB of op(B)'s columns at a time: gemm()) and is then reused: a training loop with fixed shapes
 // allocates nothing after its first step.
@@ -470,14 +470,17 @@ void gemm_tiled(const Problem& g, const GemmMicroKernel& mk) {
   const bool pack_all_b = packs_all_of_b(g);
   const int64_t packed_b = pack_all_b ? panels_b : (full_last_b ? 0 : 1);  // the ragged last panel at most
 
-  // A row-major op(A) is read in place, MR rows at a time (the micro-kernel's broadcasts take any stride),
-  // unless many B panels would reuse a packed copy; only a ragged last panel is packed, zero-padded, so that
-  // nothing past M is read. Measured at 1 thread (CPU time, best of 6 alternated runs): in place is 20-39%
-  // faster at N = 65-128 (768 x 128 x 128, 768 x 65 x 128, 64 x 128 x 128: the char GPT's narrow products),
-  // 3-4% at N = 384, even at N = 512, and about 3% slower at 1024^3.
+  // A row-major op(A) is read in place, MR rows at a time (the micro-kernel's broadcasts take any stride); only a
+  // ragged last panel is packed, zero-padded, so that nothing past M is read. Measured at 1 thread (CPU time, best of
+  // 6 alternated runs): in place is 20-39% faster at N = 65-128 (768 x 128 x 128, 768 x 65 x 128, 64 x 128 x 128:
+  // the char GPT's narrow products), 3-4% at N = 384, even at N = 512. Wider products packed A until the micro-kernel
+  // sweeps its row panel over the tile's column panels in one call (which keeps the panel in L1 across them): then
+  // `qkv_bench gemm`, alternated, 1024^3 233 -> 245 GFLOP/s at 1 thread, 416 -> 445 at 2; GPT-2's 1024-row products
+  // at 1 thread +4-9% (K 768-3072), at 2 threads -4 to +10%; its LoRA step without recomputation 1278-1391 ->
+  // 1246-1272 ms.
   // A transposed A (K, M) is read in place too, MR contiguous floats a row of A, while rows are short:
   // 128-512 x 128 x 768 1.23-1.36x, 512 x 512 x 6400 1.11-1.15x, but 1024 x 512 x 6400 (rows of 4 KB) 0.92x.
-  const bool a_in_place = N <= 512 && (!trans_a || M <= 512);
+  const bool a_in_place = !trans_a || (N <= 512 && M <= 512);
   // A row-major op(A) in place larger than the L2 caches (4 MiB) comes from memory: its panels are prefetched (below).
   const bool prefetch_a = a_in_place && !trans_a && static_cast<int64_t>(M) * K >= (int64_t{1} << 20);
   const bool full_last_a = M % mr == 0;
