@@ -252,6 +252,7 @@ int run_train(const TrainArgs& a) {
     if (a.eval_every.value < 0) throw UsageError("--eval-every: expected >= 0 (0: only at the end)");
     t.eval_every = a.eval_every.value;
   }
+  if (a.recompute.given) task->model().set_recompute(recompute_from_string(a.recompute.value, "--recompute"));
   task->check_trainable();
 #if QKV_NCCL
   if (a.mpi && device == Device::CUDA) dist::select_local_gpu();  // one GPU per rank of a host

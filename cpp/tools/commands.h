@@ -17,6 +17,7 @@ struct TrainArgs {
   std::string data, config, out, resume, device;  // device: "" = not given
   std::string precision;                          // --precision fp32|tf32|bf16 ("" = fp32), CUDA only
   Flag<std::string> model{"lm"}, non_finite{"error"};
+  Flag<std::string> recompute{"auto"};  // activation recomputation: auto (on with --lora), on or off
   Flag<std::string> tokenizer{"char"};  // lm: char, or bpe trained on --data to --vocab-size tokens
   Flag<int> steps, threads, batch, eval_every, log_every, vocab_size;
   Flag<double> lr;

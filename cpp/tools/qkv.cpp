@@ -116,6 +116,11 @@ int main(int argc, char** argv) {
   flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
   flags.add(t, "--non-finite", train.non_finite, "On a NaN/inf loss or gradient: error stops, skip skips the step")
       ->check(CLI::IsMember({"error", "skip"}));
+  flags
+      .add(t, "--recompute", train.recompute,
+           "Activation recomputation: on keeps each layer's input only (less memory, one more forward), off keeps "
+           "every activation (faster); auto (default) is on with --lora")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   flags.add(t, "--eval-every", train.eval_every, "Evaluate and save every N steps (default steps/10; 0: at the end)")
       ->check(CLI::NonNegativeNumber);
   flags.add(t, "--log-every", train.log_every, "Progress line every N steps when stderr is not a terminal (10)")

@@ -30,6 +30,15 @@ expect 0 "done step 8/8" -- train --threads 1 --data text.txt --resume resumed.s
 [ "$(grep -o "done step 8/8: loss [0-9.]*" "$OUT")" = "$straight" ] || fail "the resumed run's loss is not $straight"
 cmp straight/adapter_model.safetensors resumed/adapter_model.safetensors || fail "the resumed adapter differs"
 
+# Without activation recomputation (--recompute off; LoRA's default recomputes) the same 8 steps give the same loss and
+# the same adapter bytes: recomputing runs the same ops in the same order.
+expect 0 "done step 8/8" -- train --threads 1 --data text.txt --init "$G" --lora "$SPEC" --steps 8 --batch 2 \
+  --eval-every 3 --lr 0.01 --out kept.safetensors --adapter-out kept --recompute off
+[ "$(grep -o "done step 8/8: loss [0-9.]*" "$OUT")" = "$straight" ] || fail "--recompute off's loss is not $straight"
+cmp straight/adapter_model.safetensors kept/adapter_model.safetensors || fail "--recompute off's adapter differs"
+expect 2 "--recompute: sometimes not in \{auto,on,off\}" -- train --threads 1 --data text.txt --init "$G" \
+  --lora "$SPEC" --recompute sometimes
+
 # generate: the checkpoint with adapters, the folder with --adapter, and the merged model give the same greedy ids.
 ids() {
   expect 0 "^[0-9 ]+$" -- generate --threads 1 "$@" --prompt-ids 5,6,7 --max-tokens 8 --temperature 0 --seed 1
