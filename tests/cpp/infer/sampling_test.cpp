@@ -66,6 +66,47 @@ TEST(Sampling, GreedyIsTheArgmaxAndTakesTheLowestIdOnTies) {
   EXPECT_EQ(p[best], 1.0);
 }
 
+// The greedy pick scans the logits in blocks of 64 (the largest value first, then the first block that holds it):
+// std::max_element's answer at every length around the block, with the maximum in a whole block, in the tail, at the
+// ends, tied across blocks, among all-negative logits and as -0 against +0 (equal: the lower id), and the largest
+// value also setting the temperature's scale (a single token at any temperature).
+TEST(Sampling, GreedyMatchesMaxElementAtEveryLengthAndPlace) {
+  const SamplingOptions greedy = with_temperature(0.f);
+  for (int V : {1, 2, 3, 63, 64, 65, 127, 128, 129, 200, 50257}) {
+    auto logits = test::randn(static_cast<size_t>(V), 700 + V, 4.f);
+    std::vector<int> places = {0, V - 1, V / 2, V / 3};
+    if (V > 64) places.push_back(64), places.push_back(V - V % 64);
+    for (const int at : places) {
+      if (at < 0 || at >= V) continue;
+      auto z = logits;
+      for (float& x : z) x = -std::fabs(x) - 1.f;  // all negative
+      const auto expect = [&](const char* what) {
+        const int32_t best = static_cast<int32_t>(std::max_element(z.begin(), z.end()) - z.begin());
+        EXPECT_EQ(sample_token(z, {}, greedy, 0.5), best) << what << ", V = " << V << ", at " << at;
+        EXPECT_EQ(sampling_distribution(z, {}, greedy)[static_cast<size_t>(best)], 1.0) << what << ", V = " << V;
+      };
+      expect("all negative");
+      z[static_cast<size_t>(at)] = -0.5f;
+      expect("a negative maximum");
+      z[static_cast<size_t>(at)] = 7.f;
+      z[static_cast<size_t>(V - 1)] = std::max(z[static_cast<size_t>(V - 1)], 7.f);
+      expect("a tie with the last");
+      for (float& x : z) x = std::min(x, -1.f);
+      z[static_cast<size_t>(at)] = 0.f;
+      z[static_cast<size_t>(V - 1 - (V - 1 - at) / 2)] = -0.f;
+      expect("+0 and -0");
+      z[static_cast<size_t>(at)] = -0.f;
+      z[static_cast<size_t>(V - 1 - (V - 1 - at) / 2)] = 0.f;
+      expect("-0 and +0");
+    }
+  }
+  // The largest value is also exp's offset: one token far above the rest takes all the mass at any temperature.
+  auto z = test::randn(300, 9, 1.f);
+  z[173] = 500.f;
+  EXPECT_EQ(sampling_distribution(z, {}, with_temperature(1.f))[173], 1.0);
+  EXPECT_EQ(sample_token(z, {}, with_temperature(1.f), 0.999), 173);
+}
+
 TEST(Sampling, TopK1IsGreedyAtAnyTemperature) {
   Rng rng(5);
   for (int trial = 0; trial < 20; ++trial) {
