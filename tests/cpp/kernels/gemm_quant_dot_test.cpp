@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kernels/kernels.h"
@@ -90,6 +91,54 @@ TEST(GemmQuantDot, ActivationsAreQuantizedByQ8ZerosRule) {
         }
       }
   }
+}
+
+// The SSE4.1 (and plain WebAssembly) kernel's Q4 quantizer makes quantize_activations' codes in that kernel's order and
+// scale (gemm_quant_dot.h): element 4j + r of a block at 8r + j times 256, 16, 1, 256; zsum x 256, d / 256. Whole
+// blocks go through vectors, the others (a partial last block, a NaN, an infinity, a largest magnitude so small that
+// 127 over it overflows) element by element: every kind at K around the block, ties included.
+TEST(GemmQuantDot, Sse41Q4QuantizerIsQuantizeActivationsInItsKernelsOrder) {
+#if !(defined(__x86_64__) || defined(__i386__))
+  GTEST_SKIP() << "the SSE4.1 unit is built on x86 only";
+#else
+  const int M = 3;
+  for (int K : {1, 31, 32, 33, 64, 77, 100, 160, 768}) {
+    const int lda = K + 5, nb = (K + kDotBlock - 1) / kDotBlock;
+    auto A = test::randn(static_cast<size_t>(M) * lda, 90 + static_cast<uint64_t>(K), 3.f);
+    const auto at = [&](int m, int k) -> float& { return A[static_cast<size_t>(m) * lda + k]; };
+    if (K >= 64) {
+      for (int k = 32; k < 64; ++k) at(1, k) = 0.f;               // all zero
+      at(2, 40) = std::numeric_limits<float>::quiet_NaN();        // a NaN
+      for (int k = 0; k < 32; ++k) at(2, k) = 1e-38f * (k - 16);  // max 1.6e-37: 127 / max overflows
+    }
+    if (K >= 32) {
+      const float ties[] = {127.f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -125.5f, 3.5f, -127.f, 63.5f};
+      for (int i = 0; i < 12; ++i) at(1, i * 2) = ties[i];  // max |a| = 127: a / d = a, halfway values to even
+      at(0, K - 1) = -std::numeric_limits<float>::infinity();
+    }
+    std::vector<int16_t> want(static_cast<size_t>(M) * nb * kDotBlock), got(want.size(), 99);
+    std::vector<float> d_want(static_cast<size_t>(M) * nb), d_got(d_want.size(), 99.f);
+    std::vector<int32_t> z_want(d_want.size()), z_got(d_want.size(), 99);
+    std::vector<int8_t> q8(want.size());
+    kernels::quantize_activations(A.data(), lda, M, K, WeightFormat::Q4, want.data(), d_want.data(), nullptr,
+                                  z_want.data());
+    kernels::q4_quantize_sse41(A.data(), lda, M, K, got.data(), d_got.data(), q8.data(), z_got.data());
+    const int factor[4] = {256, 16, 1, 256};
+    for (size_t b = 0; b < d_want.size(); ++b) {
+      const std::string where = "K=" + std::to_string(K) + " block " + std::to_string(b);
+      if (std::isnan(d_want[b]))
+        EXPECT_TRUE(std::isnan(d_got[b])) << where;
+      else
+        EXPECT_EQ(ops::float_bits(d_got[b]), ops::float_bits(d_want[b] * (1.f / 256))) << where;
+      EXPECT_EQ(z_got[b], 256 * z_want[b]) << where;
+      for (int j = 0; j < 8; ++j)
+        for (int r = 0; r < 4; ++r)
+          ASSERT_EQ(got[b * kDotBlock + 8 * r + j],
+                    factor[r] * want[b * kDotBlock + place(WeightFormat::Q4, 4 * j + r)])
+              << where << " element " << 4 * j + r;
+    }
+  }
+#endif
 }
 
 // The oracle equals the formula of gemm_quant_dot.h evaluated in double from the same codes (the integer block

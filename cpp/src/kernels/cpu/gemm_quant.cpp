@@ -126,13 +126,18 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
   d.resize(static_cast<size_t>(M) * nb);
   q8.resize(bytes ? q.size() : 0);
   zsum.resize(bytes ? d.size() : 0);
-  quantize_activations(A, lda, M, K, f, q.data(), d.data(), bytes ? q8.data() : nullptr, bytes ? zsum.data() : nullptr);
+  bool quantized = false;
+#if QKV_ISA_SSE41
+  if (kernel == &quant_dot_rows_sse41 && f == WeightFormat::Q4) {
+    q4_quantize_sse41(A, lda, M, K, q.data(), d.data(), q8.data(), zsum.data());
+    quantized = true;
+  }
+#endif
+  if (!quantized)
+    quantize_activations(A, lda, M, K, f, q.data(), d.data(), bytes ? q8.data() : nullptr,
+                         bytes ? zsum.data() : nullptr);
 #if QKV_ISA_AVX512VNNI
   if (kernel == &quant_dot_rows_avx512vnni && f == WeightFormat::Q4) q4_group_order_avx512vnni(q8.data(), M, nb);
-#endif
-#if QKV_ISA_SSE41
-  if (kernel == &quant_dot_rows_sse41 && f == WeightFormat::Q4)
-    q4_prepare_sse41(q.data(), d.data(), zsum.data(), M, nb);
 #endif
   // The workers read this thread's buffers (a thread_local named in the lambda would be each worker's own).
   const int16_t* qa = q.data();

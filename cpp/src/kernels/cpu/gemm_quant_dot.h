@@ -67,11 +67,11 @@ void quant_dot_rows_scalar(const QuantDotRows& q, int n0, int n1);
 // (arch/avx2.cpp; AVX-512 machines run it too). For Q4 both read zsum, and the AVX2 one and the relaxed-SIMD
 // WebAssembly build's q8.
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1);
-// The SSE4.1 kernel's Q4 reads q in its own order and scale (in place, from Int8Rows'): within each block, elements
-// 4j, then 4j + 1, 4j + 2 and 4j + 3 (j = 0..7), as its codes come out of 16-bit lanes, times 256, 16, 1 and 256 so
-// that each product is 256 c q; zsum x 256 and d / 256 to match. Nothing in the relaxed-SIMD WebAssembly build,
-// whose Q4 reads q8.
-void q4_prepare_sse41(int16_t* q, float* d, int32_t* zsum, int M, int nb);
+// The SSE4.1 kernel's Q4 reads q in its own order and scale: within each block, elements 4j, then 4j + 1, 4j + 2 and
+// 4j + 3 (j = 0..7), as its codes come out of 16-bit lanes, times 256, 16, 1 and 256 so that each product is 256 c q;
+// zsum x 256 and d / 256 to match. q4_quantize_sse41 is quantize_activations for it (the same codes, put in that
+// order as they are made); in the relaxed-SIMD WebAssembly build, whose Q4 reads q8, it is quantize_activations.
+void q4_quantize_sse41(const float* A, int lda, int M, int K, int16_t* q, float* d, int8_t* q8, int32_t* zsum);
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1);
 // AVX-512 VNNI (arch/avx512vnni.cpp): int8 two blocks at a time with vpdpbusd, Q4 four, reading q8 and zsum; for Q4,
 // q8 in its own order, which q4_group_order_avx512vnni makes (in place, from Int8Rows' order): within each whole

@@ -120,26 +120,91 @@ struct Sse41Dot {
 }  // namespace
 void quant_dot_rows_sse41(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Sse41Dot>(q, n0, n1); }
 
-void q4_prepare_sse41([[maybe_unused]] int16_t* q, [[maybe_unused]] float* d, [[maybe_unused]] int32_t* zsum,
-                      [[maybe_unused]] int M, [[maybe_unused]] int nb) {
 #if !(defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD))
-  // A block in the nibbles' order is [E | O] (the 16 even elements, the 16 odd ones: element 2i at i, 2i + 1 at
-  // 16 + i). The codes' vectors take elements 4j, 4j + 1, 4j + 2, 4j + 3 (j = 0..7): E's even places, O's, E's odd
-  // places, O's, which come as c, 16 c, 256 c and c (q4_codes): times 256, 16, 1 and 256 here, every product is
-  // 256 c q. |256 q| <= 32512 fits int16; a block's sum, |256 sum c q| <= 256 * 32 * 15 * 127 < 2^24, is exact in
-  // int32 and in its float; zsum x 256 and d / 256 (a power of two: exact for a normal d) give back the same C.
+namespace {
+// A block in the nibbles' order is [E | O] (the 16 even elements, the 16 odd ones: element 2i at i, 2i + 1 at
+// 16 + i). The codes' vectors take elements 4j, 4j + 1, 4j + 2, 4j + 3 (j = 0..7): E's even places, O's, E's odd
+// places, O's, which come as c, 16 c, 256 c and c (q4_codes): times 256, 16, 1 and 256 here, every product is
+// 256 c q. |256 q| <= 32512 fits int16; a block's sum, |256 sum c q| <= 256 * 32 * 15 * 127 < 2^24, is exact in
+// int32 and in its float; zsum x 256 and d / 256 (a power of two: exact for a normal d) give back the same C.
+// One block as quantize_activations makes it (q in the nibbles' order), then put in this kernel's order: the blocks
+// the vector pass leaves (a partial last one, one with a NaN or an infinity, one whose 127 / max |a| overflows).
+void q4_block_scalar(const float* x, int len, int16_t* q, float* d, int32_t* zsum) {
   int16_t t[kDotBlock];
-  for (int64_t b = 0; b < static_cast<int64_t>(M) * nb; ++b) {
-    int16_t* x = q + b * kDotBlock;
-    for (int j = 0; j < 8; ++j) {
-      t[j] = static_cast<int16_t>(256 * x[2 * j]);
-      t[8 + j] = static_cast<int16_t>(16 * x[16 + 2 * j]);
-      t[16 + j] = x[2 * j + 1];
-      t[24 + j] = static_cast<int16_t>(256 * x[17 + 2 * j]);
+  quantize_activations(x, len, 1, len, WeightFormat::Q4, t, d, nullptr, zsum);
+  for (int j = 0; j < 8; ++j) {
+    q[j] = static_cast<int16_t>(256 * t[2 * j]);
+    q[8 + j] = static_cast<int16_t>(16 * t[16 + 2 * j]);
+    q[16 + j] = t[2 * j + 1];
+    q[24 + j] = static_cast<int16_t>(256 * t[17 + 2 * j]);
+  }
+  *zsum *= 256;
+  *d *= 1.f / 256;
+}
+}  // namespace
+#endif
+
+void q4_quantize_sse41(const float* A, int lda, int M, int K, int16_t* q, float* d, int8_t* q8, int32_t* zsum) {
+#if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
+  quantize_activations(A, lda, M, K, WeightFormat::Q4, q, d, q8, zsum);  // the bytes, in quantize_activations' order
+#else
+  (void)q8;
+  const int nb = (K + kDotBlock - 1) / kDotBlock;
+  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), lo = _mm_set1_epi32(-127), hi = _mm_set1_epi32(127);
+  for (int m = 0; m < M; ++m) {
+    const float* a = A + static_cast<size_t>(m) * lda;
+    for (int b = 0; b < nb; ++b) {
+      const size_t at = static_cast<size_t>(m) * nb + b;
+      const float* x = a + b * kDotBlock;
+      int16_t* qb = q + at * kDotBlock;
+      const int len = std::min(kDotBlock, K - b * kDotBlock);
+      if (len < kDotBlock) {
+        q4_block_scalar(x, len, qb, d + at, zsum + at);
+        continue;
+      }
+      // Row j of the block: elements 4j .. 4j + 3. max |a| as the largest of the magnitudes' bit patterns, as
+      // quantize_activations takes it.
+      __m128 v[8];
+      __m128i top = _mm_setzero_si128();
+      for (int j = 0; j < 8; ++j) {
+        v[j] = _mm_loadu_ps(x + 4 * j);
+        top = _mm_max_epu32(top, _mm_and_si128(_mm_castps_si128(v[j]), magnitude));
+      }
+      top = _mm_max_epu32(top, _mm_shuffle_epi32(top, _MM_SHUFFLE(1, 0, 3, 2)));
+      top = _mm_max_epu32(top, _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 3, 0, 1)));
+      const uint32_t bits = static_cast<uint32_t>(_mm_cvtsi128_si32(top));
+      const float amax = ops::bits_float(bits), inv = amax > 0.f ? 127.f / amax : 0.f;
+      if (bits >= 0x7f800000u || inv > 3.4e38f) {
+        q4_block_scalar(x, len, qb, d + at, zsum + at);
+        continue;
+      }
+      d[at] = amax / 127.f * (1.f / 256);
+      // Two 4 x 4 transposes make column r of rows 4g .. 4g + 3 (elements 4j + r), whose codes (to nearest even, as
+      // quantize_activations rounds) times 256, 16, 1 and 256 are lanes 4g .. 4g + 3 of the output's vector r.
+      const __m128 scale = _mm_set1_ps(inv);
+      __m128i c[2][4], sum = _mm_setzero_si128();
+      for (int g = 0; g < 2; ++g) {
+        const __m128* r = v + 4 * g;
+        const __m128 t0 = _mm_unpacklo_ps(r[0], r[1]), t1 = _mm_unpacklo_ps(r[2], r[3]),
+                     t2 = _mm_unpackhi_ps(r[0], r[1]), t3 = _mm_unpackhi_ps(r[2], r[3]);
+        const __m128 col[4] = {_mm_movelh_ps(t0, t1), _mm_movehl_ps(t1, t0), _mm_movelh_ps(t2, t3),
+                               _mm_movehl_ps(t3, t2)};
+        for (int k = 0; k < 4; ++k) {
+          c[g][k] = _mm_min_epi32(_mm_max_epi32(_mm_cvtps_epi32(_mm_mul_ps(col[k], scale)), lo), hi);
+          sum = _mm_add_epi32(sum, c[g][k]);
+        }
+      }
+      const auto store = [&](int k, __m128i lo4, __m128i hi4) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 8 * k), _mm_packs_epi32(lo4, hi4));
+      };
+      store(0, _mm_slli_epi32(c[0][0], 8), _mm_slli_epi32(c[1][0], 8));
+      store(1, _mm_slli_epi32(c[0][1], 4), _mm_slli_epi32(c[1][1], 4));
+      store(2, c[0][2], c[1][2]);
+      store(3, _mm_slli_epi32(c[0][3], 8), _mm_slli_epi32(c[1][3], 8));
+      sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(1, 0, 3, 2)));
+      sum = _mm_add_epi32(sum, _mm_shuffle_epi32(sum, _MM_SHUFFLE(2, 3, 0, 1)));
+      zsum[at] = 8 * 256 * _mm_cvtsi128_si32(sum);
     }
-    std::copy(t, t + kDotBlock, x);
-    zsum[b] *= 256;
-    d[b] *= 1.f / 256;
   }
 #endif
 }
