@@ -4,8 +4,10 @@
 // set this machine has (forced) and 1..2 threads; and the instruction sets' dequantization, element for element.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/gemm_quant_kernel.h"
@@ -78,6 +80,37 @@ TEST(GemmQuant, MatchesDoubleReferenceOverRaggedShapesOnEveryIsa) {
           for (int N : {1, 3, 17, 33})
             for (int K : {0, 1, 7, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 256, 257, 768})
               check_case(f, M, N, K, isa);
+    });
+  }
+  set_num_threads(max_threads());
+}
+
+// Each element of C is the same float wherever its row of W falls: the row kernels reduce their rows' sums a group at
+// a time (16 on AVX-512), so a product of 40 rows (two groups and a part, split over 1 or 2 threads) must give each
+// element exactly what the product of that row alone gives, on every instruction set, for 1..3 rows of A.
+TEST(GemmQuant, EachRowIsTheSameSumWhereverItFalls) {
+  const int N = 40;
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (WeightFormat f : kFormats)
+        for (int K : {33, 64, 100, 768})
+          for (int M : {1, 3}) {
+            const Packed w = pack(f, N, K, 80 + static_cast<uint64_t>(K));
+            const auto A = test::randn(static_cast<size_t>(M) * K, 81);
+            const size_t stride = ops::row_stride(f, K);
+            const int spr = ops::scales_per_row(f, K);
+            std::vector<float> C(static_cast<size_t>(M) * N), alone(static_cast<size_t>(M));
+            kernels::gemm_quant(M, N, K, A.data(), K, f, w.bytes.data(), w.scales.data(), C.data(), N);
+            for (int n = 0; n < N; ++n) {
+              kernels::gemm_quant(M, 1, K, A.data(), K, f, w.bytes.data() + n * stride,
+                                  w.scales.data() + static_cast<size_t>(n) * spr, alone.data(), 1);
+              for (int m = 0; m < M; ++m)
+                ASSERT_EQ(ops::float_bits(C[static_cast<size_t>(m) * N + n]), ops::float_bits(alone[m]))
+                    << "isa=" << isa << " " << ops::format_name(f) << " K=" << K << " M=" << M << " row " << n
+                    << " threads " << threads;
+            }
+          }
     });
   }
   set_num_threads(max_threads());
