@@ -32,7 +32,8 @@ MultiHeadAttention::MultiHeadAttention(Parameters& params, const std::string& pr
 void MultiHeadAttention::plan(Workspace& ws, int B, int Tq, int Tk, const Saved& saved, const FeedForward::Spare& spare,
                               int cached_keys) {
   const size_t rq = static_cast<size_t>(B) * Tq, rk = static_cast<size_t>(B) * Tk;
-  q_ = saved.take(ws, "q", rq * C_);
+  // With a KV cache, room for a decoding step's q, k and v together (forward): 3C floats at least.
+  q_ = saved.take(ws, "q", std::max(rq, cached_keys > 0 ? size_t{3} : rq) * C_);
   kv_ = saved.take(ws, "kv", rk * 2 * C_);
   y_ = saved.take(ws, "y", rq * C_);
   lse_ = saved.take(ws, "lse", rq * H_);
@@ -85,6 +86,20 @@ void MultiHeadAttention::project_kv(float* kv, const float* x, int rows, const D
 void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
                                  const Dropout& drop, KvCache* cache) {
   const int rq = B * Tq, C = C_;
+  // A decoding step's one new row attending to itself and the cache: q, k and v by one product over the whole of
+  // in_proj_weight into q_'s first 3C floats (one pass over x and one parallel region where q and [k | v] took two,
+  // and for quantized weights x quantized once); each element is the same sum either way. Without adapters only
+  // (theirs are per site).
+  const bool adapters = site_qkv_->adapter || site_q_->adapter || site_k_->adapter || site_v_->adapter;
+  if (cache && !cache->fixed && rq == 1 && B * Tk == 1 && xq.data() == xkv.data() && !adapters &&
+      q_.size() >= static_cast<size_t>(3) * C) {
+    const Span qkv = q_.first(static_cast<size_t>(3) * C);
+    weight_product(ops(), w_in_, 0, 3 * C, xq.data(), C, 1, qkv.data(), 3 * C);
+    if (b_in_) ops().bias_act_forward(qkv, qkv, b_in_->value, ops::Act::Identity, 1, 3 * C);
+    const int q_pos = cache->length;
+    append_to_cache(*cache, qkv.data() + C, B, Tk);
+    return attend_cached(out, mask, B, Tq, q_pos, drop, *cache);
+  }
   const Span q = q_.first(static_cast<size_t>(rq) * C);
   weight_product(ops(), w_in_, 0, C, xq.data(), C, rq, q.data(), C);  // rows 0 .. C of in_proj_weight: W_q
   if (LoraAdapter* a = site_qkv_->adapter) a->forward(ops(), 0, 0, C, xq.data(), C, rq, q.data(), C, drop);
@@ -107,21 +122,34 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
 // attention: the memory, on the first call only), then the queries attend over everything it holds.
 void MultiHeadAttention::forward_cached(Span out, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk,
                                         const Dropout& drop, KvCache& cache) {
-  const int C = C_, start = cache.fixed ? 0 : cache.length;
+  const int q_pos = cache.fixed ? 0 : cache.length;
   if (!cache.fixed || cache.length == 0) {
-    check(start + Tk <= cache.capacity, "KV cache: ", start, " + ", Tk, " positions exceed its capacity of ",
-          cache.capacity);
     project_kv(kv_.data(), xkv.data(), B * Tk, drop);
-    // Batch row b's Tk new rows of 2C go after its `start` kept ones: one strided copy of B*Tk rows would need
-    // a stride that changes at each batch boundary, so one copy per batch row.
-    const size_t row = 2 * static_cast<size_t>(C);
-    for (int b = 0; b < B; ++b)
-      ops().copy_rows(cache.kv + (static_cast<size_t>(b) * cache.capacity + start) * row, 2 * C,
-                      kv_.data() + static_cast<size_t>(b) * Tk * row, 2 * C, Tk, 2 * C);
-    cache.length = start + Tk;
+    append_to_cache(cache, kv_.data(), B, Tk);
   }
+  attend_cached(out, mask, B, Tq, q_pos, drop, cache);
+}
+
+// kv (B,Tk,2C), rows 2C apart, after the cache's kept rows (none for a cross-attention's memory).
+void MultiHeadAttention::append_to_cache(KvCache& cache, const float* kv, int B, int Tk) {
+  const int C = C_, start = cache.fixed ? 0 : cache.length;
+  check(start + Tk <= cache.capacity, "KV cache: ", start, " + ", Tk, " positions exceed its capacity of ",
+        cache.capacity);
+  // Batch row b's Tk new rows of 2C go after its `start` kept ones: one strided copy of B*Tk rows would need
+  // a stride that changes at each batch boundary, so one copy per batch row.
+  const size_t row = 2 * static_cast<size_t>(C);
+  for (int b = 0; b < B; ++b)
+    ops().copy_rows(cache.kv + (static_cast<size_t>(b) * cache.capacity + start) * row, 2 * C,
+                    kv + static_cast<size_t>(b) * Tk * row, 2 * C, Tk, 2 * C);
+  cache.length = start + Tk;
+}
+
+// The queries in q_ (B,Tq,C), the first at position q_pos, attend over every position the cache holds.
+void MultiHeadAttention::attend_cached(Span out, const AttentionMask& mask, int B, int Tq, int q_pos,
+                                       const Dropout& drop, KvCache& cache) {
+  const int C = C_;
   ops::AttentionShape s = shape(mask, B, Tq, cache.length, drop);
-  s.q_pos = cache.fixed ? 0 : start;
+  s.q_pos = q_pos;
   s.k_rows = cache.capacity;
   ops().attention_forward(y_, lse_, q_.data(), cache.kv, cache.kv + C, s, scratch_);
   out_proj_.forward(out, y_, B * Tq, drop);

@@ -67,6 +67,9 @@ class MultiHeadAttention {
   void project_kv(float* kv, const float* x, int rows, const Dropout& drop);
   void forward_cached(Span out, CSpan xkv, const AttentionMask& mask, int B, int Tq, int Tk, const Dropout& drop,
                       KvCache& cache);
+  void append_to_cache(KvCache& cache, const float* kv, int B, int Tk);
+  void attend_cached(Span out, const AttentionMask& mask, int B, int Tq, int q_pos, const Dropout& drop,
+                     KvCache& cache);
 
   const Parameters& params_;
   int C_, H_;
