@@ -3,6 +3,8 @@
 // kernels that run, through Emscripten's SSE emulation: wasm_sse.h first replaces its slow conversions.
 #include "kernels/cpu/wasm_sse.h"
 // (wasm_sse.h must come before any xsimd header)
+#include <cmath>
+
 #include "kernels/cpu/attention_simd.h"
 #include "kernels/cpu/gemm_simd.h"
 
@@ -127,6 +129,7 @@ namespace {
 // places, O's, which come as c, 16 c, 256 c and c (q4_codes): times 256, 16, 1 and 256 here, every product is
 // 256 c q. |256 q| <= 32512 fits int16; a block's sum, |256 sum c q| <= 256 * 32 * 15 * 127 < 2^24, is exact in
 // int32 and in its float; zsum x 256 and d / 256 (a power of two: exact for a normal d) give back the same C.
+//
 // One block as quantize_activations makes it (q in the nibbles' order), then put in this kernel's order: the blocks
 // the vector pass leaves (a partial last one, one with a NaN or an infinity, one whose 127 / max |a| overflows).
 void q4_block_scalar(const float* x, int len, int16_t* q, float* d, int32_t* zsum) {
@@ -174,7 +177,7 @@ void q4_quantize_sse41(const float* A, int lda, int M, int K, int16_t* q, float*
       top = _mm_max_epu32(top, _mm_shuffle_epi32(top, _MM_SHUFFLE(2, 3, 0, 1)));
       const uint32_t bits = static_cast<uint32_t>(_mm_cvtsi128_si32(top));
       const float amax = ops::bits_float(bits), inv = amax > 0.f ? 127.f / amax : 0.f;
-      if (bits >= 0x7f800000u || inv > 3.4e38f) {
+      if (bits >= 0x7f800000u || std::isinf(inv)) {
         q4_block_scalar(x, len, qb, d + at, zsum + at);
         continue;
       }
