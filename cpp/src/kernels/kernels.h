@@ -171,8 +171,15 @@ using ops::WeightFormat;
 // check_gemm_quant).
 // int8_act (int8 and q4 weights, up to 8 rows of A: decoding): A's rows quantized to int8 in blocks of 32 and
 // integer dot products instead, a different numerical contract (kernels/cpu/gemm_quant_dot.h); otherwise ignored.
+// epilogue (optional): then a = act(C + b) as bias_act_forward makes it (C keeps C + b where it is the
+// pre-activation), a with C's row stride; the row paths apply it to each piece of C as the pool's threads finish it.
+struct QuantEpilogue {
+  float* a;
+  const float* b;  // N floats, or null: no bias
+  Act act;
+};
 void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
-                float* C, int ldc, bool int8_act = false);
+                float* C, int ldc, bool int8_act = false, const QuantEpilogue* epilogue = nullptr);
 // The naive oracle: three loops, each element dequantized where it is used, float accumulation in k order.
 void gemm_quant_reference(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W,
                           const float* scales, float* C, int ldc);

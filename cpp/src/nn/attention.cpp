@@ -87,15 +87,20 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
                                  const Dropout& drop, KvCache* cache) {
   const int rq = B * Tq, C = C_;
   // A decoding step's one new row attending to itself and the cache: q, k and v by one product over the whole of
-  // in_proj_weight into q_'s first 3C floats (one pass over x and one parallel region where q and [k | v] took two,
-  // and for quantized weights x quantized once); each element is the same sum either way. Without adapters only
-  // (theirs are per site).
+  // in_proj_weight into q_'s first 3C floats, with its bias (one pass over x and one parallel region where q and
+  // [k | v] took two, and for quantized weights x quantized once); each element is the same sum either way. Without
+  // adapters only (theirs are per site).
   const bool adapters = site_qkv_->adapter || site_q_->adapter || site_k_->adapter || site_v_->adapter;
   if (cache && !cache->fixed && rq == 1 && B * Tk == 1 && xq.data() == xkv.data() && !adapters &&
       q_.size() >= static_cast<size_t>(3) * C) {
     const Span qkv = q_.first(static_cast<size_t>(3) * C);
-    weight_product(ops(), w_in_, 0, 3 * C, xq.data(), C, 1, qkv.data(), 3 * C);
-    if (b_in_) ops().bias_act_forward(qkv, qkv, b_in_->value, ops::Act::Identity, 1, 3 * C);
+    const CSpan b = b_in_ ? CSpan(b_in_->value) : CSpan();
+    if (w_in_.is_packed())
+      ops().linear_quant_forward(qkv, qkv, xq.data(), static_cast<int>(w_in_.format), w_in_.packed.data(),
+                                 w_in_.scales.empty() ? nullptr : w_in_.scales.data(), b, ops::Act::Identity, 1, C,
+                                 3 * C, w_in_.int8_act);
+    else
+      ops().linear_forward(qkv, qkv, xq, w_in_.value, b, ops::Act::Identity, 1, C, 3 * C);
     const int q_pos = cache->length;
     append_to_cache(*cache, qkv.data() + C, B, Tk);
     return attend_cached(out, mask, B, Tq, q_pos, drop, *cache);

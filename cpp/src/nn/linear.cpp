@@ -39,8 +39,12 @@ void Linear::forward(Span y, Span h, CSpan x, int rows, ops::Act act, const Drop
   const CSpan b = b_ ? CSpan(b_->value) : CSpan();
   LoraAdapter* const a = adapter();
   if (!w_.is_packed() && !a) return ops().linear_forward(y, h, x, w_.value, b, act, rows, in_, out_);
-  // A packed weight or an adapter: the product into h (plus the adapter's), then the bias and activation as
-  // linear_forward's default does.
+  if (!a)
+    return ops().linear_quant_forward(y, h, x.data(), static_cast<int>(w_.format), w_.packed.data(),
+                                      w_.scales.empty() ? nullptr : w_.scales.data(), b, act, rows, in_, out_,
+                                      w_.int8_act);
+  // An adapter: the product into h (plus the adapter's), then the bias and activation as linear_forward's default
+  // does.
   weight_product(ops(), w_, 0, out_, x.data(), in_, rows, h.data(), out_);
   if (a) {
     drop_ = drop;

@@ -37,6 +37,12 @@ void Backend::linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act,
   if (!b.empty() || act != Act::Identity || a.data() != h.data()) bias_act_forward(a, h, b, act, rows, out);
 }
 
+void Backend::linear_quant_forward(Span a, Span h, const float* x, int format, const uint8_t* W, const float* scales,
+                                   CSpan b, Act act, int rows, int in, int out, bool int8_act) {
+  gemm_quant(rows, out, in, x, in, format, W, scales, h.data(), out, int8_act);
+  if (!b.empty() || act != Act::Identity || a.data() != h.data()) bias_act_forward(a, h, b, act, rows, out);
+}
+
 size_t Backend::clipped_adam_scratch_size(size_t ranges) const {
   return std::max(sum_squares_scratch_size(), adam_scratch_size(ranges));
 }

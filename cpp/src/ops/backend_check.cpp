@@ -500,6 +500,32 @@ void check_quant(Runner& check_case) {
                          return Outputs{{"C", out, Tol::Norm, int8_act ? 2e-2 : 1e-5}};
                        });
           }
+      // linear_quant_forward: the product, its bias and activation (the CPU executor applies them as its threads
+      // finish pieces of h, the others run gemm_quant then bias_act_forward); int8_act as gemm_quant's cases above.
+      if (K == 33 || K == 100)
+        for (bool int8_act : {false, true})
+          for (int rows : {1, 3, 17})
+            for (Act act : {Act::Identity, Act::ReLU, Act::GELU, Act::GELUTanh}) {
+              if (int8_act && !quantized) continue;
+              const int out = 67;
+              const Packed w = packed_weights(f, out, K, seed++);
+              const auto x = randn(static_cast<size_t>(rows) * K, seed++), b = randn(out, seed++);
+              check_case("linear_quant_forward " + fn + (int8_act ? " int8_act " : " ") + std::to_string(rows) + "x" +
+                             std::to_string(K) + "->" + std::to_string(out) + " act " +
+                             std::to_string(static_cast<int>(act)),
+                         [&](Backend& be) {
+                           Dev d(be);
+                           const size_t n = static_cast<size_t>(rows) * out;
+                           const Span h = d.poisoned(n), a = act == Act::Identity ? h : d.poisoned(n);
+                           const float* sc = w.scales.empty() ? nullptr : d.up(w.scales).data();
+                           be.linear_quant_forward(a, h, d.up(x).data(), static_cast<int>(f), d.bytes(w.bytes), sc,
+                                                   d.up(b), act, rows, K, out, int8_act);
+                           const double tol = int8_act ? 2e-2 : 1e-5;
+                           Outputs o{{"a", d.down(a), Tol::Norm, tol}};
+                           if (act != Act::ReLU) o.push_back({"h", d.down(h), Tol::Norm, tol});
+                           return o;
+                         });
+            }
       // dequantize_rows: every element exactly, into rows of ld_out = K + 1 (the gap is never written).
       for (int rows : {1, 5}) {
         const Packed w = packed_weights(f, rows, K, seed++);

@@ -103,6 +103,12 @@ class Backend {
   // pass for bias and activation); a backend whose matrix product can add the bias and a ReLU itself (cuBLASLt's
   // epilogues) overrides it.
   virtual void linear_forward(Span a, Span h, CSpan x, CSpan w, CSpan b, Act act, int rows, int in, int out);
+  // The same with a packed weight (ops/weight_format.h: W's out rows in `format`, its scales; int8_act as gemm_quant
+  // takes it): h = x W^T by gemm_quant, then bias and activation. The default is gemm_quant then bias_act_forward;
+  // the CPU executor applies the bias and activation to each piece of h as the pool's threads make it (a decoding
+  // step's single row: GELU over 3072 columns no longer runs on one thread after the product).
+  virtual void linear_quant_forward(Span a, Span h, const float* x, int format, const uint8_t* W, const float* scales,
+                                    CSpan b, Act act, int rows, int in, int out, bool int8_act);
 
   // The optimizer's update with global-norm clipping, decided from the gradients themselves and queued without a
   // wait: s = sum_squares(g_all) and s_gate = sum_squares(gate); when both are finite, adam_step over (p, m, v, g)

@@ -116,6 +116,51 @@ TEST(GemmQuant, EachRowIsTheSameSumWhereverItFalls) {
   set_num_threads(max_threads());
 }
 
+// The epilogue (linear_quant_forward on the CPU) is bias_act_forward after the product, bit for bit, applied to each
+// piece of C as the threads make it: every activation, with and without a bias, a separate output and in place, on
+// the row paths (fp32 and int8 activations; N cut into pieces of 16) and the panel path, every instruction set.
+TEST(GemmQuant, TheEpilogueIsBiasActAfterTheProduct) {
+  for (int threads : {1, 2}) {
+    set_num_threads(std::min(threads, max_threads()));
+    test::for_each_isa([&](const std::string& isa) {
+      for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4})
+        for (bool int8_act : {false, true})
+          for (int M : {1, 3, 9})
+            for (int N : {5, 67})
+              for (ops::Act act : {ops::Act::Identity, ops::Act::ReLU, ops::Act::GELU, ops::Act::GELUTanh})
+                for (bool bias : {false, true}) {
+                  if (int8_act && f == WeightFormat::BF16) continue;
+                  const int K = 100;
+                  const Packed w = pack(f, N, K, 90 + static_cast<uint64_t>(N + M));
+                  const auto A = test::randn(static_cast<size_t>(M) * K, 91);
+                  const auto b = test::randn(static_cast<size_t>(N), 92);
+                  const size_t n = static_cast<size_t>(M) * N;
+                  std::vector<float> h_want(n), a_want(n), h(n, 7.f), a(n, 7.f);
+                  kernels::gemm_quant(M, N, K, A.data(), K, f, w.bytes.data(), w.scales.data(), h_want.data(), N,
+                                      int8_act);
+                  const bool in_place = act == ops::Act::Identity;
+                  float* a_out = in_place ? h.data() : a.data();
+                  kernels::bias_act_forward(in_place ? Span(h_want) : Span(a_want), Span(h_want),
+                                            bias ? CSpan(b) : CSpan(), act, M, N);
+                  const kernels::QuantEpilogue e{a_out, bias ? b.data() : nullptr, act};
+                  kernels::gemm_quant(M, N, K, A.data(), K, f, w.bytes.data(), w.scales.data(), h.data(), N, int8_act,
+                                      &e);
+                  for (size_t i = 0; i < n; ++i) {
+                    const std::string where = "isa=" + isa + " " + ops::format_name(f) + (int8_act ? " a8" : "") +
+                                              " M=" + std::to_string(M) + " N=" + std::to_string(N) + " act " +
+                                              std::to_string(static_cast<int>(act)) + (bias ? " bias" : "") + " at " +
+                                              std::to_string(i);
+                    ASSERT_EQ(ops::float_bits(h[i]), ops::float_bits(h_want[i])) << where;
+                    if (!in_place) {
+                      ASSERT_EQ(ops::float_bits(a[i]), ops::float_bits(a_want[i])) << where;
+                    }
+                  }
+                }
+    });
+  }
+  set_num_threads(max_threads());
+}
+
 // The panel path multiplies A as it is, whatever its size (it once copied A into block order, at most 4 MiB of it at a
 // time): products with more than 1 Mi floats of A, on every instruction set, meet the reference's bound, with K
 // ragged against every block (3000 = 93 x 32 + 24) and panels ragged against the last (N = 1000); and a prompt's 32

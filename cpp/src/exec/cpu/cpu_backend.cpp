@@ -50,6 +50,18 @@ class CpuBackend final : public Backend {
     check_gemm_quant("gemm_quant (cpu)", M, N, K, A, lda, format, W, scales, C, ldc);
     kernels::gemm_quant(M, N, K, A, lda, static_cast<WeightFormat>(format), W, scales, C, ldc, int8_act);
   }
+  void linear_quant_forward(Span a, Span h, const float* x, int format, const uint8_t* W, const float* scales, CSpan b,
+                            Act act, int rows, int in, int out, bool int8_act) override {
+    check_gemm_quant("linear_quant_forward (cpu)", rows, out, in, x, in, format, W, scales, h.data(), out);
+    check(a.size() >= static_cast<size_t>(rows) * out && h.size() >= static_cast<size_t>(rows) * out &&
+              (b.empty() || b.size() >= static_cast<size_t>(out)),
+          "linear_quant_forward (cpu): a of ", a.size(), ", h of ", h.size(), " and b of ", b.size(), " floats for ",
+          rows, " x ", out);
+    const bool none = b.empty() && act == Act::Identity && a.data() == h.data();
+    const kernels::QuantEpilogue e{a.data(), b.empty() ? nullptr : b.data(), act};
+    kernels::gemm_quant(rows, out, in, x, in, static_cast<WeightFormat>(format), W, scales, h.data(), out, int8_act,
+                        none ? nullptr : &e);
+  }
   void dequantize_rows(float* out, int ld_out, int format, const uint8_t* W, const float* scales, int rows,
                        int K) override {
     check_dequantize_rows("dequantize_rows (cpu)", out, ld_out, format, W, scales, rows, K);

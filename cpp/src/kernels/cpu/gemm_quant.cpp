@@ -20,6 +20,7 @@
 #include "kernels/cpu/gemm_quant_dot.h"
 #include "kernels/cpu/gemm_quant_kernel.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/rowwise.h"
 #include "kernels/kernels.h"
 #include "qkv/thread_pool.h"
 
@@ -111,10 +112,23 @@ bool reads_bytes([[maybe_unused]] QuantDotFn kernel, WeightFormat f) {
   return false;
 }
 
+// The epilogue over columns [n0, n1) of C's rows [m0, m1) (ldc apart): bias_act's row pass on that piece, once per
+// range of chunks a thread claimed (per 16-column chunk, its calls cost natively about what it saved). Its elements
+// are computed as on the whole row (one element's lanes never depend on its neighbours'), so the pieces give
+// bias_act_forward's result wherever they are cut.
+void apply_epilogue(const QuantEpilogue* e, float* C, int ldc, int m0, int m1, int n0, int n1) {
+  if (!e) return;
+  const auto body = rowwise_kernels().bias_act;
+  for (int m = m0; m < m1; ++m) {
+    const size_t at = static_cast<size_t>(m) * ldc + n0;
+    body(BiasActArgs{e->a + at, C + at, e->b ? e->b + n0 : nullptr, e->act, n1 - n0}, 0, 1);
+  }
+}
+
 // The row path with int8 activations: A quantized once on this thread, rows of W split over the pool as the fp32
 // row path splits them.
 void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
-                    float* C, int ldc) {
+                    float* C, int ldc, const QuantEpilogue* epilogue) {
   const int nb = (K + kDotBlock - 1) / kDotBlock;
   const QuantDotFn kernel = select_dot_kernel();
   const bool bytes = reads_bytes(kernel, f);
@@ -158,6 +172,8 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
         kernel({f, a, W, stride, scales, spr, C + static_cast<size_t>(m0) * ldc, ldc}, n0, n1);
       }
     }
+    apply_epilogue(epilogue, C, ldc, 0, M, static_cast<int>(c0) * kRowChunk,
+                   std::min(N, static_cast<int>(c1) * kRowChunk));
   });
 }
 
@@ -194,10 +210,10 @@ void dequantize_rows(float* out, int ld_out, WeightFormat f, const uint8_t* W, c
 }
 
 void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W, const float* scales,
-                float* C, int ldc, bool int8_act) {
+                float* C, int ldc, bool int8_act, const QuantEpilogue* epilogue) {
   if (M == 0 || N == 0) return;
   if (int8_act && (f == WeightFormat::Int8 || f == WeightFormat::Q4) && M <= kRowPathMax && K > 0)
-    return gemm_quant_dot(M, N, K, A, lda, f, W, scales, C, ldc);
+    return gemm_quant_dot(M, N, K, A, lda, f, W, scales, C, ldc, epilogue);
   const QuantKernels qk = select_quant_kernels();
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
@@ -220,6 +236,8 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
           qk.rows(q, n0, n1);
         }
       }
+      apply_epilogue(epilogue, C, ldc, 0, M, static_cast<int>(c0) * kRowChunk,
+                     std::min(N, static_cast<int>(c1) * kRowChunk));
     });
     return;
   }
@@ -241,6 +259,10 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
     });
     gemm(false, true, M, nb, K, 1.f, A, lda, p, k1, 0.f, C + n0, ldc);
   }
+  if (epilogue)  // a prompt's rows: after the products, over the pool by rows
+    parallel_for(M, [&](int64_t r0, int64_t r1) {
+      apply_epilogue(epilogue, C, ldc, static_cast<int>(r0), static_cast<int>(r1), 0, N);
+    });
 }
 
 void gemm_quant_reference(int M, int N, int K, const float* A, int lda, WeightFormat f, const uint8_t* W,
