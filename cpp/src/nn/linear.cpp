@@ -46,10 +46,8 @@ void Linear::forward(Span y, Span h, CSpan x, int rows, ops::Act act, const Drop
   // An adapter: the product into h (plus the adapter's), then the bias and activation as linear_forward's default
   // does.
   weight_product(ops(), w_, 0, out_, x.data(), in_, rows, h.data(), out_);
-  if (a) {
-    drop_ = drop;
-    a->forward(ops(), 0, 0, out_, x.data(), in_, rows, h.data(), out_, drop);
-  }
+  drop_ = drop;
+  a->forward(ops(), 0, 0, out_, x.data(), in_, rows, h.data(), out_, drop);
   if (!b.empty() || act != ops::Act::Identity || y.data() != h.data()) ops().bias_act_forward(y, h, b, act, rows, out_);
 }
 
