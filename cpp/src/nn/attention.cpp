@@ -94,13 +94,7 @@ void MultiHeadAttention::forward(Span out, CSpan xq, CSpan xkv, const AttentionM
   if (cache && !cache->fixed && rq == 1 && B * Tk == 1 && xq.data() == xkv.data() && !adapters &&
       q_.size() >= static_cast<size_t>(3) * C) {
     const Span qkv = q_.first(static_cast<size_t>(3) * C);
-    const CSpan b = b_in_ ? CSpan(b_in_->value) : CSpan();
-    if (w_in_.is_packed())
-      ops().linear_quant_forward(qkv, qkv, xq.data(), static_cast<int>(w_in_.format), w_in_.packed.data(),
-                                 w_in_.scales.empty() ? nullptr : w_in_.scales.data(), b, ops::Act::Identity, 1, C,
-                                 3 * C, w_in_.int8_act);
-    else
-      ops().linear_forward(qkv, qkv, xq, w_in_.value, b, ops::Act::Identity, 1, C, 3 * C);
+    weight_linear_forward(ops(), w_in_, qkv, qkv, xq, b_in_ ? CSpan(b_in_->value) : CSpan(), ops::Act::Identity, 1);
     const int q_pos = cache->length;
     append_to_cache(*cache, qkv.data() + C, B, Tk);
     return attend_cached(out, mask, B, Tq, q_pos, drop, *cache);

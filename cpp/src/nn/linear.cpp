@@ -38,11 +38,7 @@ void Linear::forward(Span y, CSpan x, int rows, const Dropout& drop) {
 void Linear::forward(Span y, Span h, CSpan x, int rows, ops::Act act, const Dropout& drop) {
   const CSpan b = b_ ? CSpan(b_->value) : CSpan();
   LoraAdapter* const a = adapter();
-  if (!w_.is_packed() && !a) return ops().linear_forward(y, h, x, w_.value, b, act, rows, in_, out_);
-  if (!a)
-    return ops().linear_quant_forward(y, h, x.data(), static_cast<int>(w_.format), w_.packed.data(),
-                                      w_.scales.empty() ? nullptr : w_.scales.data(), b, act, rows, in_, out_,
-                                      w_.int8_act);
+  if (!a) return weight_linear_forward(ops(), w_, y, h, x, b, act, rows);
   // An adapter: the product into h (plus the adapter's), then the bias and activation as linear_forward's default
   // does.
   weight_product(ops(), w_, 0, out_, x.data(), in_, rows, h.data(), out_);

@@ -15,6 +15,14 @@ void weight_product(ops::Backend& ops, const Param& w, int n0, int n, const floa
                  scales, y, ldy, w.int8_act);
 }
 
+void weight_linear_forward(ops::Backend& ops, const Param& w, Span a, Span h, CSpan x, CSpan b, ops::Act act,
+                           int rows) {
+  const int N = w.rows(), K = w.cols();
+  if (!w.is_packed()) return ops.linear_forward(a, h, x, w.value, b, act, rows, K, N);
+  ops.linear_quant_forward(a, h, x.data(), static_cast<int>(w.format), w.packed.data(),
+                           w.scales.empty() ? nullptr : w.scales.data(), b, act, rows, K, N, w.int8_act);
+}
+
 void weight_product_dx(ops::Backend& ops, const Param& w, int n0, int n, const float* dy, int lddy, int rows, float* dx,
                        int lddx, float beta, Span scratch) {
   const int K = w.cols();

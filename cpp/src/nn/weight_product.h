@@ -14,6 +14,11 @@ namespace qkv::nn {
 void weight_product(ops::Backend& ops, const Param& w, int n0, int n, const float* x, int ldx, int rows, float* y,
                     int ldy);
 
+// A whole weight's product with its bias and activation: a (rows, N) = act(x (rows, K) w^T + b), h the
+// pre-activation (a Linear layer's forward: ops.h's linear_forward for float32, linear_quant_forward packed; each
+// executor may fuse the bias and activation into the product). x's rows K floats apart; b may be empty.
+void weight_linear_forward(ops::Backend& ops, const Param& w, Span a, Span h, CSpan x, CSpan b, ops::Act act, int rows);
+
 // The backward's product through the same rows: dx (rows, K) = dy (rows, n) W[n0 : n0 + n] + beta * dx, dy's rows
 // lddy apart, dx's lddx. float32: gemm; packed (a frozen quantized base under LoRA adapters): the rows dequantized
 // (dequantize_rows) kWeightChunk at a time into `scratch`, each chunk's product added, so the scratch stays small
