@@ -85,16 +85,18 @@ TEST(GemmQuant, MatchesDoubleReferenceOverRaggedShapesOnEveryIsa) {
   set_num_threads(max_threads());
 }
 
-// Each element of C is the same float wherever its row of W falls: the row kernels reduce their rows' sums a group at
-// a time (16 on AVX-512), so a product of 40 rows (two groups and a part, split over 1 or 2 threads) must give each
-// element exactly what the product of that row alone gives, on every instruction set, for 1..3 rows of A.
+// Each element of C is the same float wherever its row of W falls: a row kernel may take rows of W a group at a time
+// (AVX-512's Q4, 4 rows when A has one), so a product of 40 rows (groups and a part, split over 1 or 2 threads) must
+// give each element exactly what the product of that row alone gives, on every instruction set, for 1 and 3 rows of
+// A, for K with whole blocks only (768), groups past the blocks (100, 200, 4160: four rows' scales past the stack's
+// room) and elements past the groups (33, 200).
 TEST(GemmQuant, EachRowIsTheSameSumWhereverItFalls) {
   const int N = 40;
   for (int threads : {1, 2}) {
     set_num_threads(std::min(threads, max_threads()));
     test::for_each_isa([&](const std::string& isa) {
       for (WeightFormat f : kFormats)
-        for (int K : {33, 64, 100, 768})
+        for (int K : {33, 64, 100, 200, 768, 4160})
           for (int M : {1, 3}) {
             const Packed w = pack(f, N, K, 80 + static_cast<uint64_t>(K));
             const auto A = test::randn(static_cast<size_t>(M) * K, 81);

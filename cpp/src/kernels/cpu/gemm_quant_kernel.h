@@ -76,17 +76,19 @@ QuantKernels quant_kernels();
 // Room for a Q4 row's group scales as floats, for a loader that converts the row's bfloat16 first
 // (Q4Loader<avx512f>::row_scales, where decoding's blocks are a few operations each); the other kernels convert
 // each block's scale where they use it (a shift), which measured faster in the wasm core than a conversion pass.
-// On the stack up to kStack groups (K up to 16384); a longer row uses a buffer that grows once per thread. Tag is
-// the instruction set's type, so that each arch unit keeps its own copy (an inline class in a header every arch
-// unit includes would be one copy for all of them, compiled with whichever unit's flags the linker kept).
+// On the stack up to kStack groups (K up to 16384 for one row, 4096 for four); a longer row uses a buffer that grows
+// once per thread. Tag is the instruction set's type, so that each arch unit keeps its own copy (an inline class in a
+// header every arch unit includes would be one copy for all of them, compiled with whichever unit's flags the linker
+// kept).
 template <class Tag>
 class Q4RowScales {
  public:
-  float* buffer(int K) {
-    const int G = ops::q4_groups(K);
-    if (G <= kStack) return stack_;
+  // Room for `rows` rows' scales, one after the other (G floats each).
+  float* buffer(int K, int rows = 1) {
+    const size_t n = static_cast<size_t>(ops::q4_groups(K)) * static_cast<size_t>(rows);
+    if (n <= kStack) return stack_;
     thread_local std::vector<float> heap;
-    if (heap.size() < static_cast<size_t>(G)) heap.resize(static_cast<size_t>(G));
+    if (heap.size() < n) heap.resize(n);
     return heap.data();
   }
 

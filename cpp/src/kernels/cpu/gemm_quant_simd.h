@@ -31,17 +31,21 @@ struct Int8Loader {
 };
 
 // How Q4 codes become float vectors. The generic way loads 4V bytes (8V codes: V/4 groups of 32) as words and
-// shifts and masks each nibble into place (block order 8, blocks of 8V elements). AVX-512F specializes this with a
-// zero-extending load (vpmovzxbd) of V bytes per vector pair, so that lane i holds byte i of the block: its low
-// nibble (element 2i) and high nibble (element 2i + 1) make the two vectors (block order 2: blocks of 2V = 32
-// elements, one group), each nibble looked up in a 16-float table of the codes less 8 (vpermps reads the low 4 bits
-// of each lane: 3 operations a block where a mask, a subtract and a conversion per vector took 6; the product 22 ->
-// 25 GB/s a thread). As fast on whole blocks, and a row's remainder past its last 128 elements no longer goes
-// element by element: 3072 x 192 and 3072 x 64 products went from 1.75 and 0.66 to 25.7 and 18.1 elements/ns on
-// one thread. (Under AVX2 the same was 13% slower, and its 64-element blocks leave small remainders: it keeps 8.)
+// shifts and masks each nibble into place (block order 8, blocks of 8V elements). AVX-512F specializes it
+// (kLookup): the same 8 vectors of the same 64 bytes, each nibble looked up in a 16-float table of the codes less 8
+// (vpermps reads the low 4 bits of each lane: a shift and a permute a vector where a mask, a subtract and a
+// conversion took three), and its groups' scales from a row's floats (row_scales) with one permute (group_scales'
+// blends took three); its `group` dequantizes one group of 32 in natural order, for the panels of the gemm path and
+// a row's groups past its last 128 elements (which the generic loaders take element by element). Before, AVX-512
+// took each group of 32 alone (its 16 bytes zero-extended, block order 2: three shuffles a group where this has two
+// and a quarter): a 768-wide product in cache on one thread 0.73 -> 0.50 ns a group, and with rows_q4_lookup's four
+// rows at a time GPT-2 124M's q4 decode on one thread (alternated) 4.18-4.34 -> 3.14-3.51 ms a token; on two, where
+// the memory (43-49 GB/s) bounds both, 1.93-2.48 either way, 1.98-2.09 the medians of 6-8 rounds. (Under AVX2
+// vpermps has 8 entries: it keeps the generic way.)
 template <class Arch>
 struct Q4Loader {
   static constexpr int order = 8;
+  static constexpr bool kLookup = false;
 };
 
 // Interleaving two vectors: lo = (a0 b0 a1 b1 ...) from their low halves, hi the same from their high halves.
@@ -113,11 +117,6 @@ struct Simd {
       w[1] = xsimd::to_float((x << 16) >> 24);
       w[2] = xsimd::to_float((x << 8) >> 24);
       w[3] = xsimd::to_float(x >> 24);
-    } else if constexpr (f == WeightFormat::Q4 && Q4Loader<Arch>::order == 2) {
-      Q4Loader<Arch>::load(p, w);
-      const F scale(ops::q4_scale(s, g0));
-      w[0] *= scale;
-      w[1] *= scale;
     } else if constexpr (f == WeightFormat::Q4) {
       q4_codes(words(p), w);
       const F scale = group_scales(s, g0, lanes);
@@ -159,76 +158,121 @@ struct Simd {
   static constexpr int block_bytes = f == WeightFormat::Int8 ? R<f>* V
                                      : f == WeightFormat::Q4 ? R<f>* V / 2
                                                              : R<f>* V * 2;
+  // A Q4 block's sum of a (q - 8) for one row of A in block order (w: its 8 vectors of codes less 8), in two chains.
+  static F q4_sum(const float* a, const F* w) {
+    F s0 = F::load_unaligned(a) * w[0], s1 = F::load_unaligned(a + V) * w[1];
+    for (int t = 2; t < 8; t += 2) {
+      s0 = gemm_madd(F::load_unaligned(a + t * V), w[t], s0);
+      s1 = gemm_madd(F::load_unaligned(a + (t + 1) * V), w[t + 1], s1);
+    }
+    return s0 + s1;
+  }
+  // Q4 with the lookup loader (AVX-512F), NR rows of W at a time: 4 when A has one row (decoding), so that four
+  // streams of W are in flight, each row's multiply-adds by its blocks' scales (one chain a row) overlap the other
+  // rows', and the four sums are reduced together (Q4Loader::sum4: 13 operations where each row's own horizontal sum
+  // took 8, waiting on its last multiply-add). A 768-wide product on one thread in cache: 0.50 (a row at a time, two
+  // chains) -> 0.56 ns a group, but streaming from memory on both threads 0.78 -> 0.65. A row's sum is the same
+  // float whichever NR takes it (the same chain and the same reduction: sum4 of the row four times when alone), so
+  // that C does not depend on how the rows fell to the threads.
+  template <int MR, int NR>
+  static void rows_q4_lookup(const QuantRows& q, int n0, int n1) {
+    using L = Q4Loader<Arch>;
+    constexpr int B = 8 * V;  // a block: 4 groups of 32, 64 bytes (one prefetch each)
+    const int blocks = q.K / B, G = ops::q4_groups(q.K);
+    Q4RowScales<Arch> q4_scales;
+    float* converted = q4_scales.buffer(q.K, NR);
+    for (int n = n0; n + NR <= n1; n += NR) {
+      const uint8_t* row[NR];
+      const float *s[NR], *sf[NR];  // each row's scale words, and as floats (L::row_scales: one per group)
+      for (int j = 0; j < NR; ++j) {
+        row[j] = q.W + static_cast<size_t>(n + j) * q.stride;
+        s[j] = q.scales + static_cast<size_t>(n + j) * q.spr;
+        prefetch_weights(reinterpret_cast<const uint8_t*>(s[j]));  // the scales' own stream, 8 KiB ahead too
+        sf[j] = L::row_scales(s[j], q.K, converted + static_cast<size_t>(j) * G);
+      }
+      F acc[NR][MR];
+      for (int j = 0; j < NR; ++j)
+        for (int m = 0; m < MR; ++m) acc[j][m] = F(0.f);
+      // Each block's sum of a (q - 8) per row of A, then one multiply-add by the lanes' scales.
+      auto q4_block = [&](int j, int b) {
+        F w[8];
+        const uint8_t* p = row[j] + static_cast<size_t>(b) * 64;
+        prefetch_weights(p);
+        L::codes(p, w);
+        const F scale = L::scales(sf[j] + b * (B / 32));
+        const float* a = q.A + static_cast<size_t>(b) * B;
+        for (int m = 0; m < MR; ++m)
+          acc[j][m] = gemm_madd(q4_sum(a + static_cast<size_t>(m) * q.lda, w), scale, acc[j][m]);
+      };
+      for (int b = 0; b < blocks; ++b)
+        for (int j = 0; j < NR; ++j) q4_block(j, b);
+      // Whole groups past the last block are in natural order (2V = 32 elements): dequantized and multiplied as they
+      // are; the elements past the last whole group one by one, after the sum.
+      int done = blocks * B;
+      for (; done + 32 <= q.K; done += 32)
+        for (int j = 0; j < NR; ++j) {
+          F w[2];
+          L::group(row[j] + done / 2, sf[j][done / 32], w);
+          for (int m = 0; m < MR; ++m) {
+            const float* am = q.A + static_cast<size_t>(m) * q.lda + done;
+            acc[j][m] = gemm_madd(F::load_unaligned(am), w[0], acc[j][m]);
+            acc[j][m] = gemm_madd(F::load_unaligned(am + V), w[1], acc[j][m]);
+          }
+        }
+      for (int m = 0; m < MR; ++m) {
+        float c[4];  // sum4 of rows 0 .. NR - 1 (the last repeated when NR < 4)
+        L::sum4(acc[0][m], acc[std::min(1, NR - 1)][m], acc[std::min(2, NR - 1)][m], acc[std::min(3, NR - 1)][m], c);
+        const float* a = q.A + static_cast<size_t>(m) * q.lda;
+        for (int j = 0; j < NR; ++j) {
+          for (int k = done; k < q.K; ++k) c[j] += a[k] * ops::dequantize_element(WeightFormat::Q4, row[j], s[j], k);
+          q.C[static_cast<size_t>(m) * q.ldc + n + j] = c[j];
+        }
+      }
+    }
+  }
+
   // Rows n0 .. n1 of C for MR rows of A. U accumulators per row of A keep the FMA chains short when MR is small.
   template <WeightFormat f, int MR>
   static void rows(const QuantRows& q, int n0, int n1) {
+    if constexpr (f == WeightFormat::Q4 && Q4Loader<Arch>::kLookup) {
+      int n = n0;
+      if constexpr (MR == 1) {
+        n = n0 + (n1 - n0) / 4 * 4;
+        rows_q4_lookup<MR, 4>(q, n0, n);
+      }
+      return rows_q4_lookup<MR, 1>(q, n, n1);
+    }
     // U accumulators per row of A, indexed by a compile-time t (the vectors of a block) so they stay in registers;
-    // the generic Q4 loader adds each block's scaled sum to one accumulator per row (a runtime index, b % U, put them
-    // on the stack: a store-forwarding round trip per block, 2x slower). The AVX-512 one (Rf = 2) dequantizes a block
-    // into its two vectors with the scale folded into the lookup table (Q4Loader::load_scaled) and multiplies-adds
-    // them into two accumulators, the next block into two others, the loop unrolled by two: with the block's sum
-    // scaled into one accumulator per row, the blocks waited for each other's FMA (a block is a 16-byte load, two
-    // table lookups and three FMAs). GPT-2 124M's q4 decode at 2 threads (alternated, 45 GB/s): 2.69-2.86 ms a token
-    // before, 2.65-2.67 with the prefetch alone, 2.30-2.37 with the prefetch and two accumulators.
-    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? (Rf == 2 ? 4 : 1) : MR == 1 ? 4 : MR == 2 ? 2 : 1;
+    // Q4 adds each block's scaled sum to one accumulator per row (a runtime index, b % U, put them on the stack: a
+    // store-forwarding round trip per block, 2x slower).
+    constexpr int Rf = R<f>, U = f == WeightFormat::Q4 ? 1 : MR == 1 ? 4 : MR == 2 ? 2 : 1;
     constexpr int B = Rf * V;  // elements per block
     const int blocks = q.K / B;
     constexpr int kBlocksPerLine = std::max(1, 64 / block_bytes<f>);  // one prefetch per 64-byte line of the row
     const GroupLanes lanes;
-    Q4RowScales<Arch> q4_scales;
     for (int n = n0; n < n1; ++n) {
       const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
       const float* s = q.spr ? q.scales + static_cast<size_t>(n) * q.spr : nullptr;  // the row's scale words
-      // Q4 with the AVX-512 loader: the row's bfloat16 scales converted first (Q4Loader::row_scales), one float a
-      // block; the other loaders convert each block's scales as they go (group_scales).
-      const float* sf = s;
-      if constexpr (f == WeightFormat::Q4 && Rf == 2) sf = Q4Loader<Arch>::row_scales(s, q.K, q4_scales.buffer(q.K));
       F acc[MR][U];
       for (int m = 0; m < MR; ++m)
         for (int u = 0; u < U; ++u) acc[m][u] = F(0.f);
-      if constexpr (f == WeightFormat::Q4 && Rf == 2) {
-        // A group per block, dequantized (its scale in the table), into accumulators 2u and 2u + 1.
-        auto q4_block = [&](int bb, auto u) {
-          F w[2];
-          Q4Loader<Arch>::load_scaled(row + static_cast<size_t>(bb) * block_bytes<f>, sf[bb * B / 32], w);
-          const float* a = q.A + static_cast<size_t>(bb) * B;
-          for (int m = 0; m < MR; ++m) {
-            const float* am = a + static_cast<size_t>(m) * q.lda;
-            acc[m][2 * u] = gemm_madd(F::load_unaligned(am), w[0], acc[m][2 * u]);
-            acc[m][2 * u + 1] = gemm_madd(F::load_unaligned(am + V), w[1], acc[m][2 * u + 1]);
-          }
-        };
-        for (int b = 0; b < blocks; b += 2) {
-          if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
-          q4_block(b, std::integral_constant<int, 0>{});
-          if (b + 1 < blocks) q4_block(b + 1, std::integral_constant<int, 1>{});
-        }
-      } else {
-        for (int b = 0; b < blocks; ++b) {
-          if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
-          F w[Rf];
-          const float* a = q.A + static_cast<size_t>(b) * B;
-          if constexpr (f == WeightFormat::Q4) {
-            // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
-            // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
-            q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
-            const F scale = group_scales(s, b * (B / 32), lanes);
-            for (int m = 0; m < MR; ++m) {
-              const float* am = a + static_cast<size_t>(m) * q.lda;
-              F s0 = F::load_unaligned(am) * w[0], s1 = F::load_unaligned(am + V) * w[1];
-              for (int t = 2; t < 8; t += 2) {
-                s0 = gemm_madd(F::load_unaligned(am + t * V), w[t], s0);
-                s1 = gemm_madd(F::load_unaligned(am + (t + 1) * V), w[t + 1], s1);
-              }
-              acc[m][b % U] = gemm_madd(s0 + s1, scale, acc[m][b % U]);
-            }
-          } else {
-            block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, 0, lanes, w);  // not Q4: no group
-            for (int t = 0; t < Rf; ++t)
-              for (int m = 0; m < MR; ++m)
-                acc[m][t % U] =
-                    gemm_madd(F::load_unaligned(a + static_cast<size_t>(m) * q.lda + t * V), w[t], acc[m][t % U]);
-          }
+      for (int b = 0; b < blocks; ++b) {
+        if (b % kBlocksPerLine == 0) prefetch_weights(row + static_cast<size_t>(b) * block_bytes<f>);
+        F w[Rf];
+        const float* a = q.A + static_cast<size_t>(b) * B;
+        if constexpr (f == WeightFormat::Q4) {
+          // The block's sum of a (q - 8) per row of A in two chains, then one multiply-add by the lanes' scales:
+          // 8 fewer multiplies per block than scaling every code (SSE4.1 and SIMD128 are bound by operations here).
+          q4_codes(words(row + static_cast<size_t>(b) * 4 * V), w);
+          const F scale = group_scales(s, b * (B / 32), lanes);
+          for (int m = 0; m < MR; ++m)
+            acc[m][b % U] = gemm_madd(q4_sum(a + static_cast<size_t>(m) * q.lda, w), scale, acc[m][b % U]);
+        } else {
+          block<f>(row + static_cast<size_t>(b) * block_bytes<f>, s, 0, lanes, w);  // not Q4: no group
+          for (int t = 0; t < Rf; ++t)
+            for (int m = 0; m < MR; ++m)
+              acc[m][t % U] =
+                  gemm_madd(F::load_unaligned(a + static_cast<size_t>(m) * q.lda + t * V), w[t], acc[m][t % U]);
         }
       }
       // In natural order, whole vectors past the last block still go through the vector unit (the rest one by
@@ -292,6 +336,17 @@ struct Simd {
   // much as the product itself at 32 rows of A).
   template <WeightFormat f>
   static void dequantize(const uint8_t* row, const float* s, int K, float* out) {
+    if constexpr (f == WeightFormat::Q4 && Q4Loader<Arch>::kLookup) {
+      const int groups = K / 32;
+      for (int g = 0; g < groups; ++g) {
+        F w[2];
+        Q4Loader<Arch>::group(row + static_cast<size_t>(g) * 16, ops::q4_scale(s, g), w);
+        w[0].store_unaligned(out + static_cast<size_t>(g) * 32);
+        w[1].store_unaligned(out + static_cast<size_t>(g) * 32 + V);
+      }
+      for (int k = groups * 32; k < K; ++k) out[k] = ops::dequantize_element(f, row, s, k);
+      return;
+    }
     constexpr int Rf = R<f>, B = Rf * V;
     const int blocks = K / B;
     const GroupLanes lanes;
