@@ -104,8 +104,9 @@ void dropout_backward(Span dx, CSpan dy, float p, uint64_t seed);
 // +inf for a row with every key masked), and the backward recomputes P = exp(S - lse) tile by tile; with
 // D = rowsum(dout * out) it forms dS = P * (dP - D). Why: memory O(B*H*Tq) instead of O(B*H*Tq*Tk), and
 // tiles that stay in cache instead of (B,H,Tq,Tk) matrices written to memory and read back.
-// scratch: at least attention_scratch_size(Tq, Tk, hs, 1) floats; the kernels run as many (b, h) tasks at
-// once as it has room for (up to the thread count), so size it for the threads that will run them.
+// scratch: at least attention_scratch_size(Tq, Tk, hs, 1) floats (enough for any call of at most Tq queries and Tk
+// keys); the kernels run as many (b, h) tasks at once as it has room for (up to the thread count), so size it for
+// the threads that will run them.
 size_t attention_scratch_size(int Tq, int Tk, int hs, int tasks);
 void attention_forward(Span out, Span lse, Span scratch, const float* q, const float* k, const float* v,
                        const AttentionShape& s);

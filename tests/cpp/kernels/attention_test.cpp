@@ -261,7 +261,8 @@ TEST(Attention, FusedRejectsTooSmallScratch) {
 // in a cache of cap >= T rows per batch. Their outputs are the last Tn rows of the full causal attention
 // over T (fused, every instruction set), and the fused forward and backward with the offsets match the
 // reference with the same offsets (rows of the cache past T untouched). Tn spans one query, a part of a
-// tile and more than a tile; T puts the new queries inside, at and across key blocks.
+// tile and more than a tile; T puts the new queries inside, at and across key blocks, up to a long context's many
+// blocks (T 600 and 1100 for one and two new queries).
 TEST(Attention, CacheOffsetsGiveTheRowsOfFullCausalAttention) {
   struct CacheCase {
     int B, H, hs, T, Tn, cap;
@@ -270,7 +271,8 @@ TEST(Attention, CacheOffsetsGiveTheRowsOfFullCausalAttention) {
   const CacheCase cases[] = {
       {1, 4, 32, 1, 1, 8, false},     {2, 3, 5, 17, 1, 20, true},     {1, 2, 16, 64, 1, 64, false},
       {3, 2, 16, 65, 1, 70, true},    {2, 1, 8, 67, 3, 129, false},   {1, 4, 32, 130, 40, 256, true},
-      {2, 2, 4, 100, 100, 101, true}, {2, 3, 7, 129, 70, 129, false}, {3, 2, 16, 66, 2, 80, true}};
+      {2, 2, 4, 100, 100, 101, true}, {2, 3, 7, 129, 70, 129, false}, {3, 2, 16, 66, 2, 80, true},
+      {1, 2, 16, 600, 1, 640, true},  {2, 1, 8, 1100, 2, 1100, false}};
   for (const CacheCase& c : cases) {
     const int C = c.H * c.hs;
     const std::string where = "B=" + std::to_string(c.B) + " H=" + std::to_string(c.H) + " hs=" + std::to_string(c.hs) +
@@ -339,6 +341,25 @@ TEST(Attention, CacheOffsetsGiveTheRowsOfFullCausalAttention) {
     });
     if (::testing::Test::HasFailure()) return;
   }
+}
+
+// A model plans its scratch for its largest call and decodes with fewer rows: scratch sized for Tq queries serves a
+// call of one or two over the same keys (a decoding step), with the results of scratch sized for the step itself.
+TEST(Attention, ScratchForTqQueriesServesADecodingStep) {
+  for (const int planned : {3, 40})
+    for (const int Tn : {1, 2}) {
+      const int B = 1, H = 2, hs = 4, C = H * hs, T = 700;
+      const auto q = test::randn(static_cast<size_t>(B) * Tn * C, 5),
+                 kv = test::randn(static_cast<size_t>(B) * T * 2 * C, 6);
+      kernels::AttentionShape s{B, Tn, T, C, H, C, 2 * C, nullptr, true, 0.f, 0};
+      s.q_pos = T - Tn;
+      std::vector<float> want(q.size()), got(q.size()), lse(static_cast<size_t>(B) * H * Tn);
+      std::vector<float> own(kernels::attention_scratch_size(Tn, T, hs, 1));
+      kernels::attention_forward(want, lse, own, q.data(), kv.data(), kv.data() + C, s);
+      std::vector<float> scratch(kernels::attention_scratch_size(planned, T, hs, 1));
+      kernels::attention_forward(got, lse, scratch, q.data(), kv.data(), kv.data() + C, s);
+      EXPECT_EQ(got, want) << "planned " << planned << " rows, " << Tn << " new";
+    }
 }
 
 // The layer's weights() (recomputed on request) equal the reference's att for the same q and k, through
