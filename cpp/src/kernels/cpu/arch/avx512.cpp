@@ -96,9 +96,9 @@ struct Q4Loader<xsimd::avx512f> {
     _mm_storeu_ps(out, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
   }
   // A row's group scales (bfloat16, ops/weight_format.h) as floats in out: 16 at a time widened and shifted into
-  // a float's top half, then one by one. Decoding's rows are short (K / 32 blocks of 8 operations), so the row's
-  // conversion must be a few operations: a generic loop over each row (Q4RowScales::of, with IEEE half scales then)
-  // cost 9% of decoding.
+  // a float's top half, then one by one. Decoding's rows are short (K / 32 groups of a few operations each), so the
+  // row's conversion must be a few operations: a generic loop over each row (Q4RowScales::of, with IEEE half scales
+  // then) cost 9% of decoding.
   static const float* row_scales(const float* words, int K, float* out) {
     const int G = ops::q4_groups(K);
     const auto* halves = reinterpret_cast<const unsigned char*>(words);
