@@ -3,20 +3,14 @@
 // trait of integer vector operations: included by kernels/cpu/arch/sse41.cpp (SSE4.1, and SIMD128 in the
 // WebAssembly build) and arch/avx2.cpp, each with its trait.
 //
-// A trait T has E int16 lanes per vector (I), a float vector F of E / 2 lanes, and
+// A trait T has E int16 lanes per vector (I), a float vector F of E / 2 lanes, and, for int8 weights (rows_blocks),
 //   T::load16(p)       E int16 activations
 //   T::int8(p)         E int8 codes at p, sign-extended to int16
-//   T::q4(p, w)        (Q4 without kQ4Fours) 16 bytes (a group's 32 codes) as 32 / E vectors of code - 8: first the
-//                      low nibbles (the even elements), then the high ones, the order quantize_activations puts a Q4
-//                      block's codes in
 //   T::madd(a, b)      E / 2 int32 lanes, lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (pmaddwd, i32x4.dot_i16x8_s)
 //   T::add(a, b)       int32 lanes added
 //   T::scale(s, x, acc)  acc + float(s) * x
 //   T::zero(), T::hsum(F)
-//   T::kQ4Bytes        true: Q4 blocks go through w = T::q4_nibbles(p) (the 16 bytes' codes as they are) and
-//                      T::q4_dot(w, a8, zsum) instead of q4 and madd: int32 lanes summing to sum (c - 8) q, from
-//                      the int8 activations (Int8Rows' q8, the nibbles' order) and 8 x their sum (zsum)
-//   T::kQ4Fours        true: Q4 goes through rows_q4_fours (below) with
+// and for Q4 (rows_q4_fours, below)
 //     T::q4_codes(p)        a block's 16 bytes as the trait keeps its codes, unsigned (0..15)
 //     T::Act, T::q4_act(a)  the activations the trait multiplies (Int8Rows' q or q8): their type and first block
 //     T::q4_sum(w, x)       int32 lanes summing to sum c q for the block of activations at x (no offset)
@@ -25,6 +19,7 @@
 //     T::scales4(s16, d)    the float products s[b + j] d[m, b + j] of four blocks (bfloat16 s, float d)
 //     T::sub(x, y), T::load4(p), T::lane0(x)  int32 lanes: x - y, four int32 at p, x in lane 0 and zeros
 //     T::scale4(x, s, acc)  acc + float(x) * s, lane by lane
+// (a vector wider than four int32 lanes keeps the four sums in its lanes 0..3, the other lanes 0).
 #include <algorithm>
 
 #include "kernels/cpu/gemm_quant_dot.h"
@@ -32,7 +27,7 @@
 
 namespace qkv::kernels::dot_detail {
 
-// Q4, four blocks at a time, for a trait with kQ4Fours. Each block's products are summed into int32 lanes with the
+// Q4, four blocks at a time. Each block's products are summed into int32 lanes with the
 // codes as unsigned 0..15 (no recentring: the offset is 8 x the block's activation sum, Int8Rows::zsum, taken off
 // once per four blocks), four blocks' lanes are reduced into one vector of their four sums, and only that vector is
 // converted and scaled by s d: per block, a quarter of the convert, multiply and add, and no scalar scale made and
@@ -90,80 +85,53 @@ void rows_q4_fours(const QuantDotRows& q, int n0, int n1) {
   }
 }
 
-// One block at a time: int8 on every trait, Q4 on a trait without kQ4Fours.
-template <class T, WeightFormat f, int MR>
-void rows_blocks(const QuantDotRows& q, int n0, int n1) {
+// Int8, one block at a time.
+template <class T, int MR>
+void rows_int8(const QuantDotRows& q, int n0, int n1) {
   using I = typename T::I;
   using F = typename T::F;
   constexpr int E = T::E, P = kDotBlock / E;  // vectors per block
   const int nb = q.a.nb;
-  // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code. A Q4 row holds
-  // every group whole (padding codes are 8, i.e. 0, and the activations past K are 0 too).
-  const int whole = f == WeightFormat::Int8 ? q.a.K / kDotBlock : nb;
+  // Int8 rows hold K bytes (padded to 4): the last block, when partial, is summed in scalar code.
+  const int whole = q.a.K / kDotBlock;
   for (int n = n0; n < n1; ++n) {
     const uint8_t* row = q.W + static_cast<size_t>(n) * q.stride;
-    // The row's scale words: Int8's fp32, Q4's bfloat16 (each block's converted where it is used: a shift).
-    const float* s = q.scales + static_cast<size_t>(n) * q.spr;
+    const float* s = q.scales + static_cast<size_t>(n) * q.spr;  // the row's one fp32 scale
     F acc[MR];
     for (int m = 0; m < MR; ++m) acc[m] = T::zero();
     for (int b = 0; b < whole; ++b) {
-      if constexpr (f == WeightFormat::Q4 && T::kQ4Bytes) {
-        const auto w = T::q4_nibbles(row + b * 16);
-        for (int m = 0; m < MR; ++m) {
-          const size_t block = static_cast<size_t>(m) * nb + b;
-          const I sum = T::q4_dot(w, q.a.q8 + block * kDotBlock, q.a.zsum[block]);
-          acc[m] = T::scale(ops::q4_scale(s, b) * q.a.d[block], sum, acc[m]);
-        }
-        continue;
-      }
       I w[P];
-      if constexpr (f == WeightFormat::Int8) {
-        for (int p = 0; p < P; ++p) w[p] = T::int8(row + b * kDotBlock + p * E);
-      } else {
-        T::q4(row + b * 16, w);
-      }
+      for (int p = 0; p < P; ++p) w[p] = T::int8(row + b * kDotBlock + p * E);
       for (int m = 0; m < MR; ++m) {
         const size_t block = static_cast<size_t>(m) * nb + b;
         const int16_t* a = q.a.q + block * kDotBlock;
         I sum = T::madd(w[0], T::load16(a));
         for (int p = 1; p < P; ++p) sum = T::add(sum, T::madd(w[p], T::load16(a + p * E)));
-        const float scale = f == WeightFormat::Int8 ? q.a.d[block] : ops::q4_scale(s, b) * q.a.d[block];
-        acc[m] = T::scale(scale, sum, acc[m]);
+        acc[m] = T::scale(q.a.d[block], sum, acc[m]);
       }
     }
     for (int m = 0; m < MR; ++m) {
       float c = T::hsum(acc[m]);
-      if constexpr (f == WeightFormat::Int8) {
-        if (whole < nb) {  // the partial last block
-          const size_t block = static_cast<size_t>(m) * nb + whole;
-          const int16_t* a = q.a.q + block * kDotBlock;
-          int32_t sum = 0;
-          for (int k = whole * kDotBlock; k < q.a.K; ++k) sum += static_cast<int8_t>(row[k]) * a[k - whole * kDotBlock];
-          c += static_cast<float>(sum) * q.a.d[block];
-        }
-        c *= s[0];
+      if (whole < nb) {  // the partial last block
+        const size_t block = static_cast<size_t>(m) * nb + whole;
+        const int16_t* a = q.a.q + block * kDotBlock;
+        int32_t sum = 0;
+        for (int k = whole * kDotBlock; k < q.a.K; ++k) sum += static_cast<int8_t>(row[k]) * a[k - whole * kDotBlock];
+        c += static_cast<float>(sum) * q.a.d[block];
       }
-      q.C[static_cast<size_t>(m) * q.ldc + n] = c;
+      q.C[static_cast<size_t>(m) * q.ldc + n] = c * s[0];
     }
   }
-}
-
-template <class T, WeightFormat f, int MR>
-void rows(const QuantDotRows& q, int n0, int n1) {
-  if constexpr (f == WeightFormat::Q4 && T::kQ4Fours)
-    rows_q4_fours<T, MR>(q, n0, n1);
-  else
-    rows_blocks<T, f, MR>(q, n0, n1);
 }
 
 template <class T>
 void rows_fn(const QuantDotRows& q, int n0, int n1) {
   const bool i8 = q.f == WeightFormat::Int8;
   switch (q.a.M) {
-    case 1: return i8 ? rows<T, WeightFormat::Int8, 1>(q, n0, n1) : rows<T, WeightFormat::Q4, 1>(q, n0, n1);
-    case 2: return i8 ? rows<T, WeightFormat::Int8, 2>(q, n0, n1) : rows<T, WeightFormat::Q4, 2>(q, n0, n1);
-    case 3: return i8 ? rows<T, WeightFormat::Int8, 3>(q, n0, n1) : rows<T, WeightFormat::Q4, 3>(q, n0, n1);
-    default: return i8 ? rows<T, WeightFormat::Int8, 4>(q, n0, n1) : rows<T, WeightFormat::Q4, 4>(q, n0, n1);
+    case 1: return i8 ? rows_int8<T, 1>(q, n0, n1) : rows_q4_fours<T, 1>(q, n0, n1);
+    case 2: return i8 ? rows_int8<T, 2>(q, n0, n1) : rows_q4_fours<T, 2>(q, n0, n1);
+    case 3: return i8 ? rows_int8<T, 3>(q, n0, n1) : rows_q4_fours<T, 3>(q, n0, n1);
+    default: return i8 ? rows_int8<T, 4>(q, n0, n1) : rows_q4_fours<T, 4>(q, n0, n1);
   }
 }
 

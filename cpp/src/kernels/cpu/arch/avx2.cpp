@@ -57,8 +57,9 @@ struct Zip<xsimd::fma3<xsimd::avx2>> {
 template QuantKernels quant_kernels<xsimd::fma3<xsimd::avx2>>();
 }  // namespace qkv::kernels
 
-// The int8-activation product (gemm_quant_dot.h) on 256-bit vectors: vpmovsxbw loads 16 codes as int16, vpmaddwd
-// multiplies and adds pairs.
+// The int8-activation product (gemm_quant_dot.h) on 256-bit vectors: int8 weights as int16 (vpmovsxbw) through
+// vpmaddwd; Q4 four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours) with its codes unsigned, multiplied as
+// bytes by vpmaddubsw.
 #include "kernels/cpu/gemm_quant_dot_simd.h"
 namespace qkv::kernels {
 namespace {
@@ -66,30 +67,8 @@ struct Avx2Dot {
   using I = __m256i;
   using F = __m256;
   static constexpr int E = 16;
-  // Q4 multiplies bytes: vpmaddubsw takes the codes (0..15) as its unsigned operand and the int8 activations as its
-  // signed one, 32 products summed in pairs (|pair| <= 2 * 15 * 127, no saturation), then vpmaddwd adds the pairs.
-  static constexpr bool kQ4Bytes = true;
-  static constexpr bool kQ4Fours = false;
-  struct Nibbles {
-    __m256i codes;  // the even elements' codes, then the odd ones' (the activations' order in a Q4 block)
-  };
-  static Nibbles q4_nibbles(const uint8_t* p) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
-    return {_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask))};
-  }
-  static I q4_dot(const Nibbles& w, const int8_t* a, int32_t zsum) {
-    const __m256i pairs = _mm256_maddubs_epi16(w.codes, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a)));
-    return _mm256_sub_epi32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)),
-                            _mm256_zextsi128_si256(_mm_cvtsi32_si128(zsum)));
-  }
   static I load16(const int16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static I int8(const uint8_t* p) { return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-  static void q4(const uint8_t* p, I* w) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i mask = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
-    w[0] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(v, mask), eight));
-    w[1] = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), mask), eight));
-  }
   static I madd(I a, I b) { return _mm256_madd_epi16(a, b); }
   static I add(I a, I b) { return _mm256_add_epi32(a, b); }
   static F scale(float s, I x, F acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), _mm256_set1_ps(s), acc); }
@@ -99,6 +78,38 @@ struct Avx2Dot {
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
   }
+  // Q4: a block's 16 bytes as 32 codes, the low nibbles (the even elements) then the high ones, the order
+  // quantize_activations puts a Q4 block's int8 activations in (Int8Rows' q8).
+  using Codes = __m256i;
+  static Codes q4_codes(const uint8_t* p) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)), mask = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), mask), _mm_and_si128(v, mask));
+  }
+  using Act = int8_t;
+  static const Act* q4_act(const Int8Rows& a) { return a.q8; }
+  // vpmaddubsw takes the codes (0..15) as its unsigned operand and the activations as its signed one, 32 products
+  // summed in pairs (|pair| <= 2 * 15 * 127: no saturation), then vpmaddwd adds the pairs into 8 int32 lanes.
+  static I q4_sum(const Codes& w, const int8_t* a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+                             _mm256_set1_epi16(1));
+  }
+  // vphaddd adds neighbouring lanes within each 128-bit half: [x y] -> per half (x01, x23, y01, y23); a second
+  // round over two such pairs leaves each block's sum split over the halves, which one add joins: lanes 0..3.
+  static I reduce2(I x, I y) { return _mm256_hadd_epi32(x, y); }
+  static I combine2(I p, I q) {
+    const __m256i h = _mm256_hadd_epi32(p, q);
+    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+  }
+  static F scales4(const uint16_t* s16, const float* d) {
+    const __m128i bits = _mm_slli_epi32(_mm_cvtepu16_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s16))), 16);
+    return _mm256_zextps128_ps256(_mm_mul_ps(_mm_castsi128_ps(bits), _mm_loadu_ps(d)));
+  }
+  static I sub(I x, I y) { return _mm256_sub_epi32(x, y); }
+  static I load4(const int32_t* p) {
+    return _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static I lane0(int32_t x) { return _mm256_zextsi128_si256(_mm_cvtsi32_si128(x)); }
+  static F scale4(I x, F s, F acc) { return _mm256_fmadd_ps(_mm256_cvtepi32_ps(x), s, acc); }
 };
 }  // namespace
 void quant_dot_rows_avx2(const QuantDotRows& q, int n0, int n1) { dot_detail::rows_fn<Avx2Dot>(q, n0, n1); }

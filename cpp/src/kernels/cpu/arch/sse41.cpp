@@ -61,7 +61,6 @@ struct Sse41Dot {
     const F h = _mm_add_ps(v, _mm_movehl_ps(v, v));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
   }
-  static constexpr bool kQ4Bytes = false;  // (rows_q4_fours reads the bytes where relaxed SIMD multiplies them)
 #if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
   struct Nibbles {
     v128_t lo, hi;  // the even elements' codes, the odd ones'
@@ -72,7 +71,6 @@ struct Sse41Dot {
   static v128_t dot(v128_t a, v128_t b) { return (v128_t)__builtin_wasm_relaxed_swizzle_i8x16((__i8x16)a, (__i8x16)b); }
 #endif
   // Q4 four blocks at a time (gemm_quant_dot_simd.h: rows_q4_fours), the codes unsigned.
-  static constexpr bool kQ4Fours = true;
 #if defined(__EMSCRIPTEN__) && defined(QKV_WASM_RELAXED_SIMD)
   using Codes = Nibbles;
   static Codes q4_codes(const uint8_t* p) {
