@@ -3,7 +3,7 @@
 // trait of integer vector operations: included by kernels/cpu/arch/sse41.cpp (SSE4.1, and SIMD128 in the
 // WebAssembly build) and arch/avx2.cpp, each with its trait.
 //
-// A trait T has E int16 lanes per vector (I), a float vector F of E / 2 lanes, and, for int8 weights (rows_blocks),
+// A trait T has E int16 lanes per vector (I), a float vector F of E / 2 lanes, and, for int8 weights (rows_int8),
 //   T::load16(p)       E int16 activations
 //   T::int8(p)         E int8 codes at p, sign-extended to int16
 //   T::madd(a, b)      E / 2 int32 lanes, lane i = a[2i] b[2i] + a[2i+1] b[2i+1] (pmaddwd, i32x4.dot_i16x8_s)
