@@ -228,6 +228,26 @@ void gemm_row_dot(int N, int K, float alpha, const float* a, const float* B, int
   }
 }
 
+// One pass of gemm_row_axpy: NV vectors of columns of c from column n, each a chain of K multiply-adds (arrays indexed
+// by compile-time loops stay in registers).
+template <class Arch, int NV>
+void gemm_row_axpy_pass(int n, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c) {
+  using V = xsimd::batch<float, Arch>;
+  constexpr int W = static_cast<int>(V::size);
+  V s[NV];
+  for (int v = 0; v < NV; ++v) s[v] = V(0.f);
+  const float* b = B + n;
+  for (int k = 0; k < K; ++k, b += ldb) {
+    const V ak(a[k]);
+    for (int v = 0; v < NV; ++v) s[v] = gemm_madd(ak, V::load_unaligned(b + v * W), s[v]);
+  }
+  const V va(alpha), vb(beta);
+  for (int v = 0; v < NV; ++v) {
+    float* cv = c + n + v * W;
+    (beta == 0.f ? va * s[v] : gemm_madd(va, s[v], vb * V::load_unaligned(cv))).store_unaligned(cv);
+  }
+}
+
 // c = alpha * sum_k a[k] B[k] + beta * c, four vectors of columns at a time, then two, k in order (as the
 // micro-kernel sums each element), then the scalar tail. Each pass is a chain of K multiply-adds per vector, so
 // four chains where two were keep twice as many in flight: the attention's P v of a decoded token (N = 64 head
@@ -235,51 +255,10 @@ void gemm_row_dot(int N, int K, float alpha, const float* a, const float* B, int
 // 16.8 -> 12.3 us with the 4-lane kernels (`--isa sse4.1`, one thread), 8.5 -> 7.9 with AVX-512's.
 template <class Arch>
 void gemm_row_axpy(int N, int K, float alpha, const float* a, const float* B, int ldb, float beta, float* c) {
-  using V = xsimd::batch<float, Arch>;
-  constexpr int W = static_cast<int>(V::size);
+  constexpr int W = static_cast<int>(xsimd::batch<float, Arch>::size);
   int n = 0;
-  for (; n + 4 * W <= N; n += 4 * W) {
-    V s0(0.f), s1(0.f), s2(0.f), s3(0.f);
-    const float* b = B + n;
-    for (int k = 0; k < K; ++k, b += ldb) {
-      const V ak(a[k]);
-      s0 = gemm_madd(ak, V::load_unaligned(b), s0);
-      s1 = gemm_madd(ak, V::load_unaligned(b + W), s1);
-      s2 = gemm_madd(ak, V::load_unaligned(b + 2 * W), s2);
-      s3 = gemm_madd(ak, V::load_unaligned(b + 3 * W), s3);
-    }
-    const V va(alpha);
-    if (beta == 0.f) {
-      (va * s0).store_unaligned(c + n);
-      (va * s1).store_unaligned(c + n + W);
-      (va * s2).store_unaligned(c + n + 2 * W);
-      (va * s3).store_unaligned(c + n + 3 * W);
-    } else {
-      const V vb(beta);
-      gemm_madd(va, s0, vb * V::load_unaligned(c + n)).store_unaligned(c + n);
-      gemm_madd(va, s1, vb * V::load_unaligned(c + n + W)).store_unaligned(c + n + W);
-      gemm_madd(va, s2, vb * V::load_unaligned(c + n + 2 * W)).store_unaligned(c + n + 2 * W);
-      gemm_madd(va, s3, vb * V::load_unaligned(c + n + 3 * W)).store_unaligned(c + n + 3 * W);
-    }
-  }
-  for (; n + 2 * W <= N; n += 2 * W) {
-    V s0(0.f), s1(0.f);
-    const float* b = B + n;
-    for (int k = 0; k < K; ++k, b += ldb) {
-      const V ak(a[k]);
-      s0 = gemm_madd(ak, V::load_unaligned(b), s0);
-      s1 = gemm_madd(ak, V::load_unaligned(b + W), s1);
-    }
-    const V va(alpha);
-    if (beta == 0.f) {
-      (va * s0).store_unaligned(c + n);
-      (va * s1).store_unaligned(c + n + W);
-    } else {
-      const V vb(beta);
-      gemm_madd(va, s0, vb * V::load_unaligned(c + n)).store_unaligned(c + n);
-      gemm_madd(va, s1, vb * V::load_unaligned(c + n + W)).store_unaligned(c + n + W);
-    }
-  }
+  for (; n + 4 * W <= N; n += 4 * W) gemm_row_axpy_pass<Arch, 4>(n, K, alpha, a, B, ldb, beta, c);
+  for (; n + 2 * W <= N; n += 2 * W) gemm_row_axpy_pass<Arch, 2>(n, K, alpha, a, B, ldb, beta, c);
   for (; n < N; ++n) {
     float s = 0.f;
     for (int k = 0; k < K; ++k) s = std::fma(a[k], B[static_cast<size_t>(k) * ldb + n], s);
