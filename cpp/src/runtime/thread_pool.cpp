@@ -33,6 +33,7 @@
 #include <utility>
 
 #include "qkv/error.h"
+#include "runtime/parallel_runs.h"
 
 #if QKV_THREADS
 #include <condition_variable>
@@ -50,6 +51,10 @@ namespace qkv {
 namespace {
 
 thread_local bool t_inside_region = false;
+
+// Chunks per thread in a region: enough that the others can take over a descheduled thread's share, few enough
+// that claiming (one compare-exchange each) stays negligible.
+constexpr int kChunksPerThread = 4;
 
 // How long a thread spins before it blocks: a few regions' worth, short enough not to matter when idle.
 constexpr auto kSpin = std::chrono::microseconds(200);
@@ -194,10 +199,6 @@ class ThreadPool {
     }
   }
 
-  // Chunks per thread in a region: enough that the others can take over a descheduled thread's share, few
-  // enough that claiming (one compare-exchange each) stays negligible.
-  static constexpr int kChunksPerThread = 4;
-
   std::mutex region_mutex_;  // one parallel region at a time
   std::mutex mutex_;
   std::condition_variable wake_, done_;
@@ -239,6 +240,17 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   pool().run(n, fn);
 }
 
+void parallel_for_runs(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  const int64_t T = num_threads(), ranges = T * kChunksPerThread;
+  if (T == 1 || n < ranges || t_inside_region) return parallel_for(n, fn);
+  parallel_for(ranges, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t r = c % T * kChunksPerThread + c / T;
+      fn(n * r / ranges, n * (r + 1) / ranges);
+    }
+  });
+}
+
 void set_num_threads(int n) {
   check(n >= 1 && n <= max_threads(), "threads = ", n, " is out of range: expected 1 to ", max_threads());
   if (n != pool().size()) pool().resize(n);
@@ -253,6 +265,7 @@ int max_threads() { return 1; }
 void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   if (n > 0) fn(0, n);
 }
+void parallel_for_runs(int64_t n, const std::function<void(int64_t, int64_t)>& fn) { parallel_for(n, fn); }
 void set_num_threads(int n) {
   check(n == 1, "threads = ", n, " is out of range: this is the single-threaded build, expected 1");
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qkv/error.h"
+#include "runtime/parallel_runs.h"
 
 namespace qkv::thread_pool_test {
 namespace {
@@ -106,6 +107,62 @@ TEST(ThreadPool, AChunksExceptionReachesTheCaller) {
   std::atomic<int64_t> total{0};
   parallel_for(100, [&](int64_t b, int64_t e) { total += e - b; });
   EXPECT_EQ(total.load(), 100);
+}
+
+TEST(ThreadPool, RunsCoverEveryIndexExactlyOnce) {
+  for (int threads = 1; threads <= std::min(4, max_threads()); ++threads) {
+    set_num_threads(threads);
+    for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 64, 1001}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      parallel_for_runs(n, [&](int64_t b, int64_t e) {
+        ASSERT_LT(b, e);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "threads=" << threads << " n=" << n << " i=" << i;
+    }
+  }
+}
+
+// Claim c takes piece (c % T) * 4 + c / T of the T x 4 equal pieces, so that claims taken in turn give each thread
+// one contiguous run. Each call waits until the claims before its own have run, which makes the order of the calls
+// the order of the claims (claims are taken in increasing order, and the thread holding the lowest one never waits).
+TEST(ThreadPool, RunsGiveClaimsTheirPiecesInTurn) {
+  if (max_threads() < 2) GTEST_SKIP() << "single-threaded build";
+  set_num_threads(2);
+  constexpr int64_t T = 2, kPieces = T * 4, n = 800;
+  std::atomic<int64_t> next{0};
+  std::vector<int64_t> order;  // the pieces in the order their calls ran (each appended after its wait)
+  std::atomic<bool> timed_out{false};
+  parallel_for_runs(n, [&](int64_t b, int64_t e) {
+    const int64_t r = b * kPieces / n, c = r % 4 * T + r / 4;  // the piece, and the claim it belongs to
+    EXPECT_EQ(b, n * r / kPieces);
+    EXPECT_EQ(e, n * (r + 1) / kPieces);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (next.load() != c)
+      if (std::chrono::steady_clock::now() > give_up) {
+        timed_out = true;
+        return;
+      }
+    order.push_back(r);
+    next.store(c + 1);
+  });
+  ASSERT_FALSE(timed_out.load()) << "a piece ran out of its claim's turn";
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 4, 1, 5, 2, 6, 3, 7}));
+}
+
+TEST(ThreadPool, RunsInsideARegionRunInline) {
+  set_num_threads(std::min(2, max_threads()));
+  std::atomic<int> calls{0}, whole{0};
+  parallel_for(2, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i)
+      parallel_for_runs(100, [&](int64_t b2, int64_t e2) {
+        ++calls;
+        whole += b2 == 0 && e2 == 100;
+      });
+  });
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(whole.load(), 2);
 }
 
 TEST(ThreadPool, RejectsBadThreadCounts) {

@@ -32,6 +32,7 @@
 #include "kernels/kernels.h"
 #include "qkv/error.h"
 #include "qkv/thread_pool.h"
+#include "runtime/parallel_runs.h"
 
 namespace qkv::kernels {
 
@@ -291,24 +292,11 @@ void gemm_rows(const Problem& g) {
       fn(static_cast<int>(n1 - n0), g.K, g.alpha, a, b, g.ldb, g.beta, c + n0);
     };
     if (static_cast<int64_t>(g.N) * g.K >= (1 << 18) && num_threads() > 1) {
-      // Chunks of 64 columns: whole vectors, and a few per thread. With enough of them, T x 4 pieces that the pool
-      // hands out one a claim (parallel_for: 4 claims a thread), claim c reading range (c % T) * 4 + c / T: claims
-      // taken in turn (the caller 0, 2, .., the worker 1, 3, ..) give each thread one contiguous run of B, which the
-      // prefetchers follow as one stream, where ranges in claim order gave it four; a late or descheduled thread's
-      // pieces are still taken by the others. Batch-1 fp32 decoding of GPT-2 124M with the 4-lane kernels the wasm
-      // build runs (natively, `--isa sse4.1`, 47-49 GB/s, 5 alternated rounds): 11.04-11.63 -> 10.84-11.09 ms.
-      const int64_t chunks = ceil_div(g.N, 64), T = num_threads(), per = 4;
-      if (chunks >= T * per) {
-        const int64_t P = T * per;
-        parallel_for(P, [&](int64_t c0, int64_t c1) {
-          for (int64_t c = c0; c < c1; ++c) {
-            const int64_t r = (c % T) * per + c / T;
-            columns(chunks * r / P * 64, std::min<int64_t>(chunks * (r + 1) / P * 64, g.N));
-          }
-        });
-      } else {
-        parallel_for(chunks, [&](int64_t q0, int64_t q1) { columns(q0 * 64, std::min<int64_t>(q1 * 64, g.N)); });
-      }
+      // Chunks of 64 columns (whole vectors), each thread reading one contiguous run of B (parallel_for_runs):
+      // batch-1 fp32 decoding of GPT-2 124M with the 4-lane kernels the wasm build runs (natively, `--isa sse4.1`,
+      // 47-49 GB/s, 5 alternated rounds) 11.04-11.63 -> 10.84-11.09 ms against ranges in claim order.
+      parallel_for_runs(ceil_div(g.N, 64),
+                        [&](int64_t q0, int64_t q1) { columns(q0 * 64, std::min<int64_t>(q1 * 64, g.N)); });
     } else {
       columns(0, g.N);
     }

@@ -4,7 +4,8 @@
 // Two paths, by the rows of A:
 //   M <= kRowPathMax (decoding: one token, or a few beams or batch rows): the row kernels of the active instruction
 //     set (gemm_quant_kernel.h) dequantize W in registers and take its dot products with up to kQuantRowsMax rows
-//     of A at once. Rows of W are split over the thread pool and each byte of W is read from memory once per
+//     of A at once. Rows of W are split over the thread pool, a contiguous run a thread (parallel_for_runs: one
+//     stream for the prefetchers), and each byte of W is read from memory once per
 //     call: the product is bound by the bandwidth of reading W, which the packed formats cut 2x (f16, bf16), 4x
 //     (int8) or ~7x (q4) against fp32.
 //   more rows (a prompt's prefill, a LoRA step on a quantized base): W is dequantized a panel of rows at a time
@@ -23,6 +24,7 @@
 #include "kernels/cpu/rowwise.h"
 #include "kernels/kernels.h"
 #include "qkv/thread_pool.h"
+#include "runtime/parallel_runs.h"
 
 namespace qkv::kernels {
 namespace {
@@ -161,7 +163,7 @@ void gemm_quant_dot(int M, int N, int K, const float* A, int lda, WeightFormat f
   const size_t stride = ops::row_stride(f, K);
   const int spr = ops::scales_per_row(f, K);
   const int chunks = (N + kRowChunk - 1) / kRowChunk;
-  parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+  parallel_for_runs(chunks, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
       const int n0 = static_cast<int>(c) * kRowChunk, n1 = std::min(N, n0 + kRowChunk);
       for (int m0 = 0; m0 < M; m0 += kQuantRowsMax) {
@@ -226,7 +228,7 @@ void gemm_quant(int M, int N, int K, const float* A, int lda, WeightFormat f, co
     float* const Ab = a_blocked.data();
     to_block_order(Ab, A, lda, M, K, qk.lanes, qk.order[static_cast<int>(f)]);
     const int chunks = (N + kRowChunk - 1) / kRowChunk;
-    parallel_for(chunks, [&](int64_t c0, int64_t c1) {
+    parallel_for_runs(chunks, [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         const int n0 = static_cast<int>(c) * kRowChunk, n1 = std::min(N, n0 + kRowChunk);
         for (int m0 = 0; m0 < M; m0 += kQuantRowsMax) {
