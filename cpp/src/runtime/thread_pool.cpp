@@ -1,6 +1,7 @@
 // The thread pool behind parallel_for.
 //
-// A region cuts [0, n) into a few contiguous chunks per thread (kChunksPerThread) and hands them out on
+// A region cuts [0, n) into a few contiguous chunks per thread (kPoolChunksPerThread, runtime/parallel_runs.h:
+// why that many) and hands them out on
 // demand: the caller and each woken worker claim the next unclaimed chunk until none is left, and the caller
 // returns once every chunk is done. Claiming on demand, rather than one fixed chunk per thread, matters on a
 // shared machine: when a worker is descheduled (more runnable threads than cores), the caller and the other
@@ -51,10 +52,6 @@ namespace qkv {
 namespace {
 
 thread_local bool t_inside_region = false;
-
-// Chunks per thread in a region: enough that the others can take over a descheduled thread's share, few enough
-// that claiming (one compare-exchange each) stays negligible.
-constexpr int kChunksPerThread = 4;
 
 // How long a thread spins before it blocks: a few regions' worth, short enough not to matter when idle.
 constexpr auto kSpin = std::chrono::microseconds(200);
@@ -116,7 +113,7 @@ class ThreadPool {
 
   void run(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
     std::lock_guard region(region_mutex_);
-    const int chunks = static_cast<int>(std::min<int64_t>(n, static_cast<int64_t>(size()) * kChunksPerThread));
+    const int chunks = static_cast<int>(std::min<int64_t>(n, static_cast<int64_t>(size()) * kPoolChunksPerThread));
     bool wake_sleepers = false;
     {
       std::lock_guard lock(mutex_);
@@ -241,11 +238,11 @@ void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
 }
 
 void parallel_for_runs(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  const int64_t T = num_threads(), ranges = T * kChunksPerThread;
+  const int64_t T = num_threads(), ranges = T * kPoolChunksPerThread;
   if (T == 1 || n < ranges || t_inside_region) return parallel_for(n, fn);
   parallel_for(ranges, [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
-      const int64_t r = c % T * kChunksPerThread + c / T;
+      const int64_t r = c % T * kPoolChunksPerThread + c / T;
       fn(n * r / ranges, n * (r + 1) / ranges);
     }
   });
