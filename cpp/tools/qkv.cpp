@@ -5,8 +5,12 @@
 // Ctrl-C stopped a training run (after its checkpoint was saved).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +43,63 @@ class Flags {
  private:
   std::vector<std::pair<CLI::Option*, bool*>> seen_;
 };
+
+// Checks of numeric and boolean flags that say what is expected. CLI11's own print "Value 0 not in range 0.000000 to
+// 179769313486231570814527..." for --threads 0 and "Could not convert: --max-tokens = 99999999999"; these give
+// "--threads: expected a whole number >= 1, got "0"" for any text, before CLI11 converts it.
+CLI::Validator whole(long long lo, long long hi = std::numeric_limits<int>::max()) {
+  const std::string expected = hi == std::numeric_limits<int>::max() || hi == std::numeric_limits<long long>::max()
+                                   ? "a whole number >= " + std::to_string(lo)
+                                   : "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        long long v = 0;
+        const char *b = text.data(), *e = b + text.size();
+        const auto [end, ec] = std::from_chars(b, e, v);
+        if (ec == std::errc::result_out_of_range || (ec == std::errc() && end == e && v > hi))
+          return "expected a whole number from " + std::to_string(lo) + " to " + std::to_string(hi) + ", got \"" +
+                 text + "\"";
+        if (ec != std::errc() || end != e || v < lo) return "expected " + expected + ", got \"" + text + "\"";
+        return "";
+      },
+      "");
+}
+
+// A finite number; above `lo` (or at least it, with `closed`) and at most `hi` where they are given.
+CLI::Validator number(std::optional<double> lo = std::nullopt, bool closed = false,
+                      std::optional<double> hi = std::nullopt) {
+  std::string expected = "a number";
+  if (lo) expected += std::string(closed ? " >= " : " > ") + CLI::detail::to_string(*lo);
+  if (hi) expected += std::string(lo ? " and" : "") + " <= " + CLI::detail::to_string(*hi);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        std::size_t used = 0;
+        try {
+          v = std::stod(text, &used);
+        } catch (const std::exception&) {
+          used = 0;
+        }
+        if (used == 0 || used != text.size() || !std::isfinite(v) || (lo && (closed ? v < *lo : v <= *lo)) ||
+            (hi && v > *hi))
+          return "expected " + expected + ", got \"" + text + "\"";
+        return "";
+      },
+      "");
+}
+
+// CLI11's spellings of a bool.
+CLI::Validator boolean() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::string t = text;
+        for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        for (const char* ok : {"true", "false", "1", "0", "yes", "no", "on", "off"})
+          if (t == ok) return "";
+        return "expected true or false, got \"" + text + "\"";
+      },
+      "");
+}
 
 const char* const kTrainFooter = R"(
 Data (--data):
@@ -101,19 +162,19 @@ int main(int argc, char** argv) {
   flags
       .add(t, "--vocab-size", train.vocab_size,
            "--tokenizer bpe: tokens to train, <|endoftext|> and 256 bytes included")
-      ->check(CLI::Range(257, 1 << 24));
-  flags.add(t, "--steps", train.steps, "Total optimizer steps (default 1000)")->check(CLI::PositiveNumber);
+      ->check(whole(257, 1 << 24));
+  flags.add(t, "--steps", train.steps, "Total optimizer steps (default 1000)")->check(whole(1));
   t->add_option("--out", train.out, "Checkpoint to write (default model.safetensors)");
   t->add_option("--resume", train.resume, "Checkpoint to continue from");
-  flags.add(t, "--threads", train.threads, "CPU threads (default: all cores)")->check(CLI::PositiveNumber);
+  flags.add(t, "--threads", train.threads, "CPU threads (default: all cores)")->check(whole(1));
   t->add_option("--device", train.device, "cpu or cuda (default: the config file's \"device\", else cpu)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   t->add_option("--precision", train.precision,
                 "cuda: fp32 (default), tf32 or bf16 products (weights, optimizer and checkpoint stay fp32)")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
   flags.add(t, "--batch", train.batch, "Rows per batch, across all ranks under mpirun (default: the preset's)")
-      ->check(CLI::PositiveNumber);
-  flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(CLI::PositiveNumber);
+      ->check(whole(1));
+  flags.add(t, "--lr", train.lr, "Peak learning rate (default: the preset's)")->check(number(0.0));
   flags.add(t, "--non-finite", train.non_finite, "On a NaN/inf loss or gradient: error stops, skip skips the step")
       ->check(CLI::IsMember({"error", "skip"}));
   flags
@@ -122,11 +183,13 @@ int main(int argc, char** argv) {
            "every activation (faster); auto (default) is on with --lora")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   flags.add(t, "--eval-every", train.eval_every, "Evaluate and save every N steps (default steps/10; 0: at the end)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0));
   flags.add(t, "--log-every", train.log_every, "Progress line every N steps when stderr is not a terminal (10)")
-      ->check(CLI::PositiveNumber);
-  flags.add(t, "--seed", train.seed, "Seed of the initial weights and the batch order (default 1337)");
-  t->add_option("--bucket-mb", train.bucket_mb, "mpirun: MiB of gradients per all-reduce bucket (default 1)");
+      ->check(whole(1));
+  flags.add(t, "--seed", train.seed, "Seed of the initial weights and the batch order (default 1337)")
+      ->check(whole(0, std::numeric_limits<long long>::max()));
+  t->add_option("--bucket-mb", train.bucket_mb, "mpirun: MiB of gradients per all-reduce bucket (default 1)")
+      ->check(number(0.0, false, 4096.0));
   t->add_option("--zero", train.zero,
                 "mpirun: 1 shards the Adam moments across the ranks (ZeRO-1: 1/N of their memory each); 0 (default)")
       ->check(CLI::IsMember({0, 1}));
@@ -155,12 +218,13 @@ int main(int argc, char** argv) {
   CLI::Option* g_prompt = g->add_option("--prompt", gen.prompt, "The text to continue");
   g->add_option("--prompt-ids", gen.prompt_ids, "The prompt as token ids (\"1,2,3\"); the new ids are printed")
       ->excludes(g_prompt);
-  g->add_option("--max-tokens", gen.max_tokens, "Tokens to generate at most (default 200)")
-      ->check(CLI::NonNegativeNumber);
-  g->add_option("--temperature", gen.temperature, "Softmax temperature; 0 = greedy (default 0.8)");
-  g->add_option("--top-k", gen.top_k, "Sample from the k most probable tokens; 0 = off (default)");
-  g->add_option("--top-p", gen.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)");
-  g->add_option("--repetition-penalty", gen.repetition_penalty, "CTRL's penalty on repeated tokens; 1 = off");
+  g->add_option("--max-tokens", gen.max_tokens, "Tokens to generate at most (default 200)")->check(whole(0));
+  g->add_option("--temperature", gen.temperature, "Softmax temperature; 0 = greedy (default 0.8)")
+      ->check(number(0.0, true));
+  g->add_option("--top-k", gen.top_k, "Sample from the k most probable tokens; 0 = off (default)")->check(whole(0));
+  g->add_option("--top-p", gen.top_p, "Nucleus sampling mass in (0, 1]; 1 = off (default)")->check(number(0.0));
+  g->add_option("--repetition-penalty", gen.repetition_penalty, "CTRL's penalty on repeated tokens; 1 = off")
+      ->check(number(0.0));
   g->add_option("--stop", gen.stop, "Characters that end generation (each is emitted, then it stops)");
   g->add_flag("--ignore-eos", gen.ignore_eos,
               "--model: go on past the end-of-text token (config.json's eos_token_id), which otherwise ends "
@@ -168,11 +232,12 @@ int main(int argc, char** argv) {
   g->add_option(
       "--adapter", gen.adapter,
       "A LoRA adapter folder (adapter_config.json + adapter_model.safetensors, PEFT's or qkv's) on the model");
-  g->add_option("--beam", gen.beam, "seq2seq: beam search width; 1 = greedy (default)")->check(CLI::Range(1, 64));
+  g->add_option("--beam", gen.beam, "seq2seq: beam search width; 1 = greedy (default)")->check(whole(1, 64));
   g->add_option("--length-penalty", gen.length_penalty, "seq2seq beams: GNMT's alpha (default 0.6; 0 = none)")
-      ->check(CLI::NonNegativeNumber);
-  flags.add(g, "--seed", gen.seed, "Seed of the sampling (default: random, printed on stderr)");
-  flags.add(g, "--threads", gen.threads, "CPU threads")->check(CLI::PositiveNumber);
+      ->check(number(0.0, true));
+  flags.add(g, "--seed", gen.seed, "Seed of the sampling (default: random, printed on stderr)")
+      ->check(whole(0, std::numeric_limits<long long>::max()));
+  flags.add(g, "--threads", gen.threads, "CPU threads")->check(whole(1));
   g->add_option("--device", gen.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   g->add_option("--precision", gen.precision,
                 "cuda: fp32 (default), tf32 or bf16 products (weights, optimizer and checkpoint stay fp32)")
@@ -189,8 +254,8 @@ int main(int argc, char** argv) {
   CLI::App* e = app.add_subcommand("eval", "Loss, perplexity and accuracy of a checkpoint on a data file");
   e->add_option("--ckpt", eval.ckpt, "Checkpoint written by qkv train")->required();
   e->add_option("--data", eval.data, "Data in the checkpoint model's format (all of it is evaluated)")->required();
-  flags.add(e, "--batch", eval.batch, "Rows per batch")->check(CLI::PositiveNumber);
-  flags.add(e, "--threads", eval.threads, "CPU threads")->check(CLI::PositiveNumber);
+  flags.add(e, "--batch", eval.batch, "Rows per batch")->check(whole(1));
+  flags.add(e, "--threads", eval.threads, "CPU threads")->check(whole(1));
   e->add_option("--device", eval.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   e->add_option("--precision", eval.precision, "cuda: fp32 (default), tf32 or bf16 products")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}));
@@ -212,16 +277,14 @@ int main(int argc, char** argv) {
   im->add_option("OUT", imp.out, "The qkv checkpoint to write")->required();
   im->add_option("--from", imp.from, "Its format (default auto: told by the tensor names)")
       ->check(CLI::IsMember({"auto", "qkv", "torch", "nanogpt", "gpt2", "seed000", "seed002", "seed003", "seed004"}));
-  im->add_option("--heads", imp.heads, "Attention heads (the shapes cannot tell them; seed004's can)")
-      ->check(CLI::PositiveNumber);
-  im->add_option("--context", imp.context, "Longest sequence, when the file has no position table")
-      ->check(CLI::PositiveNumber);
+  im->add_option("--heads", imp.heads, "Attention heads (the shapes cannot tell them; seed004's can)")->check(whole(1));
+  im->add_option("--context", imp.context, "Longest sequence, when the file has no position table")->check(whole(1));
   im->add_option("--activation", imp.activation, "relu, gelu or gelu_tanh (default: the format's)")
       ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh"}));
   im->add_option("--norm", imp.norm, "post or pre (default: the format's)")->check(CLI::IsMember({"post", "pre"}));
-  flags.add(im, "--scale-embedding", imp.scale_embedding, "torch: multiply embeddings by sqrt(d_model) (true/false)");
-  im->add_option("--pad-id", imp.pad_id, "Padding id of a seq2seq or classifier (default 0)")
-      ->check(CLI::NonNegativeNumber);
+  flags.add(im, "--scale-embedding", imp.scale_embedding, "torch: multiply embeddings by sqrt(d_model) (true/false)")
+      ->check(boolean());
+  im->add_option("--pad-id", imp.pad_id, "Padding id of a seq2seq or classifier (default 0)")->check(whole(0));
   im->add_option("--tokenizer", imp.tokenizer, "A tokenizer JSON (qkv/tokenizer.h) to store in the checkpoint");
   im->add_option("--weights", imp.weights,
                  "A folder: f32 (default) converts every tensor to float32; keep stores its F16 / BF16 matrices in "
@@ -243,8 +306,10 @@ int main(int argc, char** argv) {
   q->add_option("--weights", quant.weights, "int8, q4, f16 or bf16")
       ->required()
       ->check(CLI::IsMember({"int8", "q4", "f16", "bf16"}));
-  flags.add(q, "--embedding", quant.embedding,
-            "Also the token embedding (true/false; default: true when it is the tied output head)");
+  flags
+      .add(q, "--embedding", quant.embedding,
+           "Also the token embedding (true/false; default: true when it is the tied output head)")
+      ->check(boolean());
   q->add_option("--activations", quant.activations,
                 "int8: decoding quantizes the activations of the int8 / q4 products to int8 and takes integer dot "
                 "products (faster on the CPU and in WebAssembly; saved in the checkpoint). Default f32")
@@ -268,10 +333,9 @@ int main(int argc, char** argv) {
 
   BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");
-  flags.add(b, "--threads", bench.threads, "Most threads (default: all cores)")->check(CLI::PositiveNumber);
-  b->add_option("--steps", bench.steps, "Training steps timed per thread count (default 5)")
-      ->check(CLI::PositiveNumber);
-  b->add_option("--seconds", bench.seconds, "Seconds per gemm shape (default 0.25)")->check(CLI::PositiveNumber);
+  flags.add(b, "--threads", bench.threads, "Most threads (default: all cores)")->check(whole(1));
+  b->add_option("--steps", bench.steps, "Training steps timed per thread count (default 5)")->check(whole(1));
+  b->add_option("--seconds", bench.seconds, "Seconds per gemm shape (default 0.25)")->check(number(0.0));
 
   if (argc <= 1) {
     std::fputs(app.help().c_str(), stderr);

@@ -28,8 +28,21 @@ expect 2 "--precision tf32 is a CUDA setting" -- generate --ckpt x --prompt a --
 expect 2 "--precision bf16 is a CUDA setting" -- eval --ckpt x --data text.txt --precision bf16
 expect 2 "preset \(tiny, small\)" -- train --data text.txt --config huge
 expect 2 "--top-p.*top_p = 1.5" -- generate --ckpt x --prompt a --top-p 1.5
-expect 2 "--temperature.*temperature = -1" -- generate --ckpt x --prompt a --temperature -1
-expect 2 "--beam: Value 0 not in range" -- generate --ckpt x --prompt a --beam 0
+expect 2 "--temperature: expected a number >= 0, got \"-1\"" -- generate --ckpt x --prompt a --temperature -1
+expect 2 "--temperature: expected a number >= 0, got \"nan\"" -- generate --ckpt x --prompt a --temperature nan
+expect 2 "--beam: expected a whole number from 1 to 64, got \"0\"" -- generate --ckpt x --prompt a --beam 0
+# Numbers and booleans say what they expect, whatever the text (CLI11's own checks printed a 300-digit range).
+expect 2 "--threads: expected a whole number >= 1, got \"0\"" -- generate --ckpt x --prompt a --threads 0
+expect 2 "--max-tokens: expected a whole number >= 0, got \"abc\"" -- generate --ckpt x --prompt a --max-tokens abc
+expect 2 "--max-tokens: expected a whole number from 0 to 2147483647, got \"99999999999\"" -- \
+  generate --ckpt x --prompt a --max-tokens 99999999999
+expect 2 "--seed: expected a whole number >= 0, got \"-1\"" -- generate --ckpt x --prompt a --seed -1
+expect 2 "--steps: expected a whole number >= 1, got \"1.5\"" -- train --data text.txt --steps 1.5
+expect 2 "--seed: expected a whole number >= 0, got \"-5\"" -- train --data text.txt --seed -5
+expect 2 "--lr: expected a number > 0, got \"0\"" -- train --data text.txt --lr 0
+expect 2 "--bucket-mb: expected a number > 0 and <= 4096, got \"-1\"" -- train --data text.txt --bucket-mb -1
+expect 2 "--embedding: expected true or false, got \"maybe\"" -- quantize x y --weights q4 --embedding maybe
+expect 2 "--scale-embedding: expected true or false, got \"2\"" -- import x y --scale-embedding 2
 expect 2 "--resume" -- train --data text.txt --resume x --batch 3
 expect 2 "--threads" -- train --data text.txt --threads 100000
 # No GPU on the test machines: --device cuda and a config's "device": "cuda" are refused up front with the

@@ -78,7 +78,8 @@ expect 0 "^the" -- generate --threads 1 --ckpt bpe.safetensors --prompt "the" --
 expect 2 "--tokenizer bpe needs --vocab-size" -- train --data text.txt --tokenizer bpe
 expect 2 "--vocab-size is for --tokenizer bpe" -- train --data text.txt --vocab-size 300
 expect 2 "--tokenizer bpe: only an lm" -- train --model seq2seq --data pairs.tsv --tokenizer bpe --vocab-size 300
-expect 2 "--vocab-size: Value 200 not in range 257" -- train --data text.txt --tokenizer bpe --vocab-size 200
+expect 2 "--vocab-size: expected a whole number from 257 to 16777216, got \"200\"" -- \
+  train --data text.txt --tokenizer bpe --vocab-size 200
 
 # bench: both tables, briefly.
 expect 0 "char GPT train step" -- bench --threads 1 --steps 1 --seconds 0.01
