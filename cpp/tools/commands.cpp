@@ -191,6 +191,11 @@ int run_train(const TrainArgs& a) {
   set_threads(a.threads);
   if (a.steps.given && a.steps.value < 1)
     throw UsageError("--steps " + std::to_string(a.steps.value) + ": expected >= 1");
+  // Where the checkpoint goes (--out, else the resumed file, written back, else model.safetensors), checked before
+  // any work: a save that fails at the first evaluation would lose the steps before it.
+  if (a.resume.empty() || !a.out.empty())
+    check_output(a.out.empty() ? "model.safetensors" : a.out,
+                 a.out.empty() ? "--out (default model.safetensors)" : "--out", {a.data, a.config, a.init});
   std::unique_ptr<Task> task;
   if (!a.init.empty() || !a.lora.empty()) {
     task = lora_task(a);

@@ -1,7 +1,9 @@
 // The qkv tool's `import` command (commands.h): a foreign checkpoint file (PyTorch state dict, safetensors; the
 // formats of qkv/import.h) or a Hugging Face model folder, written as a qkv checkpoint with its tokenizer.
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -9,15 +11,35 @@
 #include <string>
 
 #include "commands.h"
+#include "io/checkpoint.h"
 #include "qkv/error.h"
 #include "qkv/import.h"
 #include "qkv/model.h"
+#include "qkv/safetensors.h"
 #include "qkv/tokenizer.h"
 #include "task.h"
 
 namespace qkv::cli {
+namespace {
+
+// The metadata in a safetensors file's header, read alone.
+std::map<std::string, std::string> file_metadata(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), path, ": cannot open for reading");
+  uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  check(in.good() && n < (uint64_t{1} << 31), path, ": not a safetensors file");
+  std::vector<uint8_t> head(8 + n);
+  std::memcpy(head.data(), &n, 8);
+  in.read(reinterpret_cast<char*>(head.data() + 8), static_cast<std::streamsize>(n));
+  check(in.good(), path, ": the header is cut short");
+  return io::with_path(path, [&] { return parse_safetensors_header(head, std::filesystem::file_size(path)).metadata; });
+}
+
+}  // namespace
 
 int run_import(const ImportArgs& a) {
+  check_output(a.out, "OUT", {a.in, a.tokenizer});
   const bool folder = std::filesystem::is_directory(a.in);
   if (folder && ((a.from != "auto" && a.from != "gpt2") || a.heads || a.context || !a.activation.empty() ||
                  !a.norm.empty() || a.scale_embedding.given))
@@ -42,7 +64,10 @@ int run_import(const ImportArgs& a) {
   ImportedWeights r;
   const std::unique_ptr<Model> model =
       folder ? std::unique_ptr<Model>(load_pretrained(a.in, {}, Device::CPU, &r, weights)) : import_model(a.in, o, &r);
-  std::map<std::string, std::string> meta = {{"qkv.imported_from", r.format}};
+  // A qkv checkpoint keeps what it carried (its tokenizers, labels, training settings); a foreign file has none.
+  std::map<std::string, std::string> meta =
+      r.format == "qkv" ? carried_metadata(file_metadata(a.in)) : std::map<std::string, std::string>{};
+  if (!meta.count("qkv.imported_from")) meta["qkv.imported_from"] = r.format;
   if (!a.tokenizer.empty()) {
     const Tokenizer tok = Tokenizer::from_json(read_text(a.tokenizer));
     const auto config = nlohmann::json::parse(r.config_json);

@@ -124,6 +124,7 @@ void info_lora(const SafetensorsFile& f) {
 // --- merge ------------------------------------------------------------------------------------------------------
 
 int run_merge(const MergeArgs& a) {
+  check_output(a.out, "OUT", {a.model, a.adapter});
   auto [model, meta] = read_model(a.model);
   meta.erase("qkv.train");  // the merged model is a new starting point, not a run to resume
   const std::map<std::string, WeightFormat> formats = model->weight_formats();

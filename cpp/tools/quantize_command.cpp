@@ -18,6 +18,7 @@ namespace qkv::cli {
 // --- quantize --------------------------------------------------------------------------------------------
 
 int run_quantize(const QuantizeArgs& a) {
+  check_output(a.out, "OUT", {a.in});
   const WeightFormat format = weight_format_from_string(a.weights, "--weights");
   if (format == WeightFormat::F32)
     throw UsageError("--weights f32 is not a quantized format: expected int8, q4, f16 or bf16");

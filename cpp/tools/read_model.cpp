@@ -1,4 +1,4 @@
-// read_model (task.h): the input of qkv quantize and qkv merge, a pretrained folder or a qkv checkpoint of any kind.
+// read_model, carried_metadata and check_output (task.h): what the converting commands read and where they write.
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -36,13 +36,51 @@ ModelFile read_model(const std::string& path, PretrainedWeights weights) {
     if (kind->second == "seq2seq") return Seq2Seq::load(bytes);
     return Classifier::load(bytes);
   });
+  out.metadata = carried_metadata(file.metadata);
+  return out;
+}
+
+std::map<std::string, std::string> carried_metadata(const std::map<std::string, std::string>& metadata) {
   // What io/checkpoint.cpp writes itself (and refuses as a caller's key).
   static const std::set<std::string> own = {"qkv.model",         "qkv.config", "qkv.optimizer",       "qkv.step",
                                             "qkv.skipped_steps", "qkv.passes", "qkv.optimizer_state", "qkv.version",
                                             "qkv.crc32",         "format",     "qkv.quantized",       "qkv.lora"};
-  for (const auto& [key, value] : file.metadata)
-    if (!own.count(key)) out.metadata[key] = value;
-  return out;
+  std::map<std::string, std::string> kept;
+  for (const auto& [key, value] : metadata)
+    if (!own.count(key)) kept[key] = value;
+  return kept;
+}
+
+void check_output(const std::string& out, const std::string& flag, const std::vector<std::string>& inputs) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path path(out);
+  if (fs::is_directory(path, ec))
+    throw UsageError(flag + " " + out + " is a folder: expected the path of the file to write");
+  const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (!fs::is_directory(folder, ec))
+    throw UsageError(flag + " " + out + ": the folder " + folder.string() + " does not exist");
+  if (!fs::exists(path, ec)) return;  // a new file replaces nothing
+  // The files the model and adapter folders are read from (io/pretrained.cpp, io/lora_files.cpp).
+  static const std::set<std::string> folder_files = {"model.safetensors",
+                                                     "config.json",
+                                                     "tokenizer.json",
+                                                     "tokenizer_config.json",
+                                                     "vocab.json",
+                                                     "merges.txt",
+                                                     "special_tokens_map.json",
+                                                     "generation_config.json",
+                                                     "adapter_config.json",
+                                                     "adapter_model.safetensors"};
+  for (const std::string& in : inputs) {
+    if (in.empty() || !fs::exists(in, ec)) continue;
+    if (fs::equivalent(path, in, ec))
+      throw UsageError(flag + " " + out + " is the input " + in +
+                       " itself: writing it would replace what is being read; give another path");
+    if (fs::is_directory(in, ec) && fs::equivalent(folder, in, ec) && folder_files.count(path.filename().string()))
+      throw UsageError(flag + " " + out + " would replace the folder " + in + "'s own " + path.filename().string() +
+                       ": give a path outside the folder, or another name");
+  }
 }
 
 }  // namespace qkv::cli

@@ -51,6 +51,16 @@ std::vector<int32_t> pretrained_eos_ids(const std::string& dir, int tokenizer_eo
 // malformed tokenizer named by the folder; nullopt when the folder has no tokenizer files.
 std::optional<Tokenizer> folder_tokenizer(const std::string& dir, const std::map<std::string, std::string>& files);
 
+// Refuses, before any work, an output path `out` (the command line calls it `flag`) that is a folder, whose folder
+// does not exist, or that would replace one of `inputs` (the commands' input files and folders; "" skipped): the
+// same file, or a file an input model or adapter folder is read from (model.safetensors, config.json, the tokenizer
+// files...). UsageError naming both.
+void check_output(const std::string& out, const std::string& flag, const std::vector<std::string>& inputs);
+
+// A qkv checkpoint's metadata less what a checkpoint writes itself (saving the model again writes those anew): its
+// tokenizers, labels, training settings and the user's keys.
+std::map<std::string, std::string> carried_metadata(const std::map<std::string, std::string>& metadata);
+
 // A model as qkv quantize and qkv merge read their input, on the CPU: a pretrained folder as qkv import reads it
 // (its tokenizer and origin kept in `metadata`, so that qkv generate works on what they write), or a qkv checkpoint
 // of any kind, whose metadata (tokenizers, labels, training settings, the user's keys) is kept less what a

@@ -139,4 +139,15 @@ mkdir bin && cp "$FIX/gpt2_gelu/config.json" bin/ && cp model.pt bin/pytorch_mod
 expect 1 'pytorch_model.bin \(there is no model.safetensors\): the file is a PyTorch pickle.*save_file' -- \
   import bin x.safetensors
 [ ! -e x.safetensors ] || fail "a refused import wrote its output"
+
+# An output that would replace an input is refused before any work; a qkv checkpoint imported again keeps its
+# tokenizer (qkv generate still reads text from it).
+cp -r "$FIX/gpt2_tok" folder
+expect 2 "OUT folder/model.safetensors would replace the folder folder's own model.safetensors" -- \
+  import folder folder/model.safetensors
+cmp folder/model.safetensors "$FIX/gpt2_tok/model.safetensors" || fail "the refused import touched the folder"
+expect 2 "OUT gen.safetensors is the input gen.safetensors itself" -- import gen.safetensors gen.safetensors
+expect 2 "OUT missing/x.safetensors: the folder missing does not exist" -- import folder missing/x.safetensors
+expect 0 "format +qkv" -- import gen.safetensors again.safetensors
+expect 0 "^abc" -- generate --ckpt again.safetensors --prompt abc --max-tokens 5 --temperature 0
 echo "ok"

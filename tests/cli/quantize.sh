@@ -55,4 +55,8 @@ expect 1 "already quantized \(int8\)" -- quantize --weights q4 lm_int8.safetenso
 expect 1 "quantized \(int8.*LoRA" -- train --data text.txt --resume lm_int8.safetensors --steps 30 --threads 1
 expect 1 "not a qkv checkpoint" -- quantize --weights int8 "$FIX/nanogpt_bias.safetensors" x.safetensors
 [ ! -e x.safetensors ] || fail "a refused quantize wrote its output"
+cp lm.safetensors keep.safetensors
+expect 2 "OUT keep.safetensors is the input keep.safetensors itself: writing it would replace what is being read" -- \
+  quantize --weights int8 keep.safetensors keep.safetensors
+cmp keep.safetensors lm.safetensors || fail "the refused quantize replaced its input"
 echo "ok"

@@ -81,6 +81,17 @@ expect 2 "--tokenizer bpe: only an lm" -- train --model seq2seq --data pairs.tsv
 expect 2 "--vocab-size: expected a whole number from 257 to 16777216, got \"200\"" -- \
   train --data text.txt --tokenizer bpe --vocab-size 200
 
+# --out is checked before the first step: the data file itself, a missing folder, a folder.
+cp text.txt data.txt
+expect 2 "--out data.txt is the input data.txt itself" -- train --data data.txt --out data.txt --steps 1 --threads 1
+cmp data.txt text.txt || fail "the refused run replaced its data"
+expect 2 "--out nowhere/m.safetensors: the folder nowhere does not exist" -- \
+  train --data text.txt --out nowhere/m.safetensors --steps 1 --threads 1
+grep -q "step" "$OUT" && fail "the run with a bad --out trained before refusing it"
+mkdir outdir
+expect 2 "--out outdir is a folder: expected the path of the file to write" -- \
+  train --data text.txt --out outdir --steps 1 --threads 1
+
 # bench: both tables, briefly.
 expect 0 "char GPT train step" -- bench --threads 1 --steps 1 --seconds 0.01
 grep -Eq "^512 x 512 x 512 +1 +[0-9.]+ +[0-9.]+$" "$OUT" || fail "bench: no gemm row"
