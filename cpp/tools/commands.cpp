@@ -343,6 +343,14 @@ int run_train(const TrainArgs& a) {
     else
       say(&progress, "eval step %d: loss %.6f  perplexity %.4f  accuracy %.4f\n", step, m.loss, m.perplexity,
           m.accuracy);
+    if (m.count == 0 || std::isfinite(m.loss)) return;
+    // Weights whose held-out loss is not finite are not saved (the last checkpoint stays what it was), unless
+    // --non-finite skip asked to go on through such steps.
+    check(
+        task->model().optimizer().non_finite == NonFinite::Skip, "eval step ", step,
+        ": the held-out loss is not finite: the model's outputs overflow or hold NaN (try a lower --lr); this step's ",
+        "checkpoint was not saved");
+    say(&progress, "eval step %d: the held-out loss is not finite; saved anyway (--non-finite skip)\n", step);
   };
   catch_signals(!dist);
   float loss = 0.f;
@@ -404,9 +412,9 @@ int run_train(const TrainArgs& a) {
       return 128 + (g_signal != 0 ? static_cast<int>(g_signal) : SIGINT);
     }
   }
+  if (!evaluated) evaluate(step);  // before the save: a non-finite evaluation keeps the last checkpoint
   if (!saved) save();
   if (!lead) return 0;
-  if (!evaluated) evaluate(step);
   say(&progress, "done step %d/%d: loss %.6f, checkpoint saved to %s\n", step, total, loss, out.c_str());
   if (task->skipped_steps() > 0)
     std::fprintf(stderr, "%d steps were skipped for a non-finite loss or gradient (--non-finite skip)\n",
@@ -549,6 +557,8 @@ int run_eval(const EvalArgs& a) {
   check(m.count > 0, a.data, ": nothing to evaluate: expected at least two tokens");
   std::printf("loss %.6f  perplexity %.4f  accuracy %.4f  (%lld %s of %s)\n", m.loss, m.perplexity, m.accuracy, m.count,
               task->kind() == Kind::Classifier ? "examples" : "target tokens", a.data.c_str());
+  check(std::isfinite(m.loss), a.ckpt, ": the loss is not finite: the model's outputs overflow or hold NaN (its ",
+        "weights are unusable; a run with a lower learning rate would be)");
   return 0;
 }
 

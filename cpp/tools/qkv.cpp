@@ -123,9 +123,10 @@ uninterrupted run; the model, optimizer, batch size and seed come from the check
 may still be given).
 
 Non-finite steps (--non-finite, or "non_finite" in the optimizer config): by default a NaN or infinite loss
-or gradient norm stops training with status 1 (the last checkpoint is kept). With skip, such a step leaves
-the weights, the Adam moments and the schedule as they were, is reported on stderr and counted (the count
-is saved in the checkpoint); it still counts toward --steps, as its batch was drawn.
+or gradient norm stops training with status 1 (the last checkpoint is kept), and so does an evaluation whose
+held-out loss is not finite (its checkpoint is not saved). With skip, such a step leaves the weights, the Adam
+moments and the schedule as they were, is reported on stderr and counted (the count is saved in the
+checkpoint); it still counts toward --steps, as its batch was drawn.
 
 Several processes (data parallel): mpirun -np N qkv train <the same arguments>. --batch stays the global
 batch: each rank trains on its batch/N rows of every batch and the gradients are summed across the ranks
