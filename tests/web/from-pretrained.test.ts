@@ -559,6 +559,27 @@ describe("LanguageModel.fromPretrained", () => {
     expect(f.message).toContain(`at least ${((4 * params) / 1e9).toFixed(2)} GB of float32 weights`);
   });
 
+  it("a mistyped n_layer is refused at once, naming the field, whatever its size", async () => {
+    const dir = new URL("../fixtures/import/gpt2_tok/", import.meta.url);
+    const weights = new Uint8Array(readFileSync(new URL("model.safetensors", dir)));
+    const config = JSON.parse(readFileSync(new URL("config.json", dir), "utf8")) as Record<string, unknown>;
+    for (const [nLayer, says] of [
+      [1e12, '"n_layer" is 1000000000000: expected a positive integer'],
+      [2.5, '"n_layer" is 2.5: expected a positive integer'],
+      // More layers than the file has: the first 40 problems named, the rest counted.
+      [3000, "and 35936 more (35976 in all)"],
+    ] as const) {
+      const started = performance.now();
+      const e = await errorOf(
+        LanguageModel.fromPretrained({ "config.json": JSON.stringify({ ...config, n_layer: nLayer }), "model.safetensors": weights }),
+      );
+      expect(e.message).toContain(says);
+      expect(e.message.length).toBeLessThan(5000);
+      // 1e12 once sized the weights layer by layer in JavaScript until Node ran out of heap.
+      expect(performance.now() - started).toBeLessThan(20_000);
+    }
+  });
+
   it("weights too big for the wasm core are counted as they will be held: half-precision matrices kept, from the header", async () => {
     // A GPT-2 of 96 layers 1600 wide: 3.03e9 parameters, 12.1 GB as float32, 6.07 GB with its matrices in F16: too
     // big either way, so nothing is ever allocated. Its model.safetensors is a header that promises the tensors.

@@ -251,33 +251,40 @@ function gb(bytes: number): string {
   return `${(bytes / 1e9).toFixed(2)} GB`;
 }
 
-/**
- * GPT-2's parameters as config.json's shapes give them (the file's names without "transformer.", qkv's (out, in)
- * shape, and whether Model::quantize packs it: the Linear weights and the tied token embedding), or undefined when
- * a shape field is missing (the core then names it). Per layer: ln_1, ln_2 (C each, weight and bias), c_attn (3C x C
- * + 3C), attn c_proj (C x C + C), c_fc (F x C + F), mlp c_proj (C x F + C); plus wte (V x C), wpe (P x C) and ln_f;
- * the head is tied to wte.
- */
-function gpt2Parameters(config: Record<string, unknown>): { name: string; rows: number; cols: number; packable: boolean }[] | undefined {
-  const n = (k: string) => (typeof config[k] === "number" && (config[k] as number) > 0 ? (config[k] as number) : undefined);
+/** GPT-2's shape fields of config.json, or undefined when one is missing or not a positive integer the core takes (it then names the field). */
+function gpt2Shape(config: Record<string, unknown>): { V: number; P: number; C: number; L: number; F: number } | undefined {
+  const n = (k: string) => {
+    const v = config[k];
+    return typeof v === "number" && Number.isInteger(v) && v > 0 && v <= 2 ** 30 ? v : undefined;
+  };
   const V = n("vocab_size"), P = n("n_positions") ?? n("n_ctx"), C = n("n_embd"), L = n("n_layer");
   if (V === undefined || P === undefined || C === undefined || L === undefined) return undefined;
-  const F = n("n_inner") ?? 4 * C;
+  return { V, P, C, L, F: n("n_inner") ?? 4 * C };
+}
+
+/**
+ * GPT-2's parameters of one layer (names after "h.N.") and of the model outside its layers (the file's names without
+ * "transformer.", qkv's (out, in) shape, and whether Model::quantize packs it: the Linear weights and the tied token
+ * embedding). Per layer: ln_1, ln_2 (C each, weight and bias), c_attn (3C x C + 3C), attn c_proj (C x C + C), c_fc
+ * (F x C + F), mlp c_proj (C x F + C); outside: wte (V x C), wpe (P x C) and ln_f; the head is tied to wte.
+ */
+function gpt2Parameters(s: { V: number; P: number; C: number; F: number }): {
+  layer: { name: string; rows: number; cols: number; packable: boolean }[];
+  outside: { name: string; rows: number; cols: number; packable: boolean }[];
+} {
+  const { V, P, C, F } = s;
   const p = (name: string, rows: number, cols = 1, packable = false) => ({ name, rows, cols, packable });
-  const out = [p("wte.weight", V, C, true), p("wpe.weight", P, C)];
-  for (let l = 0; l < L; l++) {
-    const h = `h.${l}.`;
-    out.push(
-      p(`${h}ln_1.weight`, C), p(`${h}ln_1.bias`, C),
-      p(`${h}attn.c_attn.weight`, 3 * C, C, true), p(`${h}attn.c_attn.bias`, 3 * C),
-      p(`${h}attn.c_proj.weight`, C, C, true), p(`${h}attn.c_proj.bias`, C),
-      p(`${h}ln_2.weight`, C), p(`${h}ln_2.bias`, C),
-      p(`${h}mlp.c_fc.weight`, F, C, true), p(`${h}mlp.c_fc.bias`, F),
-      p(`${h}mlp.c_proj.weight`, C, F, true), p(`${h}mlp.c_proj.bias`, C),
-    );
-  }
-  out.push(p("ln_f.weight", C), p("ln_f.bias", C));
-  return out;
+  return {
+    layer: [
+      p("ln_1.weight", C), p("ln_1.bias", C),
+      p("attn.c_attn.weight", 3 * C, C, true), p("attn.c_attn.bias", 3 * C),
+      p("attn.c_proj.weight", C, C, true), p("attn.c_proj.bias", C),
+      p("ln_2.weight", C), p("ln_2.bias", C),
+      p("mlp.c_fc.weight", F, C, true), p("mlp.c_fc.bias", F),
+      p("mlp.c_proj.weight", C, F, true), p("mlp.c_proj.bias", C),
+    ],
+    outside: [p("wte.weight", V, C, true), p("wpe.weight", P, C), p("ln_f.weight", C), p("ln_f.bias", C)],
+  };
 }
 
 /** The tensors' dtypes, by name, of safetensors headers (each a file's first 8 + N bytes); undefined if one does not parse. */
@@ -310,22 +317,34 @@ interface Held {
  * embedding only when lm_head.weight, if any, is of the same dtype); without, every tensor is float32.
  */
 function heldBytes(config: Record<string, unknown>, dtypes: Map<string, string> | undefined): Held | undefined {
-  const params = gpt2Parameters(config);
-  if (params === undefined) return undefined;
+  const shape = gpt2Shape(config);
+  if (shape === undefined) return undefined;
+  const { layer, outside } = gpt2Parameters(shape);
   const dtype = (name: string) => dtypes?.get(name) ?? dtypes?.get(`transformer.${name}`);
   const head = dtype("lm_head.weight");
   const held: Held = { parameters: 0, bytes: 0, kept: new Map() };
-  for (const { name, rows, cols, packable } of params) {
+  // `times` tensors of this shape, `name`'s dtype in the file deciding its layout.
+  const add = (name: string, rows: number, cols: number, packable: boolean, times = 1) => {
     const numel = rows * cols;
-    held.parameters += numel;
+    held.parameters += numel * times;
     const d = packable ? dtype(name) : undefined;
     const tiedOk = name !== "wte.weight" || head === undefined || head === d;
     if ((d === "F16" || d === "BF16") && tiedOk) {
-      held.bytes += Math.ceil((rows * Math.ceil((2 * cols) / 4) * 4) / 64) * 64;
-      held.kept.set(d, (held.kept.get(d) ?? 0) + 1);
+      held.bytes += Math.ceil((rows * Math.ceil((2 * cols) / 4) * 4) / 64) * 64 * times;
+      held.kept.set(d, (held.kept.get(d) ?? 0) + times);
     } else {
-      held.bytes += Math.ceil(numel / 16) * 16 * 4;
+      held.bytes += Math.ceil(numel / 16) * 16 * 4 * times;
     }
+  };
+  for (const t of outside) add(t.name, t.rows, t.cols, t.packable);
+  if (dtypes === undefined) {
+    // Every layer alike: one layer's bytes times n_layer (a mistyped n_layer of 1e12 costs nothing here).
+    for (const t of layer) add(t.name, t.rows, t.cols, false, shape.L);
+  } else {
+    // Layer by layer, each matrix's dtype from the file; a config of more layers than the file has tensors is left
+    // to the core, which names what is missing.
+    if (shape.L * layer.length > dtypes.size) return undefined;
+    for (let l = 0; l < shape.L; l++) for (const t of layer) add(`h.${l}.${t.name}`, t.rows, t.cols, t.packable);
   }
   return held;
 }

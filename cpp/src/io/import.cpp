@@ -3,6 +3,7 @@
 // built from (with $1 for the layer index; alternatives tried in order) and the operation that builds it.
 #include "io/import.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -239,7 +240,10 @@ std::string WeightPlan::problems() const {
   all.insert(all.end(), misshaped.begin(), misshaped.end());
   all.insert(all.end(), wrong.begin(), wrong.end());
   all.insert(all.end(), leftover.begin(), leftover.end());
-  for (size_t i = 0; i < all.size(); ++i) msg += (i ? "; " : "") + all[i];
+  // Every problem at once, up to a screenful: a mistyped n_layer of 300000 would otherwise name 3.6 million tensors.
+  constexpr size_t kListed = 40;
+  for (size_t i = 0; i < std::min(all.size(), kListed); ++i) msg += (i ? "; " : "") + all[i];
+  if (all.size() > kListed) msg += detail::cat("; and ", all.size() - kListed, " more (", all.size(), " in all)");
   return msg;
 }
 

@@ -137,6 +137,16 @@ TEST(Pretrained, EveryMissingAndMisshapedTensorIsNamedAtOnce) {
   EXPECT_HAS(wide, "tensor \"h.1.mlp.c_proj.weight\" has shape (24, 16), expected (32, 16)");
 }
 
+// A config.json of far more layers than the file: the first problems, then how many more (a mistyped n_layer would
+// otherwise make a message naming every tensor of every missing layer).
+TEST(Pretrained, ManyProblemsAreCountedPastTheFirstForty) {
+  const std::string e = message_of([&] { import_pretrained(config_with("gelu", "n_layer", 200), weights_of("gelu")); });
+  EXPECT_HAS(e, "tensor \"h.2.ln_1.weight\" is missing");
+  // Layers 2 .. 199 lack their 12 tensors each: 40 named, the rest counted.
+  EXPECT_HAS(e, "; and 2336 more (2376 in all)");
+  EXPECT_LT(e.size(), 4000u) << e.size();
+}
+
 TEST(Pretrained, AHeadThatIsNotTheEmbeddingIsRefused) {
   const auto bytes = edited("lmhead", [](const std::string& n, std::vector<float>& v, std::vector<int64_t>&) {
     if (n == "lm_head.weight") v[5] += 0.5f;
