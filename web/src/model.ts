@@ -26,7 +26,7 @@ import type {
   SaveAdapterOptions,
   WeightFormat,
 } from "./types.js";
-import { boolean, bytes, checkLora, describe, object, positiveFinite, string, stringRecord, text } from "./validate.js";
+import { boolean, bytes, checkLora, checkOptions, describe, object, positiveFinite, string, stringRecord, text } from "./validate.js";
 
 /** Options for `save()`. */
 export interface SaveOptions {
@@ -139,7 +139,7 @@ export abstract class Model<C extends object> {
    * `Error` naming it.
    */
   async save(options: SaveOptions = {}): Promise<Uint8Array> {
-    const o = object("options", options, "{ optimizer?, tokenizer?, metadata? }");
+    const o = checkOptions("options", options, "{ optimizer?, tokenizer?, metadata? }", "save");
     const optimizer = o.optimizer === undefined ? true : boolean("options.optimizer", o.optimizer);
     const metadata = o.metadata === undefined ? {} : stringRecord("options.metadata", o.metadata);
     if (o.tokenizer !== undefined) {
@@ -184,7 +184,12 @@ export abstract class Model<C extends object> {
    */
   async quantize(options: QuantizeOptions): Promise<Record<string, WeightFormat>> {
     // Only the JS types are checked here; the format's name is the core's to judge (its error names the choices).
-    const o = object("options", options, '{ weights: "int8" }');
+    const o = checkOptions(
+      "options",
+      options,
+      '{ weights: "int8" | "q4" | "f16" | "bf16", embedding?: boolean, activations?: "f32" | "int8" }',
+      "quantize",
+    );
     const weights = string("options.weights", o["weights"]) as WeightFormat;
     const checked: QuantizeOptions = { weights };
     if (o["embedding"] !== undefined) checked.embedding = boolean("options.embedding", o["embedding"]);
@@ -272,7 +277,7 @@ export abstract class Model<C extends object> {
    * `PeftModel.from_pretrained(GPT2LMHeadModel..., folder)` loads them. Rejects on a model without adapters.
    */
   async saveAdapter(options: SaveAdapterOptions = {}): Promise<AdapterFiles> {
-    const o = object("options", options, '{ names?: "qkv" | "gpt2" }');
+    const o = checkOptions("options", options, '{ names?: "qkv" | "gpt2" }', "saveAdapter");
     const names = o.names === undefined ? "qkv" : string("options.names", o.names);
     if (names !== "qkv" && names !== "gpt2") throw new Error(`options.names must be "qkv" or "gpt2", got ${describe(names)}`);
     return await callModel(this, "saveAdapter", "saveAdapter", { names });
@@ -413,10 +418,10 @@ export async function loadIn(kind: ModelKind, data: unknown, options?: unknown):
   return [be, await loadStream(be, kind, data as CheckpointSource, o)];
 }
 
-/** `load`'s and `fromPretrained`'s options, checked. */
-export function loadOptions(options: unknown): LoadOptions {
+/** `load`'s and `fromPretrained`'s options, checked (`like`: the options the call takes). */
+export function loadOptions(options: unknown, like = "{ onProgress?, signal? }", what = "load"): LoadOptions {
   if (options === undefined) return {};
-  const o = object("options", options, "{ onProgress, signal }") as LoadOptions;
+  const o = checkOptions("options", options, like, what) as LoadOptions;
   if (o.onProgress !== undefined && typeof o.onProgress !== "function") {
     throw new TypeError(`options.onProgress must be a function, got ${describe(o.onProgress)}`);
   }
@@ -428,7 +433,7 @@ export function loadOptions(options: unknown): LoadOptions {
 
 /** `fromPretrained`'s options, checked: `load`'s and `weights`, checked before any file is read. */
 export function pretrainedOptions(options: unknown): PretrainedOptions {
-  const o = loadOptions(options) as PretrainedOptions;
+  const o = loadOptions(options, '{ onProgress?, signal?, weights?: "f32" | "keep" }', "fromPretrained") as PretrainedOptions;
   const weights = options === undefined ? undefined : (options as PretrainedOptions).weights;
   if (weights !== undefined && weights !== "f32" && weights !== "keep") {
     throw new TypeError(

@@ -16,12 +16,12 @@ import type {
 import {
   checkAttention,
   checkConfig,
+  checkOptions,
   boolean,
   describe,
   finiteNumber,
   int32Array,
   integer,
-  object,
   positiveInt,
   rows,
 } from "./validate.js";
@@ -36,7 +36,7 @@ function checkPair(
   const s = int32Array("src", src);
   const ti = int32Array("tgtIn", tgtIn);
   const to = tgtOut === undefined ? ti : int32Array("tgtOut", tgtOut);
-  if (shape !== undefined) object("shape", shape, "{ batch? }");
+  if (shape !== undefined) checkOptions("shape", shape, "{ batch? }", "shape");
   const { batch, seq: srcLen } = rows("src", s.length, { batch: shape?.batch ?? 1 }, 1, "srcLen");
   const { seq: tgtLen } = rows("tgtIn", ti.length, { batch }, 1, "tgtLen");
   if (to.length !== ti.length) throw new Error(`tgtOut.length must equal tgtIn.length (${ti.length}), got ${to.length}`);
@@ -99,13 +99,12 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
    */
   async generate(src: Int32Array, options: Seq2SeqGenerateOptions): Promise<Int32Array> {
     const s = int32Array("src", src);
-    const o = object("options", options, "{ maxTokens, bos, eos, batch?, beamWidth?, lengthPenalty?, useCache? }");
-    const known = ["maxTokens", "bos", "eos", "batch", "beamWidth", "lengthPenalty", "useCache"];
-    for (const k of Object.keys(o)) {
-      if (!known.includes(k)) {
-        throw new TypeError(`options.${k} is not a Seq2Seq.generate option (known: ${known.join(", ")})`);
-      }
-    }
+    const o = checkOptions(
+      "options",
+      options,
+      "{ maxTokens, bos, eos, batch?, beamWidth?, lengthPenalty?, useCache? }",
+      "Seq2Seq.generate",
+    );
     const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
     const bos = integer("options.bos", o.bos);
     const eos = integer("options.eos", o.eos);
@@ -130,7 +129,7 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
    * (tgtLen, srcLen). After `generate()` only the encoder's is available.
    */
   async attention(options: Seq2SeqAttentionOptions): Promise<Float32Array> {
-    const { layer, head, batchIndex, kind } = checkAttention(options);
+    const { layer, head, batchIndex, kind } = checkAttention(options, true);
     if (kind !== "encoder" && kind !== "decoder" && kind !== "cross") {
       throw new (typeof kind === "string" ? Error : TypeError)(`options.kind must be "encoder", "decoder" or "cross", got ${describe(kind)}`);
     }

@@ -12,7 +12,7 @@ import type { Backend } from "./platform.js";
 import { UNKNOWN_TOKENIZER, type Calls, type TokenizerIn, type TokenizerOut } from "./protocol.js";
 import { backend } from "./runtime.js";
 import { checkpointMetadata } from "./checkpoint.js";
-import { boolean, bytes, describe, int32Like, object, positiveInt, string, text as wellFormed } from "./validate.js";
+import { boolean, bytes, checkOptions, describe, int32Like, object, positiveInt, string, text as wellFormed } from "./validate.js";
 
 /** Which special tokens a tokenizer has (each default `true`). Ids: pad, bos, eos, unk first, in that order. */
 export interface SpecialTokenOptions {
@@ -83,7 +83,7 @@ const utf8 = new TextDecoder();
 
 function specials(options: unknown): { pad: boolean; bos: boolean; eos: boolean; unk: boolean } {
   if (options === undefined) return { pad: true, bos: true, eos: true, unk: true };
-  const o = object("options.specials", options, "{ pad?, bos?, eos?, unk? }");
+  const o = checkOptions("options.specials", options, "{ pad?, bos?, eos?, unk? }", "special-token");
   const flag = (k: "pad" | "bos" | "eos" | "unk") => (o[k] === undefined ? true : boolean(`options.specials.${k}`, o[k]));
   return { pad: flag("pad"), bos: flag("bos"), eos: flag("eos"), unk: flag("unk") };
 }
@@ -214,7 +214,7 @@ export abstract class Tokenizer {
 
   /** @internal */
   protected async encodeAny(text: string | Uint8Array, options: EncodeOptions): Promise<Int32Array> {
-    const o = object("options", options, "{ bos?, eos?, splitSpecial? }");
+    const o = checkOptions("options", options, "{ bos?, eos?, splitSpecial? }", "encode");
     const bos = o.bos === undefined ? false : boolean("options.bos", o.bos);
     const eos = o.eos === undefined ? false : boolean("options.eos", o.eos);
     const splitSpecial = o.splitSpecial === undefined ? false : boolean("options.splitSpecial", o.splitSpecial);
@@ -224,7 +224,7 @@ export abstract class Tokenizer {
   /** @internal */
   protected async decodeAny(ids: unknown, options: DecodeOptions): Promise<Uint8Array> {
     const i = int32Like("ids", ids);
-    const o = object("options", options, "{ skipSpecial? }");
+    const o = checkOptions("options", options, "{ skipSpecial? }", "decode");
     const skipSpecial = o.skipSpecial === undefined ? true : boolean("options.skipSpecial", o.skipSpecial);
     return (await this.#call("decode", { ids: i, skipSpecial })).bytes;
   }
@@ -262,14 +262,14 @@ export class CharTokenizer extends Tokenizer {
   declare readonly kind: "char";
   /** Builds the vocabulary of every distinct character of `text` (well-formed, non-empty). */
   static async fromText(text: string, options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
-    const o = object("options", options, "{ specials? }");
+    const o = checkOptions("options", options, "{ specials? }", "tokenizer");
     const [b, out] = await build({ kind: "char", text: wellFormed("text", text), specials: specials(o.specials) });
     return ofKind(make(b, out), "char");
   }
 
   /** A tokenizer with this exact vocabulary (ids: the specials, then `chars` in order). */
   static async fromVocabulary(chars: readonly string[], options: { specials?: SpecialTokenOptions } = {}): Promise<CharTokenizer> {
-    const o = object("options", options, "{ specials? }");
+    const o = checkOptions("options", options, "{ specials? }", "tokenizer");
     if (!Array.isArray(chars)) throw new TypeError(`chars must be an array of single characters, got ${describe(chars)}`);
     const json: TokenizerJSON = { version: 1, kind: "char", special: specials(o.specials), vocab: [...chars] };
     return CharTokenizer.fromJSON(json);
@@ -300,7 +300,7 @@ export class ByteTokenizer extends Tokenizer {
   declare readonly kind: "byte";
   /** The byte tokenizer with these special tokens (all four by default). */
   static async create(options: { specials?: SpecialTokenOptions } = {}): Promise<ByteTokenizer> {
-    const o = object("options", options, "{ specials? }");
+    const o = checkOptions("options", options, "{ specials? }", "tokenizer");
     const [b, out] = await build({ kind: "byte", specials: specials(o.specials) });
     return ofKind(make(b, out), "byte");
   }
@@ -352,7 +352,7 @@ export class WordTokenizer extends Tokenizer {
     text: string,
     options: { maxVocab: number; specials?: SpecialTokenOptions; lowercase?: boolean },
   ): Promise<WordTokenizer> {
-    const o = object("options", options, "{ maxVocab, specials?, lowercase? }");
+    const o = checkOptions("options", options, "{ maxVocab, specials?, lowercase? }", "WordTokenizer.fromText");
     const [b, out] = await build({
       kind: "word",
       text: wellFormed("text", text),
@@ -420,7 +420,7 @@ export class BpeTokenizer extends Tokenizer {
     text: string,
     options: { vocabSize: number; specialTokens?: readonly string[]; addPrefixSpace?: boolean },
   ): Promise<BpeTokenizer> {
-    const o = object("options", options, "{ vocabSize, specialTokens?, addPrefixSpace? }");
+    const o = checkOptions("options", options, "{ vocabSize, specialTokens?, addPrefixSpace? }", "BpeTokenizer.train");
     const special = o.specialTokens === undefined ? ["<|endoftext|>"] : o.specialTokens;
     if (!Array.isArray(special) || !special.every((s) => typeof s === "string")) {
       throw new TypeError(`options.specialTokens must be an array of strings, got ${describe(special)}`);

@@ -6,7 +6,7 @@ import { Classifier } from "./classifier.js";
 import { LanguageModel } from "./language-model.js";
 import { Seq2Seq } from "./seq2seq.js";
 import type { Metrics, StepResult } from "./types.js";
-import { describe, int32Array, integer, nonNegativeInt, object, positiveInt } from "./validate.js";
+import { checkOptions, describe, int32Array, integer, nonNegativeInt, object, positiveInt } from "./validate.js";
 
 /** One translation-style example: the target holds bos first and eos last (the model learns tgt[1:] from tgt[:-1]). */
 export interface Seq2SeqExample {
@@ -272,11 +272,7 @@ export class Trainer {
     model: LanguageModel | Seq2Seq | Classifier,
     options: TrainerOptions<Int32Array | readonly Seq2SeqExample[] | readonly ClassifierExample[]>,
   ) {
-    const o = object("options", options, "{ data, evalData?, batchSize, seqLen?, seed? }");
-    const known = ["data", "evalData", "batchSize", "seqLen", "seed"];
-    for (const k of Object.keys(o)) {
-      if (!known.includes(k)) throw new TypeError(`options.${k} is not a Trainer option (known: ${known.join(", ")})`);
-    }
+    const o = checkOptions("options", options, "{ data, evalData?, batchSize, seqLen?, seed? }", "Trainer");
     const batch = positiveInt("options.batchSize", o.batchSize);
     const random = rng(o.seed === undefined ? 1 : nonNegativeInt("options.seed", o.seed, 0xffffffff));
     const source = (name: string, data: unknown): Source => {
@@ -325,7 +321,7 @@ export class Trainer {
    * (between steps), or with the error of a failed step; the model stays usable either way.
    */
   async fit(options: FitOptions): Promise<FitResult> {
-    const o = object("options", options, "{ steps, evalEvery?, evalBatches?, signal?, onStep?, onEval? }");
+    const o = checkOptions("options", options, "{ steps, evalEvery?, evalBatches?, signal?, onStep?, onEval? }", "fit");
     const steps = positiveInt("options.steps", o.steps);
     const evalEvery = o.evalEvery === undefined ? steps : positiveInt("options.evalEvery", o.evalEvery);
     const evalBatches = o.evalBatches === undefined ? Infinity : positiveInt("options.evalBatches", o.evalBatches);

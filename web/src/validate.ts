@@ -28,14 +28,21 @@ function invalid(v: unknown, jsType: string, message: string): Error {
   return typeof v === jsType ? new Error(message) : new TypeError(message);
 }
 
+/**
+ * The largest integer the core takes where it asks for an int: Embind converts a number to a C++ int modulo 2^32, so
+ * that a layer of 2 ** 32 + 1 would silently be layer 1.
+ */
+export const INT32_MAX = 2147483647;
+
 export function positiveInt(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 1) {
     throw invalid(v, "number", `${name} must be a positive integer, got ${describe(v)}`);
   }
+  if (v > INT32_MAX) throw new Error(`${name} must be a positive integer no larger than ${INT32_MAX}, got ${describe(v)}`);
   return v;
 }
 
-export function nonNegativeInt(name: string, v: unknown, max = Number.MAX_SAFE_INTEGER): number {
+export function nonNegativeInt(name: string, v: unknown, max = INT32_MAX): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > max) {
     throw invalid(v, "number", `${name} must be an integer in [0, ${max}], got ${describe(v)}`);
   }
@@ -44,6 +51,9 @@ export function nonNegativeInt(name: string, v: unknown, max = Number.MAX_SAFE_I
 
 export function integer(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isSafeInteger(v)) throw invalid(v, "number", `${name} must be an integer, got ${describe(v)}`);
+  if (v > INT32_MAX || v < -INT32_MAX - 1) {
+    throw new Error(`${name} must be an integer from ${-INT32_MAX - 1} to ${INT32_MAX}, got ${describe(v)}`);
+  }
   return v;
 }
 
@@ -88,6 +98,46 @@ export function text(name: string, v: unknown): string {
 export function object(name: string, v: unknown, like: string): Record<string, unknown> {
   if (typeof v !== "object" || v === null) throw new TypeError(`${name} must be an object like ${like}, got ${describe(v)}`);
   return v as Record<string, unknown>;
+}
+
+/** The keys a shape like `{ maxTokens, bos?, names?: "qkv" | "gpt2", targets?: ["qkv", ...] }` lists at its top level. */
+function keysOf(like: string): string[] {
+  const keys: string[] = [];
+  let depth = 0, quoted = false, expectKey = false;
+  for (let i = 0; i < like.length; i++) {
+    const c = like.charAt(i);
+    if (quoted) {
+      if (c === '"') quoted = false;
+    } else if (c === '"') {
+      quoted = true;
+    } else if (c === "{" || c === "[" || c === "(") {
+      depth++;
+      if (depth === 1) expectKey = true;
+    } else if (c === "}" || c === "]" || c === ")") {
+      depth--;
+    } else if (c === "," && depth === 1) {
+      expectKey = true;
+    } else if (expectKey && depth === 1 && /[A-Za-z_$]/.test(c)) {
+      const key = /^[A-Za-z_$][\w$]*/.exec(like.slice(i))![0];
+      keys.push(key);
+      i += key.length - 1;
+      expectKey = false;
+    }
+  }
+  return keys;
+}
+
+/**
+ * An options object: `object`, and each of its keys one that `like` lists. A misspelt option (`optimiser`, `embeddings`,
+ * `skipSpecialTokens`) would otherwise be ignored without a word, and the call do what the user did not ask.
+ */
+export function checkOptions(name: string, v: unknown, like: string, what: string): Record<string, unknown> {
+  const o = object(name, v, like);
+  const known = keysOf(like);
+  for (const k of Object.keys(o)) {
+    if (!known.includes(k)) throw new TypeError(`${name}.${k} is not ${article(what)} option (known: ${known.join(", ")})`);
+  }
+  return o;
 }
 
 export function int32Array(name: string, v: unknown): Int32Array {
@@ -136,9 +186,7 @@ export function rows(
   defaultBatch = 1,
   seqName = "seq",
 ): { batch: number; seq: number } {
-  if (shape !== undefined && (typeof shape !== "object" || shape === null)) {
-    throw new TypeError(`shape must be an object { batch?, ${seqName}? }, got ${describe(shape)}`);
-  }
+  if (shape !== undefined) checkOptions("shape", shape, `{ batch?, ${seqName}? }`, "shape");
   if (length === 0) throw new Error(`${what} must not be empty (${what}.length is 0)`);
   let batch = shape?.batch;
   let seq = shape?.seq;
@@ -179,10 +227,11 @@ export function checkGenerate(
   options: unknown,
 ): { prompt: Int32Array; options: SamplingIn; onToken?: (token: number, index: number) => void } {
   const p = int32Array("prompt", prompt);
-  const o = object(
+  const o = checkOptions(
     "options",
     options,
     "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens?, useCache?, onToken? }",
+    "generate",
   );
   const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
   let temperature = 1;
@@ -191,10 +240,6 @@ export function checkGenerate(
       throw invalid(o.temperature, "number", `options.temperature must be a finite number >= 0 (0: greedy), got ${describe(o.temperature)}`);
     }
     temperature = o.temperature;
-  }
-  const known = ["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "stopTokens", "useCache", "onToken"];
-  for (const k of Object.keys(o)) {
-    if (!known.includes(k)) throw new TypeError(`options.${k} is not a generate option (known: ${known.join(", ")})`);
   }
   if (o.onToken !== undefined && typeof o.onToken !== "function") {
     throw new TypeError(`options.onToken must be a function (token, index) => void, got ${describe(o.onToken)}`);
@@ -208,7 +253,7 @@ export function checkGenerate(
       topK: o.topK === undefined ? 0 : integer("options.topK", o.topK),
       topP: o.topP === undefined ? 1 : finiteNumber("options.topP", o.topP),
       repetitionPenalty: o.repetitionPenalty === undefined ? 1 : finiteNumber("options.repetitionPenalty", o.repetitionPenalty),
-      seed: o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed),
+      seed: o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed, Number.MAX_SAFE_INTEGER),
       stopTokens: o.stopTokens === undefined ? new Int32Array(0) : int32Like("options.stopTokens", arrayOf(o.stopTokens)),
       useCache: o.useCache === undefined ? true : boolean("options.useCache", o.useCache),
     },
@@ -223,8 +268,17 @@ function arrayOf(v: unknown): unknown {
 }
 
 /** Checks { layer, head, batchIndex? } of attention(). */
-export function checkAttention(options: unknown): { layer: number; head: number; batchIndex: number; kind: unknown } {
-  const o = object("options", options, "{ layer, head, batchIndex? }");
+/** `attention()`'s options; `kind` (which of a Seq2Seq's attentions) only where `withKind`. */
+export function checkAttention(
+  options: unknown,
+  withKind = false,
+): { layer: number; head: number; batchIndex: number; kind: unknown } {
+  const o = checkOptions(
+    "options",
+    options,
+    withKind ? '{ layer, head, batchIndex?, kind: "encoder" | "decoder" | "cross" }' : "{ layer, head, batchIndex? }",
+    "attention",
+  );
   return {
     layer: nonNegativeInt("options.layer", o.layer),
     head: nonNegativeInt("options.head", o.head),
@@ -262,12 +316,7 @@ export const LORA_TARGETS: readonly LoraTarget[] = ["q", "k", "v", "qkv", "out",
  */
 export function checkLora(options: unknown): LoraInfo {
   const like = '{ rank?, alpha?, dropout?, targets?: ["qkv", "out", ...], seed? }';
-  const o = object("options", options === undefined ? {} : options, like);
-  for (const key of Object.keys(o)) {
-    if (!["rank", "alpha", "dropout", "targets", "seed"].includes(key)) {
-      throw new Error(`options.${key} is not a LoRA option: expected ${like}`);
-    }
-  }
+  const o = checkOptions("options", options === undefined ? {} : options, like, "LoRA");
   const rank = o.rank === undefined ? 8 : positiveInt("options.rank", o.rank);
   const alpha = o.alpha === undefined ? 16 : positiveFinite("options.alpha", o.alpha);
   let dropout = 0;
@@ -278,7 +327,7 @@ export function checkLora(options: unknown): LoraInfo {
     }
     dropout = d;
   }
-  const seed = o.seed === undefined ? 0 : nonNegativeInt("options.seed", o.seed);
+  const seed = o.seed === undefined ? 0 : nonNegativeInt("options.seed", o.seed, Number.MAX_SAFE_INTEGER);
   let targets: LoraTarget[] = ["qkv", "out"];
   if (o.targets !== undefined) {
     if (!Array.isArray(o.targets) || o.targets.length === 0) {
