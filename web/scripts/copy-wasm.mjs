@@ -42,6 +42,24 @@ for (const [plain, relaxed] of sameGlue) {
     process.exit(1);
   }
 }
+// Emscripten 3.1.6's glue indexes a thrown C++ exception's reference count with a signed shift (`this.ptr+0>>2` in
+// ExceptionInfo's add_ref and release_ref, where its other heap accesses shift unsigned): with the 4 GiB heap, an
+// exception object above 2 GiB gives a negative index, and Atomics.add throws "RangeError: Invalid atomic access
+// index" in place of the C++ exception's message (LanguageModel.create of a model near the heap's size did). Each
+// threaded glue must have both, so that a glue that changed is looked at again rather than passed through.
+const patches = [{ from: "this.ptr+0>>2,", to: "this.ptr+0>>>2,", threaded: 2 }];
+function patched(file, code) {
+  for (const { from, to, threaded } of patches) {
+    const n = code.split(from).length - 1;
+    const want = file === "build/wasm/qkv.js" ? threaded : n;
+    if (n !== want) {
+      console.error(`build:web: ${file} has ${n} of ${JSON.stringify(from)}, expected ${want}: review the glue's patch`);
+      process.exit(1);
+    }
+    code = code.replaceAll(from, to);
+  }
+  return code;
+}
 const out = path.join(root, "web/dist/wasm");
 mkdirSync(out, { recursive: true });
 for (const f of files) {
@@ -51,7 +69,8 @@ for (const f of files) {
     continue;
   }
   // A classic script, not a module: top-level names (createQkvCore) stay global and keep their names.
-  const { code } = transformSync(readFileSync(path.join(root, f), "utf8"), { minify: true, target: "es2020", legalComments: "none" });
+  const glue = patched(f, readFileSync(path.join(root, f), "utf8"));
+  const { code } = transformSync(glue, { minify: true, target: "es2020", legalComments: "none" });
   writeFileSync(to, code);
 }
 // The Emscripten glue is UMD/CommonJS: keep Node from reading it as ESM (the root package is "type": "module").
