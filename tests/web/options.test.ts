@@ -84,3 +84,18 @@ describe("an integer past the core's int", () => {
     expect(await lm.generate(ids(1, 2), { maxTokens: 3, seed: 2 ** 40 })).toEqual(a);
   });
 });
+
+describe("outputs that are not finite", () => {
+  it("reject predict and evaluate naming the cause, where they resolved to NaN", async () => {
+    const m = await LanguageModel.create({ ...CONFIG, seed: 1 });
+    await m.setLearningRate(1e30); // one step throws the weights to about 1e30: every forward after it overflows
+    expect(Number.isFinite((await m.trainStep(ids(1, 2, 3, 4), ids(2, 3, 4, 5))).loss)).toBe(true);
+    const p = await errorOf(() => m.predict(ids(1, 2, 3)));
+    expect(p.message).toMatch(/^LanguageModel\.predict\(\): logits\[0\] is NaN, not finite: the model's weights overflow or hold NaN/);
+    const e = await errorOf(() => m.evaluate(ids(1, 2, 3, 4), ids(2, 3, 4, 5)));
+    expect(e.message).toMatch(/^LanguageModel\.evaluate\(\): the loss is NaN, not finite/);
+    m.dispose();
+    // A healthy model is untouched by the check.
+    expect((await lm.evaluate(ids(1, 2, 3, 4), ids(2, 3, 4, 5))).count).toBe(4);
+  });
+});
