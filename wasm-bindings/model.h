@@ -88,7 +88,7 @@ class JsModel {
       const val activations = options["activations"];
       if (!activations.isUndefined())
         o.activations = quant_activations_from_string(activations.as<std::string>(), "options.activations");
-      m_->quantize(weight_format_from_string(options["weights"].as<std::string>(), "options.weights"), o);
+      m_->quantize(quantized_format_from_string(options["weights"].as<std::string>(), "options.weights"), o);
       keep({});  // a model on the GPU falls back to its quantized state
     });
   }

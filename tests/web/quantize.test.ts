@@ -63,7 +63,8 @@ describe("LanguageModel.quantize", () => {
 
   it("refuses training, a second quantize and unknown formats with Errors, the model still usable", async () => {
     const m = await LanguageModel.load(trained);
-    await expect(m.quantize({ weights: "int3" as "int8" })).rejects.toThrow(/options\.weights = "int3" is not a weight format: expected "int8", "q4"/);
+    await expect(m.quantize({ weights: "int3" as "int8" })).rejects.toThrow(/options\.weights = "int3" is not a quantized format: expected "int8", "q4", "f16" or "bf16"$/);
+    await expect(m.quantize({ weights: "f32" as "int8" })).rejects.toThrow(/options\.weights = "f32" is not a quantized format: expected "int8", "q4", "f16" or "bf16" \(float32 is what the model holds/);
     await expect(m.quantize(null as unknown as { weights: "int8" })).rejects.toThrow(/options must be an object/);
     await expect(m.quantize({ weights: "int8", embedding: 1 as unknown as boolean })).rejects.toThrow(/options\.embedding must be true or false/);
     await m.quantize({ weights: "int8" });

@@ -16,6 +16,8 @@ enum class WeightFormat { F32 = 0, F16 = 1, BF16 = 2, Int8 = 3, Q4 = 4 };
 const char* to_string(WeightFormat format);
 // The format called `name`; qkv::Error naming the argument, the value and the accepted names otherwise.
 WeightFormat weight_format_from_string(const std::string& name, const char* argument = "weights");
+// The same for a format Model::quantize packs: "f32" is refused as not quantized, and the message lists the four.
+WeightFormat quantized_format_from_string(const std::string& name, const char* argument = "weights");
 
 // The activations of the products with int8 and q4 weights. F32 (the default): each product is the float32 product
 // of the dequantized weights. Int8: decoding (up to 8 rows at a time) quantizes each row of activations to int8 in

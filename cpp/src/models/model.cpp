@@ -94,6 +94,14 @@ WeightFormat weight_format_from_string(const std::string& name, const char* argu
                           "\"bf16\" or \"f32\""));
 }
 
+WeightFormat quantized_format_from_string(const std::string& name, const char* argument) {
+  for (WeightFormat f : {WeightFormat::F16, WeightFormat::BF16, WeightFormat::Int8, WeightFormat::Q4})
+    if (name == to_string(f)) return f;
+  throw Error(detail::cat(argument, " = \"", name,
+                          "\" is not a quantized format: expected \"int8\", \"q4\", \"f16\" or ", "\"bf16\"",
+                          name == "f32" ? " (float32 is what the model holds before it is quantized)" : ""));
+}
+
 const char* to_string(QuantActivations activations) { return activations == QuantActivations::Int8 ? "int8" : "f32"; }
 
 QuantActivations quant_activations_from_string(const std::string& name, const char* argument) {

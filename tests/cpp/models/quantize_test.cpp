@@ -264,6 +264,20 @@ TEST(Quantize, TwiceOrToAnUnknownFormatIsRefusedAndChangesNothing) {
     EXPECT_NE(std::string(e.what()).find("weights = \"int3\""), std::string::npos) << e.what();
   }
   EXPECT_EQ(weight_format_from_string("bf16"), WeightFormat::BF16);
+  // What quantize takes: the four packed formats, each refusal listing those four only.
+  for (const char* bad : {"int3", "f32"}) {
+    try {
+      quantized_format_from_string(bad, "options.weights");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(std::string("options.weights = \"") + bad +
+                                     "\" is not a quantized format: expected \"int8\", \"q4\", \"f16\" or \"bf16\""),
+          std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(quantized_format_from_string("q4"), WeightFormat::Q4);
 }
 
 // Saved, loaded (whole, from a file, through the streaming loader): the same bytes when saved again, the same
