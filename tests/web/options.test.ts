@@ -99,3 +99,12 @@ describe("outputs that are not finite", () => {
     expect((await lm.evaluate(ids(1, 2, 3, 4), ids(2, 3, 4, 5))).count).toBe(4);
   });
 });
+
+describe("a number past float32's range", () => {
+  it("is refused naming it, where the core would have read infinity", async () => {
+    const e = await errorOf(() => lm.generate(ids(1, 2), { maxTokens: 1, repetitionPenalty: 1e40 }));
+    expect(e.message).toBe("options.repetitionPenalty must be within +-3.4028234663852886e+38 (a float32), got 1e+40 (a number)");
+    const t = await errorOf(() => lm.generate(ids(1, 2), { maxTokens: 1, temperature: 1e39 }));
+    expect(t.message).toMatch(/^options\.temperature must be within/);
+  });
+});

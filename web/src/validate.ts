@@ -5,9 +5,9 @@
 import type { SamplingIn } from "./protocol.js";
 import type { BatchShape, LoraInfo, LoraTarget } from "./types.js";
 
-/** "a Float32Array", "an Array". */
+/** "a Float32Array", "an Array", "a Uint8Array" (said "you-int"). */
 function article(name: string): string {
-  return `${/^[aeiou]/i.test(name) ? "an" : "a"} ${name}`;
+  return `${/^(?!uint)[aeiou]/i.test(name) ? "an" : "a"} ${name}`;
 }
 
 /** Describes a value for an error message: `"abc"` (string), `1.5`, `an Array`, `null`. */
@@ -57,10 +57,14 @@ export function integer(name: string, v: unknown): number {
   return v;
 }
 
+/** The largest float32: the core takes these numbers as floats, where a larger double is infinity. */
+const FLOAT32_MAX = 3.4028234663852886e38;
+
 export function positiveFinite(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
     throw invalid(v, "number", `${name} must be a finite number > 0, got ${describe(v)}`);
   }
+  if (v > FLOAT32_MAX) throw new Error(`${name} must be at most ${FLOAT32_MAX} (a float32), got ${describe(v)}`);
   return v;
 }
 
@@ -68,6 +72,7 @@ export function finiteNumber(name: string, v: unknown): number {
   if (typeof v !== "number" || !Number.isFinite(v)) {
     throw invalid(v, "number", `${name} must be a finite number, got ${describe(v)}`);
   }
+  if (Math.abs(v) > FLOAT32_MAX) throw new Error(`${name} must be within +-${FLOAT32_MAX} (a float32), got ${describe(v)}`);
   return v;
 }
 
@@ -239,7 +244,7 @@ export function checkGenerate(
     if (typeof o.temperature !== "number" || !Number.isFinite(o.temperature) || o.temperature < 0) {
       throw invalid(o.temperature, "number", `options.temperature must be a finite number >= 0 (0: greedy), got ${describe(o.temperature)}`);
     }
-    temperature = o.temperature;
+    temperature = finiteNumber("options.temperature", o.temperature);
   }
   if (o.onToken !== undefined && typeof o.onToken !== "function") {
     throw new TypeError(`options.onToken must be a function (token, index) => void, got ${describe(o.onToken)}`);
