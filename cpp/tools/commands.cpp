@@ -452,6 +452,13 @@ std::vector<int32_t> parse_ids(const std::string& text) {
 }
 
 // The lm of --ckpt or --model continued from token ids: the new ids written as they come.
+// A sample drawn with a seed the user did not give says which, so that it can be drawn again; greedy decoding (and a
+// seq2seq's, which does not sample) draws nothing.
+void say_seed(const GenerateArgs& a, const SamplingOptions& o) {
+  if (!a.seed.given && o.temperature > 0.f)
+    std::fprintf(stderr, "seed %llu (pass --seed to repeat this sample)\n", static_cast<unsigned long long>(o.seed));
+}
+
 int generate_ids(const GenerateArgs& a, const SamplingOptions& o, Device device) {
   if (a.beam != 1) throw UsageError("--beam: only a seq2seq checkpoint decodes with beams; this is a language model");
   if (!a.stop.empty()) throw UsageError("--stop: stop characters need a tokenizer; with --prompt-ids there is none");
@@ -473,6 +480,7 @@ int generate_ids(const GenerateArgs& a, const SamplingOptions& o, Device device)
       if (const std::optional<Tokenizer> tok = pretrained_tokenizer(a.model); tok && tok->eos_id() >= 0)
         eos.push_back(tok->eos_id());
   }
+  say_seed(a, o);
   bool first = true;
   m->generate(prompt, o, [&](int32_t token) {
     if (std::find(eos.begin(), eos.end(), token) != eos.end()) return false;
@@ -509,17 +517,16 @@ int run_generate(const GenerateArgs& a) {
                                                          : "--repetition-penalty";
     throw UsageError(std::string(flag) + ": " + m);
   }
-  if (a.seed.given) {
-    o.seed = a.seed.value;
-  } else {
-    o.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
-    std::fprintf(stderr, "seed %llu (pass --seed to repeat this sample)\n", static_cast<unsigned long long>(o.seed));
-  }
+  o.seed = a.seed.given ? a.seed.value : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (a.ckpt.empty() == a.model.empty()) throw UsageError("give the model: --ckpt FILE or --model DIR");
   if (a.ignore_eos && a.model.empty())
     throw UsageError(
         "--ignore-eos: a checkpoint has no end-of-text token that stops generation; it applies to --model");
   if (!a.prompt_given && a.prompt_ids.empty()) throw UsageError("give the prompt: --prompt TEXT or --prompt-ids IDS");
+  if (!a.model.empty() && !std::filesystem::is_directory(a.model))
+    throw UsageError("--model " + a.model + (std::filesystem::exists(a.model) ? " is a file" : " does not exist") +
+                     ": --model takes a Hugging Face model folder (config.json + model.safetensors); a qkv checkpoint "
+                     "is --ckpt FILE");
   if (!a.prompt_ids.empty()) return generate_ids(a, o, device);
   if (!a.model.empty() && !std::filesystem::exists(std::filesystem::path(a.model) / "tokenizer.json") &&
       !std::filesystem::exists(std::filesystem::path(a.model) / "vocab.json"))
@@ -527,9 +534,13 @@ int run_generate(const GenerateArgs& a) {
                      " has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
                      "(--prompt-ids)");
   const auto task = a.model.empty() ? Task::load(a.ckpt) : Task::load_pretrained(a.model, a.ignore_eos);
+  if (task->kind() == Kind::Classifier) task->generate(a.prompt, o, a.stop, a.beam, 0.f, {});  // refuses, naming it
   load_generate_adapter(a.adapter, task->model());
   task->to(device);
+  if (task->kind() == Kind::LM) say_seed(a, o);
+  // A continuation follows its prompt; a translation goes on a line of its own, after the source and " -> ".
   std::fputs(a.prompt.c_str(), stdout);
+  if (task->kind() == Kind::Seq2Seq) std::fputs(" -> ", stdout);
   std::fflush(stdout);
   task->generate(a.prompt, o, a.stop, a.beam, static_cast<float>(a.length_penalty), [](const std::string& piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -213,7 +213,8 @@ int main(int argc, char** argv) {
 
   GenerateArgs gen;
   CLI::App* g = app.add_subcommand("generate", "Continue a prompt with an lm checkpoint (or translate with seq2seq)");
-  CLI::Option* g_ckpt = g->add_option("--ckpt", gen.ckpt, "Checkpoint written by qkv train");
+  CLI::Option* g_ckpt =
+      g->add_option("--ckpt", gen.ckpt, "A qkv checkpoint (written by qkv train, import, quantize or merge)");
   g->add_option("--model", gen.model, "A Hugging Face GPT-2 folder (config.json + model.safetensors)")
       ->excludes(g_ckpt);
   CLI::Option* g_prompt = g->add_option("--prompt", gen.prompt, "The text to continue");
@@ -248,12 +249,13 @@ int main(int argc, char** argv) {
       "greedily, or with beam search (--beam); the sampling flags do not apply to it. --model DIR reads a Hugging\n"
       "Face GPT-2 folder and its BPE tokenizer, and stops at its end-of-text token (config.json's eos_token_id, else\n"
       "the tokenizer's <|endoftext|>) without printing it, as Hugging Face's generate does (--ignore-eos goes on).\n"
-      "With --prompt-ids (an lm checkpoint or --model) the new token ids\n"
-      "are written, space-separated, as they come.");
+      "A seq2seq's translation follows its source and \" -> \". With --prompt-ids (an lm checkpoint or --model) the\n"
+      "new token ids are written, space-separated, as they come. Sampling without --seed prints the seed it drew.\n"
+      "\nExit status: 0 done, 1 failure, 2 usage error.");
 
   EvalArgs eval;
   CLI::App* e = app.add_subcommand("eval", "Loss, perplexity and accuracy of a checkpoint on a data file");
-  e->add_option("--ckpt", eval.ckpt, "Checkpoint written by qkv train")->required();
+  e->add_option("--ckpt", eval.ckpt, "A qkv checkpoint (written by qkv train, import, quantize or merge)")->required();
   e->add_option("--data", eval.data, "Data in the checkpoint model's format (all of it is evaluated)")->required();
   flags.add(e, "--batch", eval.batch, "Rows per batch")->check(whole(1));
   flags.add(e, "--threads", eval.threads, "CPU threads")->check(whole(1));
@@ -298,7 +300,8 @@ int main(int argc, char** argv) {
       "A .pt file is a pickle, which qkv does not run: in Python,\n"
       "  safetensors.torch.save_file(model.state_dict(), \"model.safetensors\")\n"
       "(for a tied nanoGPT, save_model, or clone lm_head.weight first). The checkpoint loads with\n"
-      "X::load_file, the package's X.load, the demo, and, with --tokenizer, qkv generate.");
+      "X::load_file, the package's X.load, the demo, and, with --tokenizer, qkv generate.\n"
+      "\nExit status: 0 done, 1 failure, 2 usage error.");
 
   QuantizeArgs quant;
   CLI::App* q = app.add_subcommand("quantize", "Store a model's weights in int8, q4, f16 or bf16 (inference only)");
@@ -317,8 +320,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"f32", "int8"}));
   q->footer(
       "\nEvery Linear weight (attention, feed-forward, heads) is stored packed; biases, LayerNorms and positions\n"
-      "stay float32. The checkpoint loads everywhere a checkpoint does, for inference: generate, eval, predict.\n"
-      "README \"Quantized weights\" gives each format's accuracy.");
+      "stay float32. The checkpoint loads everywhere a checkpoint does, for inference: generate and eval here,\n"
+      "predict and generate in the library and the package.\n"
+      "README \"Quantized weights\" gives each format's accuracy.\n"
+      "\nExit status: 0 done, 1 failure, 2 usage error.");
 
   MergeArgs merge;
   CLI::App* mg = app.add_subcommand("merge", "Fold a LoRA adapter into its base model's weights");
@@ -330,7 +335,8 @@ int main(int argc, char** argv) {
   mg->footer(
       "\nA quantized base is refused: the fold would be rounded away when stored quantized again. Merge into the\n"
       "float32 model, then qkv quantize OUT. The checkpoint keeps MODEL's tokenizer, so qkv generate --ckpt OUT "
-      "works.");
+      "works.\n"
+      "\nExit status: 0 done, 1 failure, 2 usage error.");
 
   BenchArgs bench;
   CLI::App* b = app.add_subcommand("bench", "Time gemm and a char-GPT training step (full benchmarks: bench/)");

@@ -592,6 +592,13 @@ std::unique_ptr<Task> Task::create(Kind kind, const std::string& path, const std
         return setup.tokenizer == "bpe" ? Tokenizer::train_bpe(text, setup.bpe_vocab_size)
                                         : Tokenizer::char_level(text, unk_only());
       });
+      // Training stops early when every piece of the text is one token: said, since the vocabulary is then not
+      // --vocab-size.
+      if (setup.tokenizer == "bpe" && tok.size() < setup.bpe_vocab_size)
+        std::fprintf(stderr,
+                     "qkv train: the BPE tokenizer has %d tokens, not the %d --vocab-size asked for: every word of %s "
+                     "is one token by then, with nothing left to merge\n",
+                     tok.size(), setup.bpe_vocab_size, path.c_str());
       model["vocab_size"] = tok.size();
       const auto config = build(language_model_config_from_json);
       auto m = prefixed(where, [&] { return std::make_unique<LanguageModel>(config, optimizer); });
@@ -671,8 +678,7 @@ std::vector<int32_t> pretrained_eos_ids(const std::string& dir, int tokenizer_eo
 std::unique_ptr<Task> Task::load_pretrained(const std::string& dir, bool ignore_eos) {
   std::optional<Tokenizer> tok = pretrained_tokenizer(dir);
   check(tok.has_value(), dir,
-        ": the folder has no tokenizer (tokenizer.json, or vocab.json + merges.txt): give the prompt as token ids "
-        "(--prompt-ids)");
+        ": the folder has no tokenizer (tokenizer.json, or vocab.json + merges.txt), which reading text takes");
   auto model = qkv::load_pretrained(dir);
   check(tok->size() <= model->config().vocab_size, dir, ": the tokenizer has ", tok->size(),
         " tokens, more than the model's vocabulary of ", model->config().vocab_size);

@@ -126,6 +126,8 @@ expect 1 "badjson: tokenizer.json: " -- info badjson
 
 # Refusals: a text prompt to a folder without a tokenizer, ids out of range, an architecture qkv does not run, a
 # pickle alone.
+expect 2 "--model gpt.safetensors is a file: --model takes a Hugging Face model folder .*; a qkv checkpoint is --ckpt FILE" -- \
+  generate --model gpt.safetensors --prompt abc
 expect 2 "gpt2_gelu has no tokenizer \(tokenizer.json, or vocab.json \+ merges.txt\): give the prompt as token ids \(--prompt-ids\)" -- \
   generate --model "$FIX/gpt2_gelu" --prompt "hi" --seed 1
 expect 2 "token id 61 is out of range" -- generate --model "$FIX/gpt2_gelu" --prompt-ids "1,61" --seed 1

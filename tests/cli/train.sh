@@ -28,6 +28,9 @@ expect 0 "^ROMEO:" -- generate --threads 1 --ckpt lm.safetensors --prompt "ROMEO
 [ "$(cat "$OUT")" = "$first" ] || fail "the same seed gave a different text"
 expect 0 "^the" -- generate --threads 1 --ckpt lm.safetensors --prompt "the" --max-tokens 20 --temperature 0 \
   --repetition-penalty 1.3 --top-p 0.9
+grep -q "^seed" "$OUT" && fail "greedy decoding printed a seed it does not draw with"
+expect 0 "^seed [0-9]+ \(pass --seed to repeat this sample\)" -- \
+  generate --threads 1 --ckpt lm.safetensors --prompt "the" --max-tokens 5
 # a stop character ends the text early: at most 200 tokens, and the output ends with it
 expect 0 "." -- generate --threads 1 --ckpt lm.safetensors --prompt "a" --max-tokens 200 --seed 1 --stop "e"
 grep -Eq "e$" "$OUT" || fail "--stop e: the text does not end with e"
@@ -43,7 +46,9 @@ done >pairs.tsv
 expect 0 "done step 8/8" -- train --threads 1 --model seq2seq --data pairs.tsv --steps 8 --batch 4 --out s2s.safetensors
 expect 0 "model +seq2seq" -- info --ckpt s2s.safetensors
 grep -Eq "tokenizer.t +char" "$OUT" || fail "info: no target tokenizer"
-expect 0 "^cat" -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5 --seed 1
+# The source, " -> ", then its translation; no seed (a seq2seq does not sample).
+expect 0 "^cat -> " -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5
+grep -q "^seed" "$OUT" && fail "seq2seq decoding printed a seed"
 greedy=$(cat "$OUT")
 # beam search: width 1 is greedy; a wider beam decodes too
 expect 0 "^cat" -- generate --threads 1 --ckpt s2s.safetensors --prompt "cat" --max-tokens 5 --seed 1 --beam 1
@@ -65,6 +70,7 @@ expect 0 "^loss [0-9.]+  perplexity [0-9.]+  accuracy [0-9.]+  \(16 examples of 
   eval --threads 1 --ckpt cls.safetensors --data labels.tsv
 expect 1 "cls.safetensors: holds a classifier model: generate needs an lm or seq2seq checkpoint" -- \
   generate --threads 1 --ckpt cls.safetensors --prompt "kiwi"
+grep -q "kiwi" "$OUT" && fail "the refusal printed the prompt first"
 
 # lm with a byte-level BPE trained on the data: the tokenizer travels in the checkpoint, and generate decodes
 # through it (the same seed, the same text).
@@ -77,6 +83,8 @@ expect 0 "^the" -- generate --threads 1 --ckpt bpe.safetensors --prompt "the" --
 [ "$(cat "$OUT")" = "$first" ] || fail "bpe: the same seed gave a different text"
 expect 2 "--tokenizer bpe needs --vocab-size" -- train --data text.txt --tokenizer bpe
 expect 2 "--vocab-size is for --tokenizer bpe" -- train --data text.txt --vocab-size 300
+expect 0 "the BPE tokenizer has [0-9]+ tokens, not the 100000 --vocab-size asked for" -- \
+  train --data text.txt --tokenizer bpe --vocab-size 100000 --steps 1 --threads 1 --config tiny.json --out big.safetensors
 expect 2 "--tokenizer bpe: only an lm" -- train --model seq2seq --data pairs.tsv --tokenizer bpe --vocab-size 300
 expect 2 "--vocab-size: expected a whole number from 257 to 16777216, got \"200\"" -- \
   train --data text.txt --tokenizer bpe --vocab-size 200
