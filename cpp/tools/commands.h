@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "qkv/tensor.h"  // Device
+
 namespace qkv::cli {
 
 // An option's value and whether the command line gave it.
@@ -77,6 +79,15 @@ struct BenchArgs {
   int steps = 5;
   double seconds = 0.25;
 };
+
+// --- shared by the commands (commands.cpp) ---
+// The device a command runs on: --device when given, else the config file's "device" (train), else the CPU. CUDA is
+// refused here, before any file is read, with the reason it cannot be used.
+Device choose_device(const std::string& flag, const std::string& from_config = "", const std::string& config = "");
+// --precision: the CUDA products' arithmetic for this process; anything but fp32 on the CPU is a UsageError.
+void set_precision(const std::string& flag, Device device);
+// --threads, when given; a UsageError naming it when out of range.
+void set_threads(const Flag<int>& threads);
 
 int run_train(const TrainArgs& args);
 int run_generate(const GenerateArgs& args);
