@@ -511,7 +511,9 @@ int run_info(const InfoArgs& a) {
                       : format == "gpt2"
                           ? ", a GPT-2 (Hugging Face) state dict (qkv import on its folder, with config.json, "
                             "converts it)"
-                          : ", a state dict in " + format + " names (qkv import --from " + format + " converts it)"));
+                          : ", a state dict in " + format + " names (qkv import --from " + format +
+                                (format == "seed004" ? std::string(" converts it)")
+                                                     : " --heads N converts it: its shapes cannot tell the heads)")));
   }
   for (const char* key : {"qkv.tokenizer", "qkv.tokenizer.target"}) {
     if (!meta.count(key)) continue;
