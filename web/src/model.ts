@@ -18,7 +18,6 @@ import type {
   LoraInfo,
   LoraOptions,
   MemoryUsage,
-  Metrics,
   ModelKind,
   PretrainedOptions,
   QuantActivations,
@@ -71,24 +70,6 @@ const leaks: FinalizationRegistry<{ kind: ModelKind; id: number }> | undefined =
       })
     : undefined;
 
-/**
- * predict's logits and evaluate's loss, checked: weights that overflow or hold NaN (a learning rate far too high, a
- * checkpoint or pretrained file holding NaN) reject saying so, rather than resolve to NaN the caller may not look for.
- * An evaluation that counts nothing (every target padding) has no loss to check.
- */
-function finiteOutputs(call: string, type: ModelCallType, out: unknown): void {
-  const why = "the model's weights overflow or hold NaN (a learning rate far too high, or a file that holds NaN)";
-  if (type === "predict") {
-    const logits = (out as { logits: Float32Array }).logits;
-    for (let i = 0; i < logits.length; i++) {
-      if (!Number.isFinite(logits[i])) throw new Error(`${call}: logits[${i}] is ${logits[i]}, not finite: ${why}`);
-    }
-  } else if (type === "evaluate") {
-    const m = out as Metrics;
-    if (m.count > 0 && !Number.isFinite(m.loss)) throw new Error(`${call}: the loss is ${m.loss}, not finite: ${why}`);
-  }
-}
-
 /** The calls a model class makes for itself (not part of the public API: index.ts does not export it). */
 export let callModel: <K extends ModelCallType>(
   m: Model<object>,
@@ -118,11 +99,9 @@ export abstract class Model<C extends object> {
   #lora: LoraInfo | null;
 
   static {
-    callModel = async (m, method, type, input) => {
+    callModel = (m, method, type, input) => {
       const h = m.#alive(method);
-      const out = await h.backend.call(type, { ...input, model: h.id } as Calls[typeof type]["in"]);
-      finiteOutputs(`${h.kind}.${method}()`, type, out);
-      return out;
+      return h.backend.call(type, { ...input, model: h.id } as Calls[typeof type]["in"]);
     };
     streamModel = (m, method, input, onToken) => {
       const h = m.#alive(method);

@@ -1,6 +1,8 @@
 // GPT-2's split pattern by hand, the byte-level alphabet, and UTF-8 helpers. See bpe_pretokenize.h.
 #include "io/bpe_pretokenize.h"
 
+#include <cstdio>
+
 #include "io/bpe_unicode.h"
 #include "qkv/error.h"
 
@@ -129,8 +131,12 @@ struct Scanner {
     }
     size_t len;
     const char32_t cp = decode_utf8(s, pos, len);
-    check(len > 0, "encode: text is not valid UTF-8: byte 0x", static_cast<int>(b), " at byte offset ", pos,
-          " does not start a well-formed character: expected UTF-8 text");
+    if (len == 0) {  // encoding or training alike: the byte in hex, as the char tokenizer names it
+      char byte[8];
+      std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned>(b));
+      throw Error(detail::cat("text is not valid UTF-8: byte ", byte, " at byte offset ", pos,
+                              " does not start a well-formed character: expected UTF-8 text"));
+    }
     end = pos + len;
     return char_class(cp);
   }

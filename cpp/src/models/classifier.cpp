@@ -221,6 +221,7 @@ std::vector<float> Classifier::logits(std::span<const int32_t> tokens, int batch
   impl_->forward(batch, seq, false);
   std::vector<float> out(static_cast<size_t>(batch) * impl_->K);
   impl_->ops().download(out.data(), impl_->logits.data(), out.size() * sizeof(float));
+  models::check_finite_logits(out);
   return out;
 }
 

@@ -360,6 +360,7 @@ std::vector<float> LanguageModel::logits(std::span<const int32_t> inputs, int ba
   const size_t n = static_cast<size_t>(batch) * seq * m.V;
   std::vector<float> out(n);
   m.ops().download(out.data(), m.logits.data(), n * sizeof(float));
+  models::check_finite_logits(out);
   return out;
 }
 

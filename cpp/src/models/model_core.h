@@ -525,12 +525,26 @@ inline void check_dims(int B, int T, int T_max, const char* tname, const char* m
 
 namespace qkv::models {
 
+// Why an output is not finite, said by evaluate() and logits() rather than returning NaN a caller may not look for.
+inline constexpr const char* kNotFiniteWhy =
+    "the model's weights overflow or hold NaN (a learning rate far too high, or a file that holds NaN)";
+
+// logits() as returned: the first value that is not finite throws, naming it.
+inline void check_finite_logits(std::span<const float> logits) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      throw Error(detail::cat("logits[", i, "] = ", logits[i], " is not finite: ", kNotFiniteWhy));
+}
+
 // Sums of a cross-entropy evaluation: loss over counted rows, argmax hits, rows counted (not ignored).
 struct LossSum {
   double loss = 0.0;
   long long correct = 0, count = 0;
 
+  // evaluate()'s answer; a loss that is not finite throws (an evaluation that counts nothing has none).
   Metrics metrics() const {
+    check(count == 0 || std::isfinite(loss), "evaluate: the loss is ", loss / static_cast<double>(count),
+          ", not finite: ", kNotFiniteWhy);
     Metrics m;
     m.count = count;
     m.loss = count ? loss / static_cast<double>(count) : 0.0;

@@ -225,6 +225,7 @@ std::vector<float> Seq2Seq::logits(std::span<const int32_t> src, std::span<const
   const size_t n = static_cast<size_t>(batch) * tgt_len * impl_->V;
   std::vector<float> out(n);
   impl_->ops().download(out.data(), impl_->logits.data(), n * sizeof(float));
+  models::check_finite_logits(out);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <new>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -175,7 +176,15 @@ Backend& reference_backend() {
 }
 
 std::vector<float> sinusoidal_table(int T, int C) {
-  std::vector<float> pe(static_cast<size_t>(T) * C);
+  // The host's copy of the table (context x d_model floats), refused as the parameters' allocations are, naming
+  // its size, rather than a std::bad_alloc for a mistyped context.
+  std::vector<float> pe;
+  try {
+    pe.resize(static_cast<size_t>(T) * C);
+  } catch (const std::bad_alloc&) {
+    throw Error(detail::cat("out of memory: could not allocate ", static_cast<size_t>(T) * C * sizeof(float),
+                            " bytes for the sinusoidal position table (context ", T, " x d_model ", C, ")"));
+  }
   kernels::sinusoidal_positions(pe, T, C);
   return pe;
 }

@@ -250,6 +250,11 @@ void parallel_for_runs(int64_t n, const std::function<void(int64_t, int64_t)>& f
 
 void set_num_threads(int n) {
   check(n >= 1 && n <= max_threads(), "threads = ", n, " is out of range: expected 1 to ", max_threads());
+  // Resizing joins the workers, which a region's chunk (one of them, or the caller waiting for them) would wait for:
+  // refused rather than a hang.
+  check(!t_inside_region, "set_num_threads(", n,
+        ") was called inside a parallel_for chunk: the pool cannot change while it runs a region; call it between "
+        "regions");
   if (n != pool().size()) pool().resize(n);
 }
 

@@ -182,6 +182,9 @@ TEST(BpeTokenizer, TrainsDeterministically) {
     EXPECT_EQ(all.encode(word).size(), 1u) << word;
   EXPECT_ERROR_HAS(Tokenizer::train_bpe(text, 100), "vocab_size = 100 is out of range");
   EXPECT_ERROR_HAS(Tokenizer::train_bpe("", 300), "text is empty");
+  // Text that is not UTF-8, in training and in encoding: the byte in hex (it read 0x255 for 0xFF).
+  EXPECT_ERROR_HAS(Tokenizer::train_bpe("\xff abc", 300), "text is not valid UTF-8: byte 0xFF at byte offset 0");
+  EXPECT_ERROR_HAS(all.encode("ok \xc3("), "text is not valid UTF-8: byte 0xC3 at byte offset 3");
 }
 
 TEST(BpeTokenizer, RefusesMalformedFilesNamingTheField) {

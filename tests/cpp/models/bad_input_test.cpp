@@ -92,6 +92,28 @@ TEST(BadInput, NonFiniteWeightsStopTheStepAndKeepTheWeights) {
   EXPECT_EQ(m.step(), 0);
 }
 
+// Weights that hold NaN (here one bias) make logits() and evaluate() throw, in each model, naming the first value
+// that is not finite, rather than return NaN; the model still answers once its weights are finite again.
+TEST(BadInput, OutputsThatAreNotFiniteThrow) {
+  ClassifierConfig c{.vocab_size = 7, .context = 5, .d_model = 8, .heads = 2, .layers = 1, .classes = 3};
+  Classifier cls(c);
+  const std::vector<int32_t> tokens{1, 2, 3, 4, 5}, label{2};
+  float& bias = cls.parameters().back().value[0];
+  bias = NAN;
+  // (NaN prints as nan or -nan, by its sign bit.)
+  EXPECT_ERROR(cls.logits(tokens, 1, 5), "nan is not finite: the model's weights overflow or hold NaN");
+  EXPECT_ERROR(cls.logits(tokens, 1, 5), "logits[0] = ");
+  EXPECT_ERROR(cls.evaluate(tokens, label, 1, 5), "nan, not finite: the model's weights overflow or hold NaN");
+  bias = 0.f;
+  EXPECT_EQ(cls.logits(tokens, 1, 5).size(), 3u);
+
+  Seq2Seq s2s(s2s_config());
+  s2s.parameters().back().value[0] = INFINITY;  // the generator's bias: every logit of token 0 is infinite
+  const std::vector<int32_t> src{1, 2, 3}, tgt_in{1, 2}, tgt_out{2, 3};
+  EXPECT_ERROR(s2s.logits(src, tgt_in, 1, 3, 2), "logits[0] = inf is not finite");
+  EXPECT_ERROR(s2s.evaluate(src, tgt_in, tgt_out, 1, 3, 2), "evaluate: the loss is");
+}
+
 // load() of a foreign state dict whose shapes do not fix the whole config (seed 003's classifier has no position
 // table, so no context; nanoGPT's file no head count) names the missing field and the two ways such a file loads:
 // load_weights into a model created with its config (which then works), or `qkv import`.

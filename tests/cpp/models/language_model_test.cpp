@@ -101,6 +101,26 @@ TEST(LanguageModel, RejectsBadConfigsNamingTheField) {
   EXPECT_NE(message_of([&] { LanguageModel lm(small_config(), bad); }).find("lr = -1"), std::string::npos);
 }
 
+// A sinusoidal table too big to allocate (a mistyped context) is a qkv::Error naming its size, not std::bad_alloc:
+// 32 TiB, which no machine's memory and swap hold (the kernel's default overcommit refuses it). Not under
+// AddressSanitizer, whose allocator reports such a request as a fatal error instead of failing it.
+TEST(LanguageModel, ASinusoidalTableTooBigIsRefusedNamingItsSize) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer aborts on the allocation this test makes fail";
+#else
+  auto c = small_config();
+  c.positions = Positions::Sinusoidal;
+  c.context = 1 << 30;
+  c.d_model = 8192;
+  c.heads = 2;
+  const std::string e = message_of([&] { LanguageModel lm(c); });
+  EXPECT_NE(e.find("out of memory: could not allocate 35184372088832 bytes for the sinusoidal position table (context "
+                   "1073741824 x d_model 8192)"),
+            std::string::npos)
+      << e;
+#endif
+}
+
 TEST(LanguageModel, RejectsBadBatchesAndStaysUsable) {
   LanguageModel lm(small_config());
   std::vector<int32_t> in, tg;

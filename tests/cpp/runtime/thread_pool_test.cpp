@@ -170,6 +170,25 @@ TEST(ThreadPool, RunsInsideARegionRunInline) {
   EXPECT_EQ(whole.load(), 2);
 }
 
+// Inside a chunk the pool cannot be resized (its workers are what the region waits for): an Error, not a hang, and
+// the pool works after it.
+TEST(ThreadPool, ResizingInsideARegionIsRefused) {
+  set_num_threads(std::min(2, max_threads()));
+  std::atomic<int> refused{0};
+  parallel_for(4, [&](int64_t, int64_t) {
+    try {
+      set_num_threads(1);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("was called inside a parallel_for chunk") != std::string::npos) ++refused;
+    }
+  });
+  EXPECT_GE(refused.load(), 1);
+  EXPECT_EQ(num_threads(), std::min(2, max_threads()));
+  std::atomic<int64_t> total{0};
+  parallel_for(100, [&](int64_t b, int64_t e) { total += e - b; });
+  EXPECT_EQ(total.load(), 100);
+}
+
 TEST(ThreadPool, RejectsBadThreadCounts) {
   EXPECT_THROW(set_num_threads(0), Error);
   EXPECT_THROW(set_num_threads(max_threads() + 1), Error);
