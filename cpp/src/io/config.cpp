@@ -17,6 +17,8 @@ namespace {
 using nlohmann::json;
 
 const char* type_name(const json& v) { return v.type_name(); }
+// What a field holds, for a message: `string "abc"`, `number 1.5`, or `null` (its type and its text are one word).
+std::string got(const json& v) { return v.is_null() ? std::string("null") : detail::cat(v.type_name(), " ", v.dump()); }
 
 // One field: its key, whether it must be present, and how to write and read it.
 template <class C>
@@ -32,7 +34,7 @@ int as_int(const json& v, const std::string& where) {
   // integer is undefined behaviour (found by tests/fuzz/config_fuzz).
   const bool whole_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
                            std::abs(v.get<double>()) < 0x1p62 && v.get<double>() == std::floor(v.get<double>());
-  check(v.is_number_integer() || whole_float, where, " must be an integer, got ", type_name(v), " ", v.dump());
+  check(v.is_number_integer() || whole_float, where, " must be an integer, got ", got(v));
   check(!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int>::max()), where,
         " = ", v.dump(), " is out of range for a 32-bit integer");
   const auto i = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
@@ -41,7 +43,7 @@ int as_int(const json& v, const std::string& where) {
   return static_cast<int>(i);
 }
 float as_float(const json& v, const std::string& where) {
-  check(v.is_number(), where, " must be a number, got ", type_name(v), " ", v.dump());
+  check(v.is_number(), where, " must be a number, got ", got(v));
   // Narrowing a double beyond float's range is undefined behaviour: refuse it with the value instead.
   const double d = v.get<double>();
   check(std::abs(d) <= static_cast<double>(std::numeric_limits<float>::max()), where, " = ", v.dump(),
@@ -49,11 +51,11 @@ float as_float(const json& v, const std::string& where) {
   return static_cast<float>(d);
 }
 bool as_bool(const json& v, const std::string& where) {
-  check(v.is_boolean(), where, " must be true or false, got ", type_name(v), " ", v.dump());
+  check(v.is_boolean(), where, " must be true or false, got ", got(v));
   return v.get<bool>();
 }
 std::string as_string(const json& v, const std::string& where) {
-  check(v.is_string(), where, " must be a string, got ", type_name(v), " ", v.dump());
+  check(v.is_string(), where, " must be a string, got ", got(v));
   return v.get<std::string>();
 }
 uint64_t as_seed(const json& v, const std::string& where) {

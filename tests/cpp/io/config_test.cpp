@@ -91,6 +91,10 @@ TEST(ConfigJson, BadInputNamesTheField) {
   EXPECT_NE(lm("").find("config.vocab_size is missing"), std::string::npos) << lm("");
   EXPECT_NE(lm(R"(, "vocab_size": "65")").find("config.vocab_size must be an integer, got string"), std::string::npos);
   EXPECT_NE(lm(R"(, "vocab_size": 6.5)").find("config.vocab_size must be an integer"), std::string::npos);
+  // null reads as one word (it read "got null null").
+  EXPECT_NE(lm(R"(, "vocab_size": 65, "dropout": null)").find("config.dropout must be a number, got null"),
+            std::string::npos);
+  EXPECT_EQ(lm(R"(, "vocab_size": 65, "dropout": null)").find("null null"), std::string::npos);
   EXPECT_NE(lm(R"(, "vocab_size": 65, "activation": "swish")").find("config.activation = \"swish\" is unknown"),
             std::string::npos);
   EXPECT_NE(lm(R"(, "vocab_size": 65, "dmodel": 3)").find("unknown field \"dmodel\""), std::string::npos);
