@@ -108,3 +108,13 @@ describe("a number past float32's range", () => {
     expect(t.message).toMatch(/^options\.temperature must be within/);
   });
 });
+
+describe("model.tokenizer", () => {
+  it("set to something that is not one of the package's tokenizers: a text prompt rejects naming it", async () => {
+    lm.tokenizer = { encode: 5 } as never;
+    const e = await errorOf(() => lm.generate("hi", { maxTokens: 1 }));
+    expect(e).toBeInstanceOf(TypeError);
+    expect(e.message).toMatch(/^model\.tokenizer must be a tokenizer of this package \(Tokenizer\.fromJSON, .*got an Object$/);
+    lm.tokenizer = undefined;
+  });
+});

@@ -5,7 +5,7 @@ import { Model, callModel, createIn, importIn, loadIn, pretrainedIn, pretrainedO
 import type { Backend, TokenStream } from "./platform.js";
 import { notGpt2, readPretrained } from "./pretrained.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
-import type { AnyTokenizer } from "./tokenizer.js";
+import { tokenizerJSON, type AnyTokenizer } from "./tokenizer.js";
 import type {
   AttentionOptions,
   BatchShape,
@@ -18,7 +18,7 @@ import type {
   PretrainedSource,
   StepResult,
 } from "./types.js";
-import { checkAttention, checkBatch, checkConfig, checkGenerate, int32Array, rows } from "./validate.js";
+import { checkAttention, checkBatch, checkConfig, checkGenerate, describe, int32Array, rows } from "./validate.js";
 
 /**
  * A decoder-only (GPT-style) Transformer language model living in the wasm core.
@@ -230,6 +230,12 @@ export class LanguageModel extends Model<LanguageModelConfig> {
         `prompt must be an Int32Array of token ids, got a string: LanguageModel.${method}() takes text only from a ` +
           "model with a tokenizer to encode it, and this one has none; set model.tokenizer " +
           "(LanguageModel.fromPretrained sets it from the folder's tokenizer.json or vocab.json + merges.txt)",
+      );
+    }
+    if (tokenizerJSON(this.tokenizer) === undefined) {
+      throw new TypeError(
+        "model.tokenizer must be a tokenizer of this package (Tokenizer.fromJSON, BpeTokenizer.train, " +
+          `CharTokenizer.fromText, ...), got ${describe(this.tokenizer)}`,
       );
     }
     return this.tokenizer;

@@ -315,6 +315,13 @@ Tokenizer Tokenizer::from_json(std::string_view text) {
     // Hugging Face's tokenizer.json has a "model"; qkv's form never does.
     if (j.is_object() && j.contains("model"))
       return Tokenizer(std::make_shared<const bpe::Bpe>(bpe::spec_from_hf_json(j)));
+    // Hugging Face's other top-level fields without its "model": said as such, rather than read as qkv's form and
+    // refused for its "version" (a string there, an integer here).
+    if (j.is_object() && !j.contains("kind"))
+      for (const char* key : {"added_tokens", "pre_tokenizer", "decoder", "normalizer", "post_processor"})
+        check(!j.contains(key), "tokenizer JSON: it has Hugging Face's \"", key,
+              "\" but no \"model\": expected the tokenizer's model, {\"type\": \"BPE\", \"vocab\": ..., ",
+              "\"merges\": ...}, under \"model\"");
     return detail::TokenizerJson::parse(j);
   } catch (const json::exception& e) {
     // The checks below look at each value's type before reading it, so this is a safety net only.

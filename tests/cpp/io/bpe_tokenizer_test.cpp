@@ -196,6 +196,9 @@ TEST(BpeTokenizer, RefusesMalformedFilesNamingTheField) {
   };
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["model"]["type"] = "WordPiece"; })),
                    "field \"model.type\" = \"WordPiece\" is not supported");
+  // Hugging Face's file without its "model": said so, not refused for its "version" as if it were qkv's form.
+  EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j.erase("model"); })),
+                   "tokenizer JSON: it has Hugging Face's \"added_tokens\" but no \"model\"");
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["model"].erase("vocab"); })),
                    "\"model.vocab\" is missing");
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["model"]["merges"][3] = "Ġt"; })),
