@@ -67,6 +67,8 @@ expect 2 "--init MODEL starts LoRA fine-tuning: give --lora" -- train --threads 
 expect 2 "--resume cannot be combined with --init" -- train --threads 1 --data text.txt --init "$G" --lora "$SPEC" \
   --resume ft.safetensors
 expect 2 "--lora rank=0: lora rank = 0 is invalid" -- train --threads 1 --data text.txt --init "$G" --lora rank=0
+expect 2 "lora rank = 99999999999 is invalid: expected an integer from 1 to 1048576" -- \
+  train --threads 1 --data text.txt --init "$G" --lora rank=99999999999
 expect 1 "already has LoRA adapters .*--resume" -- train --threads 1 --data text.txt --init ft.safetensors --lora "$SPEC"
 expect 0 "wrote" -- quantize --weights int8 "$G" q8.safetensors
 expect 1 "q8.safetensors: its weights are quantized \(int8\).*merge into the float32 model, then qkv quantize" -- \

@@ -88,7 +88,7 @@ LoraOptions lora_options_from_string(const std::string& spec) {
     seen.push_back(key);
     if (key == "rank") {
       const long long r = parse_int(key, value);
-      check(r >= 1 && r <= 1 << 20, "lora rank = ", value, " is invalid: expected an integer >= 1");
+      check(r >= 1 && r <= 1 << 20, "lora rank = ", value, " is invalid: expected an integer from 1 to ", 1 << 20);
       o.rank = static_cast<int>(r);
     } else if (key == "alpha") {
       o.alpha = parse_float(key, value);
