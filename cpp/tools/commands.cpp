@@ -338,20 +338,23 @@ int run_train(const TrainArgs& a) {
   };
   const auto evaluate = [&](int step) {
     if (!lead) return;
-    const Metrics m = task->evaluate(true, t.batch, 20);
+    Metrics m;
+    try {
+      m = task->evaluate(true, t.batch, 20);
+    } catch (const NonFiniteError& e) {
+      // Weights whose held-out loss is not finite are not saved (the last checkpoint stays what it was), unless
+      // --non-finite skip asked to go on through such steps.
+      check(task->model().optimizer().non_finite == NonFinite::Skip, "eval step ", step,
+            ": the held-out loss is not finite (", e.what(),
+            "; try a lower --lr); this step's checkpoint was not saved");
+      say(&progress, "eval step %d: the held-out loss is not finite; saved anyway (--non-finite skip)\n", step);
+      return;
+    }
     if (m.count == 0)
       say(&progress, "eval step %d: no held-out data (the file is too small for a 10%% split)\n", step);
     else
       say(&progress, "eval step %d: loss %.6f  perplexity %.4f  accuracy %.4f\n", step, m.loss, m.perplexity,
           m.accuracy);
-    if (m.count == 0 || std::isfinite(m.loss)) return;
-    // Weights whose held-out loss is not finite are not saved (the last checkpoint stays what it was), unless
-    // --non-finite skip asked to go on through such steps.
-    check(
-        task->model().optimizer().non_finite == NonFinite::Skip, "eval step ", step,
-        ": the held-out loss is not finite: the model's outputs overflow or hold NaN (try a lower --lr); this step's ",
-        "checkpoint was not saved");
-    say(&progress, "eval step %d: the held-out loss is not finite; saved anyway (--non-finite skip)\n", step);
   };
   catch_signals(!dist);
   float loss = 0.f;
@@ -436,12 +439,16 @@ int run_eval(const EvalArgs& a) {
   task->to(device);
   with_data_hint(*task, [&] { task->set_data(a.data, text); });
   const int batch = a.batch.given ? a.batch.value : std::max(task->train.batch, 16);
-  const Metrics m = task->evaluate(false, batch, 0);
+  const Metrics m = [&] {
+    try {
+      return task->evaluate(false, batch, 0);
+    } catch (const NonFiniteError& e) {
+      throw Error(a.ckpt + ": " + e.what());  // the checkpoint's weights, not the data
+    }
+  }();
   check(m.count > 0, a.data, ": nothing to evaluate: expected at least two tokens");
   std::printf("loss %.6f  perplexity %.4f  accuracy %.4f  (%lld %s of %s)\n", m.loss, m.perplexity, m.accuracy, m.count,
               task->kind() == Kind::Classifier ? "examples" : "target tokens", a.data.c_str());
-  check(std::isfinite(m.loss), a.ckpt, ": the loss is not finite: the model's outputs overflow or hold NaN (its ",
-        "weights are unusable; a run with a lower learning rate would be)");
   return 0;
 }
 

@@ -11,7 +11,7 @@ train() { "$QKV" train --data text.txt --threads 1 --log-every 1 "$@"; }
 
 # The default (error): step 1's evaluation is not finite, and that checkpoint is not saved (a model whose every
 # forward overflows is no checkpoint to keep); without an evaluation first, step 2's loss stops the run.
-expect 1 "eval step 1: the held-out loss is not finite: .*this step's checkpoint was not saved" -- \
+expect 1 "eval step 1: the held-out loss is not finite \(evaluate: the loss is -?nan, not finite: .*this step's checkpoint was not saved" -- \
   train --data text.txt --threads 1 --config huge.json --steps 4 --eval-every 1 --out h.safetensors
 [ ! -e h.safetensors ] || fail "a checkpoint whose evaluation is not finite was saved"
 expect 1 "the loss is not finite \((-?nan|-?inf)\); no gradient was accumulated and the weights are unchanged" -- \
@@ -21,7 +21,7 @@ expect 1 "the loss is not finite \((-?nan|-?inf)\); no gradient was accumulated 
 expect 0 "eval step 1: the held-out loss is not finite; saved anyway \(--non-finite skip\)" -- \
   train --data text.txt --threads 1 --config huge.json --steps 1 --eval-every 1 --non-finite skip --out h.safetensors
 expect 0 "^step +1 \(with optimizer state\)$" -- info --ckpt h.safetensors
-expect 1 "h.safetensors: the loss is not finite: the model's outputs overflow or hold NaN" -- \
+expect 1 "h.safetensors: evaluate: the loss is -?nan, not finite: the model's weights overflow or hold NaN" -- \
   eval --ckpt h.safetensors --data text.txt --threads 1
 
 # Resumed with --non-finite skip: steps 2..4 are skipped, reported, counted; the weights stay at step 1's.

@@ -12,6 +12,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
+// The Error of logits() and evaluate() when an output is not finite (weights that overflow or hold NaN): a type of its
+// own, so that a training loop can tell it from bad input (qkv train saves no checkpoint then, or goes on under
+// --non-finite skip).
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 template <class... Parts>
 std::string cat(const Parts&... parts) {

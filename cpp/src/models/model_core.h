@@ -533,7 +533,7 @@ inline constexpr const char* kNotFiniteWhy =
 inline void check_finite_logits(std::span<const float> logits) {
   for (size_t i = 0; i < logits.size(); ++i)
     if (!std::isfinite(logits[i]))
-      throw Error(detail::cat("logits[", i, "] = ", logits[i], " is not finite: ", kNotFiniteWhy));
+      throw NonFiniteError(detail::cat("logits[", i, "] = ", logits[i], " is not finite: ", kNotFiniteWhy));
 }
 
 // Sums of a cross-entropy evaluation: loss over counted rows, argmax hits, rows counted (not ignored).
@@ -543,8 +543,9 @@ struct LossSum {
 
   // evaluate()'s answer; a loss that is not finite throws (an evaluation that counts nothing has none).
   Metrics metrics() const {
-    check(count == 0 || std::isfinite(loss), "evaluate: the loss is ", loss / static_cast<double>(count),
-          ", not finite: ", kNotFiniteWhy);
+    if (count > 0 && !std::isfinite(loss))
+      throw NonFiniteError(
+          detail::cat("evaluate: the loss is ", loss / static_cast<double>(count), ", not finite: ", kNotFiniteWhy));
     Metrics m;
     m.count = count;
     m.loss = count ? loss / static_cast<double>(count) : 0.0;
