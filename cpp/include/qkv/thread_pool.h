@@ -1,7 +1,8 @@
 #pragma once
-// One thread pool for the whole library. parallel_for splits [0, n) into contiguous chunks, one per
-// thread, and the calling thread takes a chunk too. Calls made from inside a chunk run inline, so a
-// kernel that uses parallel_for can be called from another parallel region (attention calls gemm).
+// One thread pool for the whole library. parallel_for splits [0, n) into a few contiguous chunks per thread, which
+// the calling thread and the workers claim until none is left (a descheduled thread's chunks are taken by the
+// others). Calls made from inside a chunk run inline, so a kernel that uses parallel_for can be called from another
+// parallel region (attention calls gemm); set_num_threads is refused there.
 #include <cstdint>
 #include <functional>
 

@@ -1,11 +1,10 @@
 // The thread pool behind parallel_for.
 //
-// A region cuts [0, n) into a few contiguous chunks per thread (kPoolChunksPerThread, runtime/parallel_runs.h:
-// why that many) and hands them out on
-// demand: the caller and each woken worker claim the next unclaimed chunk until none is left, and the caller
-// returns once every chunk is done. Claiming on demand, rather than one fixed chunk per thread, matters on a
-// shared machine: when a worker is descheduled (more runnable threads than cores), the caller and the other
-// workers take its chunks instead of waiting for it, so a region costs at worst what it costs on fewer
+// A region cuts [0, n) into a few contiguous chunks per thread (kPoolChunksPerThread; runtime/parallel_runs.h says
+// why that many) and hands them out on demand: the caller and each woken worker claim the next unclaimed chunk until
+// none is left, and the caller returns once every chunk is done. Claiming on demand, rather than one fixed chunk per
+// thread, matters on a shared machine: when a worker is descheduled (more runnable threads than cores), the caller and
+// the other workers take its chunks instead of waiting for it, so a region costs at worst what it costs on fewer
 // threads. Chunk boundaries depend only on n and the thread count, never on who runs a chunk, and the kernels'
 // results do not depend on either (they sum in fixed blocks).
 //
