@@ -19,9 +19,8 @@ namespace qkv::cli {
 
 int run_quantize(const QuantizeArgs& a) {
   check_output(a.out, "OUT", {a.in});
-  const WeightFormat format = weight_format_from_string(a.weights, "--weights");
-  if (format == WeightFormat::F32)
-    throw UsageError("--weights f32 is not a quantized format: expected int8, q4, f16 or bf16");
+  // (CLI11 already took only these four names; the core's parse is the one list of them.)
+  const WeightFormat format = quantized_format_from_string(a.weights, "--weights");
   QuantizeOptions options;
   if (a.embedding.given) options.embedding = a.embedding.value;
   options.activations = quant_activations_from_string(a.activations, "--activations");
