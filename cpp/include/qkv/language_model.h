@@ -72,7 +72,8 @@ class LanguageModel final : public Model {
   // Gradient accumulation: accumulate() adds weight * d(mean loss) to the gradients (zero them first with
   // zero_grad()); apply_gradients() then takes one optimizer step and returns true, or false when it was
   // skipped under NonFinite::Skip. Under Skip, a micro-batch whose loss is not finite returns that loss
-  // without adding to the gradients, and the apply_gradients() that follows skips the whole step.
+  // without adding to the gradients, and the apply_gradients() that follows skips the whole step. With
+  // nothing accumulated since zero_grad() apply_gradients() throws (Model::apply_gradients).
   float accumulate(std::span<const int32_t> inputs, std::span<const int32_t> targets, int batch, int seq,
                    float weight = 1.f);
 

@@ -75,7 +75,9 @@ class Model {
 
   // Gradient accumulation: zero_grad(), then each model's accumulate() adds weight * d(mean loss) per batch,
   // then apply_gradients() takes one optimizer step and returns true, or false when it was skipped under
-  // NonFinite::Skip (a micro-batch's loss or the gradient norm was not finite).
+  // NonFinite::Skip (a micro-batch's loss or the gradient norm was not finite). apply_gradients() with no
+  // accumulate() (or forward_backward()) since zero_grad(), the model's making, or a skipped step throws
+  // qkv::Error, the weights unchanged.
   void zero_grad();
   bool apply_gradients();
 

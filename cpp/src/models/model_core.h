@@ -108,10 +108,15 @@ struct ModelCore {
   // Set when a micro-batch's loss since the gradients were last zeroed was not finite (NonFinite::Skip):
   // the next optimizer step is then skipped, whatever the gradients of the other micro-batches.
   bool nonfinite_loss = false;
+  // Whether a micro-batch was accumulated since the gradients were last zeroed (or the model made): an
+  // apply_gradients() without one would step on gradients that hold nothing of the caller's (zeros, or an
+  // earlier step's), which is a caller's slip, not an intent, so it is refused.
+  bool accumulated = false;
 
   void zero_grad() {
     trained().zero_grad();
     nonfinite_loss = false;
+    accumulated = false;
   }
 
   // Every model checks its loss here, between its forward and its backward. A finite loss returns true:
@@ -131,9 +136,17 @@ struct ModelCore {
   bool apply_gradients() {
     settle_all();
     trained().ensure_training();
+    // Data parallel: a rank refusing here would leave the others waiting in the reduction; there the group's
+    // contract (one accumulate() per step on every rank, parallel/data_parallel.h) is checked by the sync.
+    check(accumulated || sync, "apply_gradients: no micro-batch was accumulated since zero_grad() (call ",
+          "accumulate() or forward_backward() first); the weights are unchanged");
     bool finite_loss = !nonfinite_loss;
     nonfinite_loss = false;
-    if (!sync) return opt().step(trained(), finite_loss);
+    if (!sync) {
+      const bool stepped = opt().step(trained(), finite_loss);
+      if (!stepped) accumulated = false;  // skipped: the gradients were zeroed
+      return stepped;
+    }
     // Data parallel: every rank's gradients summed (each rank weighted its share of the global batch) before
     // the norm, the clipping and the step, which then see the same values on every rank.
     finite_loss = sync->reduce(trained(), finite_loss);
@@ -172,6 +185,7 @@ struct ModelCore {
     settle_all();
     trained().ensure_training();
     const float loss = read_loss(forward_loss());
+    accumulated = true;  // a non-finite loss counts too: it marks the step as skipped
     if (check_loss(loss)) backward();
     return loss;
   }

@@ -1,9 +1,13 @@
-// Learning-rate schedules, and gradient accumulation equal to one big batch.
+// Learning-rate schedules, and gradient accumulation: equal to one big batch, and refused with nothing accumulated.
 #include "qkv/optimizer.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "qkv/classifier.h"
 #include "qkv/error.h"
@@ -73,6 +77,46 @@ TEST(GradientAccumulation, EqualsOneBigBatch) {
       ASSERT_NEAR(pp[k].grad[i], pw[k].grad[i], 1e-6 + 1e-5 * std::abs(pw[k].grad[i])) << pw[k].name << "[" << i << "]";
   parts.apply_gradients();
   EXPECT_EQ(parts.step(), 1);
+}
+
+// apply_gradients() with nothing accumulated since zero_grad() (or since the model was made) is refused, the
+// weights and step() unchanged; after an accumulate() it steps, and a step that NonFinite::Skip skipped (its
+// gradients zeroed) must be accumulated again before the next.
+TEST(GradientAccumulation, NothingAccumulatedIsRefused) {
+  LanguageModelConfig c{.vocab_size = 9, .context = 8, .d_model = 16, .heads = 2, .layers = 1};
+  OptimizerConfig o;
+  o.non_finite = NonFinite::Skip;
+  LanguageModel m(c, o);
+  std::vector<int32_t> in(16), tg(16);
+  for (int i = 0; i < 16; ++i) {
+    in[i] = (i * 7) % 9;
+    tg[i] = (i * 4 + 1) % 9;
+  }
+  const std::vector<float> before(m.parameters()[0].value.begin(), m.parameters()[0].value.end());
+  const auto refused = [&](const char* when) {
+    try {
+      m.apply_gradients();
+      ADD_FAILURE() << when << ": no throw";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no micro-batch was accumulated since zero_grad()"), std::string::npos)
+          << when << ": " << e.what();
+    }
+  };
+  refused("a new model");
+  m.zero_grad();
+  refused("after zero_grad");
+  EXPECT_EQ(m.step(), 0);
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), m.parameters()[0].value.begin()));
+  m.accumulate(in, tg, 2, 8);
+  EXPECT_TRUE(m.apply_gradients());
+  EXPECT_EQ(m.step(), 1);
+  // A skipped step (a non-finite gradient) zeroes the gradients: there is nothing left to step on.
+  m.zero_grad();
+  m.accumulate(in, tg, 2, 8);
+  m.parameters()[0].grad[0] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(m.apply_gradients());
+  refused("after a skipped step");
+  EXPECT_EQ(m.step(), 1);
 }
 
 TEST(GradientAccumulation, ClassifierEqualsOneBigBatch) {
