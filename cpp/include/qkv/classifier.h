@@ -3,7 +3,9 @@
 // tutorials build it.
 //
 //   tokens (B,T) -> token embedding (x sqrt(C) optional) + positions -> encoder layers (padding mask)
-//     -> encoder.norm (optional) -> pool: the first ([CLS]) token, or the mean over non-pad tokens
+//     -> encoder.norm (optional) -> pool: the first ([CLS]) token, or the mean over non-pad tokens (a row that is
+//        all padding pools zeros, as its attention, with no key to read, outputs zeros: no NaN, and its logits
+//        are the head's answer to a zero vector)
 //     -> head: Linear(C, classes), or Linear(C, C/2) -> ReLU -> dropout -> Linear(C/2, classes)
 //   loss: cross-entropy against the labels
 #include <cstdint>

@@ -4,8 +4,11 @@
 // 10 training steps within 1e-4 relative, greedy tokens and beam search exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ops/ops.h"
 #include "qkv/classifier.h"
@@ -107,6 +110,37 @@ TEST(ReferenceModels, ClassifierFollowsTheCpuExecutorWithBothPoolings) {
       const float lc = cpu.train_step(tok, labels, B, T), lr = ref->train_step(tok, labels, B, T);
       ASSERT_LE(std::abs(lr - lc) / std::abs(lc), kLossTol) << "step " << s;
     }
+  }
+}
+
+// A row of padding only, mean-pooled: its attention has no key to read (weights 0, output 0) and its pool has
+// no token, so it pools a vector of zeros (classifier.h) and its logits are the Linear head's bias, on both
+// executors, whatever the other rows hold. Its loss still counts, and its gradient reaches only the head.
+TEST(ReferenceModels, ClassifierRowOfPaddingPoolsZeros) {
+  ClassifierConfig c{.vocab_size = 12, .context = 8, .d_model = 16, .heads = 2, .layers = 1, .d_ff = 24, .classes = 3};
+  c.pooling = Pooling::Mean;
+  c.head = ClassifierHead::Linear;
+  Classifier cpu(c);
+  const auto ref = on_reference(cpu);
+  const int B = 3, T = 8;
+  auto tok = ids(B * T, 12, 5, 3);
+  std::fill(tok.begin() + T, tok.begin() + 2 * T, 0);  // row 1: pad_id 0 everywhere
+  std::vector<float> bias;
+  for (const ParameterView& p : cpu.parameters())
+    if (std::string(p.name) == "classifier.bias") bias.assign(p.value.begin(), p.value.end());
+  ASSERT_EQ(bias.size(), 3u);
+  for (Classifier* m : {&cpu, ref.get()}) {
+    const std::vector<float> z = m->logits(tok, B, T);
+    for (int k = 0; k < 3; ++k) EXPECT_EQ(z[3 + k], bias[k]) << (m == &cpu ? "cpu" : "reference") << " class " << k;
+    for (int k : {0, 6}) EXPECT_NE(z[k], bias[k % 3]);  // the other rows are not the bias alone
+  }
+  // Alone in its batch, the padding row's gradient is the head bias's only: every encoder gradient is 0.
+  const std::vector<int32_t> pad_row(tok.begin() + T, tok.begin() + 2 * T), label = {2};
+  cpu.zero_grad();
+  cpu.accumulate(pad_row, label, 1, T);
+  for (const ParameterView& p : cpu.parameters()) {
+    const bool nonzero = std::any_of(p.grad.begin(), p.grad.end(), [](float g) { return g != 0.f; });
+    EXPECT_EQ(nonzero, std::string(p.name) == "classifier.bias") << p.name;
   }
 }
 
