@@ -28,7 +28,9 @@ describe("checkBackend", () => {
 
   it("runs one group, and names an unknown one", async () => {
     const gemm = await checkBackend({ group: "gemm" });
-    expect(gemm.results.every((r) => r.name.startsWith("gemm "))).toBe(true);
+    expect(gemm.results.length).toBeGreaterThan(0);
+    expect(gemm.results.filter((r) => !r.name.startsWith("gemm ")).map((r) => r.name)).toEqual([]);
+    expect(gemm.results.filter((r) => !r.ok).map((r) => `${r.name}${r.detail} (error ${r.error}, tol ${r.tol})`)).toEqual([]);
     await expect(checkBackend({ group: "gem" })).rejects.toThrow(/group = "gem" is unknown: expected copies, gemm/);
   }, 300_000);
 });

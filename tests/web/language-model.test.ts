@@ -344,7 +344,7 @@ describe("bad input rejects with an Error naming the argument, and the model sta
     await rejects(model.trainStep(inputs, targets, { batch: 3, seq: SEQ }), /inputs.length must be batch \* seq = 3 \* 16 = 48, got 64/);
     // A sequence longer than the context: the core's check.
     const long = sampleBatch(data, 1, 2 * SEQ, random);
-    await rejects(model.trainStep(long.inputs, long.targets, { batch: 1, seq: 2 * SEQ }), /seq|context/);
+    await rejects(model.trainStep(long.inputs, long.targets, { batch: 1, seq: 2 * SEQ }), /seq = 32 is invalid: expected 1 <= seq <= context = 16/);
     // Values are the core's to check: its messages name the C++ field.
     await rejects(LanguageModel.create({ ...CONFIG, dModel: 0 }), /d_model = 0 is invalid/);
     await rejects(LanguageModel.create({ ...CONFIG, layers: -1 }), /layers = -1 is invalid/);

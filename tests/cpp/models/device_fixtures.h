@@ -66,9 +66,23 @@ inline void expect_near_all(const std::vector<float>& got, const std::vector<flo
   size_t at = 0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double d = std::abs(static_cast<double>(got[i]) - want[i]) / std::max(1.0, std::abs(double(want[i])));
-    if (d > worst) worst = d, at = i;
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d, at = i;  // a NaN is the worst of all
   }
   EXPECT_LE(worst, tol) << what << "[" << at << "]: " << device << " " << got[at] << ", want " << want[at];
+}
+
+// |got - want| <= tol * max_i |want_i|, element by element: a bound on the rounding of a reduced precision, whose
+// error scales with the outputs' magnitude (expect_near_all's max(1, |want|) would make it absolute for small
+// logits, and so loose). A NaN or a size that differs fails.
+inline void expect_near_scaled(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                               const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
+  ASSERT_GT(scale, 0) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::abs(static_cast<double>(got[i]) - want[i]), tol * scale)
+        << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (largest |want| " << scale << ")";
 }
 
 }  // namespace qkv::test

@@ -72,11 +72,16 @@ void dequantize_in_place(Model& m, const std::map<std::string, WeightFormat>& fo
   }
 }
 
+// The largest |got - want| over the largest |want|: infinite for a NaN or a size that differs, so that a bound on it
+// fails for either.
 double max_rel(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size()) return INFINITY;
   double worst = 0, scale = 0;
   for (float w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
-  for (size_t i = 0; i < got.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]) / scale);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(static_cast<double>(got[i]) - want[i]) / scale;
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+  }
   return worst;
 }
 

@@ -5,11 +5,13 @@
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "qkv/error.h"
 #include "runtime/parallel_runs.h"
+#include "test_util.h"
 
 namespace qkv::thread_pool_test {
 namespace {
@@ -192,11 +194,8 @@ TEST(ThreadPool, ResizingInsideARegionIsRefused) {
 TEST(ThreadPool, RejectsBadThreadCounts) {
   EXPECT_THROW(set_num_threads(0), Error);
   EXPECT_THROW(set_num_threads(max_threads() + 1), Error);
-  try {
-    set_num_threads(-3);
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("threads = -3"), std::string::npos) << e.what();
-  }
+  const std::string m = test::message_of([] { set_num_threads(-3); });
+  EXPECT_NE(m.find("threads = -3"), std::string::npos) << m;
 }
 
 }  // namespace
