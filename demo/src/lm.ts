@@ -32,6 +32,17 @@ const EVAL_EVERY = 50;
 const VAL_TOKENS = 4096;
 /** The issue's figure: training time until the validation loss is below this. */
 const VAL_TARGET = 2.0;
+/**
+ * The training window of a pretrained model, in tokens: GPT-2's context (1024) as the window would make each step
+ * 8x the tokens of the README's fine-tuning recipe (seqLen 128) and a full fine-tune's activations overflow the wasm
+ * core's 4 GiB. The tab's own models train on their whole context (at most 256).
+ */
+export const PRETRAINED_WINDOW = 128;
+
+/** The window (tokens per row) the tab trains `config` with, for a model from `origin`. */
+function trainingWindow(config: { context: number }, origin: ModelOrigin): number {
+  return origin === "gpt2" ? Math.min(config.context, PRETRAINED_WINDOW) : config.context;
+}
 
 interface Session {
   model: LanguageModel;
@@ -59,6 +70,8 @@ export interface LanguageModelTab {
   current(): LanguageModel | undefined;
   /** Where the tab's model came from: "gpt2" for a pretrained GPT-2 (its adapters save in GPT-2's names). */
   origin(): ModelOrigin;
+  /** The tokens per row the tab trains the current model with (the LoRA panel fine-tunes with the same). */
+  window(): number;
   /** Pauses the tab's training and resolves once the step in flight is done (before another use of the model). */
   pause(): Promise<void>;
   /** Called with the tab's new model each time it changes (Train a new model, Load, a pretrained one). */
@@ -167,6 +180,8 @@ export function setupLanguageModel(): LanguageModelTab {
     const ss = session;
     if (!ss) return;
     sampleEl.dataset.done = "";
+    // Busy while the text grows: a screen reader announces it once, whole, not again at every token.
+    sampleEl.setAttribute("aria-busy", "true");
     try {
       const temperature = numberInput("#lm-temperature", 0, 3);
       const topK = Math.floor(numberInput("#lm-topk", 0, 100000));
@@ -197,12 +212,23 @@ export function setupLanguageModel(): LanguageModelTab {
       sampleEl.textContent = `Error: ${errorText(e)}`;
       sampleEl.dataset.done = "error";
     }
+    sampleEl.setAttribute("aria-busy", "false");
     showStats();
   }
   sampleNow.onclick = () => void sample();
 
-  /** Makes `model` (with `tok`) the tab's model, ready to train on the chosen text where it can. */
-  async function use(
+  /**
+   * Makes `model` (with `tok`) the tab's model, ready to train on the chosen text where it can. `train`: a model
+   * made to train (Train a new model), which is refused, the tab's model kept, when it cannot train on the text; a
+   * loaded one is adopted for sampling anyway. Calls run one at a time, so that each disposes the one before it.
+   */
+  let adopting: Promise<unknown> = Promise.resolve();
+  function use(...args: Parameters<typeof useNow>): Promise<void> {
+    const next = adopting.then(() => useNow(...args));
+    adopting = next.catch(() => undefined);
+    return next;
+  }
+  async function useNow(
     model: LanguageModel,
     tok: AnyTokenizer,
     text: string,
@@ -211,6 +237,26 @@ export function setupLanguageModel(): LanguageModelTab {
     about: Record<string, string> = {},
     from: ModelOrigin = "qkv",
   ): Promise<void> {
+    const c = model.config;
+    const seq = trainingWindow(c, from);
+    let trainer: Trainer | null = null;
+    let evaluator: Trainer | null = null;
+    let note = "";
+    try {
+      const ids = await tok.encode(text);
+      const cut = Math.floor(ids.length * 0.9);
+      if (ids.length - cut < seq + 1) {
+        throw new Error(`text has ${text.length} characters: the held-out 10% must hold more than ${seq} tokens (the training window); give at least ${10 * (seq + 1)} characters`);
+      }
+      trainer = new Trainer(model, { data: ids.subarray(0, cut), batchSize: batch, seqLen: seq, seed: 1234 });
+      evaluator = new Trainer(model, { data: ids.subarray(cut), evalData: ids.subarray(cut), batchSize: batch, seqLen: seq });
+    } catch (e) {
+      note = `cannot train on this text: ${errorText(e)}`;
+    }
+    if (train && !trainer) {
+      model.dispose(); // the tab's model stays as it was
+      throw new Error(note);
+    }
     await loop.stop();
     origin = from;
     session?.model.dispose();
@@ -218,29 +264,15 @@ export function setupLanguageModel(): LanguageModelTab {
     resetTraining(s);
     Object.assign(s, { valLoss: null, secondsToVal2: null, sampleStep: 0, sample: "" });
     chart.clear();
-    const c = model.config;
-    let trainer: Trainer | null = null;
-    let evaluator: Trainer | null = null;
-    let note = "";
-    try {
-      const ids = await tok.encode(text);
-      const cut = Math.floor(ids.length * 0.9);
-      if (ids.length - cut < c.context + 1) {
-        throw new Error(`text has ${text.length} characters: the held-out 10% must hold more than context = ${c.context}; give at least ${10 * (c.context + 1)} characters`);
-      }
-      trainer = new Trainer(model, { data: ids.subarray(0, cut), batchSize: batch, seed: 1234 });
-      evaluator = new Trainer(model, { data: ids.subarray(cut), evalData: ids.subarray(cut), batchSize: batch });
-    } catch (e) {
-      note = `cannot train on this text: ${errorText(e)}`;
-    }
     model.tokenizer = tok; // a text prompt works with every model of the tab (the pretrained section's)
-    session = { model, tok, trainer, evaluator, batch, seq: c.context, recent: [], sampleSeed: 0 };
+    session = { model, tok, trainer, evaluator, batch, seq, recent: [], sampleSeed: 0 };
+    const window = seq < c.context ? `${seq} tokens (of its context ${c.context})` : `${seq} tokens`;
     facts($("#lm-model"), {
       ...about,
       model: `decoder-only, ${c.layers} layers, ${c.heads} heads, d_model ${c.dModel}, context ${c.context}`,
       parameters: model.numParameters().toLocaleString("en-US"),
       tokenizer: `${tok.kind}, ${tok.size} tokens`,
-      training: trainer ? `batch ${batch} × ${c.context} tokens, AdamW lr ${c.lr}` : note,
+      training: trainer ? `batch ${batch} × ${window}, AdamW lr ${c.lr}` : note,
     });
     errorEl.textContent = trainer ? "" : note;
     toggle.disabled = !trainer;
@@ -249,6 +281,13 @@ export function setupLanguageModel(): LanguageModelTab {
     for (const l of listeners) l();
     if (trainer && train) loop.start();
   }
+  // After a LoRA fine-tune the adapters stay on the model, and training it trains them alone (the base frozen):
+  // said when Train starts, as nothing else on this tab shows it.
+  toggle.addEventListener("click", () => {
+    if (loop.running && session?.model.lora) {
+      errorEl.textContent = "Training the LoRA adapters only (the base stays frozen): Remove adapter in the LoRA panel to train the whole model.";
+    }
+  });
 
   const chosenText = (): string => {
     if (source.value === "builtin") return corpus;
@@ -311,10 +350,10 @@ export function setupLanguageModel(): LanguageModelTab {
     sampleEl.dataset.done = "";
     sampleEl.textContent = `Loading ${file.name}…`;
     try {
+      const batch = Math.floor(numberInput("#lm-batch", 1, 128)); // before the load: a refusal leaves nothing loaded
       const bytes = new Uint8Array(await file.arrayBuffer());
       const tok = await Tokenizer.fromCheckpoint(bytes);
       const model = await LanguageModel.load(bytes);
-      const batch = Math.floor(numberInput("#lm-batch", 1, 128));
       // Not training yet: what it writes first is what the saved model wrote ("Train" goes on from there).
       await use(model, tok, source.value === "builtin" ? corpus : textArea.value, batch, false, {
         file: `${file.name}, ${(bytes.length / 1024).toFixed(0)} KiB`,
@@ -340,6 +379,7 @@ export function setupLanguageModel(): LanguageModelTab {
     },
     current: () => session?.model,
     origin: () => origin,
+    window: () => session?.seq ?? 0,
     pause: () => loop.stop(),
     onModel: (l) => void listeners.push(l),
   };

@@ -129,9 +129,15 @@ export function setupLora(tab: LanguageModelTab): void {
     s.state = "idle";
     busy = true;
     buttons();
+    const gone = (): boolean => s.state === "error" || run !== r; // read after each wait: fail() may have run
     try {
       await r.model.setLearningRate(r.lr);
-      s.after = await sample(r.model, s.prompt);
+      // A failed step ends the loop too, and its error lands (fail) while the lr is restored: no "after" sample
+      // then, as if the fine-tune had completed.
+      if (gone()) return;
+      const after = await sample(r.model, s.prompt);
+      if (gone()) return;
+      s.after = after;
       afterEl.textContent = s.after;
       s.state = "done";
     } catch (e) {
@@ -153,22 +159,25 @@ export function setupLora(tab: LanguageModelTab): void {
       const rank = Math.floor(numberInput("#lora-rank", 1, 64));
       const steps = Math.floor(numberInput("#lora-steps", 1, 10000));
       const lr = numberInput("#lora-lr", 1e-5, 0.1);
-      const batch = Math.floor(numberInput("#lm-batch", 1, 128));
+      const batch = Math.floor(numberInput("#lora-batch", 1, 128));
       const text = textEl.value;
       const tok = model.tokenizer;
       if (!tok) throw new Error("the tab's model has no tokenizer");
       await tab.pause();
       const ids = await tok.encode(text);
-      const seq = model.config.context;
+      // The window the tab trains with: the model's context, or 128 tokens of a pretrained GPT-2's 1024.
+      const seq = tab.window() || model.config.context;
       if (ids.length < seq + 2) {
-        throw new Error(`the text has ${ids.length} tokens: give more than the model's context (${seq} tokens), a few hundred characters or more`);
+        throw new Error(`the text has ${ids.length} tokens: give more than the training window (${seq} tokens)`);
       }
+      const prompt = promptEl.value || text.slice(0, 16);
+      await tok.encode(prompt); // a prompt the tokenizer refuses fails here, before an earlier adapter is removed
       // A new fine-tuning starts from the base: the adapters of an earlier one go.
       if (model.lora) await model.removeLora();
       Object.assign(s, {
         state: "idle", step: 0, steps, firstLoss: null, lastLoss: null, tokensPerSecond: 0, adapterParameters: 0,
         baseParameters: model.numParameters(), trainingBytes: 0, fullTrainingBytes: 12 * model.numParameters(),
-        prompt: promptEl.value || text.slice(0, 16), before: "", after: "", names: tab.origin(),
+        prompt, before: "", after: "", names: tab.origin(),
       });
       chart.clear();
       afterEl.textContent = "";
@@ -179,7 +188,7 @@ export function setupLora(tab: LanguageModelTab): void {
       await model.addLora({ rank, alpha: 2 * rank, targets: [...TARGETS] });
       const oldLr = model.config.lr;
       await model.setLearningRate(lr);
-      run = { model, trainer: new Trainer(model, { data: ids, batchSize: batch, seed: 1234 }), batch, seq, lr: oldLr, recent: [] };
+      run = { model, trainer: new Trainer(model, { data: ids, batchSize: batch, seqLen: seq, seed: 1234 }), batch, seq, lr: oldLr, recent: [] };
       s.state = "training";
       loop.start();
     } catch (e) {
@@ -214,6 +223,8 @@ export function setupLora(tab: LanguageModelTab): void {
     busy = true;
     buttons();
     try {
+      // In the names of the model the adapter is on now (a pretrained GPT-2's: PEFT's), whichever way it came.
+      s.names = tab.origin();
       const files = await model.saveAdapter({ names: s.names });
       download(files.safetensors, "adapter_model.safetensors", "application/octet-stream");
       download(files.config, "adapter_config.json", "application/json");

@@ -13,6 +13,10 @@ import { $, errorText } from "./ui.js";
 export type { DemoState } from "./state.js";
 
 const statusEl = $("#status");
+/** The status's words, a live region: what runs, or the core's error. The memory figure beside it changes every
+ * 2 s and is not announced. */
+const statusText = $("#status-text");
+const statusMemory = $("#status-memory");
 
 function mib(bytes: number): string {
   return `${(bytes / 2 ** 20).toFixed(1)} MiB`;
@@ -25,11 +29,12 @@ function showRuntime(info: RuntimeInfo, heap?: { heapBytes: number; heapUsedByte
     ? `threaded: ${info.threads} threads`
     : `single-threaded${state.crossOriginIsolated ? "" : " (the page is not cross-origin isolated)"}`;
   // The bytes in use come from the allocator's statistics; where a build reports none (0), the heap's size.
-  const mem = !heap ? ""
+  const mem = !heap ? statusMemory.textContent ?? ""
     : heap.heapUsedBytes > 0 ? ` · wasm memory ${mib(heap.heapUsedBytes)} in use of ${mib(heap.heapBytes)}`
     : ` · wasm heap ${mib(heap.heapBytes)}`;
   const simd = `SIMD ${info.simd}${info.relaxedSimd ? " + relaxed" : ""}`;
-  statusEl.textContent = `${where}${what} · ${simd} · qkv ${info.version}${mem}`;
+  statusText.textContent = `${where}${what} · ${simd} · qkv ${info.version}`;
+  statusMemory.textContent = mem;
   const d = statusEl.dataset;
   d.state = "ready";
   d.backend = info.backend;
@@ -49,10 +54,25 @@ function backendChoice(): BackendChoice {
   return b === "webgpu" || b === "wasm" ? b : "auto";
 }
 
+/** Whether the page holds what a reload would lose: a model trained, loaded or fine-tuned here. */
+function holdsWork(): boolean {
+  return state.lm.step > 0 || state.seq2seq.step > 0 || state.classifier.step > 0 ||
+    state.pretrained.state === "ready" || state.lora.step > 0 || state.lora.loads > 0;
+}
+/** Set when the page leaves on purpose (the user confirmed): no second question on the way out. */
+let leaving = false;
+
 function setupBackendSwitch(info: RuntimeInfo | undefined, chosen: BackendChoice): void {
   const select = $("#backend") as HTMLSelectElement;
   select.value = chosen;
   select.onchange = () => {
+    // A keyboard's arrow on the closed select changes it too: the reload is asked for, not done at once.
+    const label = select.selectedOptions[0]?.textContent ?? select.value;
+    if (holdsWork() && !confirm(`Running on ${label} reloads the page: the models trained or loaded here are lost. Reload?`)) {
+      select.value = chosen;
+      return;
+    }
+    leaving = true;
     const url = new URL(location.href);
     url.searchParams.set("backend", select.value);
     location.assign(url);
@@ -60,8 +80,22 @@ function setupBackendSwitch(info: RuntimeInfo | undefined, chosen: BackendChoice
   $("#backend-note").textContent = info?.fallbackReason ? `(wasm runs: ${info.fallbackReason})` : "";
 }
 
+/** What would lose the page's models by accident: leaving (asked first), and a file dropped outside a drop box
+ * (which the browser would open in the tab). */
+function guardTheWork(): void {
+  addEventListener("beforeunload", (e) => {
+    if (leaving || !holdsWork()) return;
+    e.preventDefault();
+    e.returnValue = ""; // Chromium before 119 asks only with returnValue set
+  });
+  // The boxes that take files (the text areas, the pretrained panel) handle their drops and stop them there.
+  document.addEventListener("dragover", (e) => e.preventDefault());
+  document.addEventListener("drop", (e) => e.preventDefault());
+}
+
 async function main(): Promise<void> {
   $("#isolation-note").hidden = state.crossOriginIsolated;
+  guardTheWork();
   setupTabs($("#tabs"));
   const chosen = backendChoice();
   setupBackendSwitch(undefined, chosen);
@@ -72,11 +106,16 @@ async function main(): Promise<void> {
   const refresh = async () => {
     try {
       showRuntime(info, await memory());
-    } catch {
-      // The next refresh tries again; a failed core shows its error in the tabs.
+    } catch (e) {
+      // memory() fails only when the core cannot answer (a fatal trap ended its Worker): the page must be reloaded.
+      clearInterval(timer);
+      state.error = errorText(e);
+      statusEl.dataset.state = "error";
+      statusText.textContent = `The core stopped: ${state.error}. Reload the page to start again.`;
+      statusMemory.textContent = "";
     }
   };
-  setInterval(() => void refresh(), 2000);
+  const timer = setInterval(() => void refresh(), 2000);
   const lm = setupLanguageModel();
   setupPretrained(lm);
   setupLora(lm);
@@ -88,6 +127,6 @@ async function main(): Promise<void> {
 main().catch((e: unknown) => {
   state.error = errorText(e);
   statusEl.dataset.state = "error";
-  statusEl.textContent = `Error: ${state.error}`;
+  statusText.textContent = `Error: ${state.error}`;
   console.error(e);
 });

@@ -9,6 +9,9 @@ import { $, errorText, facts, numberInput } from "./ui.js";
 
 const s = state.pretrained;
 
+/** The files a folder's tokenizer comes in; fromPretrained reads them before the weights. */
+const TOKENIZER_FILES = ["tokenizer.json", "vocab.json", "merges.txt"];
+
 function size(n: number): string {
   if (n < 1024) return `${n} B`;
   if (n < 2 ** 20) return `${(n / 1024).toFixed(1)} KiB`;
@@ -59,6 +62,8 @@ export function setupPretrained(tab: LanguageModelTab): void {
 
   /** The load under way: a new one or Cancel aborts it. */
   let loading: AbortController | undefined;
+  /** True while this panel hands its model to the tab (whose model-change listeners then run). */
+  let adopting = false;
   let stopping = false;
   /** Each Write samples anew (at temperature 0 the seed does not matter). */
   let seed = 0;
@@ -120,8 +125,15 @@ export function setupPretrained(tab: LanguageModelTab): void {
     errorEl.textContent = "";
     buttons();
     const t0 = performance.now();
+    // The package reads the tokenizer's files before the weights, and a folder without them is refused when the
+    // weights' first bytes arrive, not after hundreds of MB.
+    const noTokenizer = new Error(`${where} has no tokenizer (tokenizer.json, or vocab.json and merges.txt): this demo writes text, so it needs one`);
+    const onProgress = (p: PretrainedProgress) => {
+      showProgress(p);
+      if (p.file.startsWith("model") && !s.files.some((f) => TOKENIZER_FILES.includes(f.file))) controller.abort(noTokenizer);
+    };
     try {
-      const model = await LanguageModel.fromPretrained(source, { signal: controller.signal, onProgress: showProgress });
+      const model = await LanguageModel.fromPretrained(source, { signal: controller.signal, onProgress });
       if (loading !== controller) {
         model.dispose(); // a later load replaced this one
         return;
@@ -129,19 +141,25 @@ export function setupPretrained(tab: LanguageModelTab): void {
       const tok = model.tokenizer;
       if (!tok) {
         model.dispose();
-        throw new Error(`${where} has no tokenizer (tokenizer.json, or vocab.json and merges.txt): this demo writes text, so it needs one`);
+        throw noTokenizer;
       }
       const seconds = (performance.now() - t0) / 1000;
       const bytes = s.files.reduce((a, f) => a + f.loaded, 0);
       const about = { pretrained: where, read: `${size(bytes)} in ${seconds.toFixed(1)} s` };
-      await tab.adopt(model, tok, about, "gpt2");
+      adopting = true;
+      try {
+        await tab.adopt(model, tok, about, "gpt2");
+      } finally {
+        adopting = false;
+      }
       facts(modelEl, about);
       s.source = where;
       s.state = "ready";
     } catch (e) {
       if (loading !== controller) return;
       s.state = "error";
-      s.error = controller.signal.aborted ? `Loading cancelled (${errorText(controller.signal.reason)})` : errorText(e);
+      const reason: unknown = controller.signal.reason;
+      s.error = !controller.signal.aborted ? errorText(e) : reason === noTokenizer ? noTokenizer.message : `Loading cancelled (${errorText(reason)})`;
       errorEl.textContent = s.error;
     } finally {
       if (loading === controller) {
@@ -201,6 +219,8 @@ export function setupPretrained(tab: LanguageModelTab): void {
     promptEl.textContent = prompt;
     const newText = document.createElement("span");
     outputEl.replaceChildren(promptEl, newText);
+    // Busy while the text grows: a screen reader announces it once, whole, not again at every token.
+    outputEl.setAttribute("aria-busy", "true");
     const t0 = performance.now();
     const rate = () => (s.tokensPerSecond = s.tokens / Math.max((performance.now() - t0) / 1000, 1e-3));
     try {
@@ -226,12 +246,21 @@ export function setupPretrained(tab: LanguageModelTab): void {
       s.error = errorText(err);
       errorEl.textContent = s.error;
     } finally {
+      outputEl.setAttribute("aria-busy", "false");
       s.generations++;
       showStats();
       buttons();
     }
   };
   stopButton.onclick = () => (stopping = true);
+  // Another model in the tab (Train a new model, Load): the pretrained one is gone, and Write writes with that one.
+  tab.onModel(() => {
+    if (adopting || loading !== undefined || !s.source) return; // ours, or a load under way will adopt its own
+    if (s.state === "ready") s.state = "idle";
+    s.source = "";
+    modelEl.replaceChildren();
+    errorEl.textContent = "The tab's model changed: Write now writes with it (load a pretrained model again to use one).";
+  });
 
   showStats();
   urlButton.disabled = false;

@@ -61,9 +61,13 @@ export function setupSeq2Seq(): void {
     $("#s2s-about").textContent = `${t.about} Example: ${t.example} → ${t.solve(t.example)}`;
   };
   describeTask();
+  /** The model learned one task; the select may show another until "Train" makes a model for it. */
+  const otherTask = (ss: Session): string | null =>
+    ss.task.id === task().id ? null : `the model learned "${ss.task.title}": press ${trainButton.textContent} to learn "${task().title}"`;
   taskSelect.onchange = () => {
     describeTask();
     input.value = task().example;
+    errorEl.textContent = session ? (otherTask(session) ?? "") : "";
   };
   input.value = task().example;
 
@@ -132,6 +136,8 @@ export function setupSeq2Seq(): void {
     const ss = session;
     if (!ss) return;
     const go = async () => {
+      const other = otherTask(ss);
+      if (other) throw new Error(other);
       const text = input.value.trim();
       const { task: t, vocab } = { task: ss.task, vocab: ss.data.vocab };
       const ids = vocab.encode(t.normalize?.(text) ?? text);
@@ -185,6 +191,11 @@ export function setupSeq2Seq(): void {
   randomButton.onclick = () => {
     const ss = session;
     if (!ss) return;
+    const other = otherTask(ss);
+    if (other) {
+      errorEl.textContent = other;
+      return;
+    }
     input.value = ss.data.test[Math.floor(Math.random() * ss.data.test.length)]!.input;
     void run();
   };

@@ -34,7 +34,9 @@ function modelFolder(): Plugin {
     configurePreviewServer(server) {
       server.middlewares.use("/models/", (req, res) => {
         const [folder, file, ...rest] = (req.url ?? "").split("?")[0]!.replace(/^\//, "").split("/");
-        if (!(folder === "gpt2_tok" || folder === "slow") || rest.length || !FILES.includes(file!)) {
+        // "notok": the folder without its tokenizer (its weights as "slow"'s).
+        const served = folder === "notok" ? FILES.filter((f) => f !== "tokenizer.json") : FILES;
+        if (!(folder === "gpt2_tok" || folder === "slow" || folder === "notok") || rest.length || !served.includes(file!)) {
           res.statusCode = 404;
           res.setHeader("Content-Type", "text/plain");
           res.end("not found");
@@ -45,7 +47,7 @@ function modelFolder(): Plugin {
         res.setHeader("Content-Type", file!.endsWith(".json") ? "application/json" : "application/octet-stream");
         res.setHeader("Content-Length", String(bytes.length));
         // "slow": the weights' first KiB, then nothing until the page gives up (Cancel).
-        if (folder === "slow" && file === "model.safetensors") res.write(bytes.subarray(0, 1024));
+        if (folder !== "gpt2_tok" && file === "model.safetensors") res.write(bytes.subarray(0, 1024));
         else res.end(bytes);
       });
     },
@@ -171,6 +173,9 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
     // It is the tab's model now: the tab's facts name it and its BPE tokenizer (657 tokens).
     expect(await page.textContent("#lm-model")).toContain(`${base}models/gpt2_tok/`);
     expect(await page.textContent("#lm-model")).toMatch(/tokenizer\s*bpe, 657 tokens/);
+    // Train goes on with the tab's batch, on windows of the model's context (48 tokens, under the 128 a pretrained
+    // GPT-2's 1024 are cut to).
+    expect(await page.textContent("#lm-model")).toMatch(/training\s*batch 8 × 48 tokens, AdamW/);
 
     expect(await writeGreedy()).toBe(expected);
     // The tokenizer's JSON crossed to the Worker once (tokenizer.json, to build it), though the tab encoded its
@@ -255,6 +260,35 @@ describe("demo: a pretrained GPT-2 in the language-model tab", () => {
     // The model loaded before is still the tab's: it writes the same text.
     expect(await writeGreedy()).toBe(expected);
     // The 404 is the browser's own console message for the failed fetch; nothing else is logged.
+    expect(consoleErrors.filter((e) => !/404/.test(e))).toEqual([]);
+  });
+
+  it("refuses a folder without a tokenizer when its weights begin to arrive, not after them", async () => {
+    const loads = (await pretrained()).loads;
+    const folder = `${base}models/notok/`;
+    await page.fill("#pt-url", folder);
+    await page.click("#pt-load-url");
+    // The weights' first KiB arrives and then nothing more: only the refusal can end this load.
+    const s = await settled("the refusal of a folder without a tokenizer", loads);
+    expect(s.state).toBe("error");
+    expect(s.error).toBe(`${folder} has no tokenizer (tokenizer.json, or vocab.json and merges.txt): this demo writes text, so it needs one`);
+    expect(s.files.find((f) => f.file === "model.safetensors")!.loaded).toBeLessThan(statSync(path.join(FOLDER, "model.safetensors")).size);
+    expect(await writeGreedy()).toBe(expected);
+    expect(consoleErrors.filter((e) => !/404/.test(e))).toEqual([]);
+  });
+
+  it("lets go of the pretrained model's facts when the tab makes a new model", async () => {
+    const loads = (await pretrained()).loads;
+    await page.fill("#pt-url", `${base}models/gpt2_tok/`);
+    await page.click("#pt-load-url");
+    expect((await settled("the load by URL", loads)).state).toBe("ready");
+    expect(await page.textContent("#pt-model")).toContain(`${base}models/gpt2_tok/`);
+    await page.click("#lm-new");
+    await page.waitForFunction(() => window.__qkv!.pretrained.state === "idle", null, { timeout: 30_000 });
+    expect((await pretrained()).source).toBe("");
+    expect(await page.textContent("#pt-model")).toBe("");
+    expect(await page.textContent("#pt-error")).toMatch(/^The tab's model changed: Write now writes with it/);
+    expect(await page.textContent("#lm-model")).toMatch(/tokenizer\s*char/);
     expect(consoleErrors.filter((e) => !/404/.test(e))).toEqual([]);
   });
 });

@@ -334,6 +334,14 @@ describe("demo in headless Chromium", () => {
     await page.fill("#lm-text", "too short");
     await page.click("#lm-new");
     await expect.poll(() => page.textContent("#lm-error")).toMatch(/^your text has 9 characters: give at least 200/);
+    // Long enough for the first check, too short for the tiny shape's held-out windows: refused before the tab's
+    // model is replaced, which goes on training (still the built-in text's tokenizer, not this text's 26).
+    const modelBefore = await page.textContent("#lm-model");
+    await page.fill("#lm-text", "abcdefghijklmnopqrstuvwxyz".repeat(10));
+    await page.click("#lm-new");
+    await expect.poll(() => page.textContent("#lm-error")).toMatch(
+      /^cannot train on this text: text has 260 characters: the held-out 10% must hold more than \d+ tokens \(the training window\); give at least \d+ characters$/);
+    expect(await page.textContent("#lm-model")).toBe(modelBefore);
     // 11 distinct characters (newline included), 3,150 characters long.
     const text = "the cat sat on a mat\n".repeat(150);
     await page.fill("#lm-text", text);
@@ -403,6 +411,11 @@ describe("demo in headless Chromium", () => {
     for (const [task, example] of [["sort", "jchbfa"], ["add", "57+68"], ["dates", "22 November 2026"]] as const) {
       await page.selectOption("#s2s-task", task);
       expect(await page.inputValue("#s2s-input")).toBe(example);
+      // The select shows a task the model has not learned: said, and Run answers the same, until Train.
+      const other = /^the model learned ".+": press Train to learn ".+"$/;
+      expect(await page.textContent("#s2s-error")).toMatch(other);
+      await page.press("#s2s-input", "Enter");
+      await expect.poll(() => page.textContent("#s2s-error")).toMatch(other);
       await page.click("#s2s-train");
       // One held-out evaluation (step 25) runs the example and draws its map.
       await until(page.waitForFunction((t) => {
@@ -411,8 +424,9 @@ describe("demo in headless Chromium", () => {
       }, task, { timeout: 60_000 }), `the ${task} task's first evaluation`);
       const s = (await demo()).seq2seq;
       expect(s.error).toBeNull();
-      expect(s.accuracy).toBeGreaterThanOrEqual(0);
-      expect(s.lastLoss!).toBeLessThan(s.firstLoss!);
+      // Learning by the first evaluation (step 25): the loss (mean of the last 10 steps) fell to 0.52-0.69 of
+      // the first step's in a run on 2026-11-29 (sort, add, dates); the held-out accuracy is still near 0 there.
+      expect(s.lastLoss!).toBeLessThan(0.8 * s.firstLoss!);
       expect(await page.textContent("#s2s-output")).toBe(s.output);
     }
     await page.click("#s2s-toggle");
@@ -474,12 +488,13 @@ describe("demo in headless Chromium", () => {
       expect(await p.evaluate(() => globalThis.crossOriginIsolated)).toBe(false);
       expect(await p.isVisible("#isolation-note")).toBe(true);
       expect(await p.textContent("#isolation-note")).toContain("Cross-Origin-Embedder-Policy: require-corp");
-      await p.waitForFunction(() => window.__qkv?.error != null || (window.__qkv?.lm.step ?? 0) >= 5, null, { timeout: 60_000 });
+      await p.waitForFunction(() => window.__qkv?.error != null || (window.__qkv?.lm.step ?? 0) >= 20, null, { timeout: 60_000 });
       const s = await demo(p);
       expect(s.error).toBeNull();
       expect(s).toMatchObject({ crossOriginIsolated: false, threaded: false, threads: 1 });
-      expect(s.lm.lastLoss).toBeGreaterThan(0);
-      expect(s.lm.lastLoss).toBeLessThan(s.lm.firstLoss! + 0.5);
+      // It learns: 20 steps bring the mean of the last 10 losses to 0.78 of the first step's (4.12 -> 3.21 in a run
+      // on 2026-11-29; the same seed and batches as the threaded build's).
+      expect(s.lm.lastLoss!).toBeLessThan(0.85 * s.lm.firstLoss!);
       expect(await p.textContent("#status")).toMatch(/single-threaded/);
       const fallback = warnings.filter((w) => w.includes("not cross-origin isolated"));
       expect(fallback).toHaveLength(1);
