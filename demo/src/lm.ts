@@ -37,7 +37,7 @@ const VAL_TARGET = 2.0;
  * 8x the tokens of the README's fine-tuning recipe (seqLen 128) and a full fine-tune's activations overflow the wasm
  * core's 4 GiB. The tab's own models train on their whole context (at most 256).
  */
-export const PRETRAINED_WINDOW = 128;
+const PRETRAINED_WINDOW = 128;
 
 /** The window (tokens per row) the tab trains `config` with, for a model from `origin`. */
 function trainingWindow(config: { context: number }, origin: ModelOrigin): number {
