@@ -265,6 +265,11 @@ describe("demo in headless Chromium", () => {
   }, LM_TIMEOUT_MS + 90_000);
 
   it("LM tab: a saved model loads back and writes the same text at temperature 0", async () => {
+    // No sample of the loop's own (every 200 steps, with the prompt it read then) may land between the two below:
+    // with "every" 0, two more steps mean that a sample in flight has ended and no step starts another.
+    await page.fill("#lm-every", "0");
+    const step = (await demo()).lm.step;
+    await until(page.waitForFunction((n) => window.__qkv!.lm.step >= n + 2, step), "two steps without samples");
     await page.click("#lm-toggle"); // pause: the model must not change between the two samples
     await page.waitForFunction(() => window.__qkv?.lm.state === "paused");
     await page.fill("#lm-temperature", "0");
@@ -289,6 +294,7 @@ describe("demo in headless Chromium", () => {
     expect(after.sample.length).toBeGreaterThan("MENENIUS:".length + 100);
     expect(after.sample).toBe(before.sample);
     expect(await page.textContent("#lm-model")).toContain("saved.safetensors");
+    await page.fill("#lm-every", "200");
     expect(consoleErrors).toEqual([]);
   });
 
