@@ -136,8 +136,8 @@ struct ModelCore {
   bool apply_gradients() {
     settle_all();
     trained().ensure_training();
-    // Data parallel: a rank refusing here would leave the others waiting in the reduction; there the group's
-    // contract (one accumulate() per step on every rank, parallel/data_parallel.h) is checked by the sync.
+    // Not under data parallel: a rank refusing alone would leave the others waiting in the reduction, so there
+    // a step with nothing accumulated goes on (its zero gradients summed with the other ranks').
     check(accumulated || sync, "apply_gradients: no micro-batch was accumulated since zero_grad() (call ",
           "accumulate() or forward_backward() first); the weights are unchanged");
     bool finite_loss = !nonfinite_loss;
