@@ -316,8 +316,12 @@ struct TensorMeta {
 // qkv::Error naming every missing, mis-shaped and left-over tensor at once, unless `tensors` are exactly the
 // model's parameters (with_moments: and their Adam moments; without, moments in the file are ignored), its packed
 // ones stored as stored_as() says with their scales, and `formats` (the file's "qkv.quantized") the model's.
+//
+// `adapters`: the LoRA adapters to expect, when not the model's own (those a load is about to add).
 void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tensors, bool with_moments,
-                   const nn::Formats& formats, const std::map<std::string, std::vector<int64_t>>& shapes) {
+                   const nn::Formats& formats, const std::map<std::string, std::vector<int64_t>>& shapes,
+                   nn::Parameters* adapters = nullptr) {
+  if (!adapters && core.lora) adapters = &core.lora->params;
   check(!with_moments || !core.trained().moments_sharded(),
         "the Adam moments are sharded across ranks (ZeRO-1): load the checkpoint before joining the group");
   std::map<std::string_view, const TensorMeta*> by_name;
@@ -370,13 +374,13 @@ void check_matches(models::ModelCore& core, const std::vector<TensorMeta>& tenso
       continue;
     }
     expect(p.name, p.shape, nullptr);
-    if (with_moments && !core.lora) {
+    if (with_moments && !adapters) {
       expect(kM + p.name, p.shape, nullptr);
       expect(kV + p.name, p.shape, nullptr);
     }
   }
-  if (core.lora)
-    for (nn::Param& p : core.lora->params.all()) {
+  if (adapters)
+    for (nn::Param& p : adapters->all()) {
       expect(p.name, p.shape, nullptr);
       if (with_moments) {
         expect(kM + p.name, p.shape, nullptr);
@@ -463,32 +467,42 @@ std::vector<Target> core_targets(models::ModelCore& core) {
 
 namespace {
 
-// The model gets the checkpoint's adapters ("qkv.lora") before its tensors are checked: added when it has none (true:
-// the caller removes them again if the load fails), kept when it has the same ones. qkv::Error when they differ, or
-// when the model has adapters the file lacks.
-bool attach_lora(models::ModelCore& core, const Checkpoint& c) {
-  if (c.format != "qkv") return false;
+// The checkpoint's adapters ("qkv.lora") to add to the model, built but not attached: null when the model has the
+// same ones already, or the file none. qkv::Error when they differ, or when the model has adapters the file lacks.
+std::unique_ptr<models::LoraSet> adapters_to_add(models::ModelCore& core, const Checkpoint& c) {
+  if (c.format != "qkv") return nullptr;
   if (!c.lora) {
     check(!core.lora, "checkpoint: this model has LoRA adapters (", core.lora ? to_string(core.lora->options) : "",
           ") and the file none (no \"", kLora, "\" metadata): remove_lora() first, or load the file into a new model");
-    return false;
+    return nullptr;
   }
-  if (!core.lora) {
-    models::add_lora(core, *c.lora);
-    return true;
-  }
+  if (!core.lora) return models::build_lora(core, *c.lora);
   const LoraOptions& a = core.lora->options;
   const LoraOptions& b = *c.lora;
   check(a.rank == b.rank && a.alpha == b.alpha && a.dropout == b.dropout && a.targets == b.targets,
         "checkpoint: the file's LoRA adapters (\"", kLora, "\" = \"", to_string(b), "\") are not this model's (",
         to_string(a), "): remove_lora() first, or load the file into a new model");
-  return false;
+  return nullptr;
+}
+
+// The streaming load's (a new model, discarded on error): the file's adapters attached before its tensors are checked.
+void attach_lora(models::ModelCore& core, const Checkpoint& c) {
+  if (std::unique_ptr<models::LoraSet> set = adapters_to_add(core, c)) models::attach_lora(core, std::move(set));
 }
 
 }  // namespace
 
 bool restore_checkpoint(models::ModelCore& core, const Checkpoint& c) {
-  const bool added = attach_lora(core, c);
+  std::unique_ptr<models::LoraSet> set = adapters_to_add(core, c);
+  const bool added = set != nullptr;
+  if (added) {
+    // Checked against the adapters before they are attached: attaching releases the base's gradients and Adam
+    // moments, which a refused file must leave as they were.
+    std::vector<TensorMeta> metas;
+    for (const TensorEntry& t : c.file.tensors) metas.push_back({&t.name, &t.dtype, &t.shape});
+    check_matches(core, metas, c.has_optimizer_state, c.formats, c.packed_shapes, &set->params);
+    models::attach_lora(core, std::move(set));
+  }
   try {
     restore_checkpoint_tensors(core, c);
   } catch (...) {
@@ -555,7 +569,7 @@ bool checkpoint_from_header(const SafetensorsHeader& header, const char* kind, C
 
 CheckpointSink::CheckpointSink(models::ModelCore& core, const Checkpoint& c, const SafetensorsHeader& header)
     : core_(core), c_(c), header_(header) {
-  attach_lora(core, c);  // a new model (load, load_file): an error discards it
+  attach_lora(core, c);
   std::vector<TensorMeta> metas;
   std::vector<std::string> names;
   for (const TensorInfo& t : header.tensors) {

@@ -39,7 +39,9 @@ void move_sync(ModelCore& core, nn::Parameters& from, nn::Parameters& to) {
 
 }  // namespace
 
-void add_lora(ModelCore& core, const LoraOptions& options) {
+void add_lora(ModelCore& core, const LoraOptions& options) { attach_lora(core, build_lora(core, options)); }
+
+std::unique_ptr<LoraSet> build_lora(ModelCore& core, const LoraOptions& options) {
   check_lora_options(options);
   if (core.lora)
     throw Error(detail::cat("add_lora: this model already has LoRA adapters (", to_string(core.lora->options),
@@ -76,7 +78,12 @@ void add_lora(ModelCore& core, const LoraOptions& options) {
     for (float& x : host) x = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
     core.ops().upload(a.a->value.data(), host.data(), host.size() * sizeof(float));
   }
-  // From here on nothing throws but the group's attach (then undone).
+  return set;
+}
+
+void attach_lora(ModelCore& core, std::unique_ptr<LoraSet> set) {
+  check(!core.lora, "add_lora: this model already has LoRA adapters");
+  // Nothing throws but the group's attach (then undone).
   LoraSet& s = *set;
   core.lora = std::move(set);
   try {

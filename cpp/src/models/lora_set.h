@@ -4,6 +4,7 @@
 // the non-finite checks, data-parallel reduction and checkpoints' optimizer state on the adapters' buffers only,
 // while the base (ModelCore::params) is frozen: no gradients, no moments, its layers' backwards computing dx alone.
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ void check_lora_options(const LoraOptions& o);
 // then forgets its workspace plans: the layers plan their adapters' buffers). Each either does everything or
 // throws with nothing changed.
 void add_lora(ModelCore& core, const LoraOptions& options);
+// add_lora in two steps: the adapters built (every check of add_lora, the model unchanged), then attached (the base
+// frozen: its gradients and moments released). A checkpoint's load checks its tensors against the built set
+// before attaching it, so that a refused file leaves the model's optimizer state as it was.
+std::unique_ptr<LoraSet> build_lora(ModelCore& core, const LoraOptions& options);
+void attach_lora(ModelCore& core, std::unique_ptr<LoraSet> set);
 void merge_lora(ModelCore& core);
 void remove_lora(ModelCore& core);
 

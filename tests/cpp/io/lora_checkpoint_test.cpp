@@ -209,5 +209,27 @@ TEST(LoraCheckpoint, Refusals) {
       << unreadable;
 }
 
+// A refused file leaves a trained model as it was, its optimizer state included: the file's adapters are checked
+// before they are attached (attaching releases the base's gradients and Adam moments, and removing them again
+// restarts the optimizer).
+TEST(LoraCheckpoint, RefusedFileKeepsTheOptimizerState) {
+  LanguageModel source(tiny_lm());
+  source.add_lora(lora());
+  std::vector<uint8_t> bad = source.save();
+  const std::string key = "rank=2,alpha=4,dropout=0.2,targets=qkv+out+up+down,seed=3";
+  const std::string repl = "rank=3,alpha=4,dropout=0.2,targets=qkv+out+up+down,seed=3";
+  const auto at = std::search(bad.begin(), bad.end(), key.begin(), key.end());
+  ASSERT_NE(at, bad.end());
+  std::copy(repl.begin(), repl.end(), at);
+  LanguageModel a(tiny_lm()), twin(tiny_lm());
+  train(a, 0, 2);
+  train(twin, 0, 2);
+  const std::string refused = test::message_of([&] { a.load_state(bad); });
+  EXPECT_NE(refused.find("expected (3, 16)"), std::string::npos) << refused;
+  EXPECT_FALSE(a.has_lora());
+  EXPECT_EQ(a.step(), 2);
+  EXPECT_EQ(train(a, 2, 3), train(twin, 2, 3));  // the same moments: the same losses, bit for bit
+}
+
 }  // namespace
 }  // namespace qkv::lora_checkpoint_test
