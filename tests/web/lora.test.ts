@@ -299,6 +299,7 @@ describe("LanguageModel LoRA", () => {
     const bad: [unknown, RegExp][] = [
       [{ rank: 0 }, /options\.rank must be a positive integer, got 0/],
       [{ rank: 2.5 }, /options\.rank must be a positive integer, got 2\.5/],
+      [{ rank: 2 ** 20 + 1 }, /options\.rank must be an integer from 1 to 1048576, got 1048577/],
       [{ rank: "8" }, /options\.rank must be a positive integer, got "8" \(a string\)/],
       [{ alpha: 0 }, /options\.alpha must be a finite number > 0, got 0/],
       [{ alpha: Infinity }, /options\.alpha must be a finite number > 0, got Infinity/],

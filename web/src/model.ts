@@ -179,7 +179,8 @@ export abstract class Model<C extends object> {
    * Stores every Linear weight (and, per `options.embedding`, the token embedding) in `options.weights`' format,
    * freeing their float32 values: `memory().parameters` falls about 4x (int8), 7x (q4) or 2x (f16, bf16). The
    * model then generates, predicts, evaluates and saves (its checkpoints load quantized) but no longer trains:
-   * `trainStep` rejects (fine-tuning a quantized base is for LoRA adapters). Rejects, changing nothing, for an
+   * `trainStep` rejects (fine-tuning a quantized base is for LoRA adapters; a model that has adapters keeps training
+   * them, its base packed). Rejects, changing nothing, for an
    * unknown format or a model already quantized. Resolves to the packed tensors' formats by name.
    */
   async quantize(options: QuantizeOptions): Promise<Record<string, WeightFormat>> {
@@ -242,7 +243,7 @@ export abstract class Model<C extends object> {
    * zero, so outputs are unchanged until it trains. From then on `trainStep` (and the {@link Trainer}) trains only the
    * adapters: the base is frozen, with no gradients and no Adam moments (`memory().gradients` and `.optimizer` count
    * the adapters' alone), and may be quantized ({@link quantize}: int8, q4, f16, bf16). The optimizer restarts
-   * (step 0) for the adapters. Rejects with an Error naming the option for bad options (rank an integer >= 1, alpha
+   * (step 0) for the adapters. Rejects with an Error naming the option for bad options (rank an integer from 1 to 2^20, alpha
    * finite > 0, dropout in [0, 1), targets from {@link LoraTarget}, each once; q/k/v with qkv overlap), and when the
    * model already has adapters (`removeLora()` or `mergeLora()` first); nothing changes then.
    */

@@ -313,9 +313,12 @@ export function stringRecord(name: string, v: unknown): Record<string, string> {
 /** Every LoraTarget, in the order the docs list them. */
 export const LORA_TARGETS: readonly LoraTarget[] = ["q", "k", "v", "qkv", "out", "up", "down", "head"];
 
+/** The largest LoRA rank (the core's kMaxLoraRank, 2^20). */
+const MAX_LORA_RANK = 1 << 20;
+
 /**
  * `addLora`'s options checked and every default filled in (rank 8, alpha 16, dropout 0, targets qkv and out, seed 0;
- * the core's LoraOptions defaults): rank an integer >= 1, alpha finite > 0, dropout in [0, 1), targets a non-empty
+ * the core's LoraOptions defaults): rank an integer from 1 to 2^20, alpha finite > 0, dropout in [0, 1), targets a non-empty
  * array of distinct LoraTargets, seed an integer >= 0; an unknown key is refused (a misspelt `rnak` would otherwise
  * train at the default rank). Which targets a model has, and q/k/v against qkv, are the core's to judge.
  */
@@ -323,6 +326,8 @@ export function checkLora(options: unknown): LoraInfo {
   const like = '{ rank?, alpha?, dropout?, targets?: ["qkv", "out", ...], seed? }';
   const o = checkOptions("options", options === undefined ? {} : options, like, "LoRA");
   const rank = o.rank === undefined ? 8 : positiveInt("options.rank", o.rank);
+  // The core's kMaxLoraRank: the largest rank a saved checkpoint's "qkv.lora" reads back.
+  if (rank > MAX_LORA_RANK) throw new Error(`options.rank must be an integer from 1 to ${MAX_LORA_RANK}, got ${rank}`);
   const alpha = o.alpha === undefined ? 16 : positiveFinite("options.alpha", o.alpha);
   let dropout = 0;
   if (o.dropout !== undefined) {

@@ -42,8 +42,12 @@
 
 namespace qkv {
 
+// The largest rank (2^20): far past any adapter's use, and the bound every reader of "qkv.lora" and of PEFT's
+// adapter_config.json checks, so that whatever add_lora takes saves into a file that loads back.
+inline constexpr int kMaxLoraRank = 1 << 20;
+
 struct LoraOptions {
-  int rank = 8;                                       // r >= 1
+  int rank = 8;                                       // 1 <= r <= kMaxLoraRank
   float alpha = 16.f;                                 // scale = alpha / rank; alpha > 0 (finite)
   float dropout = 0.f;                                // on the adapter's input only, in [0, 1)
   std::vector<std::string> targets = {"qkv", "out"};  // each at most once, at least one

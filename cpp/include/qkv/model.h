@@ -92,9 +92,9 @@ class Model {
   // (memory().parameters: 4x for int8, about 7x for q4, 2x for f16 / bf16). Biases, LayerNorms and positions stay
   // float32. The model then generates, predicts, evaluates and saves as before (its checkpoints hold the packed
   // tensors: README "File layout"), but does not train: a training call throws qkv::Error (train LoRA adapters on
-  // the quantized base instead), the model still usable. Quantizing a quantized model, or to F32, throws
-  // qkv::Error and changes nothing. A model on another device is quantized there (the rounding is done on the
-  // host: the same bytes on every device).
+  // the quantized base instead), the model still usable. A model with adapters keeps training them, its base packed.
+  // Quantizing a quantized model, or to F32, throws qkv::Error and changes nothing. A model on another device is
+  // quantized there (the rounding is done on the host: the same bytes on every device).
   void quantize(WeightFormat format, const QuantizeOptions& options = {});
   // The activations of the products with the int8 and q4 weights (qkv/quantize.h), saved in the checkpoint
   // ("qkv.activations"). Int8 on a model without int8 or q4 weights throws qkv::Error and changes nothing.

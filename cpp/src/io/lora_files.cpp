@@ -238,9 +238,10 @@ Config read_config(const std::string& text) {
   check(j.at("peft_type") == "LORA", where, "\"peft_type\" is ", j.at("peft_type").dump(),
         ": qkv loads LoRA adapters only (expected \"LORA\")");
   Config c;
-  check(
-      has("r") && j.at("r").is_number_integer() && j.at("r").get<int64_t>() >= 1 && j.at("r").get<int64_t>() <= 1 << 20,
-      where, "\"r\" is ", has("r") ? j.at("r").dump() : std::string("missing"), ": expected an integer >= 1");
+  check(has("r") && j.at("r").is_number_integer() && j.at("r").get<int64_t>() >= 1 &&
+            j.at("r").get<int64_t>() <= kMaxLoraRank,
+        where, "\"r\" is ", has("r") ? j.at("r").dump() : std::string("missing"), ": expected an integer from 1 to ",
+        kMaxLoraRank);
   c.options.rank = j.at("r").get<int>();
   c.options.alpha = 8.f;  // LoraConfig's default
   if (has("lora_alpha")) {

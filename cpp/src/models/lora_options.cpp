@@ -17,7 +17,8 @@ const std::vector<std::string>& lora_target_names() {
 }
 
 void check_lora_options(const LoraOptions& o) {
-  check(o.rank >= 1, "lora rank = ", o.rank, " is invalid: expected an integer >= 1");
+  check(o.rank >= 1 && o.rank <= kMaxLoraRank, "lora rank = ", o.rank, " is invalid: expected an integer from 1 to ",
+        kMaxLoraRank);
   check(std::isfinite(o.alpha) && o.alpha > 0.f, "lora alpha = ", o.alpha, " is invalid: expected a finite number > 0");
   check(o.dropout >= 0.f && o.dropout < 1.f, "lora dropout = ", o.dropout, " is invalid: expected 0 <= dropout < 1");
   check(!o.targets.empty(), "lora targets is empty: expected one or more of q, k, v, qkv, out, up, down, head");
@@ -88,7 +89,8 @@ LoraOptions lora_options_from_string(const std::string& spec) {
     seen.push_back(key);
     if (key == "rank") {
       const long long r = parse_int(key, value);
-      check(r >= 1 && r <= 1 << 20, "lora rank = ", value, " is invalid: expected an integer from 1 to ", 1 << 20);
+      check(r >= 1 && r <= kMaxLoraRank, "lora rank = ", value, " is invalid: expected an integer from 1 to ",
+            kMaxLoraRank);
       o.rank = static_cast<int>(r);
     } else if (key == "alpha") {
       o.alpha = parse_float(key, value);

@@ -234,6 +234,7 @@ TEST(LoraFiles, RefusesConfigKeysItCannotHonourNamingThem) {
   refused([](json& c) { c["alpha_pattern"] = {{"c_attn", 4}}; }, "\"alpha_pattern\"");
   refused([](json& c) { c["layers_to_transform"] = {0}; }, "\"layers_to_transform\" is [0]");
   refused([](json& c) { c["r"] = 0; }, "\"r\" is 0");
+  refused([](json& c) { c["r"] = 2000000; }, "\"r\" is 2000000: expected an integer from 1 to 1048576");
   refused([](json& c) { c["lora_dropout"] = 1.5; }, "lora dropout = 1.5");
   refused([](json& c) { c["target_modules"].push_back("wte"); }, "target_modules entry \"wte\" names no module");
   refused([](json& c) { c["target_modules"] = 3; }, "\"target_modules\" is 3");

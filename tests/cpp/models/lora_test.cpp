@@ -458,6 +458,24 @@ TEST(Lora, QuantizedBaseTrainsAndItsLossFalls) {
   }
 }
 
+// Quantizing a model that has adapters packs its base and leaves the adapters training: the same model, step for
+// step, as quantizing first and adding the same adapters after.
+TEST(Lora, QuantizingAModelWithAdaptersKeepsThemTraining) {
+  Case before = language_model(true), after = language_model(true);
+  for (Case* k : {&before, &after}) {
+    test::randomize_weights(*k->model, 10, 0.1f);
+    k->model->set_learning_rate(1e-2f);
+  }
+  const LoraOptions o = options({"qkv", "out", "up", "down"}, 4, 8.f);
+  before.model->add_lora(o);
+  before.model->quantize(WeightFormat::Int8);
+  after.model->quantize(WeightFormat::Int8);
+  after.model->add_lora(o);
+  EXPECT_EQ(before.model->weight_formats(), after.model->weight_formats());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(before.train_step(), after.train_step()) << "step " << i;
+  EXPECT_EQ(values_of(before.model->lora_parameters()), values_of(after.model->lora_parameters()));
+}
+
 TEST(Lora, QuantizedBaseGradientsAgainstFiniteDifferences) {
   Case k = language_model(false);
   test::randomize_weights(*k.model, 8);
@@ -602,15 +620,18 @@ TEST(Lora, BadAddLoraIsRefusedAndChangesNothing) {
     LoraOptions o;
     const char* word;
   };
-  const Bad bad[] = {{options({"qkv"}, 0), "rank"},
-                     {options({"qkv"}, 2, 0.f), "alpha"},
-                     {options({"qkv"}, 2, std::nanf("")), "alpha"},
-                     {options({"qkv"}, 2, 1.f, 1.f), "dropout"},
-                     {options({"qkv"}, 2, 1.f, -0.1f), "dropout"},
-                     {options({"qkv", "mlp"}), "mlp"},
-                     {options({"q", "qkv"}), "qkv"},
-                     {options({"out", "out"}), "twice"},
-                     {options({}), "targets"}};
+  // A rank past kMaxLoraRank would save a "qkv.lora" that no load reads back: refused with the range.
+  const Bad bad[] = {
+      {options({"qkv"}, 0), "rank"},
+      {options({"qkv"}, kMaxLoraRank + 1), "rank = 1048577 is invalid: expected an integer from 1 to 1048576"},
+      {options({"qkv"}, 2, 0.f), "alpha"},
+      {options({"qkv"}, 2, std::nanf("")), "alpha"},
+      {options({"qkv"}, 2, 1.f, 1.f), "dropout"},
+      {options({"qkv"}, 2, 1.f, -0.1f), "dropout"},
+      {options({"qkv", "mlp"}), "mlp"},
+      {options({"q", "qkv"}), "qkv"},
+      {options({"out", "out"}), "twice"},
+      {options({}), "targets"}};
   for (const Bad& b : bad) {
     const std::string msg = test::message_of([&] { k.model->add_lora(b.o); });
     EXPECT_NE(msg.find(b.word), std::string::npos) << msg;
