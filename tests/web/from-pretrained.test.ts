@@ -518,6 +518,20 @@ describe("LanguageModel.fromPretrained", () => {
     expect(await m.generate(PROMPT, options)).toBe(await tok.decode(await ref.generate(ids, options)));
   });
 
+  it("a tokenizer with more tokens than the model's vocabulary is refused, naming both, before the weights are read", async () => {
+    const small = JSON.stringify({ ...JSON.parse(configText), vocab_size: tok.size - 1 });
+    const url = folder("bigtok", {
+      "config.json": utf8.encode(small),
+      "tokenizer.json": utf8.encode(tokenizerText),
+      "model.safetensors": gpt2Weights(tok.size - 1),
+    });
+    const e = await errorOf(LanguageModel.fromPretrained(url));
+    expect(e.message).toBe(
+      `qkv: ${url}config.json: the tokenizer has ${tok.size} tokens, more than the model's vocabulary of ${tok.size - 1} (vocab_size)`,
+    );
+    expect(requested).not.toContain("/bigtok/model.safetensors");
+  });
+
   it("refuses pytorch_model.bin with the line that converts it, by URL and from Files", async () => {
     const pickle = Uint8Array.of(0x50, 0x4b, 3, 4, 0, 0, 0, 0, 0, 0); // a torch.save zip's first bytes
     const url = folder("pickle", { "config.json": utf8.encode(configText), "pytorch_model.bin": pickle });

@@ -452,6 +452,14 @@ export async function readPretrained(
     }
   }
   if (signal?.aborted) throw abortError(signal);
+  // A tokenizer with more ids than the model's vocabulary makes ids the model refuses (as `qkv generate --model DIR`
+  // refuses the folder): said before the weights are downloaded. (A larger vocabulary, padded, is fine.)
+  const vocab = parsed(config)?.["vocab_size"];
+  if (tokenizer && typeof vocab === "number" && tokenizer.size > vocab) {
+    throw new Error(
+      `qkv: ${folder.at("config.json")}: the tokenizer has ${tokenizer.size} tokens, more than the model's vocabulary of ${vocab} (vocab_size)`,
+    );
+  }
 
   const weightsFile = await folder.open("model.safetensors", signal);
   if (!weightsFile) {
