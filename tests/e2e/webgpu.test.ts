@@ -90,6 +90,12 @@ const PAGE = `<!doctype html>
       result.loraLosses = [];
       for (let i = 0; i < 30; i++) result.loraLosses.push((await lm.trainStep(x, y, { batch: B })).loss);
       result.loraMemory = await lm.memory();
+      // The adapters saved and loaded where the model is (on the GPU: through the executor's download and upload).
+      result.loraTrained = arr(await lm.predict(x, { batch: B }));
+      const other = await LanguageModel.create(config);
+      await other.loadAdapter(await lm.saveAdapter());
+      result.loraLoaded = arr(await other.predict(x, { batch: B }));
+      other.dispose();
       await lm.removeLora();
       result.loraRemoved = arr(await lm.predict(x, { batch: B }));
       lm.dispose();
@@ -216,6 +222,9 @@ describe("WebGPU backend", () => {
     // B = 0: the adapters add exact zeros until they train; removeLora gives the base back bit for bit.
     expect(g.loraAdded).toEqual(g.loraBase);
     expect(g.loraRemoved).toEqual(g.loraBase);
+    // saveAdapter then loadAdapter into a model of the same config: the trained model's logits, bit for bit.
+    expect(g.loraLoaded).toEqual(g.loraTrained);
+    expect(w.loraLoaded).toEqual(w.loraTrained);
     for (const k of ["loraLosses", "qloraLosses"]) {
       expectClose(g[k], w[k], 1e-4, k);
       const l = g[k] as number[];

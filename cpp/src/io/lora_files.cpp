@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include <set>
 
 #include "io/checkpoint.h"
+#include "io/model_access.h"
 #include "models/lora_set.h"
 #include "qkv/classifier.h"
 #include "qkv/error.h"
@@ -56,8 +58,8 @@ std::vector<Module> modules_of(Model& model, const std::set<std::string>& target
   std::vector<Module> out;
   const auto want = [&](const char* t) { return targets.count(t) > 0; };
   auto* lm = dynamic_cast<LanguageModel*>(&model);
-  for (const ParameterView& p : model.parameters()) {
-    const std::string n = p.name;
+  for (const nn::Param& p : io::ModelAccess::core(model).params.all()) {  // names and shapes (host), on any device
+    const std::string& n = p.name;
     if (p.shape.size() != 2 || n.find(".lora_") != std::string::npos) continue;
     const int64_t rows = p.shape[0], cols = p.shape[1];
     if (ends_with(n, ".in_proj_weight")) {
@@ -132,10 +134,16 @@ json number(float x) {
   return json::parse(buf);
 }
 
-void check_cpu(Model& model, const char* call) {
-  check(model.device() == Device::CPU, call, ": the model is on ",
-        model.device() == Device::CUDA ? "the GPU (CUDA)" : "WebGPU",
-        ": adapters are read and written through the host; move it with to(Device::CPU) first");
+// The model's adapter parameters, its steps in flight settled. Their values are device memory on every executor
+// (the CPU's is the host's): read and written through the executor's download and upload, so that a model on WebGPU
+// or CUDA saves and loads its adapters where it is (Model::lora_parameters, views for the host, refuses there).
+std::vector<nn::Param*> adapter_params(Model& model) {
+  models::ModelCore& core = io::ModelAccess::core(model);
+  core.settle_all();
+  std::vector<nn::Param*> out;
+  if (core.lora)
+    for (nn::Param& p : core.lora->params.all()) out.push_back(&p);
+  return out;
 }
 
 std::string shape_text(const std::vector<int64_t>& s) {
@@ -148,7 +156,6 @@ std::string shape_text(const std::vector<int64_t>& s) {
 
 AdapterFiles save_adapter(Model& model, AdapterNames names, const std::string& base_model) {
   check(model.has_lora(), "save_adapter: the model has no LoRA adapters (add_lora or load_adapter first)");
-  check_cpu(model, "save_adapter");
   const LoraOptions& o = model.lora_options();
   if (names == AdapterNames::Gpt2) {
     check(dynamic_cast<LanguageModel*>(&model) != nullptr,
@@ -163,8 +170,9 @@ AdapterFiles save_adapter(Model& model, AdapterNames names, const std::string& b
   for (const Module& m : modules) by_stem[m.stem] = &m;
   std::vector<TensorRef> refs;
   std::set<std::string> entries;
-  for (const ParameterView& p : model.lora_parameters()) {
-    const std::string n = p.name;
+  std::deque<std::vector<float>> host;  // each adapter's values, downloaded
+  for (const nn::Param* p : adapter_params(model)) {
+    const std::string& n = p->name;
     const bool a = ends_with(n, kA);
     check(a || ends_with(n, kB), "save_adapter: adapter tensor \"", n, "\" is not named <module>", kA, " or ", kB);
     const std::string stem = n.substr(0, n.size() - kA.size());
@@ -174,8 +182,9 @@ AdapterFiles save_adapter(Model& model, AdapterNames names, const std::string& b
     const std::string module = module_name(*it->second, names);
     check(!module.empty(), "save_adapter: adapter \"", stem, "\" has no GPT-2 module name");
     entries.insert(target_entry(*it->second, names));
-    refs.emplace_back(kPrefix + module + (a ? kA : kB), std::vector<int64_t>(p.shape.begin(), p.shape.end()),
-                      std::span<const float>(p.value));
+    std::vector<float>& values = host.emplace_back(p->value.size());
+    io::ModelAccess::core(model).ops().download(values.data(), p->value.data(), p->value.size_bytes());
+    refs.emplace_back(kPrefix + module + (a ? kA : kB), p->shape, std::span<const float>(values));
   }
   json c = {
       {"base_model_name_or_path", base_model.empty() ? json() : json(base_model)},
@@ -290,7 +299,6 @@ Config read_config(const std::string& text) {
 }  // namespace
 
 void load_adapter(Model& model, const AdapterFiles& files) {
-  check_cpu(model, "load_adapter");
   Config config = read_config(files.config_json);
   const SafetensorsFile file = [&] {
     try {
@@ -404,11 +412,11 @@ void load_adapter(Model& model, const AdapterFiles& files) {
   config.options.seed = model.has_lora() ? model.lora_options().seed : 0;
   if (model.has_lora()) model.remove_lora();
   model.add_lora(config.options);
-  for (const ParameterView& p : model.lora_parameters()) {
-    const auto it = values.find(p.name);
-    check(it != values.end() && it->second.size() == p.value.size(), "load_adapter: the model's adapter tensor \"",
-          p.name, "\" is not one lora_files expects (lora_parameters and lora_files disagree)");
-    std::copy(it->second.begin(), it->second.end(), p.value.begin());
+  for (nn::Param* p : adapter_params(model)) {
+    const auto it = values.find(p->name);
+    check(it != values.end() && it->second.size() == p->value.size(), "load_adapter: the model's adapter tensor \"",
+          p->name, "\" is not one lora_files expects (lora_parameters and lora_files disagree)");
+    io::ModelAccess::core(model).ops().upload(p->value.data(), it->second.data(), p->value.size_bytes());
   }
 }
 

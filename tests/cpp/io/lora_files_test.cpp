@@ -16,6 +16,7 @@
 
 #include "io/checkpoint.h"
 #include "models/lora_cases.h"
+#include "ops/webgpu_loopback.h"
 #include "qkv/classifier.h"
 #include "qkv/import.h"
 #include "qkv/language_model.h"
@@ -283,6 +284,26 @@ TEST(LoraFiles, NamesEveryMissingMisShapedAndUnexpectedTensorAtOnce) {
     EXPECT_NE(msg.find(part), std::string::npos) << part << "\n" << msg;
   EXPECT_EQ(to_string(target.lora_options()), to_string(lora({"up"})));  // the model's adapters are as they were
   EXPECT_EQ(adapters_of(target), before);
+}
+
+// A model on WebGPU (the loopback: ops/webgpu_loopback.h) saves and loads its adapters where it is, through the
+// executor's download and upload: the same files as on the CPU, and the same logits.
+TEST(LoraFiles, OnWebGpuTheSameFiles) {
+  test::webgpu_loopback();
+  LanguageModel cpu(tiny_lm()), gpu(tiny_lm());
+  for (LanguageModel* m : {&cpu, &gpu}) test::randomize_weights(*m, 3);
+  const LoraOptions o = lora({"qkv", "out", "up", "down", "head"});
+  cpu.add_lora(o);
+  randomize_adapters(cpu, 40);
+  const AdapterFiles f = save_adapter(cpu, AdapterNames::Gpt2);
+  gpu.to(Device::WebGPU);
+  gpu.add_lora(lora({"out"}, 4));  // replaced by the file's
+  load_adapter(gpu, f);
+  const AdapterFiles g = save_adapter(gpu, AdapterNames::Gpt2);
+  EXPECT_EQ(g.safetensors, f.safetensors);
+  EXPECT_EQ(g.config_json, f.config_json);
+  const std::vector<int32_t> tokens{1, 5, 2, 7, 3, 0};
+  EXPECT_EQ(gpu.logits(tokens, 1, 6), cpu.logits(tokens, 1, 6));  // the loopback's forward is the CPU's, bit for bit
 }
 
 TEST(LoraFiles, SaveRefusals) {
