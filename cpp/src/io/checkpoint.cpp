@@ -530,6 +530,18 @@ void restore_checkpoint_tensors(models::ModelCore& core, const Checkpoint& c) {
 void restore_weights(models::ModelCore& core, std::span<const uint8_t> bytes, const std::string& config_json) {
   const SafetensorsFile file = parse_safetensors(bytes);
   verify_checksums(file);
+  // Adapters on one side only: said as such, rather than as each adapter tensor missing or left over.
+  const auto adapter_tensor = std::find_if(file.tensors.begin(), file.tensors.end(), [](const TensorEntry& t) {
+    return t.name.find(".lora_A.") != std::string::npos || t.name.find(".lora_B.") != std::string::npos;
+  });
+  if (core.lora && adapter_tensor == file.tensors.end())
+    throw Error(detail::cat("load_weights: this model has LoRA adapters (", to_string(core.lora->options),
+                            ") and the file none of their tensors: remove_lora() first (and add_lora again after), "
+                            "or load a checkpoint saved with them"));
+  if (!core.lora && adapter_tensor != file.tensors.end())
+    throw Error(detail::cat("load_weights: the file holds LoRA adapter tensors (\"", adapter_tensor->name,
+                            "\") and this model has no adapters: load it with load() or load_state(), which add the "
+                            "file's adapters, or add_lora() with the file's options first"));
   std::string format = "qkv";
   try {
     format = detect_format(file);

@@ -209,6 +209,28 @@ TEST(LoraCheckpoint, Refusals) {
       << unreadable;
 }
 
+// load_weights with adapters on one side only is refused saying so, the model unchanged.
+TEST(LoraCheckpoint, LoadWeightsWithAdaptersOnOneSideIsRefusedSayingSo) {
+  LanguageModel with(tiny_lm()), without(tiny_lm());
+  with.add_lora(lora());
+  const std::vector<uint8_t> with_bytes = with.save(false), without_bytes = without.save(false);
+  const auto logits = with.logits(batch(1).in, 2, 8);
+  const std::string base_only = test::message_of([&] { with.load_weights(without_bytes); });
+  EXPECT_NE(base_only.find("load_weights: this model has LoRA adapters (rank=2,alpha=4,dropout=0.2,targets=qkv+out+up+"
+                           "down,seed=3) and the file none of their tensors: remove_lora() first"),
+            std::string::npos)
+      << base_only;
+  EXPECT_EQ(with.logits(batch(1).in, 2, 8), logits);
+  const std::string adapters = test::message_of([&] { without.load_weights(with_bytes); });
+  EXPECT_NE(adapters.find("load_weights: the file holds LoRA adapter tensors (\"layers.0.self_attn.in_proj.lora_A."
+                          "weight\") and this model has no adapters"),
+            std::string::npos)
+      << adapters;
+  EXPECT_FALSE(without.has_lora());
+  with.load_weights(with_bytes);  // adapters on both sides: loads
+  EXPECT_EQ(with.logits(batch(1).in, 2, 8), logits);
+}
+
 // A refused file leaves a trained model as it was, its optimizer state included: the file's adapters are checked
 // before they are attached (attaching releases the base's gradients and Adam moments, and removing them again
 // restarts the optimizer).
