@@ -246,6 +246,10 @@ describe("LanguageModel.fromPretrained", () => {
       expect(mine.at(-1)!.loaded).toBe(size);
     }
     expect(events.filter((e) => e.file === "model.safetensors").length).toBeGreaterThan(1);
+    // A text prompt that is not well-formed Unicode is refused naming the prompt, by generate and by stream.
+    const lone = /^prompt has a lone surrogate U\+D800 at index 1: expected well-formed Unicode text/;
+    await expect(m.generate("a\uD800b", { maxTokens: 2 })).rejects.toThrow(lone);
+    await expect(m.stream("a\uD800b", { maxTokens: 2 }).next()).rejects.toThrow(lone);
   });
 
   it("a text stream holds back a character cut short until it is whole, or until the end", async () => {

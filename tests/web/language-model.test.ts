@@ -235,10 +235,11 @@ describe("LanguageModel: predict, attention, generate options, save and load", (
     const a = await model.generate(prompt, opts);
     expect(await model.generate(prompt, opts)).toEqual(a);
     await expect(model.generate(prompt, { maxTokens: 3, topP: 0 })).rejects.toThrow(/top_p = 0 is invalid/);
-    await expect(model.generate(prompt, { maxTokens: 3, topK: -1 })).rejects.toThrow(/top_k = -1 is invalid/);
+    // A negative top-k is refused quoting the value given (the core clamped it to -1 for its own message).
+    await expect(model.generate(prompt, { maxTokens: 3, topK: -5 })).rejects.toThrow(/options\.topK must be an integer in \[0, 2147483647\], got -5/);
     await expect(model.generate(prompt, { maxTokens: 3, repetitionPenalty: 0 })).rejects.toThrow(/repetition_penalty = 0 is invalid/);
     await expect(model.generate(prompt, { maxTokens: 3, stopTokens: [V] })).rejects.toThrow(/stop_tokens\[0\] = \d+ is out of range/);
-    await expect(model.generate(prompt, { maxTokens: 3, topK: 1.5 })).rejects.toThrow(/options.topK must be an integer, got 1.5/);
+    await expect(model.generate(prompt, { maxTokens: 3, topK: 1.5 })).rejects.toThrow(/options\.topK must be an integer in \[0, 2147483647\], got 1\.5/);
     await expect(model.generate(prompt, { maxTokens: 3, stopTokens: ["a"] as unknown as number[] })).rejects.toThrow(/options.stopTokens\[0\] must be an integer/);
     await expect(model.generate(prompt, { maxTokens: 3, topk: 2 } as unknown as { maxTokens: number })).rejects.toThrow(/options.topk is not a generate option/);
   });

@@ -305,6 +305,9 @@ describe("LanguageModel LoRA", () => {
       [{ alpha: Infinity }, /options\.alpha must be a finite number > 0, got Infinity/],
       [{ dropout: 1 }, /options\.dropout must be a number in \[0, 1\), got 1/],
       [{ dropout: -0.1 }, /options\.dropout must be a number in \[0, 1\), got -0\.1/],
+      // Judged as the core holds them, in float32: 0.99999999 is 1 there, 1e-46 is 0.
+      [{ dropout: 0.99999999 }, /options\.dropout must be a number in \[0, 1\), got 0\.99999999/],
+      [{ alpha: 1e-46 }, /options\.alpha must be a finite number > 0 as a float32, got 1e-46, which is 0 in float32/],
       [{ targets: [] }, /options\.targets must be a non-empty array/],
       [{ targets: "qkv" }, /options\.targets must be a non-empty array/],
       [{ targets: ["qkv", "mlp"] }, /options\.targets\[1\] must be one of "q", "k", "v", "qkv", "out", "up", "down", "head", got "mlp"/],

@@ -18,7 +18,16 @@ import type {
   PretrainedSource,
   StepResult,
 } from "./types.js";
-import { checkAttention, checkBatch, checkConfig, checkGenerate, describe, int32Array, rows } from "./validate.js";
+import {
+  checkAttention,
+  checkBatch,
+  checkConfig,
+  checkGenerate,
+  describe,
+  int32Array,
+  rows,
+  text as wellFormed,
+} from "./validate.js";
 
 /**
  * A decoder-only (GPT-style) Transformer language model living in the wasm core.
@@ -161,7 +170,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
   async generate(prompt: Int32Array | string, options: GenerateOptions): Promise<Int32Array | string> {
     if (typeof prompt === "string") {
       const tok = this.#textTokenizer("generate");
-      return tok.decode(await this.generate(await tok.encode(prompt), options));
+      return tok.decode(await this.generate(await tok.encode(wellFormed("prompt", prompt)), options));
     }
     const { onToken, ...g } = checkGenerate(prompt, options);
     if (!onToken) return (await callModel(this, "generate", "generate", g)).tokens;
@@ -173,10 +182,13 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * the core has made it (in a browser the core runs in a Worker, so the page stays responsive):
    *
    * ```ts
-   * for await (const token of lm.stream(prompt, { maxTokens: 200, temperature: 0.8, seed: 1 })) {
-   *   output.textContent += await tok.decode(Int32Array.of(token));
+   * for await (const token of lm.stream(promptIds, { maxTokens: 200, temperature: 0.8, seed: 1 })) {
+   *   ids.push(token);
    *   if (stopClicked) break; // ends generation in the core; the model is ready for the next call
    * }
+   * // With a tokenizer, stream text instead (a string prompt, below): a token decoded alone can be part of a
+   * // character (byte-level BPE), which the text stream holds back until it is whole.
+   * for await (const piece of lm.stream("Once upon a time", { maxTokens: 200 })) output.textContent += piece;
    * ```
    *
    * Generation runs ahead of a slow loop (the tokens wait for it) and ends in the core as soon as the loop
@@ -212,7 +224,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
       shown = text;
       return piece;
     };
-    for await (const token of this.#streamIds(await tok.encode(prompt), options)) {
+    for await (const token of this.#streamIds(await tok.encode(wellFormed("prompt", prompt)), options)) {
       made.push(token);
       const text = await tok.decode(made);
       if (text.endsWith("\uFFFD")) continue;

@@ -255,7 +255,7 @@ export function checkGenerate(
     options: {
       maxTokens,
       temperature,
-      topK: o.topK === undefined ? 0 : integer("options.topK", o.topK),
+      topK: o.topK === undefined ? 0 : nonNegativeInt("options.topK", o.topK),
       topP: o.topP === undefined ? 1 : finiteNumber("options.topP", o.topP),
       repetitionPenalty: o.repetitionPenalty === undefined ? 1 : finiteNumber("options.repetitionPenalty", o.repetitionPenalty),
       seed: o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed, Number.MAX_SAFE_INTEGER),
@@ -329,10 +329,15 @@ export function checkLora(options: unknown): LoraInfo {
   // The core's kMaxLoraRank: the largest rank a saved checkpoint's "qkv.lora" reads back.
   if (rank > MAX_LORA_RANK) throw new Error(`options.rank must be an integer from 1 to ${MAX_LORA_RANK}, got ${rank}`);
   const alpha = o.alpha === undefined ? 16 : positiveFinite("options.alpha", o.alpha);
+  // The core keeps alpha and dropout as float32: judged as they will be held (1e-46 is 0 there, 0.99999999 is 1).
+  const f = Math.fround(alpha);
+  if (f === 0 || !Number.isFinite(f)) {
+    throw new Error(`options.alpha must be a finite number > 0 as a float32, got ${alpha}, which is ${f} in float32`);
+  }
   let dropout = 0;
   if (o.dropout !== undefined) {
     const d = o.dropout;
-    if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d >= 1) {
+    if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || Math.fround(d) >= 1) {
       throw invalid(d, "number", `options.dropout must be a number in [0, 1), got ${describe(d)}`);
     }
     dropout = d;
