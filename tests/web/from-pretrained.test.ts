@@ -522,6 +522,38 @@ describe("LanguageModel.fromPretrained", () => {
     expect(await m.generate(PROMPT, options)).toBe(await tok.decode(await ref.generate(ids, options)));
   });
 
+  it("stops at the folder's end-of-text by default, as transformers' generate does; stopTokens: [] goes past it", async () => {
+    using ref = await reference();
+    const ids = await tok.encode(PROMPT);
+    const greedy = Array.from(await ref.generate(ids, { maxTokens: 12, temperature: 0 }));
+    // The end-of-text: a token greedy decoding makes, the first one new past index 0 (a random model may repeat one).
+    const at = Math.max(0, greedy.findIndex((t, i) => i > 0 && greedy.indexOf(t) === i));
+    const eos = greedy[at]!;
+    const url = folder("eos", {
+      "config.json": utf8.encode(JSON.stringify({ ...JSON.parse(configText), eos_token_id: eos })),
+      "tokenizer.json": utf8.encode(tokenizerText),
+      "model.safetensors": weights,
+    });
+    using m = await LanguageModel.fromPretrained(url);
+    expect(Array.from(m.stopTokens)).toEqual([eos]);
+    const options = { maxTokens: 12, temperature: 0 };
+    expect(Array.from(await m.generate(ids, options))).toEqual(greedy.slice(0, at + 1));
+    expect(await m.generate(PROMPT, options)).toBe(await tok.decode(greedy.slice(0, at + 1)));
+    const streamed: number[] = [];
+    for await (const t of m.stream(ids, options)) streamed.push(t);
+    expect(streamed).toEqual(greedy.slice(0, at + 1));
+    expect(Array.from(await m.generate(ids, { ...options, stopTokens: [] }))).toEqual(greedy);
+    // Without eos_token_id, the tokenizer's end-of-text; a model not from a folder has none.
+    const plainUrl = folder("eos-default", {
+      "config.json": utf8.encode(configText),
+      "tokenizer.json": utf8.encode(tokenizerText),
+      "model.safetensors": weights,
+    });
+    using plain = await LanguageModel.fromPretrained(plainUrl);
+    expect(Array.from(plain.stopTokens)).toEqual([tok.eosId]);
+    expect(Array.from(ref.stopTokens)).toEqual([]);
+  });
+
   it("a tokenizer with more tokens than the model's vocabulary is refused, naming both, before the weights are read", async () => {
     const small = JSON.stringify({ ...JSON.parse(configText), vocab_size: tok.size - 1 });
     const url = folder("bigtok", {

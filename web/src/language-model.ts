@@ -3,7 +3,7 @@
 import { abortError } from "./load-stream.js";
 import { Model, callModel, createIn, importIn, loadIn, pretrainedIn, pretrainedOptions, streamModel } from "./model.js";
 import type { Backend, TokenStream } from "./platform.js";
-import { notGpt2, readPretrained } from "./pretrained.js";
+import { eosTokens, notGpt2, readPretrained } from "./pretrained.js";
 import type { ModelOut, SamplingIn } from "./protocol.js";
 import { tokenizerJSON, type AnyTokenizer } from "./tokenizer.js";
 import type {
@@ -42,6 +42,14 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * `lm.tokenizer = await Tokenizer.fromCheckpoint(bytes)`.
    */
   tokenizer: AnyTokenizer | undefined = undefined;
+
+  /**
+   * The token ids `generate` and `stream` stop after when their options give no `stopTokens` (which then win,
+   * `[]` included). {@link LanguageModel.fromPretrained} sets them as Hugging Face's `generate` stops: the folder's
+   * `eos_token_id` (config.json), else its tokenizer's end-of-text token (GPT-2's `<|endoftext|>`); empty
+   * otherwise. Set them yourself for any other model.
+   */
+  stopTokens: Int32Array = new Int32Array(0);
 
   private constructor(backend: Backend, out: ModelOut) {
     super("LanguageModel", backend, out);
@@ -127,6 +135,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
       throw abortError(o.signal);
     }
     m.tokenizer = files.tokenizer;
+    m.stopTokens = eosTokens(files.config, files.tokenizer?.eosId);
     return m;
   }
 
@@ -172,7 +181,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
       const tok = this.#textTokenizer("generate");
       return tok.decode(await this.generate(await tok.encode(wellFormed("prompt", prompt)), options));
     }
-    const { onToken, ...g } = checkGenerate(prompt, options);
+    const { onToken, ...g } = checkGenerate(prompt, options, this.stopTokens);
     if (!onToken) return (await callModel(this, "generate", "generate", g)).tokens;
     return generating(this, "generate", g, onToken).result;
   }
@@ -254,7 +263,7 @@ export class LanguageModel extends Model<LanguageModelConfig> {
   }
 
   async *#streamIds(prompt: Int32Array, options: GenerateOptions): AsyncGenerator<number, void, undefined> {
-    const { onToken, ...g } = checkGenerate(prompt, options);
+    const { onToken, ...g } = checkGenerate(prompt, options, this.stopTokens);
     const ready: number[] = [];
     let wake: (() => void) | undefined;
     let ended = false;

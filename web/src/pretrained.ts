@@ -401,6 +401,20 @@ export interface PretrainedFiles {
   tokenizer: BpeTokenizer | undefined;
 }
 
+/**
+ * The ids generation stops at by default (LanguageModel.stopTokens), as transformers' generate takes them:
+ * config.json's `eos_token_id` (an id or a list of them; ids past its vocab_size left out: the model never makes them), else
+ * the tokenizer's end-of-text id, else none.
+ */
+export function eosTokens(configText: string, tokenizerEos: number | undefined): Int32Array {
+  const config = parsed(configText);
+  const eos = config?.["eos_token_id"], vocab = config?.["vocab_size"];
+  const made = (id: unknown): id is number => Number.isInteger(id) && (id as number) >= 0 && (typeof vocab !== "number" || (id as number) < vocab);
+  const ids = (Array.isArray(eos) ? eos : [eos]).filter(made);
+  if (ids.length) return Int32Array.from(ids);
+  return tokenizerEos === undefined ? new Int32Array(0) : Int32Array.of(tokenizerEos);
+}
+
 /** config.json as an object, or undefined when it is not (the core then says what is wrong with it). */
 function parsed(configText: string): Record<string, unknown> | undefined {
   try {

@@ -264,7 +264,11 @@ export interface GenerateOptions {
   repetitionPenalty?: number;
   /** Seed of the sampler: the same seed and options give the same tokens. Default: a random seed. */
   seed?: number;
-  /** Generation ends after emitting one of these token ids (it is included in the result). */
+  /**
+   * Generation ends after emitting one of these token ids (it is included in the result). Default: the model's
+   * {@link LanguageModel.stopTokens} (from {@link LanguageModel.fromPretrained}: the folder's end-of-text; none
+   * otherwise); `[]` generates past them.
+   */
   stopTokens?: ArrayLike<number>;
   /**
    * Keep each layer's keys and values between tokens (a KV cache): each new token costs one position instead

@@ -226,10 +226,11 @@ export function checkBatch(
   return { inputs: x, targets: y, batch, seq };
 }
 
-/** Checks generate()'s arguments and fills the defaults of the sampling options. */
+/** Checks generate()'s arguments and fills the defaults of the sampling options (`stopTokens`: the model's). */
 export function checkGenerate(
   prompt: unknown,
   options: unknown,
+  stopTokens: Int32Array = new Int32Array(0),
 ): { prompt: Int32Array; options: SamplingIn; onToken?: (token: number, index: number) => void } {
   const p = int32Array("prompt", prompt);
   const o = checkOptions(
@@ -259,7 +260,7 @@ export function checkGenerate(
       topP: o.topP === undefined ? 1 : finiteNumber("options.topP", o.topP),
       repetitionPenalty: o.repetitionPenalty === undefined ? 1 : finiteNumber("options.repetitionPenalty", o.repetitionPenalty),
       seed: o.seed === undefined ? Math.floor(Math.random() * 0x7fffffff) : nonNegativeInt("options.seed", o.seed, Number.MAX_SAFE_INTEGER),
-      stopTokens: o.stopTokens === undefined ? new Int32Array(0) : int32Like("options.stopTokens", arrayOf(o.stopTokens)),
+      stopTokens: o.stopTokens === undefined ? stopTokens : int32Like("options.stopTokens", arrayOf(o.stopTokens)),
       useCache: o.useCache === undefined ? true : boolean("options.useCache", o.useCache),
     },
   };
