@@ -167,8 +167,10 @@ export class LanguageModel extends Model<LanguageModelConfig> {
    * Generates up to `maxTokens` new tokens after `prompt` and resolves to them (the prompt excluded): greedy
    * with `temperature: 0`, otherwise sampled with temperature, top-k, top-p and a repetition penalty, as
    * the core's `qkv::SamplingOptions`. The same seed and options give the same tokens. When the sequence
-   * outgrows the context, the window slides. With `onToken`, each token is also handed over as soon as it
-   * is made (see {@link GenerateOptions.onToken} and {@link LanguageModel.stream}).
+   * outgrows the context, the window slides: every position then moves (learned positions), so each token past
+   * the context re-runs the whole window, a prefill's cost rather than one position's (GPT-2: 1024 positions a
+   * token). Keep prompt + `maxTokens` within the context for the KV cache's speed. With `onToken`, each token is
+   * also handed over as soon as it is made (see {@link GenerateOptions.onToken} and {@link LanguageModel.stream}).
    *
    * A string prompt needs {@link LanguageModel.tokenizer}: the prompt is encoded with it, and the call resolves
    * to the new text, `tokenizer.decode(tokens)` of the same tokens (special tokens dropped; `onToken` still

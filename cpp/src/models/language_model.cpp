@@ -69,11 +69,12 @@ struct LanguageModel::Impl {
   // The workspace's model-level buffers, planned for (B_cap, T_cap), the attention's scratch also for K_cap cached keys
   // (generation's KV caches). A training step runs the head and the loss
   // over chunks of head_rows rows (head_loss), so logits holds (head_rows + kTailRows, V); the paths that return or
-  // read every row's logits (evaluate, logits(), generation) ask for the whole (B_cap * T_cap, V) once
-  // (whole_logits), which training then chunks as well.
+  // read every row's logits (evaluate, logits(), uncached generation) ask for the whole (B_cap * T_cap, V) once, which
+  // training then chunks as well; cached generation reads only each sequence's last position's (B_cap, V).
+  enum class LogitRows { Last, Chunk, Whole };  // ordered: each holds the rows the ones before it need
   int B_cap = 0, T_cap = 0, K_cap = 0, head_rows = 0;
   const int chunk_setting = models::head_chunk_rows();  // models/head_chunk.h, when the model was made (0: by V)
-  bool whole_logits = false;
+  LogitRows logit_rows = LogitRows::Last;
   Span logits, losses, d_top;                        // logits become d logits in a training step
   std::span<int32_t> tokens_dev, targets_dev, best;  // device ids of the batch (B,T); argmax (B,T)
   std::vector<int32_t> tokens, targets;              // host copies of the current batch, (B,T)
@@ -139,26 +140,29 @@ struct LanguageModel::Impl {
   }
 
   // cached_keys: the capacity of the KV caches the stack's forward will be given (generation's), 0 for none.
-  void ensure_capacity(int B, int T, bool whole, int cached_keys = 0) {
-    if (B <= B_cap && T <= T_cap && cached_keys <= K_cap && (whole_logits || !whole)) return;
+  void ensure_capacity(int B, int T, LogitRows need, int cached_keys = 0) {
+    if (B <= B_cap && T <= T_cap && cached_keys <= K_cap && need <= logit_rows) return;
     B_cap = std::max(B, B_cap);
     T_cap = std::max(T, T_cap);
     K_cap = std::max(cached_keys, K_cap);
-    whole_logits = whole_logits || whole;
+    logit_rows = std::max(logit_rows, need);
     core.ws.plan([&](Workspace& w) {
       const size_t rows = static_cast<size_t>(B_cap) * T_cap;
       stack.plan(w, B_cap, T_cap, core.recomputes(), K_cap);
       head_rows = head_chunk(static_cast<int>(rows), w.taken_floats());
       embedding.plan(w, static_cast<int>(rows));
-      const size_t chunk = std::min(rows, static_cast<size_t>(head_rows) + kTailRows);
-      logits = w.take((whole_logits ? rows : chunk) * V);
+      const size_t logit_count = logit_rows == LogitRows::Whole ? rows
+                                 : logit_rows == LogitRows::Chunk
+                                     ? std::min(rows, static_cast<size_t>(head_rows) + kTailRows)
+                                     : static_cast<size_t>(B_cap);
+      logits = w.take(logit_count * V);
       losses = w.take(rows);
       d_top = stack.d_output_buffer();  // planned above; d top is read once, first, by the stack's backward
       tokens_dev = w.take_ints(rows);
       targets_dev = w.take_ints(rows);
       best = w.take_ints(rows);
       dequant = w.take_shared("weight.dequant", core.params.frozen() ? nn::weight_dx_scratch_size(head()) : 0);
-      if (nn::LoraAdapter* a = head_adapter()) a->plan(w, static_cast<int>(whole_logits ? rows : chunk));
+      if (nn::LoraAdapter* a = head_adapter()) a->plan(w, static_cast<int>(logit_count));
     });
     tokens.reserve(static_cast<size_t>(B_cap) * T_cap);
     targets.reserve(static_cast<size_t>(B_cap) * T_cap);
@@ -177,7 +181,7 @@ struct LanguageModel::Impl {
   // whole: the pass needs every row's logits at once (not a training step).
   void load_batch(std::span<const int32_t> in, const std::span<const int32_t>* tg, int B, int T, bool whole) {
     check_batch(in, tg, B, T);
-    ensure_capacity(B, T, whole);
+    ensure_capacity(B, T, whole ? LogitRows::Whole : LogitRows::Chunk);
     tokens.assign(in.begin(), in.end());
     token_ids = core.ids(tokens_dev, tokens);
     if (tg) {
@@ -194,7 +198,7 @@ struct LanguageModel::Impl {
     stack.forward({nullptr, true}, B, T, drop);
   }
 
-  // tokens (B,T) -> logits (B,T,V), every row at once (whole_logits)
+  // tokens (B,T) -> logits (B,T,V), every row at once (LogitRows::Whole)
   void forward(int B, int T, bool train_pass) {
     forward_stack(B, T, train_pass);
     // logits = top (rows,C) W^T (C,V), W the head (tied: the token embedding)
@@ -430,7 +434,7 @@ struct LanguageModel::Generation::State {
     // arena is planned for those (step()): a 124M GPT-2 with context 1024 would otherwise plan a training
     // forward's activations and (1024, V) logits, about 1 GB that decoding never reads, and the wasm build
     // clears and touches all of it.
-    if (!options.use_cache) m.ensure_capacity(batch, ctx, true);
+    if (!options.use_cache) m.ensure_capacity(batch, ctx, Impl::LogitRows::Whole);
     const size_t rows = static_cast<size_t>(batch);
     seq.resize(rows);
     out.resize(rows);
@@ -472,7 +476,9 @@ struct LanguageModel::Generation::State {
         m.caches.clear();
       }
       const int fed = start + m.caches.length(), Tn = n - fed;
-      m.ensure_capacity(batch, Tn, true, m.caches.capacity());
+      // Only each sequence's last position's logits are made (forward_cached): not the whole window's (Tn x V floats,
+      // 206 MB for GPT-2's 1024 positions).
+      m.ensure_capacity(batch, Tn, Impl::LogitRows::Last, m.caches.capacity());
       gather(fed, Tn);
       m.forward_cached(window.data(), batch, Tn);
       // The next-token logits (B,V) come to the host, where the sampler chooses (infer/sampling.cpp).
@@ -580,7 +586,7 @@ bool LanguageModel::tied_head() const { return impl_->lm_head == nullptr; }
 void LanguageModel::reset(bool moved) {
   if (moved) {
     impl_->B_cap = impl_->T_cap = impl_->K_cap = 0;
-    impl_->whole_logits = false;
+    impl_->logit_rows = Impl::LogitRows::Last;
   }
   impl_->caches_owner = 0;  // keys and values of the old weights, or of the old device
 }

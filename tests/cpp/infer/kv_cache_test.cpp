@@ -130,6 +130,30 @@ TEST(KvCache, AShortPromptPlansTheAttentionForTheCachesKeys) {
   }
 }
 
+// Cached generation makes only each sequence's last logits, so its workspace holds no (window x vocabulary) logits: a
+// whole-window prompt on a model with a large vocabulary plans about what a one-token prompt plans (its stack's
+// activations grow with the window, its logits do not), the tokens those of uncached generation.
+TEST(KvCache, ALongPromptPlansNoWholeWindowOfLogits) {
+  const LanguageModelConfig c{.vocab_size = 4000, .context = 64, .d_model = 16, .heads = 2, .layers = 1};
+  LanguageModel trained(c);
+  test::randomize_weights(trained, 5);
+  const std::vector<uint8_t> bytes = trained.save();
+  SamplingOptions o;
+  o.max_new_tokens = 3;
+  o.temperature = 0.f;
+  const auto one = LanguageModel::load(bytes), whole = LanguageModel::load(bytes);
+  run(*one, {7}, 1, o);
+  std::vector<int32_t> prompt(64);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 37 % 4000);
+  const Generated got = run(*whole, prompt, 1, o);
+  const size_t window_logits = 64 * 4000 * sizeof(float);  // 1 MB
+  EXPECT_LT(whole->memory().activations, one->memory().activations + window_logits / 4)
+      << one->memory().activations << " for one token";
+  o.use_cache = false;
+  const auto uncached = LanguageModel::load(bytes);
+  EXPECT_EQ(got.tokens[0], run(*uncached, prompt, 1, o).tokens[0]);
+}
+
 // A row of a batch is the single-prompt generation with the seed options.seed + row, with or without the
 // cache; a stop token ends only its own row.
 TEST(KvCache, BatchedRowsEqualSinglePromptGeneration) {
