@@ -241,7 +241,55 @@ describe("LanguageModel: predict, attention, generate options, save and load", (
     await expect(model.generate(prompt, { maxTokens: 3, stopTokens: [V] })).rejects.toThrow(/stop_tokens\[0\] = \d+ is out of range/);
     await expect(model.generate(prompt, { maxTokens: 3, topK: 1.5 })).rejects.toThrow(/options\.topK must be an integer in \[0, 2147483647\], got 1\.5/);
     await expect(model.generate(prompt, { maxTokens: 3, stopTokens: ["a"] as unknown as number[] })).rejects.toThrow(/options.stopTokens\[0\] must be an integer/);
+    // Any ArrayLike is taken, as the type says; a value past int32 is said to be one.
+    expect(await model.generate(prompt, { maxTokens: 6, temperature: 0, stopTokens: { length: 1, 0: stop } })).toEqual(stopped);
+    await expect(model.generate(prompt, { maxTokens: 3, stopTokens: Uint32Array.of(4294967295) })).rejects.toThrow(
+      /options\.stopTokens\[0\] must be an integer from -2147483648 to 2147483647 \(an int32\), got 4294967295/,
+    );
     await expect(model.generate(prompt, { maxTokens: 3, topk: 2 } as unknown as { maxTokens: number })).rejects.toThrow(/options.topk is not a generate option/);
+  });
+
+  it("generate and stream end when their signal aborts, rejecting with its reason; the model goes on", async () => {
+    const prompt = await tok.encode("the quick brown");
+    const greedy = await model.generate(prompt, { maxTokens: 6, temperature: 0 });
+    // Aborted after the third token: the core stops, generate rejects with the reason.
+    const c = new AbortController();
+    const seen: number[] = [];
+    const reason = new Error("enough");
+    const run = model.generate(prompt, {
+      maxTokens: 500,
+      temperature: 0,
+      signal: c.signal,
+      onToken: (t) => {
+        seen.push(t);
+        if (seen.length === 3) c.abort(reason);
+      },
+    });
+    await expect(run).rejects.toBe(reason);
+    expect(seen.slice(0, 3)).toEqual(Array.from(greedy.subarray(0, 3)));
+    expect(seen.length).toBeLessThan(500);
+    // Without onToken too; and a signal already aborted: nothing generated.
+    const later = new AbortController();
+    const plain = model.generate(prompt, { maxTokens: 500, temperature: 0, signal: later.signal });
+    later.abort();
+    await expect(plain).rejects.toMatchObject({ name: "AbortError" });
+    await expect(model.generate(prompt, { maxTokens: 3, signal: AbortSignal.abort(reason) })).rejects.toBe(reason);
+    // A stream's loop throws the reason.
+    const s = new AbortController();
+    const streamed: number[] = [];
+    const loop = (async () => {
+      for await (const t of model.stream(prompt, { maxTokens: 500, temperature: 0, signal: s.signal })) {
+        streamed.push(t);
+        if (streamed.length === 2) s.abort(reason);
+      }
+    })();
+    await expect(loop).rejects.toBe(reason);
+    expect(streamed.slice(0, 2)).toEqual(Array.from(greedy.subarray(0, 2)));
+    // The model goes on as before; a signal that is not one is refused.
+    expect(await model.generate(prompt, { maxTokens: 6, temperature: 0 })).toEqual(greedy);
+    await expect(model.generate(prompt, { maxTokens: 1, signal: {} as AbortSignal })).rejects.toThrow(
+      /options\.signal must be an AbortSignal, got an Object/,
+    );
   });
 
   it("save then load gives identical outputs, and training continues on exactly the same trajectory", async () => {

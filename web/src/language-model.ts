@@ -183,9 +183,9 @@ export class LanguageModel extends Model<LanguageModelConfig> {
       const tok = this.#textTokenizer("generate");
       return tok.decode(await this.generate(await tok.encode(wellFormed("prompt", prompt)), options));
     }
-    const { onToken, ...g } = checkGenerate(prompt, options, this.stopTokens);
-    if (!onToken) return (await callModel(this, "generate", "generate", g)).tokens;
-    return generating(this, "generate", g, onToken).result;
+    const { onToken, signal, ...g } = checkGenerate(prompt, options, this.stopTokens);
+    if (!onToken && !signal) return (await callModel(this, "generate", "generate", g)).tokens;
+    return generating(this, "generate", g, onToken ?? (() => undefined), signal).result;
   }
 
   /**
@@ -265,15 +265,21 @@ export class LanguageModel extends Model<LanguageModelConfig> {
   }
 
   async *#streamIds(prompt: Int32Array, options: GenerateOptions): AsyncGenerator<number, void, undefined> {
-    const { onToken, ...g } = checkGenerate(prompt, options, this.stopTokens);
+    const { onToken, signal, ...g } = checkGenerate(prompt, options, this.stopTokens);
     const ready: number[] = [];
     let wake: (() => void) | undefined;
     let ended = false;
-    const s = generating(this, "stream", g, (token, index) => {
-      onToken?.(token, index);
-      ready.push(token);
-      wake?.();
-    });
+    const s = generating(
+      this,
+      "stream",
+      g,
+      (token, index) => {
+        onToken?.(token, index);
+        ready.push(token);
+        wake?.();
+      },
+      signal,
+    );
     const result = s.result.finally(() => {
       ended = true;
       wake?.();
@@ -314,14 +320,17 @@ const EMPTY_SAFETENSORS = Uint8Array.of(2, 0, 0, 0, 0, 0, 0, 0, 0x7b, 0x7d);
 
 /**
  * Starts generating token by token, handing each token and its index to `each` until stop() or until `each`
- * throws: then generation stops in the core, and after a throw `result` rejects with what was thrown.
+ * throws: then generation stops in the core, and after a throw `result` rejects with what was thrown. An abort of
+ * `signal` stops it the same way, `result` rejecting with the signal's reason (already aborted: nothing starts).
  */
 function generating(
   m: LanguageModel,
   method: string,
   input: { prompt: Int32Array; options: SamplingIn },
   each: (token: number, index: number) => void,
+  signal?: AbortSignal,
 ): TokenStream {
+  if (signal?.aborted) return { result: Promise.reject(abortError(signal)), stop: () => undefined };
   let thrown: { error: unknown } | undefined;
   let stopped = false;
   let index = 0;
@@ -339,11 +348,23 @@ function generating(
       stop();
     }
   });
+  const abort = (): void => {
+    thrown ??= { error: abortError(signal!) };
+    stop();
+  };
+  signal?.addEventListener("abort", abort, { once: true });
   return {
-    result: s.result.then((tokens) => {
-      if (thrown) throw thrown.error;
-      return tokens;
-    }),
+    result: s.result.then(
+      (tokens) => {
+        signal?.removeEventListener("abort", abort);
+        if (thrown) throw thrown.error;
+        return tokens;
+      },
+      (error: unknown) => {
+        signal?.removeEventListener("abort", abort);
+        throw error;
+      },
+    ),
     stop,
   };
 }

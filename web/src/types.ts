@@ -276,6 +276,12 @@ export interface GenerateOptions {
    */
   useCache?: boolean;
   /**
+   * Aborting it stops generation in the core at the next token: `generate` rejects, and a `stream`'s loop throws,
+   * with the signal's reason (an `AbortError` by default); the model is ready for the next call. Already aborted:
+   * rejects at once, nothing generated.
+   */
+  signal?: AbortSignal;
+  /**
    * Called with each new token as soon as the core has made it, and its index among the new tokens (0, 1,
    * ...), in order and before the promise resolves; the promise still resolves to all of them. For a chat
    * page that shows text as it is made. When it throws, generation stops and the promise rejects with what

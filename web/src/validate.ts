@@ -158,8 +158,11 @@ export function int32Like(name: string, v: unknown): Int32Array {
   if (Array.isArray(v)) {
     const out = new Int32Array(v.length);
     v.forEach((x, i) => {
-      if (typeof x !== "number" || !Number.isInteger(x) || x < -0x80000000 || x > 0x7fffffff) {
+      if (typeof x !== "number" || !Number.isInteger(x)) {
         throw invalid(x, "number", `${name}[${i}] must be an integer, got ${describe(x)}`);
+      }
+      if (x < -0x80000000 || x > 0x7fffffff) {
+        throw new Error(`${name}[${i}] must be an integer from -2147483648 to 2147483647 (an int32), got ${describe(x)}`);
       }
       out[i] = x;
     });
@@ -226,17 +229,29 @@ export function checkBatch(
   return { inputs: x, targets: y, batch, seq };
 }
 
+/** An AbortSignal, or an object that behaves as one (`aborted`, `addEventListener`). */
+function isAbortSignal(v: unknown): v is AbortSignal {
+  if (typeof AbortSignal !== "undefined" && v instanceof AbortSignal) return true;
+  const s = v as { aborted?: unknown; addEventListener?: unknown } | null;
+  return typeof v === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function";
+}
+
 /** Checks generate()'s arguments and fills the defaults of the sampling options (`stopTokens`: the model's). */
 export function checkGenerate(
   prompt: unknown,
   options: unknown,
   stopTokens: Int32Array = new Int32Array(0),
-): { prompt: Int32Array; options: SamplingIn; onToken?: (token: number, index: number) => void } {
+): {
+  prompt: Int32Array;
+  options: SamplingIn;
+  onToken?: (token: number, index: number) => void;
+  signal?: AbortSignal;
+} {
   const p = int32Array("prompt", prompt);
   const o = checkOptions(
     "options",
     options,
-    "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens?, useCache?, onToken? }",
+    "{ maxTokens, temperature?, topK?, topP?, repetitionPenalty?, seed?, stopTokens?, useCache?, onToken?, signal? }",
     "generate",
   );
   const maxTokens = positiveInt("options.maxTokens", o.maxTokens);
@@ -250,8 +265,12 @@ export function checkGenerate(
   if (o.onToken !== undefined && typeof o.onToken !== "function") {
     throw new TypeError(`options.onToken must be a function (token, index) => void, got ${describe(o.onToken)}`);
   }
+  if (o.signal !== undefined && !isAbortSignal(o.signal)) {
+    throw new TypeError(`options.signal must be an AbortSignal, got ${describe(o.signal)}`);
+  }
   return {
     ...(o.onToken !== undefined && { onToken: o.onToken as (token: number, index: number) => void }),
+    ...(o.signal !== undefined && { signal: o.signal as AbortSignal }),
     prompt: p,
     options: {
       maxTokens,
@@ -266,10 +285,14 @@ export function checkGenerate(
   };
 }
 
-/** An ArrayLike as an Int32Array or a plain array (so that int32Like can check it). */
+/** An ArrayLike (a typed array, or any object with a length and indexed values) as an Int32Array or a plain array
+ * (so that int32Like can check it). */
 function arrayOf(v: unknown): unknown {
   if (v instanceof Int32Array || Array.isArray(v)) return v;
   if (ArrayBuffer.isView(v) && !(v instanceof DataView)) return Array.from(v as unknown as ArrayLike<number>);
+  if (typeof v === "object" && v !== null && Number.isSafeInteger((v as { length?: unknown }).length)) {
+    return Array.from(v as ArrayLike<unknown>);
+  }
   return v;
 }
 
