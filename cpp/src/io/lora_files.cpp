@@ -406,18 +406,23 @@ void load_adapter(Model& model, const AdapterFiles& files) {
     throw Error(msg);
   }
 
-  // Checked: the model's adapters are replaced, then given the file's values.
+  // Checked. The new adapters are built and given the file's values (an error, out of memory, leaves the model with
+  // the adapters it had), then they replace the model's.
   std::map<std::string, std::vector<float>> values;
   for (const auto& [key, name] : qkv_of) values[name] = file.floats(key);
   config.options.seed = model.has_lora() ? model.lora_options().seed : 0;
-  if (model.has_lora()) model.remove_lora();
-  model.add_lora(config.options);
-  for (nn::Param* p : adapter_params(model)) {
-    const auto it = values.find(p->name);
-    check(it != values.end() && it->second.size() == p->value.size(), "load_adapter: the model's adapter tensor \"",
-          p->name, "\" is not one lora_files expects (lora_parameters and lora_files disagree)");
-    io::ModelAccess::core(model).ops().upload(p->value.data(), it->second.data(), p->value.size_bytes());
+  models::ModelCore& core = io::ModelAccess::core(model);
+  core.settle_all();
+  std::unique_ptr<models::LoraSet> set = models::build_lora(core, config.options, /*replacing=*/true);
+  for (nn::Param& p : set->params.all()) {
+    const auto it = values.find(p.name);
+    check(it != values.end() && it->second.size() == p.value.size(), "load_adapter: the model's adapter tensor \"",
+          p.name, "\" is not one lora_files expects (lora_parameters and lora_files disagree)");
+    core.ops().upload(p.value.data(), it->second.data(), p.value.size_bytes());
   }
+  if (core.lora) models::remove_lora(core);
+  models::attach_lora(core, std::move(set));
+  io::ModelAccess::reset(model, true);  // as Model::add_lora: the layers plan their adapters' buffers
 }
 
 void load_adapter_dir(Model& model, const std::string& dir) {

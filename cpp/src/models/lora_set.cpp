@@ -41,9 +41,9 @@ void move_sync(ModelCore& core, nn::Parameters& from, nn::Parameters& to) {
 
 void add_lora(ModelCore& core, const LoraOptions& options) { attach_lora(core, build_lora(core, options)); }
 
-std::unique_ptr<LoraSet> build_lora(ModelCore& core, const LoraOptions& options) {
+std::unique_ptr<LoraSet> build_lora(ModelCore& core, const LoraOptions& options, bool replacing) {
   check_lora_options(options);
-  if (core.lora)
+  if (core.lora && !replacing)
     throw Error(detail::cat("add_lora: this model already has LoRA adapters (", to_string(core.lora->options),
                             "): remove_lora() or merge_lora() first (one adapter set at a time)"));
   std::deque<nn::LoraSite>& all = core.params.lora_sites();

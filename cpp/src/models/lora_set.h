@@ -40,7 +40,8 @@ void add_lora(ModelCore& core, const LoraOptions& options);
 // add_lora in two steps: the adapters built (every check of add_lora, the model unchanged), then attached (the base
 // frozen: its gradients and moments released). A checkpoint's load checks its tensors against the built set
 // before attaching it, so that a refused file leaves the model's optimizer state as it was.
-std::unique_ptr<LoraSet> build_lora(ModelCore& core, const LoraOptions& options);
+// replacing: built to replace the model's adapters (load_adapter), so the model may have some.
+std::unique_ptr<LoraSet> build_lora(ModelCore& core, const LoraOptions& options, bool replacing = false);
 void attach_lora(ModelCore& core, std::unique_ptr<LoraSet> set);
 void merge_lora(ModelCore& core);
 void remove_lora(ModelCore& core);
