@@ -43,6 +43,20 @@ function checkPair(
   return { src: s, tgtIn: ti, tgtOut: to, batch, srcLen, tgtLen };
 }
 
+/** options.beamWidth checked here, so that the message names the option (the core's says beam_width). */
+function beamWidth(v: unknown): number {
+  const w = integer("options.beamWidth", v);
+  if (w < 1 || w > 64) throw new Error(`options.beamWidth must be an integer from 1 to 64, got ${w}`);
+  return w;
+}
+
+/** options.lengthPenalty: finite and >= 0 (the core's length_penalty). */
+function lengthPenalty(v: unknown): number {
+  const p = finiteNumber("options.lengthPenalty", v);
+  if (p < 0) throw new Error(`options.lengthPenalty must be a finite number >= 0, got ${p}`);
+  return p;
+}
+
 /**
  * An encoder-decoder Transformer (translation-style, as `torch.nn.Transformer` and the PyTorch translation
  * tutorial) living in the wasm core. The encoder reads `src`; the decoder is trained with teacher forcing:
@@ -116,8 +130,8 @@ export class Seq2Seq extends Model<Seq2SeqConfig> {
       bos,
       eos,
       maxTokens,
-      beamWidth: o.beamWidth === undefined ? 1 : integer("options.beamWidth", o.beamWidth),
-      lengthPenalty: o.lengthPenalty === undefined ? 0.6 : finiteNumber("options.lengthPenalty", o.lengthPenalty),
+      beamWidth: o.beamWidth === undefined ? 1 : beamWidth(o.beamWidth),
+      lengthPenalty: o.lengthPenalty === undefined ? 0.6 : lengthPenalty(o.lengthPenalty),
       useCache: o.useCache === undefined ? true : boolean("options.useCache", o.useCache),
     };
     return (await callModel(this, "generate", "seq2seqGenerate", { src: s, batch, srcLen, options: decode })).tokens;

@@ -292,8 +292,9 @@ export interface GenerateOptions {
 
 /**
  * Options for {@link Seq2Seq.generate}: greedy decoding, or beam search with `beamWidth` > 1 (hypotheses
- * scored log P / ((5 + length) / 6)^lengthPenalty, GNMT's penalty; a row stops when no live beam can enter
- * its best `beamWidth` finished ones). Width 1 is greedy decoding exactly.
+ * scored log P / ((5 + length) / 6)^lengthPenalty, GNMT's penalty; a row stops, as Hugging Face's beam search does,
+ * when its best live beam, scored at its current length, would not enter its best `beamWidth` finished ones). Width
+ * 1 is greedy decoding exactly.
  */
 export interface Seq2SeqGenerateOptions {
   /** Number of target tokens per row at most; must be below the model's context. */

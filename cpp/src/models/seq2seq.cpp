@@ -215,7 +215,11 @@ Metrics Seq2Seq::evaluate(std::span<const int32_t> src, std::span<const int32_t>
                           std::span<const int32_t> tgt_out, int batch, int src_len, int tgt_len) {
   impl_->load(src, tgt_in, &tgt_out, batch, src_len, tgt_len);
   impl_->forward(batch, src_len, tgt_len, false);
-  return impl_->loss(batch * tgt_len).metrics();
+  const Metrics metrics = impl_->loss(batch * tgt_len).metrics();
+  // As train_step: a batch of padding has no loss (0 and a perplexity of 1 would read as a perfect model).
+  check(metrics.count > 0, "tgt_out holds only pad_id = ", impl_->config.pad_id,
+        ": expected at least one target token");
+  return metrics;
 }
 
 std::vector<float> Seq2Seq::logits(std::span<const int32_t> src, std::span<const int32_t> tgt_in, int batch,
@@ -242,6 +246,12 @@ Decoded Seq2Seq::generate(std::span<const int32_t> src, int batch, int src_len, 
   Impl& m = *impl_;
   check(o.bos >= 0 && o.bos < m.V, "bos = ", o.bos, " is out of range: expected a token id in [0, ", m.V, ")");
   check(o.eos >= 0 && o.eos < m.V, "eos = ", o.eos, " is out of range: expected a token id in [0, ", m.V, ")");
+  // Training masks pad_id in tgt_in (a bos that is pad_id is attended to by nothing there) and ignores it in tgt_out
+  // (an eos that is pad_id was never learned): generation with either would not be the model that trained.
+  check(o.bos != m.config.pad_id, "bos = ", o.bos,
+        " is pad_id: expected a token id other than pad_id = ", m.config.pad_id, " (training masks it)");
+  check(o.eos != m.config.pad_id, "eos = ", o.eos,
+        " is pad_id: expected a token id other than pad_id = ", m.config.pad_id, " (training ignores it as a target)");
   check(o.max_len >= 1 && o.max_len < m.config.context, "max_len = ", o.max_len,
         " is invalid: expected 1 <= max_len < context = ", m.config.context);
   check(o.beam_width >= 1 && o.beam_width <= 64, "beam_width = ", o.beam_width,

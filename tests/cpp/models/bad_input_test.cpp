@@ -50,6 +50,10 @@ TEST(BadInput, Seq2SeqBatches) {
   EXPECT_ERROR(m.train_step(std::vector<int32_t>{1, 9, 3, 0}, ti, to, 1, 4, 3), "src[1] = 9 is out of range");
   EXPECT_ERROR(m.train_step(src, ti, std::vector<int32_t>{4, 8, 2}, 1, 4, 3), "tgt_out[1] = 8 is out of range");
   EXPECT_ERROR(m.train_step(src, ti, std::vector<int32_t>{0, 0, 0}, 1, 4, 3), "tgt_out holds only pad_id = 0");
+  EXPECT_ERROR(m.evaluate(src, ti, std::vector<int32_t>{0, 0, 0}, 1, 4, 3), "tgt_out holds only pad_id = 0");
+  // bos or eos = pad_id: masked, or never a target, in training.
+  EXPECT_ERROR(m.greedy(src, 1, 4, 0, 2, 3), "bos = 0 is pad_id: expected a token id other than pad_id = 0");
+  EXPECT_ERROR(m.greedy(src, 1, 4, 1, 0, 3), "eos = 0 is pad_id: expected a token id other than pad_id = 0");
   EXPECT_ERROR(m.greedy(src, 1, 4, 1, 2, 6), "max_len = 6 is invalid");
   EXPECT_ERROR(m.attention(AttentionKind::Cross, 3), "layer = 3 is out of range");
   EXPECT_EQ(m.step(), 0);
