@@ -147,6 +147,14 @@ describe("save({ tokenizer, metadata })", () => {
     const bytes = await m.save({ metadata: { "qkv.tokenizer": JSON.stringify(tok), "qkv.train": '{"seed":1}' } });
     expect((await checkpointMetadata(bytes))["qkv.train"]).toBe('{"seed":1}');
     await expectSameTokenizer(await Tokenizer.fromCheckpoint(bytes), tok, "the fox");
+    // A key the metadata object only inherits is not in the file.
+    await expect(Tokenizer.fromCheckpoint(bytes, "toString")).rejects.toThrow(/the checkpoint has no "toString" metadata/);
+    await expect(Tokenizer.fromCheckpoint(bytes, "__proto__")).rejects.toThrow(/the checkpoint has no "__proto__" metadata/);
+    // A tokenizer with more ids than the model's vocabulary is refused, naming both sizes.
+    using small = await LanguageModel.create({ vocabSize: tok.size - 1, context: SEQ, dModel: 32, heads: 4, layers: 1 });
+    await expect(small.save({ tokenizer: tok })).rejects.toThrow(
+      `options.tokenizer has ${tok.size} tokens, more than the model's vocabulary of ${tok.size - 1}`,
+    );
   });
 
   it("rejects wrong types with a TypeError naming the option", async () => {

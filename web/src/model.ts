@@ -46,7 +46,8 @@ export interface SaveOptions {
    * lists; loading ignores them), e.g. `{ "qkv.tokenizer.target": JSON.stringify(targetTokenizer) }` for a
    * seq2seq model that `qkv generate` should run. The keys the checkpoint writes itself (`qkv.model`,
    * `qkv.config`, `qkv.optimizer`, `qkv.step`, `qkv.skipped_steps`, `qkv.passes`, `qkv.optimizer_state`,
-   * `qkv.version`, `qkv.crc32`, `format`) are refused, as is `qkv.tokenizer` together with
+   * `qkv.version`, `qkv.crc32`, `format`, `qkv.quantized`, `qkv.lora`, `qkv.activations`) are refused, as is
+   * `qkv.tokenizer` together with
    * {@link SaveOptions.tokenizer}.
    */
   metadata?: Record<string, string>;
@@ -152,6 +153,13 @@ export abstract class Model<C extends object> {
       }
       if (Object.hasOwn(metadata, "qkv.tokenizer")) {
         throw new Error('options.metadata["qkv.tokenizer"] and options.tokenizer both give the key "qkv.tokenizer": pass one');
+      }
+      // Its ids must be the model's (as `qkv import` checks): a larger tokenizer makes ids the model refuses.
+      const vocab = (this.config as { vocabSize?: unknown; srcVocab?: unknown }).vocabSize ??
+        (this.config as { srcVocab?: unknown }).srcVocab;
+      const size = (o.tokenizer as { size?: unknown }).size;
+      if (typeof vocab === "number" && typeof size === "number" && size > vocab) {
+        throw new Error(`options.tokenizer has ${size} tokens, more than the model's vocabulary of ${vocab}`);
       }
       metadata["qkv.tokenizer"] = json;
     }

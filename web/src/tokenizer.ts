@@ -65,7 +65,11 @@ export interface EncodeOptions {
 
 /** Options of `decode`. */
 export interface DecodeOptions {
-  /** Drop pad, bos and eos (default true); unk always decodes to `<unk>`. */
+  /**
+   * Drop the special tokens (default true): pad, bos and eos for the char and word tokenizers, whose unk always
+   * decodes to `<unk>`; every added token marked special for a BPE, whose other tokens (unk included, when not
+   * special) decode to their own text.
+   */
   skipSpecial?: boolean;
 }
 
@@ -184,7 +188,7 @@ export abstract class Tokenizer {
    */
   static async fromCheckpoint(checkpoint: Uint8Array | ArrayBuffer, key = "qkv.tokenizer"): Promise<AnyTokenizer> {
     const meta = await checkpointMetadata(checkpoint);
-    const json = meta[string("key", key)];
+    const json = Object.hasOwn(meta, string("key", key)) ? meta[key] : undefined;
     if (json === undefined) {
       throw new Error(`the checkpoint has no "${key}" metadata (it holds: ${Object.keys(meta).join(", ") || "none"})`);
     }
@@ -205,8 +209,9 @@ export abstract class Tokenizer {
   }
 
   /**
-   * The JSON form, exactly as the core writes it: `JSON.stringify(tokenizer)` is the string the native
-   * build stores (e.g. in a checkpoint's `qkv.tokenizer` metadata), and {@link Tokenizer.fromJSON} reads it back.
+   * The JSON form the core writes, as an object: {@link Tokenizer.fromJSON} reads `JSON.stringify(tokenizer)` back
+   * to the same tokenizer. (The string itself can differ from the one the native build stores in a checkpoint's
+   * `qkv.tokenizer` metadata: a JavaScript object lists integer-like keys, e.g. in a BPE `vocab`, first.)
    */
   toJSON(): TokenizerJSON | HfTokenizerJSON {
     return JSON.parse(this.#json) as TokenizerJSON | HfTokenizerJSON;

@@ -144,6 +144,11 @@ Spec spec_from_hf_json(const json& j) {
     if (const json* n = optional_field(j, "normalizer"))
       throw Error(detail::cat("tokenizer.json: field \"normalizer\" = ", shown(*n),
                               " is not supported: expected null (byte-level BPE reads the text as it is)"));
+    // Hugging Face cuts (truncation) or fills (padding) the ids these ask for: qkv encodes a text whole.
+    for (const char* f : {"truncation", "padding"})
+      if (const json* x = optional_field(j, f))
+        throw Error(detail::cat("tokenizer.json: field \"", f, "\" = ", shown(*x),
+                                " is not supported: expected null (qkv encodes each text whole, with no ", f, ")"));
     const json* dec = optional_field(j, "decoder");
     check(dec != nullptr, "tokenizer.json: field \"decoder\" is missing or null: expected {\"type\": \"ByteLevel\"}");
     const std::string dec_type = type_of(*dec, "decoder");

@@ -53,6 +53,14 @@ Spec train(std::string_view text, int vocab_size, const TrainOptions& options) {
     for (int k = 0; k < i; ++k)
       check(options.special_tokens[k] != s, "train_bpe: special_tokens[", i, "] = \"", s, "\" repeats special_tokens[",
             k, "]: expected distinct tokens");
+    // A special token that is one byte's character would take that byte's token: the byte would vanish from text.
+    for (int b = 0; b < 256; ++b) {
+      std::string c;
+      append_utf8(c, byte_to_char()[b]);
+      check(s != c, "train_bpe: special_tokens[", i, "] = \"", s, "\" is the text of byte ", b,
+            "'s token (byte-level BPE has one for each of the 256 bytes): expected a ", "longer text, such as <|", s,
+            "|>");
+    }
   }
 
   Spec spec;

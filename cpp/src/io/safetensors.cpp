@@ -680,6 +680,9 @@ std::vector<uint8_t> header_of(const std::vector<TensorRef>& tensors,
     throw Error(detail::cat("safetensors: a tensor name or metadata string is not valid UTF-8 (", e.what(), ")"));
   }
   text.append((8 - text.size() % 8) % 8, ' ');  // pad so the buffer starts 8-aligned
+  // The readers' limit (this one's and the reference's): a larger header would be written and never read back.
+  check(text.size() <= kMaxHeaderBytes, "safetensors: the header (tensor names and metadata) would be ", text.size(),
+        " bytes, over the ", kMaxHeaderBytes, "-byte limit readers have: shorten the metadata");
 
   std::vector<uint8_t> out(8 + text.size());
   const uint64_t header_size = text.size();

@@ -182,6 +182,11 @@ TEST(BpeTokenizer, TrainsDeterministically) {
     EXPECT_EQ(all.encode(word).size(), 1u) << word;
   EXPECT_ERROR_HAS(Tokenizer::train_bpe(text, 100), "vocab_size = 100 is out of range");
   EXPECT_ERROR_HAS(Tokenizer::train_bpe("", 300), "text is empty");
+  // A special token that is one byte's character would take that byte's token, and the byte would vanish from text.
+  BpeTrainOptions byte_special;
+  byte_special.special_tokens = {"<|endoftext|>", "a"};
+  EXPECT_ERROR_HAS(Tokenizer::train_bpe("banana", 300, byte_special),
+                   "special_tokens[1] = \"a\" is the text of byte 97's token");
   // Text that is not UTF-8, in training and in encoding: the byte in hex (it read 0x255 for 0xFF).
   EXPECT_ERROR_HAS(Tokenizer::train_bpe("\xff abc", 300), "text is not valid UTF-8: byte 0xFF at byte offset 0");
   EXPECT_ERROR_HAS(all.encode("ok \xc3("), "text is not valid UTF-8: byte 0xC3 at byte offset 3");
@@ -219,6 +224,13 @@ TEST(BpeTokenizer, RefusesMalformedFilesNamingTheField) {
                      j["normalizer"] = {{"type", "NFC"}};
                    })),
                    "field \"normalizer\"");
+  // Truncation and padding change the ids Hugging Face gives: refused by name (null, as GPT-2's files have, loads).
+  EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) {
+                     j["truncation"] = {{"max_length", 4}};
+                   })),
+                   "field \"truncation\" = {\"max_length\":4} is not supported");
+  EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["padding"] = {{"length", 8}}; })), "field \"padding\"");
+  EXPECT_NO_THROW(Tokenizer::from_json(edited([](json& j) { j["truncation"] = nullptr; })));
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["decoder"]["type"] = "WordPiece"; })),
                    "field \"decoder.type\" = \"WordPiece\"");
   EXPECT_ERROR_HAS(Tokenizer::from_json(edited([](json& j) { j["model"]["dropout"] = 0.1; })), "\"model.dropout\"");

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "qkv/error.h"
+#include "test_util.h"
 
 namespace qkv::safetensors_test {
 namespace {
@@ -125,6 +126,16 @@ TEST(Safetensors, NoTensorsAndNoMetadata) {
   EXPECT_TRUE(file.tensors.empty());
   EXPECT_TRUE(file.metadata.empty());
   EXPECT_TRUE(parse_safetensors(make_file(R"({"__metadata__": null})")).metadata.empty());
+}
+
+// A header past the readers' 100 MB limit is refused when written, not only when read back: metadata of 100 MB does
+// not save; just under the limit it saves and reads.
+TEST(Safetensors, AHeaderTheReadersRefuseIsNotWritten) {
+  const std::string big(100'000'000, 'x');
+  const std::string msg = test::message_of([&] { serialize_safetensors({}, {{"k", big}}); });
+  EXPECT_NE(msg.find("over the 100000000-byte limit readers have"), std::string::npos) << msg.substr(0, 200);
+  const std::string fits(99'999'000, 'x');
+  EXPECT_EQ(parse_safetensors(serialize_safetensors({}, {{"k", fits}})).metadata.at("k").size(), fits.size());
 }
 
 // Written by tests/fixtures/safetensors/make_samples.py with Python's struct and json, not by qkv.
