@@ -82,6 +82,15 @@ describe("Trainer", () => {
     expect(trainer.step).toBe(5);
     // The model trains, evaluates and saves as if nothing happened.
     expect((await trainer.fit({ steps: 3 })).step).toBe(8);
+    // An abort during an evaluation stops it between its batches: a signal that turns aborted at its third reading
+    // (the step's check, then one before each evaluation batch: the second batch's).
+    const evaluating = new Trainer(lm, { data: ids, evalData: ids, batchSize: 2, seqLen: 16 });
+    let reads = 0;
+    const reason = new Error("stop evaluating");
+    const late = { get aborted() { return ++reads >= 3; }, reason, addEventListener() {}, removeEventListener() {} };
+    await expect(evaluating.fit({ steps: 1, signal: late as unknown as AbortSignal })).rejects.toBe(reason);
+    expect(reads).toBe(3);
+    expect(evaluating.step).toBe(1);
     const again = await LanguageModel.load(await lm.save());
     again.dispose();
   });
@@ -127,5 +136,17 @@ describe("Trainer", () => {
     expect(() => new Trainer(cls, { data: [{ tokens: Int32Array.of(1, 2), label: 0 }], batchSize: 2, seqLen: 4 })).toThrow(/options.seqLen is for a LanguageModel only/);
     expect(() => new Trainer(cls, { data: [{ tokens: Int32Array.of(1, 2), label: "a" as unknown as number }], batchSize: 2 })).toThrow(/options.data\[0\].label must be an integer, got "a"/);
     expect(() => new Trainer(cls, { data: [], batchSize: 2 })).toThrow(/options.data must be a non-empty array of \{ tokens, label \} examples/);
+    // Each example checked against the model when the Trainer is made, named by its index: evalData's too (the core
+    // would see it only at the first evaluation, after every step).
+    const good = { tokens: Int32Array.of(1, 2), label: 1 };
+    expect(() => new Trainer(cls, { data: [good], evalData: [good, { tokens: Int32Array.of(3), label: 5 }], batchSize: 2 })).toThrow(
+      /options\.evalData\[1\]\.label = 5 is out of range: expected a class in \[0, 2\)/,
+    );
+    expect(() => new Trainer(cls, { data: [good, { tokens: Int32Array.of(1, 8), label: 0 }], batchSize: 2 })).toThrow(
+      /options\.data\[1\]\.tokens\[1\] = 8 is out of range: expected a token id in \[0, 8\)/,
+    );
+    expect(() => new Trainer(cls, { data: [{ tokens: new Int32Array(7).fill(1), label: 0 }], batchSize: 2 })).toThrow(
+      /options\.data\[0\]\.tokens has 7 tokens: expected at most the model's context, 6/,
+    );
   });
 });

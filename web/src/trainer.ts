@@ -213,7 +213,19 @@ function classifierSource(model: Classifier, name: string, data: unknown, batch:
     const o = object(`${name}[${i}]`, e, "{ tokens: Int32Array, label: number }");
     const tokens = int32Array(`${name}[${i}].tokens`, o.tokens);
     if (tokens.length < 1) throw new Error(`${name}[${i}].tokens is empty: expected at least one token`);
-    return { tokens, label: integer(`${name}[${i}].label`, o.label) };
+    // Checked here, each example by its index, rather than by the core inside a shuffled batch (or, for evalData,
+    // only at the first evaluation, after every step).
+    const { vocabSize, context, classes } = model.config;
+    if (tokens.length > context) {
+      throw new Error(`${name}[${i}].tokens has ${tokens.length} tokens: expected at most the model's context, ${context}`);
+    }
+    const bad = tokens.findIndex((t) => t < 0 || t >= vocabSize);
+    if (bad >= 0) throw new Error(`${name}[${i}].tokens[${bad}] = ${tokens[bad]} is out of range: expected a token id in [0, ${vocabSize})`);
+    const label = integer(`${name}[${i}].label`, o.label);
+    if (label < 0 || label >= classes) {
+      throw new Error(`${name}[${i}].label = ${label} is out of range: expected a class in [0, ${classes})`);
+    }
+    return { tokens, label };
   });
   const pad = model.config.padId;
   const make = (rows: ClassifierExample[]): Batch => {
@@ -300,12 +312,18 @@ export class Trainer {
    * perplexity over every counted position, as if it were one batch.
    */
   async evaluate(maxBatches = Infinity): Promise<Metrics> {
+    return this.#evaluate(maxBatches);
+  }
+
+  // evaluate(), and fit's evaluations, which an abort stops between batches.
+  async #evaluate(maxBatches: number, signal?: AbortSignal): Promise<Metrics> {
     if (!this.#eval) throw new Error("evaluate() needs options.evalData, given to the Trainer");
     if (maxBatches !== Infinity) positiveInt("maxBatches", maxBatches);
     let loss = 0;
     let correct = 0;
     let count = 0;
     for (const b of this.#eval.evaluation(maxBatches)) {
+      if (signal?.aborted) throw abortError(signal);
       const m = await b.evaluate();
       loss += m.loss * m.count;
       correct += m.accuracy * m.count;
@@ -318,7 +336,8 @@ export class Trainer {
   /**
    * Takes `steps` training steps, calling `onStep` after each and evaluating every `evalEvery` steps (and
    * after the last) when the trainer has `evalData`. Rejects with the signal's `AbortError` when aborted
-   * (between steps), or with the error of a failed step; the model stays usable either way.
+   * (between steps, and between an evaluation's batches), or with the error of a failed step; the model stays usable
+   * either way.
    */
   async fit(options: FitOptions): Promise<FitResult> {
     const o = checkOptions("options", options, "{ steps, evalEvery?, evalBatches?, signal?, onStep?, onEval? }", "fit");
@@ -350,8 +369,7 @@ export class Trainer {
       const { skipped, skippedSteps } = result;
       await onStep?.({ step: this.#step, loss, skipped, skippedSteps, tokensPerSecond: seconds > 0 ? tokens / seconds : 0 });
       if (this.#eval && (i % evalEvery === 0 || i === steps)) {
-        if (signal?.aborted) throw abortError(signal);
-        const e = { step: this.#step, ...(await this.evaluate(evalBatches)) };
+        const e = { step: this.#step, ...(await this.#evaluate(evalBatches, signal)) };
         evals.push(e);
         await onEval?.(e);
       }
