@@ -151,10 +151,13 @@ struct LanguageModel::Impl {
       stack.plan(w, B_cap, T_cap, core.recomputes(), K_cap);
       head_rows = head_chunk(static_cast<int>(rows), w.taken_floats());
       embedding.plan(w, static_cast<int>(rows));
-      const size_t logit_count = logit_rows == LogitRows::Whole ? rows
-                                 : logit_rows == LogitRows::Chunk
-                                     ? std::min(rows, static_cast<size_t>(head_rows) + kTailRows)
-                                     : static_cast<size_t>(B_cap);
+      // A chunk holds at least the last rows too (B_cap, when more than a chunk): a model that trained, then
+      // generates a large batch with the cache, plans nothing new (LogitRows::Last <= Chunk).
+      const size_t logit_count =
+          logit_rows == LogitRows::Whole ? rows
+          : logit_rows == LogitRows::Chunk
+              ? std::max(std::min(rows, static_cast<size_t>(head_rows) + kTailRows), static_cast<size_t>(B_cap))
+              : static_cast<size_t>(B_cap);
       logits = w.take(logit_count * V);
       losses = w.take(rows);
       d_top = stack.d_output_buffer();  // planned above; d top is read once, first, by the stack's backward
@@ -215,6 +218,9 @@ struct LanguageModel::Impl {
     embedding.forward(stack.input(), ids, B, Tn, drop, caches.length());
     stack.forward({nullptr, true}, B, Tn, drop, caches.layers());
     const float* last = stack.output().data() + static_cast<size_t>(Tn - 1) * C;
+    // The plan's promise (ensure_capacity: LogitRows), checked: the head writes B rows of V here.
+    check(logits.size() >= static_cast<size_t>(B) * V, "generate: the workspace holds ", logits.size() / V,
+          " rows of logits for a batch of ", B, " (internal: the plan is short)");
     nn::weight_product(ops(), head(), 0, V, last, Tn * C, B, logits.data(), V);
     if (nn::LoraAdapter* a = head_adapter()) a->forward(ops(), 0, 0, V, last, Tn * C, B, logits.data(), V, drop);
   }

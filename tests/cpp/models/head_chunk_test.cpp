@@ -180,6 +180,33 @@ TEST(HeadChunkMemory, TrainingArenaHoldsOneChunkOfLogits) {
   EXPECT_EQ(m.memory().activations, evaluating);
 }
 
+// Cached generation reads one row of logits per sequence; a training arena's chunk holds at least as many rows as the
+// batch it was planned for, so that a model that trained on a batch of 6 with 2-row chunks, then generates 6 prompts at
+// once (which plans nothing new for the logits), has room for them (forward_cached checks it: before, a chunk of 4 rows
+// took the batch's 6), and the rows are each prompt's own generation.
+TEST(HeadChunkMemory, AChunkHoldsABatchsLastRows) {
+  LanguageModelConfig c;
+  c.vocab_size = 300;
+  c.context = 8;
+  c.d_model = 16;
+  c.heads = 2;
+  c.layers = 1;
+  const int B = 6, T = 8;
+  const std::vector<int32_t> in = ids(B * T, c.vocab_size, 1), tg = ids(B * T, c.vocab_size, 2);
+  SamplingOptions o;
+  o.max_new_tokens = 4;
+  o.temperature = 0.f;
+  std::vector<int32_t> prompts(B * 2);
+  for (size_t i = 0; i < prompts.size(); ++i) prompts[i] = static_cast<int32_t>(i * 41 % c.vocab_size);
+  const ChunkRows two(2);
+  LanguageModel m(c);
+  m.train_step(in, tg, B, T);
+  const auto batched = m.generate(prompts, B, 2, o);  // first: the arena as training planned it
+  ASSERT_EQ(batched.size(), static_cast<size_t>(B));
+  for (int b = 0; b < B; ++b)
+    EXPECT_EQ(batched[b], m.generate(std::span<const int32_t>(prompts.data() + 2 * b, 2), o)) << "row " << b;
+}
+
 // Chunks are sized by the vocabulary: whole multiples of 64 rows whose logits stay within 12 MiB, at least 64 rows.
 TEST(HeadChunkRule, ChunksHoldAtMostTwelveMebibytesOfLogitsAndAtLeast64Rows) {
   EXPECT_EQ(models::head_chunk_rows_for(50257), 64);   // GPT-2: 12.3 MiB, the floor of 64 rows
