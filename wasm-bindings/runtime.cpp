@@ -16,10 +16,13 @@
 namespace qkv::js {
 namespace {
 
-// The "__metadata__" of a safetensors file (a qkv checkpoint, or one written by `qkv train`).
-val checkpoint_metadata(val bytes) {
+// The "__metadata__" of a safetensors file (a qkv checkpoint, or one written by `qkv train`) of file_size bytes, from
+// its first bytes (`head`: the 8-byte length and the header; more are ignored). The header alone crosses into the heap
+// (a whole 1.5 GB checkpoint was copied in twice, to read a few kilobytes), with parse_safetensors' checks of it.
+val checkpoint_metadata(val head, double file_size) {
   return guarded([&] {
-    const qkv::SafetensorsFile f = qkv::parse_safetensors(uint8_array(bytes, "bytes"));
+    const std::vector<uint8_t> bytes = uint8_array(head, "bytes");
+    const qkv::SafetensorsHeader f = qkv::parse_safetensors_header(bytes, static_cast<uint64_t>(file_size));
     // Object.fromEntries defines own properties, so any key (even "__proto__") comes back as a key.
     val entries = val::array();
     for (const auto& [key, value] : f.metadata) {

@@ -106,7 +106,7 @@ export interface QkvCore {
   heapUsed(): number;
   /** The error of the last failed call (the binding never throws through wasm frames), cleared on read. */
   takeError(): { message: string; typeError: boolean } | undefined;
-  checkpointMetadata(bytes: Uint8Array): Record<string, string>;
+  checkpointMetadata(head: Uint8Array, fileSize: number): Record<string, string>;
   /** Opens the WebGPU executor's ring; returns its control block's address (0 on error: takeError()). */
   webgpuConnect(maxBufferSize: number, maxStorageBufferBindingSize: number, adapter: string, ringWords: number): number;
   /** The GPU worker is gone: models on it reject with `why`; new models go to the wasm core. */
@@ -534,8 +534,8 @@ export class Engine {
           heapMaxBytes: this.core.heapMax(),
         };
       case "checkpointMetadata": {
-        const { bytes } = req.in;
-        return { metadata: this.run(() => this.core.checkpointMetadata(bytes)) };
+        const { head, fileSize } = req.in;
+        return { metadata: this.run(() => this.core.checkpointMetadata(head, fileSize)) };
       }
       case "tokenizer":
         return this.buildTokenizer(req.in);

@@ -199,7 +199,7 @@ export interface Calls {
   checkBackend: { in: { group: string }; out: BackendCheck };
   /** For tests: destroys the WebGPU device, as a driver reset would (the qkv Worker only). */
   loseGpuDevice: { in: null; out: null };
-  checkpointMetadata: { in: { bytes: Uint8Array }; out: { metadata: Record<string, string> } };
+  checkpointMetadata: { in: { head: Uint8Array; fileSize: number }; out: { metadata: Record<string, string> } };
   /** Builds a tokenizer; with `key`, the core also holds it under that key for later `encode` and `decode` calls. */
   tokenizer: { in: TokenizerIn & { key?: string }; out: TokenizerOut };
   encode: {

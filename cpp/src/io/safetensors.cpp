@@ -399,6 +399,7 @@ SafetensorsFile parse_safetensors(std::span<const uint8_t> bytes) {
 }
 
 SafetensorsHeader parse_safetensors_header(std::span<const uint8_t> head, std::optional<uint64_t> file_size) {
+  check_not_pickle(head);  // as parse_safetensors: said before the header length, which a pickle's bytes are not
   try {
     check(head.size() >= 8 && (!file_size || *file_size >= 8), "the file is ", file_size.value_or(head.size()),
           " bytes, shorter than the 8-byte header length every safetensors file starts with (truncated?)");
