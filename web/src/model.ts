@@ -26,7 +26,7 @@ import type {
   SaveAdapterOptions,
   WeightFormat,
 } from "./types.js";
-import { boolean, bytes, checkLora, checkOptions, describe, object, positiveFinite, string, stringRecord, text } from "./validate.js";
+import { abortSignal, boolean, bytes, checkLora, checkOptions, describe, object, positiveFinite, string, stringRecord, text } from "./validate.js";
 
 /** Options for `save()`. */
 export interface SaveOptions {
@@ -434,10 +434,7 @@ export function loadOptions(options: unknown, like = "{ onProgress?, signal? }",
   if (o.onProgress !== undefined && typeof o.onProgress !== "function") {
     throw new TypeError(`options.onProgress must be a function, got ${describe(o.onProgress)}`);
   }
-  if (o.signal !== undefined && !(typeof AbortSignal === "function" && o.signal instanceof AbortSignal)) {
-    throw new TypeError(`options.signal must be an AbortSignal, got ${describe(o.signal)}`);
-  }
-  return { onProgress: o.onProgress, signal: o.signal };
+  return { onProgress: o.onProgress, signal: abortSignal("options.signal", o.signal) };
 }
 
 /** `fromPretrained`'s options, checked: `load`'s and `weights`, checked before any file is read. */

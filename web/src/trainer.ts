@@ -6,7 +6,7 @@ import { Classifier } from "./classifier.js";
 import { LanguageModel } from "./language-model.js";
 import { Seq2Seq } from "./seq2seq.js";
 import type { Metrics, StepResult } from "./types.js";
-import { checkOptions, describe, int32Array, integer, nonNegativeInt, object, positiveInt } from "./validate.js";
+import { abortSignal, checkOptions, describe, int32Array, integer, nonNegativeInt, object, positiveInt } from "./validate.js";
 
 /** One translation-style example: the target holds bos first and eos last (the model learns tgt[1:] from tgt[:-1]). */
 export interface Seq2SeqExample {
@@ -344,10 +344,7 @@ export class Trainer {
     const steps = positiveInt("options.steps", o.steps);
     const evalEvery = o.evalEvery === undefined ? steps : positiveInt("options.evalEvery", o.evalEvery);
     const evalBatches = o.evalBatches === undefined ? Infinity : positiveInt("options.evalBatches", o.evalBatches);
-    const signal = o.signal as AbortSignal | undefined;
-    if (signal !== undefined && (typeof signal !== "object" || signal === null || typeof signal.aborted !== "boolean")) {
-      throw new TypeError(`options.signal must be an AbortSignal, got ${describe(signal)}`);
-    }
+    const signal = abortSignal("options.signal", o.signal);
     for (const k of ["onStep", "onEval"] as const) {
       if (o[k] !== undefined && typeof o[k] !== "function") throw new TypeError(`options.${k} must be a function, got ${describe(o[k])}`);
     }

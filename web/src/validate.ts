@@ -229,11 +229,18 @@ export function checkBatch(
   return { inputs: x, targets: y, batch, seq };
 }
 
-/** An AbortSignal, or an object that behaves as one (`aborted`, `addEventListener`). */
-function isAbortSignal(v: unknown): v is AbortSignal {
-  if (typeof AbortSignal !== "undefined" && v instanceof AbortSignal) return true;
+/**
+ * An optional `signal` option: an AbortSignal, or an object that behaves as one (`aborted`, `addEventListener`);
+ * every call that takes a signal checks it here.
+ */
+export function abortSignal(name: string, v: unknown): AbortSignal | undefined {
+  if (v === undefined) return undefined;
+  if (typeof AbortSignal !== "undefined" && v instanceof AbortSignal) return v;
   const s = v as { aborted?: unknown; addEventListener?: unknown } | null;
-  return typeof v === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function";
+  if (typeof v === "object" && s !== null && typeof s.aborted === "boolean" && typeof s.addEventListener === "function") {
+    return v as AbortSignal;
+  }
+  throw new TypeError(`${name} must be an AbortSignal, got ${describe(v)}`);
 }
 
 /** Checks generate()'s arguments and fills the defaults of the sampling options (`stopTokens`: the model's). */
@@ -265,12 +272,10 @@ export function checkGenerate(
   if (o.onToken !== undefined && typeof o.onToken !== "function") {
     throw new TypeError(`options.onToken must be a function (token, index) => void, got ${describe(o.onToken)}`);
   }
-  if (o.signal !== undefined && !isAbortSignal(o.signal)) {
-    throw new TypeError(`options.signal must be an AbortSignal, got ${describe(o.signal)}`);
-  }
+  const signal = abortSignal("options.signal", o.signal);
   return {
     ...(o.onToken !== undefined && { onToken: o.onToken as (token: number, index: number) => void }),
-    ...(o.signal !== undefined && { signal: o.signal as AbortSignal }),
+    ...(signal !== undefined && { signal }),
     prompt: p,
     options: {
       maxTokens,
